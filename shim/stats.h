@@ -1,0 +1,123 @@
+/* SPDX-License-Identifier: MIT */
+/* stats.h: process-wide counters, updated lock-free, printed as a table at exit (OOC_STATS=1).
+ *
+ * One list, OOC_STAT_LIST, names every statistic once: its identifier, its kind, its unit and
+ * the label the table prints. A counter only grows (bytes swapped, launches); a gauge goes up
+ * and down and keeps its peak (resident bytes). Updates are relaxed C11 atomics: the numbers are
+ * for people, not for synchronisation, and the launch path must not pay for a lock or a fence.
+ * A peak is maintained with a compare-and-swap loop, so concurrent updates never lose a maximum.
+ * Safe from any thread, at any time, including inside the allocator's paths (no allocation). */
+#ifndef OOC_STATS_H
+#define OOC_STATS_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ooc.h"
+
+/* X(id, kind, unit, label): kind is COUNTER or GAUGE; unit is BYTES, COUNT or NS. */
+#define OOC_STAT_LIST(X)                                                                           \
+    X(resident_bytes, GAUGE, BYTES, "resident device memory")                                      \
+    X(requested_bytes, GAUGE, BYTES, "bytes requested by live buffers")                            \
+    X(mapped_bytes, GAUGE, BYTES, "bytes mapped for live buffers")                                 \
+    X(swap_out_bytes, COUNTER, BYTES, "swapped out (device to host)")                              \
+    X(swap_outs, COUNTER, COUNT, "swap-outs")                                                      \
+    X(swap_in_bytes, COUNTER, BYTES, "swapped in (host to device)")                                \
+    X(swap_ins, COUNTER, COUNT, "swap-ins")                                                        \
+    X(stall_ns, COUNTER, NS, "stall time")                                                         \
+    X(recomputes, COUNTER, COUNT, "recomputations")                                                \
+    X(demand_ops, COUNTER, COUNT, "operations made resident on demand")                            \
+    X(planned_ops, COUNTER, COUNT, "operations run as planned")                                    \
+    X(divergences, COUNTER, COUNT, "divergences from the plan")                                    \
+    X(allocs, COUNTER, COUNT, "allocations")                                                       \
+    X(frees, COUNTER, COUNT, "frees")                                                              \
+    X(launches, COUNTER, COUNT, "kernel launches")
+
+typedef enum ooc_stat {
+#define OOC_STAT_ENUM_(id, kind, unit, label) OOC_STAT_##id,
+    OOC_STAT_LIST(OOC_STAT_ENUM_)
+#undef OOC_STAT_ENUM_
+        OOC_STAT_N
+} ooc_stat_t;
+
+/* The cells: current value and (for gauges) peak, per statistic. Use the functions below. */
+typedef struct ooc_stats_cells {
+    _Atomic uint64_t value[OOC_STAT_N];
+    _Atomic uint64_t peak[OOC_STAT_N];
+} ooc_stats_cells_t;
+
+extern OOC_INTERNAL ooc_stats_cells_t ooc_stats_cells;
+
+/* Raises *cell to v unless it already holds at least v. Lock-free; a concurrent larger update
+ * always wins, and the loop ends once the cell is at least v. */
+static inline void ooc_stats_max(_Atomic uint64_t *cell, uint64_t v) {
+    uint64_t old = atomic_load_explicit(cell, memory_order_relaxed);
+    while (old < v && !atomic_compare_exchange_weak_explicit(cell, &old, v, memory_order_relaxed,
+                                                             memory_order_relaxed)) {
+    }
+}
+
+/* Adds n to a counter. */
+static inline void ooc_stats_add(ooc_stat_t s, uint64_t n) {
+    atomic_fetch_add_explicit(&ooc_stats_cells.value[s], n, memory_order_relaxed);
+}
+
+/* Raises a gauge by n and its peak to the new value. */
+static inline void ooc_stats_gauge_add(ooc_stat_t s, uint64_t n) {
+    uint64_t now =
+        atomic_fetch_add_explicit(&ooc_stats_cells.value[s], n, memory_order_relaxed) + n;
+    ooc_stats_max(&ooc_stats_cells.peak[s], now);
+}
+
+/* Lowers a gauge by n; the caller never takes away more than it added. */
+static inline void ooc_stats_gauge_sub(ooc_stat_t s, uint64_t n) {
+    atomic_fetch_sub_explicit(&ooc_stats_cells.value[s], n, memory_order_relaxed);
+}
+
+/* The current value of a statistic, and the peak of a gauge (0 for a counter). */
+static inline uint64_t ooc_stats_get(ooc_stat_t s) {
+    return atomic_load_explicit(&ooc_stats_cells.value[s], memory_order_relaxed);
+}
+static inline uint64_t ooc_stats_peak(ooc_stat_t s) {
+    return atomic_load_explicit(&ooc_stats_cells.peak[s], memory_order_relaxed);
+}
+
+/* Accounts one allocation: `requested` bytes asked for by the application, `mapped` bytes of
+ * chunks backing it (mapped - requested is the internal waste). */
+static inline void ooc_stats_alloc(uint64_t requested, uint64_t mapped) {
+    ooc_stats_add(OOC_STAT_allocs, 1);
+    ooc_stats_gauge_add(OOC_STAT_requested_bytes, requested);
+    ooc_stats_gauge_add(OOC_STAT_mapped_bytes, mapped);
+}
+
+/* Accounts one free with the same sizes its allocation was accounted with. */
+static inline void ooc_stats_free(uint64_t requested, uint64_t mapped) {
+    ooc_stats_add(OOC_STAT_frees, 1);
+    ooc_stats_gauge_sub(OOC_STAT_requested_bytes, requested);
+    ooc_stats_gauge_sub(OOC_STAT_mapped_bytes, mapped);
+}
+
+/* The label the table prints for s, and whether s is a gauge. */
+const char *ooc_stats_label(ooc_stat_t s);
+int ooc_stats_is_gauge(ooc_stat_t s);
+
+/* Zeroes every value and peak. For tests and for a forked child; not atomic as a whole. */
+void ooc_stats_reset(void);
+
+/* Formats bytes as "12.34 MiB" below one GiB and "1.23 GiB" from there, rounded to two
+ * decimals, into buf; returns buf. */
+char *ooc_stats_fmt_bytes(uint64_t bytes, char *buf, size_t len);
+
+/* Formats nanoseconds as milliseconds with two decimals ("1234.57 ms") into buf; returns buf. */
+char *ooc_stats_fmt_ns(uint64_t ns, char *buf, size_t len);
+
+/* Formats the whole table into buf (NUL-terminated, cut if too small). Returns the length the
+ * full table needs, excluding the NUL, as snprintf does. No allocation. */
+size_t ooc_stats_format(char *buf, size_t len);
+
+/* Writes the table to fd with one write(2) from a stack buffer. Returns 0, or OOC_EIO when the
+ * write fails. Thread-safe (it reads a snapshot that other threads may be updating). */
+int ooc_stats_print(int fd);
+
+#endif

@@ -1,0 +1,787 @@
+/* SPDX-License-Identifier: MIT */
+/* check_fakecuda.c: the simulated driver keeps the rules a real GPU enforces, strictly enough
+ * that a wrong swap in the shim fails a test.
+ *
+ * Each test runs in its own forked child (Check's default), sets FAKECUDA_* before its first
+ * driver call (configuration is read once per process), and uses the driver API directly. */
+#include <check.h>
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fakecuda.h"
+#include "testutil.h"
+
+#define OK(call) ck_assert_int_eq((call), CUDA_SUCCESS)
+
+Suite *suite_fakecuda(void);
+extern __typeof__(*(PFN_cuLaunchKernel_v7000_ptsz)0) cuLaunchKernel_ptsz;
+
+/* ---- test kernels (module "fctest") -------------------------------------------------------- */
+
+/* fill(float *dst, float value, int n, int sleep_us): dst[i] = value, after sleeping. */
+static int k_fill(fakecuda_launch_t *l) {
+    CUdeviceptr d = FAKECUDA_ARG(l, 0, CUdeviceptr);
+    float v = FAKECUDA_ARG(l, 1, float);
+    int n = FAKECUDA_ARG(l, 2, int);
+    int us = FAKECUDA_ARG(l, 3, int);
+    if (us)
+        usleep((useconds_t)us);
+    float *p = fakecuda_access(l, d, (size_t)n * sizeof(float), 1);
+    if (!p)
+        return -1;
+    for (int i = 0; i < n; i++)
+        p[i] = v;
+    return 0;
+}
+
+/* addone(float *x, int n): x[i] += 1 (read-modify-write: order-sensitive). */
+static int k_addone(fakecuda_launch_t *l) {
+    CUdeviceptr d = FAKECUDA_ARG(l, 0, CUdeviceptr);
+    int n = FAKECUDA_ARG(l, 1, int);
+    float *p = fakecuda_access(l, d, (size_t)n * sizeof(float), 1);
+    if (!p)
+        return -1;
+    for (int i = 0; i < n; i++)
+        p[i] += 1.0f;
+    return 0;
+}
+
+/* mixed(char c, double d, int i, struct {char b[12];} s, void *p): a layout probe. */
+static int k_mixed(fakecuda_launch_t *l) {
+    (void)l;
+    return 0;
+}
+
+static const fakecuda_kernel_t test_kernels[] = {
+    {"fctest", "fill", 4, {8, 4, 4, 4}, k_fill},
+    {"fctest", "addone", 2, {8, 4}, k_addone},
+    {"fctest", "mixed", 5, {1, 8, 4, 12, 8}, k_mixed},
+};
+
+static CUcontext ctx;
+
+/* Sets the given FAKECUDA_* pairs, then initialises the driver with a current context. */
+static void open_device(const char *const *env) {
+    for (; env && *env; env += 2)
+        setenv(env[0], env[1], 1);
+    ck_assert_int_eq(fakecuda_register_kernels(test_kernels, 3), 0);
+    OK(cuInit(0));
+    OK(cuDevicePrimaryCtxRetain(&ctx, 0));
+    OK(cuCtxSetCurrent(ctx));
+}
+
+static CUfunction get_kernel(const char *name) {
+    CUmodule m;
+    CUfunction f;
+    OK(cuModuleLoadData(&m, FAKECUDA_IMAGE_PREFIX "fctest"));
+    OK(cuModuleGetFunction(&f, m, name));
+    return f;
+}
+
+static void launch_fill(CUfunction f, CUdeviceptr d, float v, int n, int us, CUstream s) {
+    void *args[] = {&d, &v, &n, &us};
+    OK(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, s, args, NULL));
+}
+
+static const char *const threaded[] = {"FAKECUDA_SCHED", "threaded", NULL};
+static const char *const inline_[] = {"FAKECUDA_SCHED", "inline", NULL};
+
+/* ---- initialisation and entry points --------------------------------------------------------- */
+
+START_TEST(test_calls_before_init_fail) {
+    CUdevice d;
+    ck_assert_int_eq(cuDeviceGet(&d, 0), CUDA_ERROR_NOT_INITIALIZED);
+    CUdeviceptr p;
+    ck_assert_int_eq(cuMemAlloc(&p, 16), CUDA_ERROR_NOT_INITIALIZED);
+}
+END_TEST
+
+START_TEST(test_memory_calls_need_a_current_context) {
+    OK(cuInit(0));
+    CUdeviceptr p;
+    ck_assert_int_eq(cuMemAlloc(&p, 16), CUDA_ERROR_INVALID_CONTEXT);
+}
+END_TEST
+
+START_TEST(test_get_proc_address_picks_version_and_per_thread_variant) {
+    void *fn = NULL, *real;
+    CUdriverProcAddressQueryResult st;
+    OK(cuGetProcAddress_v2("cuMemAlloc", &fn, 12000, 0, &st));
+    ck_assert_int_eq(st, CU_GET_PROC_ADDRESS_SUCCESS);
+    ck_assert_ptr_eq(fn, (void *)&cuMemAlloc_v2);
+    OK(cuGetProcAddress_v2("cuLaunchKernel", &fn, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &st));
+    ck_assert_ptr_eq(fn, (void *)&cuLaunchKernel);
+    OK(cuGetProcAddress_v2("cuLaunchKernel", &fn, 12000,
+                           CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st));
+    real = (void *)&cuLaunchKernel_ptsz;
+    ck_assert_ptr_eq(fn, real);
+    /* Two ABIs of one name: the newest not newer than the version asked for. */
+    OK(cuGetProcAddress_v2("cuMemcpyBatchAsync", &fn, 12080, 0, &st));
+    void *v12 = fn;
+    OK(cuGetProcAddress_v2("cuMemcpyBatchAsync", &fn, 13000, 0, &st));
+    ck_assert_ptr_ne(v12, fn);
+    ck_assert_int_eq(cuGetProcAddress_v2("cuMemcpyBatchAsync", &fn, 12000, 0, &st),
+                     CUDA_ERROR_NOT_FOUND);
+    ck_assert_int_eq(st, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+    ck_assert_ptr_null(fn);
+    ck_assert_int_eq(cuGetProcAddress_v2("cuNoSuchThing", &fn, 13000, 0, &st),
+                     CUDA_ERROR_NOT_FOUND);
+    ck_assert_int_eq(st, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+    /* The 4-argument resolver of CUDA 11.3 and the 5-argument one are distinct entry points. */
+    OK(cuGetProcAddress_v2("cuGetProcAddress", &fn, 11030, 0, &st));
+    void *v1 = fn;
+    OK(cuGetProcAddress_v2("cuGetProcAddress", &fn, 12000, 0, &st));
+    ck_assert_ptr_ne(v1, fn);
+}
+END_TEST
+
+START_TEST(test_error_names) {
+    const char *s;
+    OK(cuGetErrorName(CUDA_ERROR_OUT_OF_MEMORY, &s));
+    ck_assert_str_eq(s, "CUDA_ERROR_OUT_OF_MEMORY");
+    ck_assert_int_eq(cuGetErrorName((CUresult)12345, &s), CUDA_ERROR_INVALID_VALUE);
+}
+END_TEST
+
+/* ---- memory ---------------------------------------------------------------------------------- */
+
+START_TEST(test_alloc_beyond_capacity_is_oom) {
+    static const char *const env[] = {"FAKECUDA_MEM_BYTES", "1M", NULL};
+    open_device(env);
+    CUdeviceptr a, b;
+    OK(cuMemAlloc(&a, 700 << 10));
+    ck_assert_int_eq(cuMemAlloc(&b, 400 << 10), CUDA_ERROR_OUT_OF_MEMORY);
+    size_t fr, tot;
+    OK(cuMemGetInfo(&fr, &tot));
+    ck_assert_uint_eq(tot, 1 << 20);
+    ck_assert_uint_eq(fr, (1 << 20) - (700 << 10));
+    OK(cuMemFree(a));
+    OK(cuMemAlloc(&b, 400 << 10));
+    OK(cuMemFree(b));
+}
+END_TEST
+
+START_TEST(test_new_device_memory_is_poisoned) {
+    open_device(inline_);
+    CUdeviceptr a;
+    OK(cuMemAlloc(&a, 64));
+    unsigned char host[64];
+    OK(cuMemcpyDtoH(host, a, 64));
+    for (int i = 0; i < 64; i++)
+        ck_assert_uint_eq(host[i], 0xff);
+    OK(cuMemFree(a));
+}
+END_TEST
+
+START_TEST(test_copy_past_allocation_end_is_invalid) {
+    open_device(inline_);
+    CUdeviceptr a;
+    OK(cuMemAlloc(&a, 100));
+    char buf[128] = {0};
+    ck_assert_int_eq(cuMemcpyHtoD(a, buf, 101), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemcpyHtoD(a, buf, 100));
+    ck_assert_int_eq(cuMemFree(a + 4), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemFree(a));
+    ck_assert_int_eq(cuMemFree(a), CUDA_ERROR_INVALID_VALUE);
+}
+END_TEST
+
+START_TEST(test_kernel_past_allocation_end_is_sticky_illegal_address) {
+    open_device(threaded);
+    CUfunction fill = get_kernel("fill");
+    CUdeviceptr a;
+    OK(cuMemAlloc(&a, 10 * sizeof(float)));
+    launch_fill(fill, a, 1.0f, 11, 0, NULL);
+    ck_assert_int_eq(cuCtxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
+    CUdeviceptr b;
+    ck_assert_int_eq(cuMemAlloc(&b, 16), CUDA_ERROR_ILLEGAL_ADDRESS);
+    fakecuda_stats_t st;
+    fakecuda_get_stats(&st);
+    ck_assert_uint_eq(st.illegal_accesses, 1);
+}
+END_TEST
+
+START_TEST(test_pointer_attributes_and_ranges) {
+    open_device(inline_);
+    CUdeviceptr a, base;
+    size_t size;
+    void *h;
+    OK(cuMemAlloc(&a, 1000));
+    OK(cuMemGetAddressRange(&base, &size, a + 10));
+    ck_assert_uint_eq(base, a);
+    ck_assert_uint_eq(size, 1000);
+    unsigned int type;
+    OK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, a + 999));
+    ck_assert_uint_eq(type, CU_MEMORYTYPE_DEVICE);
+    ck_assert_int_eq(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, a + 1000),
+                     CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemHostAlloc(&h, 4096, 0));
+    OK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)h));
+    ck_assert_uint_eq(type, CU_MEMORYTYPE_HOST);
+    OK(cuMemFreeHost(h));
+    OK(cuMemFree(a));
+}
+END_TEST
+
+/* ---- VMM ----------------------------------------------------------------------------------- */
+
+static CUmemAllocationProp dev_prop(void) {
+    CUmemAllocationProp p;
+    memset(&p, 0, sizeof p);
+    p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    p.location.id = 0;
+    return p;
+}
+
+static void set_rw(CUdeviceptr p, size_t n) {
+    CUmemAccessDesc d;
+    memset(&d, 0, sizeof d);
+    d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    d.location.id = 0;
+    d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    OK(cuMemSetAccess(p, n, &d, 1));
+}
+
+START_TEST(test_vmm_map_access_unmap_roundtrip) {
+    open_device(inline_);
+    CUmemAllocationProp prop = dev_prop();
+    size_t g;
+    OK(cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    ck_assert_uint_eq(g, 2u << 20);
+    CUdeviceptr va;
+    OK(cuMemAddressReserve(&va, 4 * g, 0, 0, 0));
+    ck_assert_uint_eq(va % g, 0);
+    CUmemGenericAllocationHandle h1, h2;
+    OK(cuMemCreate(&h1, g, &prop, 0));
+    OK(cuMemCreate(&h2, g, &prop, 0));
+    OK(cuMemMap(va, g, 0, h1, 0));
+    OK(cuMemMap(va + g, g, 0, h2, 0));
+    /* Mapped but no access yet: copies are refused. */
+    char buf[16] = "0123456789abcde";
+    ck_assert_int_eq(cuMemcpyHtoD(va, buf, 16), CUDA_ERROR_INVALID_VALUE);
+    set_rw(va, 2 * g);
+    /* A copy may span two adjacent mappings. */
+    OK(cuMemcpyHtoD(va + g - 8, buf, 16));
+    char out[16];
+    OK(cuMemcpyDtoH(out, va + g - 8, 16));
+    ck_assert_mem_eq(out, buf, 16);
+    /* Unmap must cover whole mappings. */
+    ck_assert_int_eq(cuMemUnmap(va, g / 2), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuMemMap(va, g, 0, h2, 0), CUDA_ERROR_INVALID_VALUE); /* already mapped */
+    OK(cuMemUnmap(va, 2 * g));
+    ck_assert_int_eq(cuMemcpyDtoH(out, va, 16), CUDA_ERROR_INVALID_VALUE);
+    /* The same physical memory mapped elsewhere keeps its bytes. */
+    OK(cuMemMap(va + 2 * g, g, 0, h2, 0));
+    set_rw(va + 2 * g, g);
+    OK(cuMemcpyDtoH(out, va + 2 * g, 8));
+    ck_assert_mem_eq(out, buf + 8, 8);
+    ck_assert_int_eq(cuMemAddressFree(va, 4 * g), CUDA_ERROR_INVALID_VALUE); /* still mapped */
+    OK(cuMemRelease(h1));
+    OK(cuMemRelease(h2));
+    fakecuda_stats_t st;
+    fakecuda_get_stats(&st);
+    ck_assert_uint_eq(st.vmm_handles_live, 1); /* h2 lives while mapped */
+    OK(cuMemUnmap(va + 2 * g, g));
+    OK(cuMemAddressFree(va, 4 * g));
+    fakecuda_get_stats(&st);
+    ck_assert_uint_eq(st.vmm_handles_live, 0);
+    ck_assert_uint_eq(st.mappings_live, 0);
+    ck_assert_uint_eq(st.reservations_live, 0);
+    ck_assert_uint_eq(st.device_used_bytes, 0);
+}
+END_TEST
+
+static CUdeviceptr unmapped_va;
+
+START_TEST(test_touching_an_unmapped_range_faults) {
+    open_device(inline_);
+    CUmemAllocationProp prop = dev_prop();
+    CUmemGenericAllocationHandle h;
+    OK(cuMemAddressReserve(&unmapped_va, 2u << 20, 0, 0, 0));
+    OK(cuMemCreate(&h, 2u << 20, &prop, 0));
+    OK(cuMemMap(unmapped_va, 2u << 20, 0, h, 0));
+    set_rw(unmapped_va, 2u << 20);
+    *(volatile char *)unmapped_va = 1;
+    OK(cuMemUnmap(unmapped_va, 2u << 20));
+    *(volatile char *)unmapped_va = 2; /* SIGSEGV: the placeholder is PROT_NONE */
+}
+END_TEST
+
+START_TEST(test_vmm_capacity_and_host_location) {
+    static const char *const env[] = {"FAKECUDA_MEM_BYTES", "4M", "FAKECUDA_SCHED", "inline",
+                                      NULL};
+    open_device(env);
+    CUmemAllocationProp prop = dev_prop();
+    CUmemGenericAllocationHandle a, b, c;
+    OK(cuMemCreate(&a, 2u << 20, &prop, 0));
+    OK(cuMemCreate(&b, 2u << 20, &prop, 0));
+    ck_assert_int_eq(cuMemCreate(&c, 2u << 20, &prop, 0), CUDA_ERROR_OUT_OF_MEMORY);
+    /* Host-located memory does not count against the device. */
+    prop.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+    OK(cuMemCreate(&c, 2u << 20, &prop, 0));
+    int sup = 0;
+    OK(cuDeviceGetAttribute(&sup, CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+                            0));
+    ck_assert_int_eq(sup, 1);
+    OK(cuMemRelease(a));
+    OK(cuMemRelease(b));
+    OK(cuMemRelease(c));
+}
+END_TEST
+
+START_TEST(test_host_vmm_can_be_switched_off) {
+    static const char *const env[] = {"FAKECUDA_HOST_VMM", "0", NULL};
+    open_device(env);
+    CUmemAllocationProp prop = dev_prop();
+    prop.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+    CUmemGenericAllocationHandle h;
+    ck_assert_int_eq(cuMemCreate(&h, 2u << 20, &prop, 0), CUDA_ERROR_NOT_SUPPORTED);
+    int sup = 1;
+    OK(cuDeviceGetAttribute(&sup, CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+                            0));
+    ck_assert_int_eq(sup, 0);
+}
+END_TEST
+
+/* ---- streams and events ------------------------------------------------------------------- */
+
+START_TEST(test_stream_runs_in_order) {
+    open_device(threaded);
+    CUfunction fill = get_kernel("fill"), add = get_kernel("addone");
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr a;
+    int n = 256;
+    OK(cuMemAlloc(&a, (size_t)n * 4));
+    launch_fill(fill, a, 5.0f, n, 20000, s); /* slow: later ops must still wait for it */
+    void *args[] = {&a, &n};
+    for (int i = 0; i < 3; i++)
+        OK(cuLaunchKernel(add, 1, 1, 1, 1, 1, 1, 0, s, args, NULL));
+    ck_assert_int_eq(cuStreamQuery(s), CUDA_ERROR_NOT_READY);
+    float host[256];
+    OK(cuMemcpyDtoHAsync(host, a, sizeof host, s)); /* pageable: returns when complete */
+    for (int i = 0; i < n; i++)
+        ck_assert_float_eq(host[i], 8.0f);
+    OK(cuStreamSynchronize(s));
+    OK(cuStreamDestroy(s));
+    OK(cuMemFree(a));
+}
+END_TEST
+
+START_TEST(test_event_orders_work_across_streams) {
+    open_device(threaded);
+    CUfunction fill = get_kernel("fill"), add = get_kernel("addone");
+    CUstream s1, s2;
+    CUevent e;
+    OK(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+    OK(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+    OK(cuEventCreate(&e, 0));
+    int n = 64;
+    CUdeviceptr a;
+    OK(cuMemAlloc(&a, (size_t)n * 4));
+    launch_fill(fill, a, 1.0f, n, 30000, s1);
+    OK(cuEventRecord(e, s1));
+    OK(cuStreamWaitEvent(s2, e, 0));
+    void *args[] = {&a, &n};
+    OK(cuLaunchKernel(add, 1, 1, 1, 1, 1, 1, 0, s2, args, NULL));
+    ck_assert_int_eq(cuEventQuery(e), CUDA_ERROR_NOT_READY);
+    OK(cuStreamSynchronize(s2));
+    OK(cuEventQuery(e));
+    float host[64];
+    OK(cuMemcpyDtoH(host, a, sizeof host));
+    for (int i = 0; i < n; i++)
+        ck_assert_float_eq(host[i], 2.0f);
+    OK(cuEventDestroy(e));
+    OK(cuStreamDestroy(s1));
+    OK(cuStreamDestroy(s2));
+    OK(cuMemFree(a));
+}
+END_TEST
+
+START_TEST(test_legacy_stream_waits_for_blocking_streams) {
+    open_device(threaded);
+    CUfunction fill = get_kernel("fill"), add = get_kernel("addone");
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_DEFAULT)); /* blocking */
+    int n = 32;
+    CUdeviceptr a;
+    OK(cuMemAlloc(&a, (size_t)n * 4));
+    launch_fill(fill, a, 3.0f, n, 30000, s);
+    void *args[] = {&a, &n};
+    OK(cuLaunchKernel(add, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL)); /* legacy: after the fill */
+    float host[32];
+    OK(cuMemcpyDtoH(host, a, sizeof host));
+    for (int i = 0; i < n; i++)
+        ck_assert_float_eq(host[i], 4.0f);
+    OK(cuStreamDestroy(s));
+    OK(cuMemFree(a));
+}
+END_TEST
+
+START_TEST(test_non_blocking_stream_does_not_wait_for_legacy) {
+    open_device(threaded);
+    CUfunction fill = get_kernel("fill");
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr a, b;
+    OK(cuMemAlloc(&a, 64));
+    OK(cuMemAlloc(&b, 64));
+    launch_fill(fill, a, 1.0f, 16, 200000, NULL); /* 200 ms on the legacy stream */
+    launch_fill(fill, b, 1.0f, 16, 0, s);
+    OK(cuStreamSynchronize(s));
+    ck_assert_int_eq(cuStreamQuery(NULL), CUDA_ERROR_NOT_READY);
+    OK(cuCtxSynchronize());
+    OK(cuStreamDestroy(s));
+}
+END_TEST
+
+START_TEST(test_event_elapsed_time_measures_work) {
+    open_device(threaded);
+    CUfunction fill = get_kernel("fill");
+    CUevent a, b, nt;
+    OK(cuEventCreate(&a, 0));
+    OK(cuEventCreate(&b, 0));
+    OK(cuEventCreate(&nt, CU_EVENT_DISABLE_TIMING));
+    CUdeviceptr d;
+    OK(cuMemAlloc(&d, 64));
+    OK(cuEventRecord(a, NULL));
+    launch_fill(fill, d, 1.0f, 16, 20000, NULL);
+    OK(cuEventRecord(b, NULL));
+    OK(cuEventRecord(nt, NULL));
+    OK(cuEventSynchronize(b));
+    float ms;
+    OK(cuEventElapsedTime(&ms, a, b));
+    ck_assert_float_ge(ms, 19.0f);
+    ck_assert_int_eq(cuEventElapsedTime(&ms, a, nt), CUDA_ERROR_INVALID_HANDLE);
+    OK(cuEventDestroy(a));
+    OK(cuEventDestroy(b));
+    OK(cuEventDestroy(nt));
+}
+END_TEST
+
+static int host_fn_calls;
+static void host_fn(void *p) {
+    (void)p;
+    host_fn_calls++;
+}
+
+START_TEST(test_pageable_async_copy_is_staged_at_call_time) {
+    open_device(threaded);
+    CUfunction fill = get_kernel("fill");
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr a;
+    OK(cuMemAlloc(&a, 64));
+    launch_fill(fill, a, 0.0f, 16, 20000, s);
+    float src[16];
+    for (int i = 0; i < 16; i++)
+        src[i] = 7.0f;
+    OK(cuMemcpyHtoDAsync(a, src, sizeof src, s));
+    memset(src, 0, sizeof src); /* allowed at once for pageable memory */
+    OK(cuLaunchHostFunc(s, host_fn, NULL));
+    float out[16];
+    OK(cuMemcpyDtoHAsync(out, a, sizeof out, s));
+    ck_assert_int_eq(host_fn_calls, 1);
+    for (int i = 0; i < 16; i++)
+        ck_assert_float_eq(out[i], 7.0f);
+    OK(cuStreamDestroy(s));
+}
+END_TEST
+
+START_TEST(test_pinned_async_copy_reads_at_run_time) {
+    open_device(threaded);
+    CUfunction fill = get_kernel("fill");
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr a;
+    float *pinned;
+    OK(cuMemAlloc(&a, 64));
+    OK(cuMemHostAlloc((void **)&pinned, 64, 0));
+    for (int i = 0; i < 16; i++)
+        pinned[i] = 1.0f;
+    launch_fill(fill, a, 0.0f, 16, 30000, s);
+    OK(cuMemcpyHtoDAsync(a, pinned, 64, s));
+    for (int i = 0; i < 16; i++)
+        pinned[i] = 9.0f; /* a race on a GPU too: the copy sees the new bytes */
+    OK(cuStreamSynchronize(s));
+    float out[16];
+    OK(cuMemcpyDtoH(out, a, 64));
+    ck_assert_float_eq(out[0], 9.0f);
+    OK(cuMemFreeHost(pinned));
+    OK(cuStreamDestroy(s));
+}
+END_TEST
+
+START_TEST(test_memsets_and_batch_copy) {
+    open_device(threaded);
+    CUdeviceptr a, b;
+    OK(cuMemAlloc(&a, 256));
+    OK(cuMemAlloc(&b, 256));
+    OK(cuMemsetD32(a, 0x01020304u, 64));
+    OK(cuMemsetD8Async(b, 0xab, 256, NULL));
+    OK(cuMemsetD2D8(a + 128, 32, 0x11, 8, 4)); /* 4 rows of 8 bytes, pitch 32 */
+    CUdeviceptr dsts[2] = {b, b + 200};
+    CUdeviceptr srcs[2] = {a, a + 128};
+    size_t sizes[2] = {8, 40};
+    CUmemcpyAttributes attr;
+    memset(&attr, 0, sizeof attr);
+    attr.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+    size_t idx = 0;
+    OK(cuMemcpyBatchAsync(dsts, srcs, sizes, 2, &attr, &idx, 1, NULL));
+    unsigned char out[256];
+    OK(cuMemcpyDtoH(out, b, 256));
+    ck_assert_uint_eq(out[0], 0x04);
+    ck_assert_uint_eq(out[3], 0x01);
+    ck_assert_uint_eq(out[8], 0xab);
+    ck_assert_uint_eq(out[200], 0x11);
+    ck_assert_uint_eq(out[208], 0x04); /* between rows: untouched D32 pattern */
+    ck_assert_uint_eq(out[232], 0x11);
+    OK(cuMemFree(a));
+    OK(cuMemFree(b));
+}
+END_TEST
+
+/* ---- strict mode ------------------------------------------------------------------------------ */
+
+START_TEST(test_strict_mode_aborts_on_unmap_under_queued_work) {
+    open_device(threaded);
+    CUfunction fill = get_kernel("fill");
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUmemAllocationProp prop = dev_prop();
+    CUdeviceptr va;
+    CUmemGenericAllocationHandle h;
+    OK(cuMemAddressReserve(&va, 2u << 20, 0, 0, 0));
+    OK(cuMemCreate(&h, 2u << 20, &prop, 0));
+    OK(cuMemMap(va, 2u << 20, 0, h, 0));
+    set_rw(va, 2u << 20);
+    CUdeviceptr other;
+    OK(cuMemAlloc(&other, 64));
+    launch_fill(fill, other, 0.0f, 16, 100000, s); /* keeps the stream busy */
+    launch_fill(fill, va, 1.0f, 16, 0, s);         /* queued, references va */
+    cuMemUnmap(va, 2u << 20);                      /* SIGABRT in strict mode */
+}
+END_TEST
+
+START_TEST(test_non_strict_mode_counts_and_faults_the_queued_kernel) {
+    static const char *const env[] = {"FAKECUDA_SCHED", "threaded", "FAKECUDA_STRICT", "0", NULL};
+    open_device(env);
+    CUfunction fill = get_kernel("fill");
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUmemAllocationProp prop = dev_prop();
+    CUdeviceptr va;
+    CUmemGenericAllocationHandle h;
+    OK(cuMemAddressReserve(&va, 2u << 20, 0, 0, 0));
+    OK(cuMemCreate(&h, 2u << 20, &prop, 0));
+    OK(cuMemMap(va, 2u << 20, 0, h, 0));
+    set_rw(va, 2u << 20);
+    CUdeviceptr other;
+    OK(cuMemAlloc(&other, 64));
+    launch_fill(fill, other, 0.0f, 16, 50000, s);
+    launch_fill(fill, va, 1.0f, 16, 0, s);
+    OK(cuMemUnmap(va, 2u << 20));
+    ck_assert_int_eq(cuStreamSynchronize(s), CUDA_ERROR_ILLEGAL_ADDRESS);
+    fakecuda_stats_t st;
+    fakecuda_get_stats(&st);
+    ck_assert_uint_eq(st.strict_violations, 1);
+    ck_assert_uint_eq(st.illegal_accesses, 1);
+}
+END_TEST
+
+/* ---- kernels ------------------------------------------------------------------------------------ */
+
+START_TEST(test_param_layout_follows_the_abi) {
+    open_device(inline_);
+    CUfunction f = get_kernel("mixed");
+    size_t off, size;
+    static const size_t want_off[] = {0, 8, 16, 20, 32};
+    static const size_t want_size[] = {1, 8, 4, 12, 8};
+    for (size_t i = 0; i < 5; i++) {
+        OK(cuFuncGetParamInfo(f, i, &off, &size));
+        ck_assert_uint_eq(off, want_off[i]);
+        ck_assert_uint_eq(size, want_size[i]);
+    }
+    ck_assert_int_eq(cuFuncGetParamInfo(f, 5, &off, &size), CUDA_ERROR_INVALID_VALUE);
+    const char *name;
+    OK(cuFuncGetName(&name, f));
+    ck_assert_str_eq(name, "mixed");
+}
+END_TEST
+
+START_TEST(test_launch_with_extra_buffer_and_library_kernel) {
+    open_device(inline_);
+    CUlibrary lib;
+    CUkernel k;
+    CUfunction f;
+    OK(cuLibraryLoadData(&lib, FAKECUDA_IMAGE_PREFIX "fctest", NULL, NULL, 0, NULL, NULL, 0));
+    OK(cuLibraryGetKernel(&k, lib, "fill"));
+    OK(cuKernelGetFunction(&f, k));
+    CUdeviceptr a;
+    OK(cuMemAlloc(&a, 64));
+    struct {
+        CUdeviceptr d;
+        float v;
+        int n;
+        int us;
+    } packed = {a, 2.5f, 16, 0};
+    size_t size = sizeof packed;
+    void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, &packed, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
+                     CU_LAUNCH_PARAM_END};
+    /* A CUkernel cast to CUfunction launches too. */
+    OK(cuLaunchKernel((CUfunction)(void *)k, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, extra));
+    float out[16];
+    OK(cuMemcpyDtoH(out, a, 64));
+    ck_assert_float_eq(out[15], 2.5f);
+    size = 8;
+    ck_assert_int_eq(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, NULL, extra),
+                     CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuLaunchKernel(f, 1, 1, 1, 2048, 1, 1, 0, NULL, NULL, extra),
+                     CUDA_ERROR_INVALID_VALUE);
+    CUmodule m;
+    ck_assert_int_eq(cuModuleLoadData(&m, "\x7f" "ELF-not-ours"), CUDA_ERROR_INVALID_IMAGE);
+    OK(cuLibraryUnload(lib));
+}
+END_TEST
+
+/* ---- fault injection and statistics -------------------------------------------------------- */
+
+START_TEST(test_fault_injection_fails_the_nth_call) {
+    static const char *const env[] = {"FAKECUDA_FAIL", "cuMemAlloc@2,cuMemHostAlloc@1+=999",
+                                      NULL};
+    open_device(env);
+    CUdeviceptr a, b, c;
+    OK(cuMemAlloc(&a, 16));
+    ck_assert_int_eq(cuMemAlloc(&b, 16), CUDA_ERROR_OUT_OF_MEMORY);
+    OK(cuMemAlloc(&c, 16));
+    void *h;
+    ck_assert_int_eq(cuMemHostAlloc(&h, 16, 0), 999);
+    ck_assert_int_eq(cuMemHostAlloc(&h, 16, 0), 999);
+    ck_assert_uint_eq(fakecuda_call_count("cuMemAlloc"), 3);
+    ck_assert_int_eq(fakecuda_set_faults("cuMemFree@1=1"), 0);
+    ck_assert_int_eq(cuMemFree(a), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemFree(a));
+    ck_assert_int_eq(fakecuda_set_faults("nonsense"), -1);
+    fakecuda_stats_t st;
+    fakecuda_get_stats(&st);
+    ck_assert_uint_eq(st.injected_faults, 4);
+}
+END_TEST
+
+START_TEST(test_stats_are_zero_after_teardown) {
+    open_device(threaded);
+    CUfunction fill = get_kernel("fill");
+    CUstream s;
+    CUevent e;
+    CUdeviceptr a;
+    void *h;
+    OK(cuStreamCreate(&s, 0));
+    OK(cuEventCreate(&e, 0));
+    OK(cuMemAllocAsync(&a, 4096, s));
+    OK(cuMemHostAlloc(&h, 4096, 0));
+    launch_fill(fill, a, 1.0f, 1024, 0, s);
+    OK(cuEventRecord(e, s));
+    OK(cuMemFreeAsync(a, s));
+    OK(cuStreamSynchronize(s));
+    OK(cuMemFreeHost(h));
+    OK(cuEventDestroy(e));
+    OK(cuStreamDestroy(s));
+    fakecuda_stats_t st;
+    fakecuda_get_stats(&st);
+    ck_assert_uint_eq(st.allocs_live, 0);
+    ck_assert_uint_eq(st.host_allocs_live, 0);
+    ck_assert_uint_eq(st.streams_live, 0);
+    ck_assert_uint_eq(st.events_live, 0);
+    ck_assert_uint_eq(st.device_used_bytes, 0);
+    ck_assert_uint_eq(st.kernels_launched, 1);
+}
+END_TEST
+
+/* Concurrent streams hammer one device: no lost update, no deadlock. */
+typedef struct {
+    CUfunction add;
+    CUdeviceptr a;
+    int n;
+} worker_arg_t;
+
+static void *hammer(void *p) {
+    worker_arg_t *w = p;
+    CUstream s;
+    cuCtxSetCurrent(ctx);
+    cuStreamCreate(&s, CU_STREAM_NON_BLOCKING);
+    void *args[] = {&w->a, &w->n};
+    for (int i = 0; i < 100; i++)
+        cuLaunchKernel(w->add, 1, 1, 1, 1, 1, 1, 0, s, args, NULL);
+    cuStreamSynchronize(s);
+    cuStreamDestroy(s);
+    return NULL;
+}
+
+START_TEST(test_many_threads_many_streams) {
+    static const char *const env[] = {"FAKECUDA_SCHED", "threaded", "FAKECUDA_JITTER_US", "50",
+                                      NULL};
+    open_device(env);
+    CUfunction add = get_kernel("addone");
+    worker_arg_t w[4];
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++) {
+        w[i].add = add;
+        w[i].n = 8;
+        OK(cuMemAlloc(&w[i].a, 32));
+        OK(cuMemsetD32(w[i].a, 0, 8));
+    }
+    OK(cuCtxSynchronize());
+    for (int i = 0; i < 4; i++)
+        pthread_create(&t[i], NULL, hammer, &w[i]);
+    for (int i = 0; i < 4; i++)
+        pthread_join(t[i], NULL);
+    for (int i = 0; i < 4; i++) {
+        float out[8];
+        OK(cuMemcpyDtoH(out, w[i].a, 32));
+        ck_assert_float_eq(out[7], 100.0f);
+    }
+}
+END_TEST
+
+Suite *suite_fakecuda(void) {
+    Suite *s = suite_create("fakecuda");
+    TCase *t = tcase_create("driver");
+    tcase_set_timeout(t, 20);
+    tcase_add_test(t, test_calls_before_init_fail);
+    tcase_add_test(t, test_memory_calls_need_a_current_context);
+    tcase_add_test(t, test_get_proc_address_picks_version_and_per_thread_variant);
+    tcase_add_test(t, test_error_names);
+    tcase_add_test(t, test_alloc_beyond_capacity_is_oom);
+    tcase_add_test(t, test_new_device_memory_is_poisoned);
+    tcase_add_test(t, test_copy_past_allocation_end_is_invalid);
+    tcase_add_test(t, test_kernel_past_allocation_end_is_sticky_illegal_address);
+    tcase_add_test(t, test_pointer_attributes_and_ranges);
+    tcase_add_test(t, test_vmm_map_access_unmap_roundtrip);
+    tcase_add_test_raise_signal(t, test_touching_an_unmapped_range_faults, SIGSEGV);
+    tcase_add_test(t, test_vmm_capacity_and_host_location);
+    tcase_add_test(t, test_host_vmm_can_be_switched_off);
+    tcase_add_test(t, test_stream_runs_in_order);
+    tcase_add_test(t, test_event_orders_work_across_streams);
+    tcase_add_test(t, test_legacy_stream_waits_for_blocking_streams);
+    tcase_add_test(t, test_non_blocking_stream_does_not_wait_for_legacy);
+    tcase_add_test(t, test_event_elapsed_time_measures_work);
+    tcase_add_test(t, test_pageable_async_copy_is_staged_at_call_time);
+    tcase_add_test(t, test_pinned_async_copy_reads_at_run_time);
+    tcase_add_test(t, test_memsets_and_batch_copy);
+    tcase_add_test_raise_signal(t, test_strict_mode_aborts_on_unmap_under_queued_work, SIGABRT);
+    tcase_add_test(t, test_non_strict_mode_counts_and_faults_the_queued_kernel);
+    tcase_add_test(t, test_param_layout_follows_the_abi);
+    tcase_add_test(t, test_launch_with_extra_buffer_and_library_kernel);
+    tcase_add_test(t, test_fault_injection_fails_the_nth_call);
+    tcase_add_test(t, test_stats_are_zero_after_teardown);
+    tcase_add_test(t, test_many_threads_many_streams);
+    suite_add_tcase(s, t);
+    return s;
+}

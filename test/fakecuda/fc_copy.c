@@ -1,0 +1,423 @@
+/* SPDX-License-Identifier: MIT */
+/* fc_copy.c: simulated copies and sets, every form the shim hooks (sync, Async, _ptds/_ptsz,
+ * batched, 2D sets).
+ *
+ * Device ranges are validated when the call is made (CUDA_ERROR_INVALID_VALUE, as the driver
+ * does for an unknown pointer) and again when the op runs (a range unmapped meanwhile is a
+ * sticky CUDA_ERROR_ILLEGAL_ADDRESS). Pageable host memory behaves as on the driver: an async
+ * copy from it is staged at call time, an async copy to it completes before the call returns.
+ * Synchronous copies run on the default stream and wait; synchronous sets only queue. */
+#include "fc_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { SIDE_PAGEABLE, SIDE_PINNED, SIDE_DEVICE } side_t;
+
+static side_t side_of(uintptr_t p) {
+    if (fc_mem_is_device(p))
+        return SIDE_DEVICE;
+    return fc_mem_is_pinned_host(p) ? SIDE_PINNED : SIDE_PAGEABLE;
+}
+
+typedef struct copy_one {
+    uintptr_t dst, src;
+    size_t n;
+    side_t dside, sside;
+    void *staged; /* pageable source copied at call time */
+} copy_one_t;
+
+typedef struct copy_payload {
+    size_t count;
+    copy_one_t c[];
+} copy_payload_t;
+
+static CUresult run_copy(fc_op_t *op) {
+    copy_payload_t *p = op->payload;
+    for (size_t i = 0; i < p->count; i++) {
+        copy_one_t *c = &p->c[i];
+        if ((c->dside != SIDE_PAGEABLE && fc_mem_check(c->dst, c->n, FC_ACC_RW) != 0) ||
+            (c->sside != SIDE_PAGEABLE && !c->staged &&
+             fc_mem_check(c->src, c->n, FC_ACC_READ) != 0)) {
+            fc_warn("illegal address: %s of %zu bytes from %#lx to %#lx touches memory that is "
+                    "not mapped with the needed access",
+                    op->what, c->n, (unsigned long)c->src, (unsigned long)c->dst);
+            FC_STAT(illegal_accesses, 1);
+            return CUDA_ERROR_ILLEGAL_ADDRESS;
+        }
+        memmove((void *)c->dst, c->staged ? c->staged : (const void *)c->src, c->n);
+    }
+    return CUDA_SUCCESS;
+}
+
+static void dispose_copy(fc_op_t *op) {
+    copy_payload_t *p = op->payload;
+    for (size_t i = 0; i < p->count; i++)
+        free(p->c[i].staged);
+    free(p);
+}
+
+/* Validates one copy at call time and fills c. expect_d/expect_s: the side a typed copy
+ * (HtoD...) requires, or -1 for any. */
+static CUresult prepare(copy_one_t *c, uintptr_t dst, uintptr_t src, size_t n, int expect_d,
+                        int expect_s) {
+    c->dst = dst;
+    c->src = src;
+    c->n = n;
+    c->staged = NULL;
+    c->dside = side_of(dst);
+    c->sside = side_of(src);
+    if (!dst || !src)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (expect_d == SIDE_DEVICE && c->dside != SIDE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (expect_s == SIDE_DEVICE && c->sside != SIDE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (expect_d == SIDE_PAGEABLE && c->dside == SIDE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (expect_s == SIDE_PAGEABLE && c->sside == SIDE_DEVICE)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (n == 0)
+        return CUDA_SUCCESS;
+    if (c->dside == SIDE_DEVICE && fc_mem_check(dst, n, FC_ACC_RW) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (c->sside == SIDE_DEVICE && fc_mem_check(src, n, FC_ACC_READ) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+static void account(fc_op_t *op, const copy_one_t *c) {
+    int d_dev = c->dside == SIDE_DEVICE, s_dev = c->sside == SIDE_DEVICE;
+    double ns;
+    if (d_dev && s_dev) {
+        op->engine = FC_ENG_COMPUTE;
+        ns = 2.0 * (double)c->n / g_fc.cfg.hbm_gbps;
+        FC_STAT(bytes_d2d, c->n);
+    } else if (d_dev) {
+        op->engine = FC_ENG_H2D;
+        ns = (double)c->n / g_fc.cfg.h2d_gbps;
+        FC_STAT(bytes_h2d, c->n);
+    } else if (s_dev) {
+        op->engine = FC_ENG_D2H;
+        ns = (double)c->n / g_fc.cfg.d2h_gbps;
+        FC_STAT(bytes_d2h, c->n);
+    } else {
+        ns = 0;
+    }
+    op->model_ns += ns;
+    if (d_dev)
+        fc_op_ref(op, c->dst, c->dst + c->n);
+    if (s_dev)
+        fc_op_ref(op, c->src, c->src + c->n);
+}
+
+/* Queues `count` prepared copies as one op on the stream; waits for it when `wait` is set or a
+ * destination is pageable host memory. */
+static CUresult submit_copies(copy_payload_t *p, const char *what, CUstream h, int ptds,
+                              int wait) {
+    fc_stream_t *s = fc_stream_resolve(h, ptds);
+    if (!s) {
+        free(p);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
+    for (size_t i = 0; i < p->count; i++) {
+        copy_one_t *c = &p->c[i];
+        if (c->sside == SIDE_PAGEABLE && c->dside != SIDE_PAGEABLE && c->n) {
+            c->staged = malloc(c->n);
+            if (!c->staged) {
+                for (size_t j = 0; j < i; j++)
+                    free(p->c[j].staged);
+                free(p);
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            }
+            memcpy(c->staged, (const void *)c->src, c->n);
+        }
+        if (c->dside == SIDE_PAGEABLE)
+            wait = 1;
+    }
+    fc_op_t *op = fc_op_new(what, run_copy, p, dispose_copy);
+    if (!op) {
+        for (size_t j = 0; j < p->count; j++)
+            free(p->c[j].staged);
+        free(p);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    for (size_t i = 0; i < p->count; i++)
+        account(op, &p->c[i]);
+    FC_STAT(memcpys, p->count);
+    uint64_t seq = fc_submit(s, op);
+    if (!seq)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    return wait ? fc_wait_seq(s, seq) : CUDA_SUCCESS;
+}
+
+static CUresult copy1(const char *what, uintptr_t dst, uintptr_t src, size_t n, int expect_d,
+                      int expect_s, CUstream h, int ptds, int wait) {
+    copy_payload_t *p = malloc(sizeof *p + sizeof(copy_one_t));
+    if (!p)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    p->count = 1;
+    CUresult r = prepare(&p->c[0], dst, src, n, expect_d, expect_s);
+    if (r != CUDA_SUCCESS) {
+        free(p);
+        return r;
+    }
+    return submit_copies(p, what, h, ptds, wait);
+}
+
+#define ANY (-1)
+#define DEV SIDE_DEVICE
+#define HOST SIDE_PAGEABLE
+
+/* ---- synchronous copies --------------------------------------------------------------------------- */
+
+#define SYNC_COPY(fname, base, sym, pfn, what, ed, es, ptds, DT, ST)                                 \
+    static CUresult fname(DT dst, ST src, size_t n) {                                              \
+        FC_ENTER(base);                                                                            \
+        return copy1(what, (uintptr_t)dst, (uintptr_t)src, n, ed, es, NULL, ptds, 1);              \
+    }                                                                                              \
+    FC_EXPORT(sym, pfn, fname)
+
+SYNC_COPY(fc_memcpy, "cuMemcpy", cuMemcpy, PFN_cuMemcpy_v4000, "memcpy", ANY, ANY, 0,
+          CUdeviceptr, CUdeviceptr);
+SYNC_COPY(fc_memcpy_ptds, "cuMemcpy", cuMemcpy_ptds, PFN_cuMemcpy_v7000_ptds, "memcpy", ANY, ANY,
+          1, CUdeviceptr, CUdeviceptr);
+SYNC_COPY(fc_htod, "cuMemcpyHtoD", cuMemcpyHtoD_v2, PFN_cuMemcpyHtoD_v3020, "memcpy HtoD", DEV,
+          HOST, 0, CUdeviceptr, const void *);
+SYNC_COPY(fc_htod_ptds, "cuMemcpyHtoD", cuMemcpyHtoD_v2_ptds, PFN_cuMemcpyHtoD_v7000_ptds,
+          "memcpy HtoD", DEV, HOST, 1, CUdeviceptr, const void *);
+SYNC_COPY(fc_dtoh, "cuMemcpyDtoH", cuMemcpyDtoH_v2, PFN_cuMemcpyDtoH_v3020, "memcpy DtoH", HOST,
+          DEV, 0, void *, CUdeviceptr);
+SYNC_COPY(fc_dtoh_ptds, "cuMemcpyDtoH", cuMemcpyDtoH_v2_ptds, PFN_cuMemcpyDtoH_v7000_ptds,
+          "memcpy DtoH", HOST, DEV, 1, void *, CUdeviceptr);
+SYNC_COPY(fc_dtod, "cuMemcpyDtoD", cuMemcpyDtoD_v2, PFN_cuMemcpyDtoD_v3020, "memcpy DtoD", DEV,
+          DEV, 0, CUdeviceptr, CUdeviceptr);
+SYNC_COPY(fc_dtod_ptds, "cuMemcpyDtoD", cuMemcpyDtoD_v2_ptds, PFN_cuMemcpyDtoD_v7000_ptds,
+          "memcpy DtoD", DEV, DEV, 1, CUdeviceptr, CUdeviceptr);
+
+/* ---- asynchronous copies -------------------------------------------------------------------------- */
+
+#define ASYNC_COPY(fname, base, sym, pfn, what, ed, es, ptds, DT, ST)                                \
+    static CUresult fname(DT dst, ST src, size_t n, CUstream h) {                                  \
+        FC_ENTER(base);                                                                            \
+        return copy1(what, (uintptr_t)dst, (uintptr_t)src, n, ed, es, h, ptds, 0);                 \
+    }                                                                                              \
+    FC_EXPORT(sym, pfn, fname)
+
+ASYNC_COPY(fc_memcpy_async, "cuMemcpyAsync", cuMemcpyAsync, PFN_cuMemcpyAsync_v4000,
+           "memcpy async", ANY, ANY, 0, CUdeviceptr, CUdeviceptr);
+ASYNC_COPY(fc_memcpy_async_ptsz, "cuMemcpyAsync", cuMemcpyAsync_ptsz,
+           PFN_cuMemcpyAsync_v7000_ptsz, "memcpy async", ANY, ANY, 1, CUdeviceptr, CUdeviceptr);
+ASYNC_COPY(fc_htod_async, "cuMemcpyHtoDAsync", cuMemcpyHtoDAsync_v2, PFN_cuMemcpyHtoDAsync_v3020,
+           "memcpy HtoD async", DEV, HOST, 0, CUdeviceptr, const void *);
+ASYNC_COPY(fc_htod_async_ptsz, "cuMemcpyHtoDAsync", cuMemcpyHtoDAsync_v2_ptsz,
+           PFN_cuMemcpyHtoDAsync_v7000_ptsz, "memcpy HtoD async", DEV, HOST, 1, CUdeviceptr,
+           const void *);
+ASYNC_COPY(fc_dtoh_async, "cuMemcpyDtoHAsync", cuMemcpyDtoHAsync_v2, PFN_cuMemcpyDtoHAsync_v3020,
+           "memcpy DtoH async", HOST, DEV, 0, void *, CUdeviceptr);
+ASYNC_COPY(fc_dtoh_async_ptsz, "cuMemcpyDtoHAsync", cuMemcpyDtoHAsync_v2_ptsz,
+           PFN_cuMemcpyDtoHAsync_v7000_ptsz, "memcpy DtoH async", HOST, DEV, 1, void *,
+           CUdeviceptr);
+ASYNC_COPY(fc_dtod_async, "cuMemcpyDtoDAsync", cuMemcpyDtoDAsync_v2, PFN_cuMemcpyDtoDAsync_v3020,
+           "memcpy DtoD async", DEV, DEV, 0, CUdeviceptr, CUdeviceptr);
+ASYNC_COPY(fc_dtod_async_ptsz, "cuMemcpyDtoDAsync", cuMemcpyDtoDAsync_v2_ptsz,
+           PFN_cuMemcpyDtoDAsync_v7000_ptsz, "memcpy DtoD async", DEV, DEV, 1, CUdeviceptr,
+           CUdeviceptr);
+
+/* ---- batched copies ------------------------------------------------------------------------------- */
+
+static CUresult batch(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
+                      CUmemcpyAttributes *attrs, size_t *attr_idxs, size_t nattrs,
+                      size_t *fail_idx, CUstream h, int ptds) {
+    if (fail_idx)
+        *fail_idx = SIZE_MAX;
+    if (!dsts || !srcs || !sizes || count == 0 || !attrs || !attr_idxs || nattrs == 0 ||
+        nattrs > count || attr_idxs[0] != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (count > (SIZE_MAX - sizeof(copy_payload_t)) / sizeof(copy_one_t))
+        return CUDA_ERROR_INVALID_VALUE;
+    copy_payload_t *p = malloc(sizeof *p + count * sizeof(copy_one_t));
+    if (!p)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    p->count = count;
+    for (size_t i = 0; i < count; i++) {
+        CUresult r = prepare(&p->c[i], (uintptr_t)dsts[i], (uintptr_t)srcs[i], sizes[i], ANY, ANY);
+        if (r != CUDA_SUCCESS) {
+            if (fail_idx)
+                *fail_idx = i;
+            free(p);
+            return r;
+        }
+    }
+    return submit_copies(p, "memcpy batch", h, ptds, 0);
+}
+
+static CUresult fc_batch_12080(CUdeviceptr *d, CUdeviceptr *s, size_t *n, size_t count,
+                               CUmemcpyAttributes *a, size_t *ai, size_t na, size_t *fail,
+                               CUstream h) {
+    FC_ENTER("cuMemcpyBatchAsync");
+    return batch(d, s, n, count, a, ai, na, fail, h, 0);
+}
+FC_EXPORT(cuMemcpyBatchAsync, PFN_cuMemcpyBatchAsync_v12080, fc_batch_12080);
+
+static CUresult fc_batch_12080_ptsz(CUdeviceptr *d, CUdeviceptr *s, size_t *n, size_t count,
+                                    CUmemcpyAttributes *a, size_t *ai, size_t na, size_t *fail,
+                                    CUstream h) {
+    FC_ENTER("cuMemcpyBatchAsync");
+    return batch(d, s, n, count, a, ai, na, fail, h, 1);
+}
+FC_EXPORT(cuMemcpyBatchAsync_ptsz, PFN_cuMemcpyBatchAsync_v12080_ptsz, fc_batch_12080_ptsz);
+
+static CUresult fc_batch_13000(CUdeviceptr *d, CUdeviceptr *s, size_t *n, size_t count,
+                               CUmemcpyAttributes *a, size_t *ai, size_t na, CUstream h) {
+    FC_ENTER("cuMemcpyBatchAsync");
+    return batch(d, s, n, count, a, ai, na, NULL, h, 0);
+}
+FC_EXPORT(cuMemcpyBatchAsync_v2, PFN_cuMemcpyBatchAsync_v13000, fc_batch_13000);
+
+static CUresult fc_batch_13000_ptsz(CUdeviceptr *d, CUdeviceptr *s, size_t *n, size_t count,
+                                    CUmemcpyAttributes *a, size_t *ai, size_t na, CUstream h) {
+    FC_ENTER("cuMemcpyBatchAsync");
+    return batch(d, s, n, count, a, ai, na, NULL, h, 1);
+}
+FC_EXPORT(cuMemcpyBatchAsync_v2_ptsz, PFN_cuMemcpyBatchAsync_v13000_ptsz, fc_batch_13000_ptsz);
+
+/* ---- sets --------------------------------------------------------------------------------------- */
+
+typedef struct set_payload {
+    uintptr_t dst;
+    size_t pitch, width, height; /* width in elements; height 1 for 1D */
+    unsigned elem;
+    uint32_t value;
+} set_payload_t;
+
+static CUresult run_set(fc_op_t *op) {
+    set_payload_t *p = op->payload;
+    size_t row = p->width * p->elem;
+    for (size_t y = 0; y < p->height; y++) {
+        uintptr_t d = p->dst + y * p->pitch;
+        if (fc_mem_check(d, row, FC_ACC_RW) != 0) {
+            fc_warn("illegal address: %s of %zu bytes at %#lx touches memory that is not "
+                    "mapped read-write",
+                    op->what, row, (unsigned long)d);
+            FC_STAT(illegal_accesses, 1);
+            return CUDA_ERROR_ILLEGAL_ADDRESS;
+        }
+        if (p->elem == 1) {
+            memset((void *)d, (int)(p->value & 0xff), row);
+        } else if (p->elem == 2) {
+            uint16_t *q = (uint16_t *)d;
+            for (size_t i = 0; i < p->width; i++)
+                q[i] = (uint16_t)p->value;
+        } else {
+            uint32_t *q = (uint32_t *)d;
+            for (size_t i = 0; i < p->width; i++)
+                q[i] = p->value;
+        }
+    }
+    return CUDA_SUCCESS;
+}
+
+static void dispose_set(fc_op_t *op) {
+    free(op->payload);
+}
+
+static CUresult set2d(const char *what, CUdeviceptr dst, size_t pitch, uint32_t value,
+                      unsigned elem, size_t width, size_t height, CUstream h, int ptds) {
+    if (width == 0 || height == 0)
+        return CUDA_SUCCESS;
+    if ((uintptr_t)dst % elem || (height > 1 && pitch < width * elem))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (width > SIZE_MAX / elem || (height > 1 && pitch > (SIZE_MAX - width * elem) / (height - 1)))
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t span = (height - 1) * pitch + width * elem;
+    if (side_of((uintptr_t)dst) == SIDE_PAGEABLE)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t y = 0; y < height; y++)
+        if (fc_mem_check((uintptr_t)dst + y * pitch, width * elem, FC_ACC_RW) != 0)
+            return CUDA_ERROR_INVALID_VALUE;
+    fc_stream_t *s = fc_stream_resolve(h, ptds);
+    if (!s)
+        return CUDA_ERROR_INVALID_HANDLE;
+    set_payload_t *p = malloc(sizeof *p);
+    if (!p)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *p = (set_payload_t){(uintptr_t)dst, pitch, width, height, elem, value};
+    fc_op_t *op = fc_op_new(what, run_set, p, dispose_set);
+    if (!op) {
+        free(p);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    op->engine = FC_ENG_COMPUTE;
+    op->model_ns = (double)span / g_fc.cfg.hbm_gbps + g_fc.cfg.launch_us * 1000.0;
+    fc_op_ref(op, (uintptr_t)dst, (uintptr_t)dst + span);
+    FC_STAT(memsets, 1);
+    return fc_submit(s, op) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+#define SET1(fname, base, sym, pfn, elem, VT, ptds)                                                 \
+    static CUresult fname(CUdeviceptr d, VT v, size_t n) {                                         \
+        FC_ENTER(base);                                                                            \
+        return set2d(base, d, n * elem, (uint32_t)v, elem, n, 1, NULL, ptds);                      \
+    }                                                                                              \
+    FC_EXPORT(sym, pfn, fname)
+
+SET1(fc_set8, "cuMemsetD8", cuMemsetD8_v2, PFN_cuMemsetD8_v3020, 1, unsigned char, 0);
+SET1(fc_set8_ptds, "cuMemsetD8", cuMemsetD8_v2_ptds, PFN_cuMemsetD8_v7000_ptds, 1, unsigned char,
+     1);
+SET1(fc_set16, "cuMemsetD16", cuMemsetD16_v2, PFN_cuMemsetD16_v3020, 2, unsigned short, 0);
+SET1(fc_set16_ptds, "cuMemsetD16", cuMemsetD16_v2_ptds, PFN_cuMemsetD16_v7000_ptds, 2,
+     unsigned short, 1);
+SET1(fc_set32, "cuMemsetD32", cuMemsetD32_v2, PFN_cuMemsetD32_v3020, 4, unsigned int, 0);
+SET1(fc_set32_ptds, "cuMemsetD32", cuMemsetD32_v2_ptds, PFN_cuMemsetD32_v7000_ptds, 4,
+     unsigned int, 1);
+
+#define SET1_ASYNC(fname, base, sym, pfn, elem, VT, ptds)                                           \
+    static CUresult fname(CUdeviceptr d, VT v, size_t n, CUstream h) {                             \
+        FC_ENTER(base);                                                                            \
+        return set2d(base, d, n * elem, (uint32_t)v, elem, n, 1, h, ptds);                         \
+    }                                                                                              \
+    FC_EXPORT(sym, pfn, fname)
+
+SET1_ASYNC(fc_set8_async, "cuMemsetD8Async", cuMemsetD8Async, PFN_cuMemsetD8Async_v3020, 1,
+           unsigned char, 0);
+SET1_ASYNC(fc_set8_async_ptsz, "cuMemsetD8Async", cuMemsetD8Async_ptsz,
+           PFN_cuMemsetD8Async_v7000_ptsz, 1, unsigned char, 1);
+SET1_ASYNC(fc_set16_async, "cuMemsetD16Async", cuMemsetD16Async, PFN_cuMemsetD16Async_v3020, 2,
+           unsigned short, 0);
+SET1_ASYNC(fc_set16_async_ptsz, "cuMemsetD16Async", cuMemsetD16Async_ptsz,
+           PFN_cuMemsetD16Async_v7000_ptsz, 2, unsigned short, 1);
+SET1_ASYNC(fc_set32_async, "cuMemsetD32Async", cuMemsetD32Async, PFN_cuMemsetD32Async_v3020, 4,
+           unsigned int, 0);
+SET1_ASYNC(fc_set32_async_ptsz, "cuMemsetD32Async", cuMemsetD32Async_ptsz,
+           PFN_cuMemsetD32Async_v7000_ptsz, 4, unsigned int, 1);
+
+#define SET2(fname, base, sym, pfn, elem, VT, ptds)                                                 \
+    static CUresult fname(CUdeviceptr d, size_t pitch, VT v, size_t w, size_t hgt) {               \
+        FC_ENTER(base);                                                                            \
+        return set2d(base, d, pitch, (uint32_t)v, elem, w, hgt, NULL, ptds);                       \
+    }                                                                                              \
+    FC_EXPORT(sym, pfn, fname)
+
+SET2(fc_set2d8, "cuMemsetD2D8", cuMemsetD2D8_v2, PFN_cuMemsetD2D8_v3020, 1, unsigned char, 0);
+SET2(fc_set2d8_ptds, "cuMemsetD2D8", cuMemsetD2D8_v2_ptds, PFN_cuMemsetD2D8_v7000_ptds, 1,
+     unsigned char, 1);
+SET2(fc_set2d32, "cuMemsetD2D32", cuMemsetD2D32_v2, PFN_cuMemsetD2D32_v3020, 4, unsigned int, 0);
+SET2(fc_set2d32_ptds, "cuMemsetD2D32", cuMemsetD2D32_v2_ptds, PFN_cuMemsetD2D32_v7000_ptds, 4,
+     unsigned int, 1);
+
+#define SET2_ASYNC(fname, base, sym, pfn, elem, VT, ptds)                                           \
+    static CUresult fname(CUdeviceptr d, size_t pitch, VT v, size_t w, size_t hgt, CUstream h) {   \
+        FC_ENTER(base);                                                                            \
+        return set2d(base, d, pitch, (uint32_t)v, elem, w, hgt, h, ptds);                          \
+    }                                                                                              \
+    FC_EXPORT(sym, pfn, fname)
+
+SET2_ASYNC(fc_set2d8_async, "cuMemsetD2D8Async", cuMemsetD2D8Async, PFN_cuMemsetD2D8Async_v3020,
+           1, unsigned char, 0);
+SET2_ASYNC(fc_set2d8_async_ptsz, "cuMemsetD2D8Async", cuMemsetD2D8Async_ptsz,
+           PFN_cuMemsetD2D8Async_v7000_ptsz, 1, unsigned char, 1);
+SET2_ASYNC(fc_set2d32_async, "cuMemsetD2D32Async", cuMemsetD2D32Async,
+           PFN_cuMemsetD2D32Async_v3020, 4, unsigned int, 0);
+SET2_ASYNC(fc_set2d32_async_ptsz, "cuMemsetD2D32Async", cuMemsetD2D32Async_ptsz,
+           PFN_cuMemsetD2D32Async_v7000_ptsz, 4, unsigned int, 1);

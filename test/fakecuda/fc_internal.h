@@ -1,0 +1,240 @@
+/* SPDX-License-Identifier: MIT */
+/* fc_internal.h: what the files of the simulated driver share (configuration, memory ranges,
+ * streams and operations, error helpers).
+ *
+ * The driver is compiled with __CUDA_API_VERSION_INTERNAL so that cuda.h leaves every versioned
+ * name (cuMemAlloc_v2, cuLaunchKernel_ptsz, ...) unrenamed; each export is declared from its
+ * cudaTypedefs.h PFN type (FC_EXPORT), so the compiler checks every prototype.
+ *
+ * Locking: g_fc.mem_lock (rwlock) guards the range and reservation tables; g_fc.lock (mutex)
+ * with g_fc.cv guards every stream, op queue and event. Neither is held while a kernel or copy
+ * body runs, nor across a call back into user code. */
+#ifndef FC_INTERNAL_H
+#define FC_INTERNAL_H
+
+#define __CUDA_API_VERSION_INTERNAL 1
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include "fakecuda.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define FC_EXPORT(sym, pfn, impl)                                                                  \
+    _Static_assert(__builtin_types_compatible_p(__typeof__(&impl), pfn), #sym " prototype");       \
+    extern __typeof__(*(pfn)0) sym __attribute__((alias(#impl), visibility("default")))
+
+#define FC_HIDDEN __attribute__((visibility("hidden")))
+
+/* ---- configuration (FAKECUDA_* variables, read once) ---------------------------------------- */
+typedef struct fc_config {
+    uint64_t mem_bytes;   /* device capacity */
+    uint64_t granularity; /* VMM granularity */
+    int threaded;         /* 1: a worker thread per stream; 0: inline execution */
+    unsigned jitter_us;   /* max random delay before each op (threaded only) */
+    uint64_t seed;
+    int strict;    /* 1: abort on unmap/free under queued work; 0: count it */
+    int poison;    /* fill new device memory with 0xff bytes */
+    int host_vmm;  /* host-located cuMemCreate supported */
+    int timing;    /* timing model on */
+    double gflops; /* compute rate of the timing model */
+    double hbm_gbps;
+    double h2d_gbps, d2h_gbps;
+    double launch_us;
+    const char *stats_path; /* FAKECUDA_STATS */
+    const char *fail_spec;  /* FAKECUDA_FAIL */
+    char device_name[128];
+} fc_config_t;
+
+/* ---- memory ranges ------------------------------------------------------------------------- */
+typedef enum { FC_R_ALLOC = 1, FC_R_MAP = 2, FC_R_HOST = 3 } fc_rkind_t;
+
+#define FC_ACC_NONE 0
+#define FC_ACC_READ 1
+#define FC_ACC_RW 3
+
+typedef struct fc_handle {
+    uint32_t magic;
+    int fd;
+    size_t size;
+    CUmemAllocationProp prop;
+    int user_refs; /* cuMemCreate + cuMemRetainAllocationHandle - cuMemRelease */
+    int maps;      /* live mappings */
+} fc_handle_t;
+
+typedef struct fc_range {
+    uintptr_t base;
+    size_t size;
+    fc_rkind_t kind;
+    int access;         /* FC_ACC_* (host ranges are always RW) */
+    int host_owned;     /* FC_R_HOST: 1 if we mmapped it (not cuMemHostRegister) */
+    uint64_t id;        /* buffer id, for CU_POINTER_ATTRIBUTE_BUFFER_ID */
+    size_t acct_bytes;  /* bytes counted against capacity (FC_R_ALLOC) */
+    fc_handle_t *h;     /* FC_R_MAP */
+    size_t map_offset;  /* FC_R_MAP */
+    int async_pending;  /* FC_R_ALLOC: a cuMemFreeAsync is queued */
+} fc_range_t;
+
+/* ---- streams, events and operations --------------------------------------------------------- */
+typedef struct CUstream_st fc_stream_t;
+typedef struct fc_op fc_op_t;
+
+typedef enum { FC_ENG_NONE, FC_ENG_COMPUTE, FC_ENG_H2D, FC_ENG_D2H } fc_engine_t;
+
+typedef struct fc_dep {
+    fc_stream_t *s;
+    uint64_t seq;
+} fc_dep_t;
+
+typedef struct fc_ref {
+    uintptr_t lo, hi;
+} fc_ref_t;
+
+struct fc_op {
+    fc_op_t *next;
+    uint64_t seq;
+    const char *what; /* for messages: "kernel gemm", "memcpy HtoD" */
+    fc_dep_t *deps;
+    unsigned ndeps, cap_deps;
+    fc_ref_t *refs;
+    unsigned nrefs, cap_refs;
+    fc_engine_t engine;
+    double model_ns; /* timing model: time the op occupies its engine */
+    /* Executes the op; returns 0 or a CUresult to make sticky. Runs without locks held. */
+    CUresult (*run)(fc_op_t *op);
+    void (*dispose)(fc_op_t *op); /* frees the payload; may be NULL */
+    /* Called under g_fc.lock once op->seq is assigned; may be NULL. */
+    void (*on_submit)(fc_op_t *op, fc_stream_t *s);
+    void *payload;
+};
+
+struct CUstream_st {
+    uint32_t magic;
+    unsigned flags;
+    int priority;
+    int legacy;     /* the NULL / CU_STREAM_LEGACY stream */
+    int per_thread; /* a thread's CU_STREAM_PER_THREAD stream */
+    int closing;    /* destroyed by the user; worker exits once drained */
+    uint64_t submitted, completed;
+    fc_op_t *head, *tail;
+    pthread_t thread;
+    int has_thread;
+    struct CUstream_st *all_next; /* every stream ever created (freed at shutdown) */
+};
+
+struct CUevent_st {
+    uint32_t magic;
+    unsigned flags;
+    fc_stream_t *stream; /* of the last record; NULL when never recorded */
+    uint64_t seq;
+    uint64_t t_ns; /* completion time of the last record */
+    int refs;      /* user + queued record ops */
+    int destroyed;
+};
+
+#define FC_MAGIC_STREAM 0x5354524du
+#define FC_MAGIC_EVENT 0x45564e54u
+#define FC_MAGIC_HANDLE 0x484e444cu
+#define FC_MAGIC_FUNC 0x46554e43u
+#define FC_MAGIC_MODULE 0x4d4f444cu
+#define FC_MAGIC_CTX 0x43545854u
+
+/* ---- global state --------------------------------------------------------------------------- */
+typedef struct fc_global {
+    fc_config_t cfg;
+    atomic_int inited;            /* cuInit succeeded */
+    _Atomic CUresult sticky;      /* sticky error, 0 when none */
+    pthread_mutex_t lock;         /* streams, queues, events */
+    pthread_cond_t cv;            /* any op completed or queued */
+    pthread_rwlock_t mem_lock;    /* ranges, reservations */
+    fc_range_t *ranges;           /* sorted by base */
+    size_t nranges, cap_ranges;
+    fc_range_t *resv;             /* reservations, sorted by base (kind unused) */
+    size_t nresv, cap_resv;
+    uint64_t next_buffer_id;
+    fc_stream_t *legacy;
+    fc_stream_t *all_streams;
+    pthread_mutex_t engine[4];    /* timing model: one op per engine at a time */
+    fakecuda_stats_t st;          /* guarded by stats_lock */
+    pthread_mutex_t stats_lock;
+} fc_global_t;
+
+extern fc_global_t g_fc FC_HIDDEN;
+
+/* ---- fc_core.c -------------------------------------------------------------------------------- */
+typedef struct fc_api_slot fc_api_slot_t;
+FC_HIDDEN fc_api_slot_t *fc_api_slot(const char *base);
+/* Counts a call and applies fault injection; returns the error to inject, or 0. Also enforces
+ * initialisation (need_init) and the sticky error (check_sticky). */
+FC_HIDDEN CUresult fc_enter(fc_api_slot_t *slot, int need_init, int check_sticky);
+FC_HIDDEN void fc_config_load(void);
+FC_HIDDEN void fc_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+FC_HIDDEN void fc_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+FC_HIDDEN uint64_t fc_now_ns(void);
+FC_HIDDEN CUresult fc_require_ctx(void);
+FC_HIDDEN void fc_set_sticky(CUresult e);
+FC_HIDDEN void fc_stat_add(size_t offset, int64_t delta);
+#define FC_STAT(field, delta) fc_stat_add(offsetof(fakecuda_stats_t, field), (int64_t)(delta))
+
+/* Entry macros: each public function starts with one of these. */
+#define FC_ENTER_(base, need_init, sticky)                                                         \
+    do {                                                                                           \
+        static fc_api_slot_t *_Atomic slot_;                                                       \
+        fc_api_slot_t *s_ = atomic_load_explicit(&slot_, memory_order_acquire);                    \
+        if (!s_) {                                                                                 \
+            s_ = fc_api_slot(base);                                                                \
+            atomic_store_explicit(&slot_, s_, memory_order_release);                               \
+        }                                                                                          \
+        CUresult e_ = fc_enter(s_, need_init, sticky);                                             \
+        if (e_ != CUDA_SUCCESS)                                                                    \
+            return e_;                                                                             \
+    } while (0)
+/* Needs cuInit and a current context; fails with a sticky error. */
+#define FC_ENTER(base)                                                                             \
+    do {                                                                                           \
+        FC_ENTER_(base, 1, 1);                                                                     \
+        CUresult c_ = fc_require_ctx();                                                            \
+        if (c_ != CUDA_SUCCESS)                                                                    \
+            return c_;                                                                             \
+    } while (0)
+/* Needs cuInit only. */
+#define FC_ENTER_INIT(base) FC_ENTER_(base, 1, 1)
+/* Callable at any time (error names, versions, cuInit itself). */
+#define FC_ENTER_ANY(base) FC_ENTER_(base, 0, 0)
+
+/* ---- fc_mem.c --------------------------------------------------------------------------------- */
+/* Checks [p, p + n) is device-accessible with `access`; returns 0 or -1. Takes mem_lock. */
+FC_HIDDEN int fc_mem_check(uintptr_t p, size_t n, int access);
+/* Is p inside a device-side range (alloc or mapping) / a pinned host range? */
+FC_HIDDEN int fc_mem_is_device(uintptr_t p);
+FC_HIDDEN int fc_mem_is_pinned_host(uintptr_t p);
+/* The extent of the allocation or single mapping containing p: [*lo, *hi); -1 if none. */
+FC_HIDDEN int fc_mem_extent(uintptr_t p, uintptr_t *lo, uintptr_t *hi);
+
+/* ---- fc_stream.c ------------------------------------------------------------------------------ */
+/* Resolves a user stream handle (NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD) for an API whose
+ * per-thread variant is `ptds`. Returns NULL for an invalid handle. */
+FC_HIDDEN fc_stream_t *fc_stream_resolve(CUstream h, int ptds);
+FC_HIDDEN fc_op_t *fc_op_new(const char *what, CUresult (*run)(fc_op_t *), void *payload,
+                             void (*dispose)(fc_op_t *));
+FC_HIDDEN void fc_op_ref(fc_op_t *op, uintptr_t lo, uintptr_t hi);
+/* Queues op on s (or runs it at once in inline mode); returns its sequence number, 0 on error
+ * (the op is freed). */
+FC_HIDDEN uint64_t fc_submit(fc_stream_t *s, fc_op_t *op);
+/* Waits until s has completed sequence number seq; returns the sticky error or 0. */
+FC_HIDDEN CUresult fc_wait_seq(fc_stream_t *s, uint64_t seq);
+FC_HIDDEN CUresult fc_sync_all(void);
+/* Strict mode: reports (and in strict mode aborts) when queued or running work references
+ * [lo, hi). `what` names the operation ("cuMemUnmap"). Returns the number of conflicts. */
+FC_HIDDEN int fc_strict_check(uintptr_t lo, uintptr_t hi, const char *what);
+FC_HIDDEN void fc_streams_shutdown(void);
+FC_HIDDEN int fc_stream_valid(CUstream h);
+
+/* ---- fc_kernel.c ------------------------------------------------------------------------------ */
+FC_HIDDEN void fc_kernels_init(void);
+
+#endif

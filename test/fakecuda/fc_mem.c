@@ -1,0 +1,879 @@
+/* SPDX-License-Identifier: MIT */
+/* fc_mem.c: simulated device memory: allocations, pinned host memory, pointer queries and the
+ * virtual memory management (VMM) API emulated with mmap.
+ *
+ * Device memory is host memory at the same address (unified addressing). Every range a kernel or
+ * copy may touch is in one sorted table (g_fc.ranges): plain allocations, VMM mappings and pinned
+ * host memory. VMM reservations are PROT_NONE mmaps; a physical handle is a memfd; cuMemMap maps
+ * it with MAP_FIXED and no access; cuMemSetAccess mprotects; cuMemUnmap puts a PROT_NONE
+ * placeholder back (never a hole), so touching an unmapped range faults as on a GPU.
+ *
+ * Locking: the tables are guarded by g_fc.mem_lock; capacity accounting by g_fc.stats_lock
+ * (through fc_reserve_capacity). */
+#include "fc_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* ---- the range table --------------------------------------------------------------------------- */
+
+/* Index of the last range with base <= p, or -1. Caller holds mem_lock. */
+static ssize_t find_le(const fc_range_t *a, size_t n, uintptr_t p) {
+    ssize_t lo = 0, hi = (ssize_t)n - 1, ans = -1;
+    while (lo <= hi) {
+        ssize_t mid = (lo + hi) / 2;
+        if (a[mid].base <= p) {
+            ans = mid;
+            lo = mid + 1;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    return ans;
+}
+
+static fc_range_t *find_range(uintptr_t p) {
+    ssize_t i = find_le(g_fc.ranges, g_fc.nranges, p);
+    if (i < 0)
+        return NULL;
+    fc_range_t *r = &g_fc.ranges[i];
+    return p < r->base + r->size ? r : NULL;
+}
+
+static int insert_into(fc_range_t **arr, size_t *n, size_t *cap, const fc_range_t *r) {
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : 64;
+        fc_range_t *na = realloc(*arr, nc * sizeof *na);
+        if (!na)
+            return -1;
+        *arr = na;
+        *cap = nc;
+    }
+    ssize_t i = find_le(*arr, *n, r->base) + 1;
+    memmove(&(*arr)[i + 1], &(*arr)[i], (*n - (size_t)i) * sizeof **arr);
+    (*arr)[i] = *r;
+    (*n)++;
+    return 0;
+}
+
+static void remove_at(fc_range_t *arr, size_t *n, size_t i) {
+    memmove(&arr[i], &arr[i + 1], (*n - i - 1) * sizeof *arr);
+    (*n)--;
+}
+
+int fc_mem_check(uintptr_t p, size_t n, int access) {
+    int ok = 0;
+    if (n == 0)
+        return 0;
+    pthread_rwlock_rdlock(&g_fc.mem_lock);
+    ssize_t i = find_le(g_fc.ranges, g_fc.nranges, p);
+    uintptr_t need_end = p + n;
+    if (need_end < p) {
+        pthread_rwlock_unlock(&g_fc.mem_lock);
+        return -1;
+    }
+    uintptr_t cur = p;
+    while (i >= 0 && (size_t)i < g_fc.nranges) {
+        const fc_range_t *r = &g_fc.ranges[i];
+        if (cur < r->base || cur >= r->base + r->size)
+            break;
+        if (r->kind != FC_R_HOST && (r->access & access) != access)
+            break;
+        cur = r->base + r->size;
+        if (cur >= need_end) {
+            ok = 1;
+            break;
+        }
+        /* Only adjacent VMM mappings continue a range; allocations are never adjacent. */
+        if (r->kind != FC_R_MAP)
+            break;
+        i++;
+        if ((size_t)i >= g_fc.nranges || g_fc.ranges[i].kind != FC_R_MAP)
+            break;
+    }
+    pthread_rwlock_unlock(&g_fc.mem_lock);
+    return ok ? 0 : -1;
+}
+
+int fc_mem_is_device(uintptr_t p) {
+    pthread_rwlock_rdlock(&g_fc.mem_lock);
+    fc_range_t *r = find_range(p);
+    int dev = r && r->kind != FC_R_HOST;
+    if (!r) {
+        /* A reserved but unmapped address is still a device address. */
+        ssize_t j = find_le(g_fc.resv, g_fc.nresv, p);
+        dev = j >= 0 && p < g_fc.resv[j].base + g_fc.resv[j].size;
+    }
+    pthread_rwlock_unlock(&g_fc.mem_lock);
+    return dev;
+}
+
+int fc_mem_is_pinned_host(uintptr_t p) {
+    pthread_rwlock_rdlock(&g_fc.mem_lock);
+    fc_range_t *r = find_range(p);
+    int host = r && r->kind == FC_R_HOST;
+    pthread_rwlock_unlock(&g_fc.mem_lock);
+    return host;
+}
+
+int fc_mem_extent(uintptr_t p, uintptr_t *lo, uintptr_t *hi) {
+    pthread_rwlock_rdlock(&g_fc.mem_lock);
+    fc_range_t *r = find_range(p);
+    if (r) {
+        *lo = r->base;
+        *hi = r->base + r->size;
+    }
+    pthread_rwlock_unlock(&g_fc.mem_lock);
+    return r ? 0 : -1;
+}
+
+/* Counts bytes against the device capacity; returns -1 when they do not fit. */
+static int reserve_capacity(uint64_t bytes) {
+    int ok;
+    pthread_mutex_lock(&g_fc.stats_lock);
+    ok = g_fc.st.device_used_bytes + bytes <= g_fc.cfg.mem_bytes;
+    if (ok) {
+        g_fc.st.device_used_bytes += bytes;
+        if (g_fc.st.device_used_bytes > g_fc.st.device_peak_bytes)
+            g_fc.st.device_peak_bytes = g_fc.st.device_used_bytes;
+    }
+    pthread_mutex_unlock(&g_fc.stats_lock);
+    return ok ? 0 : -1;
+}
+
+static void release_capacity(uint64_t bytes) {
+    FC_STAT(device_used_bytes, -(int64_t)bytes);
+}
+
+static size_t page_round(size_t n) {
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    return (n + pg - 1) & ~(pg - 1);
+}
+
+/* ---- cuMemAlloc and friends ---------------------------------------------------------------------- */
+
+/* Allocates `size` bytes of simulated device memory; the range is exactly `size` long, so an
+ * access past the end is illegal even inside the last page. */
+static CUresult alloc_device(CUdeviceptr *out, size_t size) {
+    if (!out || size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t acct = (size + 511) & ~(uint64_t)511;
+    if (reserve_capacity(acct) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    void *p = mmap(NULL, page_round(size), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                   -1, 0);
+    if (p == MAP_FAILED) {
+        release_capacity(acct);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (g_fc.cfg.poison)
+        memset(p, 0xff, size);
+    fc_range_t r = {.base = (uintptr_t)p, .size = size, .kind = FC_R_ALLOC, .access = FC_ACC_RW,
+                    .acct_bytes = acct};
+    pthread_rwlock_wrlock(&g_fc.mem_lock);
+    r.id = ++g_fc.next_buffer_id;
+    int rc = insert_into(&g_fc.ranges, &g_fc.nranges, &g_fc.cap_ranges, &r);
+    pthread_rwlock_unlock(&g_fc.mem_lock);
+    if (rc != 0) {
+        munmap(p, page_round(size));
+        release_capacity(acct);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    FC_STAT(allocs_live, 1);
+    FC_STAT(alloc_bytes_live, size);
+    *out = (CUdeviceptr)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+
+/* Frees the allocation that starts at p. `async` is set when a queued cuMemFreeAsync runs it.
+ * Returns CUDA_ERROR_INVALID_VALUE when p is not the start of a live allocation. */
+static CUresult free_device(uintptr_t p, int async) {
+    pthread_rwlock_wrlock(&g_fc.mem_lock);
+    ssize_t i = find_le(g_fc.ranges, g_fc.nranges, p);
+    if (i < 0 || g_fc.ranges[i].base != p || g_fc.ranges[i].kind != FC_R_ALLOC ||
+        (!async && g_fc.ranges[i].async_pending)) {
+        pthread_rwlock_unlock(&g_fc.mem_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    fc_range_t r = g_fc.ranges[i];
+    remove_at(g_fc.ranges, &g_fc.nranges, (size_t)i);
+    pthread_rwlock_unlock(&g_fc.mem_lock);
+    munmap((void *)r.base, page_round(r.size));
+    release_capacity(r.acct_bytes);
+    FC_STAT(allocs_live, -1);
+    FC_STAT(alloc_bytes_live, -(int64_t)r.size);
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_mem_alloc(CUdeviceptr *p, size_t size) {
+    FC_ENTER("cuMemAlloc");
+    return alloc_device(p, size);
+}
+FC_EXPORT(cuMemAlloc_v2, PFN_cuMemAlloc_v3020, fc_mem_alloc);
+
+static CUresult fc_mem_alloc_pitch(CUdeviceptr *p, size_t *pitch, size_t width, size_t height,
+                                   unsigned int elem) {
+    FC_ENTER("cuMemAllocPitch");
+    if (!pitch || (elem != 4 && elem != 8 && elem != 16) || width == 0 || height == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t pt = (width + 511) & ~(size_t)511;
+    if (height > SIZE_MAX / pt)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pitch = pt;
+    return alloc_device(p, pt * height);
+}
+FC_EXPORT(cuMemAllocPitch_v2, PFN_cuMemAllocPitch_v3020, fc_mem_alloc_pitch);
+
+/* cuMemFree synchronises with the device first, as the real one does. */
+static CUresult fc_mem_free(CUdeviceptr p) {
+    FC_ENTER("cuMemFree");
+    if (p == 0)
+        return CUDA_SUCCESS;
+    CUresult r = fc_sync_all();
+    if (r != CUDA_SUCCESS)
+        return r;
+    return free_device((uintptr_t)p, 0);
+}
+FC_EXPORT(cuMemFree_v2, PFN_cuMemFree_v3020, fc_mem_free);
+
+static CUresult fc_mem_info(size_t *free_b, size_t *total_b) {
+    FC_ENTER("cuMemGetInfo");
+    if (!free_b || !total_b)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&g_fc.stats_lock);
+    *total_b = g_fc.cfg.mem_bytes;
+    *free_b = g_fc.cfg.mem_bytes - g_fc.st.device_used_bytes;
+    pthread_mutex_unlock(&g_fc.stats_lock);
+    return CUDA_SUCCESS;
+}
+FC_EXPORT(cuMemGetInfo_v2, PFN_cuMemGetInfo_v3020, fc_mem_info);
+
+static CUresult fc_mem_range(CUdeviceptr *base, size_t *size, CUdeviceptr p) {
+    FC_ENTER("cuMemGetAddressRange");
+    pthread_rwlock_rdlock(&g_fc.mem_lock);
+    fc_range_t *r = find_range((uintptr_t)p);
+    int ok = r && r->kind != FC_R_HOST;
+    if (ok) {
+        if (base)
+            *base = r->base;
+        if (size)
+            *size = r->size;
+    }
+    pthread_rwlock_unlock(&g_fc.mem_lock);
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+FC_EXPORT(cuMemGetAddressRange_v2, PFN_cuMemGetAddressRange_v3020, fc_mem_range);
+
+/* ---- stream-ordered allocation ---------------------------------------------------------------------- */
+
+static CUresult run_free_async(fc_op_t *op) {
+    uintptr_t p = (uintptr_t)op->payload;
+    uintptr_t lo = p, hi = p + 1;
+    fc_mem_extent(p, &lo, &hi);
+    fc_strict_check(lo, hi, "cuMemFreeAsync");
+    return free_device(p, 1);
+}
+
+static CUresult alloc_async(CUdeviceptr *p, size_t size, CUstream hs, int ptds) {
+    fc_stream_t *s = fc_stream_resolve(hs, ptds);
+    if (!s)
+        return CUDA_ERROR_INVALID_HANDLE;
+    /* The memory is usable by work queued on the stream after this call: allocating it now is
+     * indistinguishable from allocating it in stream order. */
+    return alloc_device(p, size);
+}
+
+static CUresult free_async(CUdeviceptr p, CUstream hs, int ptds) {
+    fc_stream_t *s = fc_stream_resolve(hs, ptds);
+    if (!s)
+        return CUDA_ERROR_INVALID_HANDLE;
+    pthread_rwlock_wrlock(&g_fc.mem_lock);
+    ssize_t i = find_le(g_fc.ranges, g_fc.nranges, (uintptr_t)p);
+    int ok = i >= 0 && g_fc.ranges[i].base == (uintptr_t)p && g_fc.ranges[i].kind == FC_R_ALLOC &&
+             !g_fc.ranges[i].async_pending;
+    if (ok)
+        g_fc.ranges[i].async_pending = 1;
+    pthread_rwlock_unlock(&g_fc.mem_lock);
+    if (!ok)
+        return CUDA_ERROR_INVALID_VALUE;
+    fc_op_t *op = fc_op_new("cuMemFreeAsync", run_free_async, (void *)(uintptr_t)p, NULL);
+    if (!op)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    return fc_submit(s, op) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static CUresult fc_alloc_async(CUdeviceptr *p, size_t size, CUstream s) {
+    FC_ENTER("cuMemAllocAsync");
+    return alloc_async(p, size, s, 0);
+}
+FC_EXPORT(cuMemAllocAsync, PFN_cuMemAllocAsync_v11020, fc_alloc_async);
+
+static CUresult fc_alloc_async_ptsz(CUdeviceptr *p, size_t size, CUstream s) {
+    FC_ENTER("cuMemAllocAsync");
+    return alloc_async(p, size, s, 1);
+}
+FC_EXPORT(cuMemAllocAsync_ptsz, PFN_cuMemAllocAsync_v11020_ptsz, fc_alloc_async_ptsz);
+
+struct CUmemPoolHandle_st {
+    uint32_t magic;
+};
+static struct CUmemPoolHandle_st default_pool = {0x504f4f4cu};
+
+static CUresult fc_default_pool(CUmemoryPool *pool, CUdevice d) {
+    FC_ENTER_INIT("cuDeviceGetDefaultMemPool");
+    if (!pool)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (d != 0)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *pool = &default_pool;
+    return CUDA_SUCCESS;
+}
+FC_EXPORT(cuDeviceGetDefaultMemPool, PFN_cuDeviceGetDefaultMemPool_v11020, fc_default_pool);
+
+static CUresult fc_alloc_pool(CUdeviceptr *p, size_t size, CUmemoryPool pool, CUstream s) {
+    FC_ENTER("cuMemAllocFromPoolAsync");
+    if (pool != &default_pool)
+        return CUDA_ERROR_INVALID_VALUE;
+    return alloc_async(p, size, s, 0);
+}
+FC_EXPORT(cuMemAllocFromPoolAsync, PFN_cuMemAllocFromPoolAsync_v11020, fc_alloc_pool);
+
+static CUresult fc_alloc_pool_ptsz(CUdeviceptr *p, size_t size, CUmemoryPool pool, CUstream s) {
+    FC_ENTER("cuMemAllocFromPoolAsync");
+    if (pool != &default_pool)
+        return CUDA_ERROR_INVALID_VALUE;
+    return alloc_async(p, size, s, 1);
+}
+FC_EXPORT(cuMemAllocFromPoolAsync_ptsz, PFN_cuMemAllocFromPoolAsync_v11020_ptsz,
+          fc_alloc_pool_ptsz);
+
+static CUresult fc_free_async(CUdeviceptr p, CUstream s) {
+    FC_ENTER("cuMemFreeAsync");
+    return free_async(p, s, 0);
+}
+FC_EXPORT(cuMemFreeAsync, PFN_cuMemFreeAsync_v11020, fc_free_async);
+
+static CUresult fc_free_async_ptsz(CUdeviceptr p, CUstream s) {
+    FC_ENTER("cuMemFreeAsync");
+    return free_async(p, s, 1);
+}
+FC_EXPORT(cuMemFreeAsync_ptsz, PFN_cuMemFreeAsync_v11020_ptsz, fc_free_async_ptsz);
+
+/* ---- pinned host memory ---------------------------------------------------------------------------- */
+
+static CUresult host_alloc(void **pp, size_t size) {
+    if (!pp || size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    void *p = mmap(NULL, page_round(size), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                   -1, 0);
+    if (p == MAP_FAILED)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    fc_range_t r = {.base = (uintptr_t)p, .size = size, .kind = FC_R_HOST, .access = FC_ACC_RW,
+                    .host_owned = 1};
+    pthread_rwlock_wrlock(&g_fc.mem_lock);
+    r.id = ++g_fc.next_buffer_id;
+    int rc = insert_into(&g_fc.ranges, &g_fc.nranges, &g_fc.cap_ranges, &r);
+    pthread_rwlock_unlock(&g_fc.mem_lock);
+    if (rc != 0) {
+        munmap(p, page_round(size));
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    FC_STAT(host_allocs_live, 1);
+    FC_STAT(host_alloc_bytes_live, size);
+    *pp = p;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_host_alloc(void **pp, size_t size, unsigned int flags) {
+    FC_ENTER("cuMemHostAlloc");
+    if (flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP |
+                            CU_MEMHOSTALLOC_WRITECOMBINED))
+        return CUDA_ERROR_INVALID_VALUE;
+    return host_alloc(pp, size);
+}
+FC_EXPORT(cuMemHostAlloc, PFN_cuMemHostAlloc_v2020, fc_host_alloc);
+
+static CUresult fc_alloc_host(void **pp, size_t size) {
+    FC_ENTER("cuMemAllocHost");
+    return host_alloc(pp, size);
+}
+FC_EXPORT(cuMemAllocHost_v2, PFN_cuMemAllocHost_v3020, fc_alloc_host);
+
+/* Removes the pinned host range starting at p (owned: allocated by us, else registered). */
+static CUresult host_remove(void *p, int owned) {
+    pthread_rwlock_wrlock(&g_fc.mem_lock);
+    ssize_t i = find_le(g_fc.ranges, g_fc.nranges, (uintptr_t)p);
+    if (i < 0 || g_fc.ranges[i].base != (uintptr_t)p || g_fc.ranges[i].kind != FC_R_HOST ||
+        g_fc.ranges[i].host_owned != owned) {
+        pthread_rwlock_unlock(&g_fc.mem_lock);
+        return owned ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+    }
+    fc_range_t r = g_fc.ranges[i];
+    remove_at(g_fc.ranges, &g_fc.nranges, (size_t)i);
+    pthread_rwlock_unlock(&g_fc.mem_lock);
+    if (owned) {
+        munmap(p, page_round(r.size));
+        FC_STAT(host_allocs_live, -1);
+        FC_STAT(host_alloc_bytes_live, -(int64_t)r.size);
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_free_host(void *p) {
+    FC_ENTER("cuMemFreeHost");
+    CUresult r = fc_sync_all();
+    if (r != CUDA_SUCCESS)
+        return r;
+    return host_remove(p, 1);
+}
+FC_EXPORT(cuMemFreeHost, PFN_cuMemFreeHost_v2000, fc_free_host);
+
+static CUresult fc_host_dev_ptr(CUdeviceptr *d, void *p, unsigned int flags) {
+    FC_ENTER("cuMemHostGetDevicePointer");
+    if (!d || flags != 0 || !fc_mem_is_pinned_host((uintptr_t)p))
+        return CUDA_ERROR_INVALID_VALUE;
+    *d = (CUdeviceptr)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+FC_EXPORT(cuMemHostGetDevicePointer_v2, PFN_cuMemHostGetDevicePointer_v3020, fc_host_dev_ptr);
+
+static CUresult fc_host_register(void *p, size_t size, unsigned int flags) {
+    FC_ENTER("cuMemHostRegister");
+    (void)flags;
+    if (!p || size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    fc_range_t r = {.base = (uintptr_t)p, .size = size, .kind = FC_R_HOST, .access = FC_ACC_RW};
+    pthread_rwlock_wrlock(&g_fc.mem_lock);
+    ssize_t i = find_le(g_fc.ranges, g_fc.nranges, (uintptr_t)p + size - 1);
+    if (i >= 0 && g_fc.ranges[i].base + g_fc.ranges[i].size > (uintptr_t)p) {
+        pthread_rwlock_unlock(&g_fc.mem_lock);
+        return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+    }
+    r.id = ++g_fc.next_buffer_id;
+    int rc = insert_into(&g_fc.ranges, &g_fc.nranges, &g_fc.cap_ranges, &r);
+    pthread_rwlock_unlock(&g_fc.mem_lock);
+    return rc ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
+}
+FC_EXPORT(cuMemHostRegister_v2, PFN_cuMemHostRegister_v6050, fc_host_register);
+
+static CUresult fc_host_unregister(void *p) {
+    FC_ENTER("cuMemHostUnregister");
+    CUresult r = fc_sync_all();
+    if (r != CUDA_SUCCESS)
+        return r;
+    return host_remove(p, 0);
+}
+FC_EXPORT(cuMemHostUnregister, PFN_cuMemHostUnregister_v4000, fc_host_unregister);
+
+/* ---- pointer attributes ----------------------------------------------------------------------------- */
+
+static CUresult fc_pointer_attr(void *data, CUpointer_attribute a, CUdeviceptr p) {
+    FC_ENTER("cuPointerGetAttribute");
+    if (!data)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_rwlock_rdlock(&g_fc.mem_lock);
+    fc_range_t *r = find_range((uintptr_t)p);
+    fc_range_t copy;
+    if (r)
+        copy = *r;
+    pthread_rwlock_unlock(&g_fc.mem_lock);
+    if (!r)
+        return CUDA_ERROR_INVALID_VALUE;
+    switch (a) {
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+        *(unsigned int *)data =
+            copy.kind == FC_R_HOST ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+        *(CUdeviceptr *)data = p;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+        if (copy.kind != FC_R_HOST)
+            return CUDA_ERROR_INVALID_VALUE;
+        *(void **)data = (void *)(uintptr_t)p;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+        *(int *)data = 0;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+        *(int *)data = 0;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MAPPED:
+        *(int *)data = 1;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+        *(unsigned long long *)data = copy.id;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+        *(CUdeviceptr *)data = copy.base;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+        *(size_t *)data = copy.size;
+        return CUDA_SUCCESS;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+FC_EXPORT(cuPointerGetAttribute, PFN_cuPointerGetAttribute_v4000, fc_pointer_attr);
+
+/* ---- VMM: reservations ------------------------------------------------------------------------------ */
+
+static CUresult fc_addr_reserve(CUdeviceptr *out, size_t size, size_t align, CUdeviceptr addr,
+                                unsigned long long flags) {
+    FC_ENTER("cuMemAddressReserve");
+    uint64_t g = g_fc.cfg.granularity;
+    if (!out || size == 0 || size % g || flags != 0 || (align && (align & (align - 1))))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (align < g)
+        align = g;
+    void *p = MAP_FAILED;
+    if (addr && addr % align == 0)
+        p = mmap((void *)(uintptr_t)addr, size, PROT_NONE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+    if (p == MAP_FAILED) {
+        if (size > SIZE_MAX - align)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        char *raw = mmap(NULL, size + align, PROT_NONE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (raw == MAP_FAILED)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        uintptr_t a = ((uintptr_t)raw + align - 1) & ~(uintptr_t)(align - 1);
+        if (a > (uintptr_t)raw)
+            munmap(raw, a - (uintptr_t)raw);
+        uintptr_t end = (uintptr_t)raw + size + align;
+        if (end > a + size)
+            munmap((void *)(a + size), end - (a + size));
+        p = (void *)a;
+    }
+    fc_range_t r = {.base = (uintptr_t)p, .size = size};
+    pthread_rwlock_wrlock(&g_fc.mem_lock);
+    int rc = insert_into(&g_fc.resv, &g_fc.nresv, &g_fc.cap_resv, &r);
+    pthread_rwlock_unlock(&g_fc.mem_lock);
+    if (rc) {
+        munmap(p, size);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    FC_STAT(reservations_live, 1);
+    FC_STAT(reserved_bytes_live, size);
+    *out = (CUdeviceptr)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+FC_EXPORT(cuMemAddressReserve, PFN_cuMemAddressReserve_v10020, fc_addr_reserve);
+
+/* Frees a whole reservation. Refused while any part of it is still mapped. */
+static CUresult fc_addr_free(CUdeviceptr p, size_t size) {
+    FC_ENTER("cuMemAddressFree");
+    pthread_rwlock_wrlock(&g_fc.mem_lock);
+    ssize_t i = find_le(g_fc.resv, g_fc.nresv, (uintptr_t)p);
+    if (i < 0 || g_fc.resv[i].base != (uintptr_t)p || g_fc.resv[i].size != size) {
+        pthread_rwlock_unlock(&g_fc.mem_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    ssize_t m = find_le(g_fc.ranges, g_fc.nranges, (uintptr_t)p + size - 1);
+    if (m >= 0 && g_fc.ranges[m].base + g_fc.ranges[m].size > (uintptr_t)p &&
+        g_fc.ranges[m].base < (uintptr_t)p + size) {
+        pthread_rwlock_unlock(&g_fc.mem_lock);
+        fc_warn("cuMemAddressFree(%#llx, %zu): the range is still mapped",
+                (unsigned long long)p, size);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    remove_at(g_fc.resv, &g_fc.nresv, (size_t)i);
+    pthread_rwlock_unlock(&g_fc.mem_lock);
+    munmap((void *)(uintptr_t)p, size);
+    FC_STAT(reservations_live, -1);
+    FC_STAT(reserved_bytes_live, -(int64_t)size);
+    return CUDA_SUCCESS;
+}
+FC_EXPORT(cuMemAddressFree, PFN_cuMemAddressFree_v10020, fc_addr_free);
+
+/* ---- VMM: physical handles ------------------------------------------------------------------------- */
+
+static int location_is_host(const CUmemLocation *l) {
+    return l->type == CU_MEM_LOCATION_TYPE_HOST || l->type == CU_MEM_LOCATION_TYPE_HOST_NUMA ||
+           l->type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT;
+}
+
+static fc_handle_t *handle_of(CUmemGenericAllocationHandle h) {
+    fc_handle_t *x = (fc_handle_t *)(uintptr_t)h;
+    return (x && x->magic == FC_MAGIC_HANDLE) ? x : NULL;
+}
+
+static void handle_destroy(fc_handle_t *h) {
+    close(h->fd);
+    if (location_is_host(&h->prop.location)) {
+        FC_STAT(vmm_host_bytes_live, -(int64_t)h->size);
+    } else {
+        FC_STAT(vmm_device_bytes_live, -(int64_t)h->size);
+        release_capacity(h->size);
+    }
+    FC_STAT(vmm_handles_live, -1);
+    h->magic = 0;
+    free(h);
+}
+
+static CUresult fc_mem_create(CUmemGenericAllocationHandle *out, size_t size,
+                              const CUmemAllocationProp *prop, unsigned long long flags) {
+    FC_ENTER("cuMemCreate");
+    if (!out || !prop || size == 0 || size % g_fc.cfg.granularity || flags != 0 ||
+        prop->type != CU_MEM_ALLOCATION_TYPE_PINNED)
+        return CUDA_ERROR_INVALID_VALUE;
+    int host = location_is_host(&prop->location);
+    if (host && !g_fc.cfg.host_vmm)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    if (!host && (prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || prop->location.id != 0))
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (!host && reserve_capacity(size) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    fc_handle_t *h = calloc(1, sizeof *h);
+    int fd = h ? memfd_create("fakecuda-vmm", MFD_CLOEXEC) : -1;
+    if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
+        if (fd >= 0)
+            close(fd);
+        free(h);
+        if (!host)
+            release_capacity(size);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (g_fc.cfg.poison && !host) {
+        /* Fresh device memory holds garbage on a GPU: make reading it before writing visible. */
+        void *tmp = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (tmp != MAP_FAILED) {
+            memset(tmp, 0xff, size);
+            munmap(tmp, size);
+        }
+    }
+    h->magic = FC_MAGIC_HANDLE;
+    h->fd = fd;
+    h->size = size;
+    h->prop = *prop;
+    h->user_refs = 1;
+    FC_STAT(vmm_handles_live, 1);
+    if (host)
+        FC_STAT(vmm_host_bytes_live, size);
+    else
+        FC_STAT(vmm_device_bytes_live, size);
+    *out = (CUmemGenericAllocationHandle)(uintptr_t)h;
+    return CUDA_SUCCESS;
+}
+FC_EXPORT(cuMemCreate, PFN_cuMemCreate_v10020, fc_mem_create);
+
+/* Drops the user's reference; the memory goes once no mapping uses it (as on the driver). */
+static CUresult fc_mem_release(CUmemGenericAllocationHandle hh) {
+    FC_ENTER("cuMemRelease");
+    pthread_rwlock_wrlock(&g_fc.mem_lock);
+    fc_handle_t *h = handle_of(hh);
+    if (!h || h->user_refs <= 0) {
+        pthread_rwlock_unlock(&g_fc.mem_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    int gone = --h->user_refs == 0 && h->maps == 0;
+    pthread_rwlock_unlock(&g_fc.mem_lock);
+    if (gone)
+        handle_destroy(h);
+    return CUDA_SUCCESS;
+}
+FC_EXPORT(cuMemRelease, PFN_cuMemRelease_v10020, fc_mem_release);
+
+static CUresult fc_mem_props(CUmemAllocationProp *prop, CUmemGenericAllocationHandle hh) {
+    FC_ENTER("cuMemGetAllocationPropertiesFromHandle");
+    fc_handle_t *h = handle_of(hh);
+    if (!prop || !h)
+        return CUDA_ERROR_INVALID_VALUE;
+    *prop = h->prop;
+    return CUDA_SUCCESS;
+}
+FC_EXPORT(cuMemGetAllocationPropertiesFromHandle,
+          PFN_cuMemGetAllocationPropertiesFromHandle_v10020, fc_mem_props);
+
+static CUresult fc_mem_retain(CUmemGenericAllocationHandle *out, void *addr) {
+    FC_ENTER("cuMemRetainAllocationHandle");
+    if (!out)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_rwlock_wrlock(&g_fc.mem_lock);
+    fc_range_t *r = find_range((uintptr_t)addr);
+    int ok = r && r->kind == FC_R_MAP;
+    if (ok) {
+        r->h->user_refs++;
+        *out = (CUmemGenericAllocationHandle)(uintptr_t)r->h;
+    }
+    pthread_rwlock_unlock(&g_fc.mem_lock);
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+FC_EXPORT(cuMemRetainAllocationHandle, PFN_cuMemRetainAllocationHandle_v11000, fc_mem_retain);
+
+static CUresult fc_mem_granularity(size_t *g, const CUmemAllocationProp *prop,
+                                   CUmemAllocationGranularity_flags option) {
+    FC_ENTER("cuMemGetAllocationGranularity");
+    (void)option;
+    if (!g || !prop)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (location_is_host(&prop->location) && !g_fc.cfg.host_vmm)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    *g = g_fc.cfg.granularity;
+    return CUDA_SUCCESS;
+}
+FC_EXPORT(cuMemGetAllocationGranularity, PFN_cuMemGetAllocationGranularity_v10020,
+          fc_mem_granularity);
+
+/* ---- VMM: mapping ----------------------------------------------------------------------------------- */
+
+/* Is [p, p + size) inside one reservation? Caller holds mem_lock. */
+static int in_reservation(uintptr_t p, size_t size) {
+    ssize_t i = find_le(g_fc.resv, g_fc.nresv, p);
+    return i >= 0 && p + size <= g_fc.resv[i].base + g_fc.resv[i].size && p + size > p;
+}
+
+static CUresult fc_mem_map(CUdeviceptr ptr, size_t size, size_t offset,
+                           CUmemGenericAllocationHandle hh, unsigned long long flags) {
+    FC_ENTER("cuMemMap");
+    uint64_t g = g_fc.cfg.granularity;
+    uintptr_t p = (uintptr_t)ptr;
+    if (size == 0 || p % g || size % g || offset % g || flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_rwlock_wrlock(&g_fc.mem_lock);
+    fc_handle_t *h = handle_of(hh);
+    CUresult rc = CUDA_SUCCESS;
+    if (!h || h->user_refs <= 0 || offset > h->size || size > h->size - offset ||
+        !in_reservation(p, size)) {
+        rc = CUDA_ERROR_INVALID_VALUE;
+    } else {
+        ssize_t i = find_le(g_fc.ranges, g_fc.nranges, p + size - 1);
+        if (i >= 0 && g_fc.ranges[i].base + g_fc.ranges[i].size > p)
+            rc = CUDA_ERROR_INVALID_VALUE; /* already mapped */
+    }
+    if (rc == CUDA_SUCCESS) {
+        void *m = mmap((void *)p, size, PROT_NONE, MAP_SHARED | MAP_FIXED, h->fd, (off_t)offset);
+        if (m == MAP_FAILED) {
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        } else {
+            fc_range_t r = {.base = p, .size = size, .kind = FC_R_MAP, .access = FC_ACC_NONE,
+                            .h = h, .map_offset = offset, .id = ++g_fc.next_buffer_id};
+            if (insert_into(&g_fc.ranges, &g_fc.nranges, &g_fc.cap_ranges, &r) != 0) {
+                mmap((void *)p, size, PROT_NONE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+                rc = CUDA_ERROR_OUT_OF_MEMORY;
+            } else {
+                h->maps++;
+            }
+        }
+    }
+    pthread_rwlock_unlock(&g_fc.mem_lock);
+    if (rc == CUDA_SUCCESS) {
+        FC_STAT(mappings_live, 1);
+        FC_STAT(mapped_bytes_live, size);
+    }
+    return rc;
+}
+FC_EXPORT(cuMemMap, PFN_cuMemMap_v10020, fc_mem_map);
+
+/* Finds the run of mappings that exactly covers [p, p + size): first index and count.
+ * Caller holds mem_lock. Returns -1 when the range does not consist of whole mappings. */
+static int whole_mappings(uintptr_t p, size_t size, size_t *first, size_t *count) {
+    ssize_t i = find_le(g_fc.ranges, g_fc.nranges, p);
+    if (i < 0 || g_fc.ranges[i].base != p || g_fc.ranges[i].kind != FC_R_MAP)
+        return -1;
+    uintptr_t cur = p, end = p + size;
+    size_t n = 0;
+    for (size_t j = (size_t)i; j < g_fc.nranges && cur < end; j++, n++) {
+        const fc_range_t *r = &g_fc.ranges[j];
+        if (r->kind != FC_R_MAP || r->base != cur)
+            return -1;
+        cur += r->size;
+    }
+    if (cur != end)
+        return -1;
+    *first = (size_t)i;
+    *count = n;
+    return 0;
+}
+
+static CUresult fc_mem_unmap(CUdeviceptr ptr, size_t size) {
+    FC_ENTER("cuMemUnmap");
+    uintptr_t p = (uintptr_t)ptr;
+    size_t first, count;
+    if (size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    /* Unmapping does not wait for running work: report any that still references the range. */
+    fc_strict_check(p, p + size, "cuMemUnmap");
+    pthread_rwlock_wrlock(&g_fc.mem_lock);
+    if (whole_mappings(p, size, &first, &count) != 0) {
+        pthread_rwlock_unlock(&g_fc.mem_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    fc_handle_t *dead[64];
+    size_t ndead = 0;
+    for (size_t k = 0; k < count; k++) {
+        fc_handle_t *h = g_fc.ranges[first + k].h;
+        if (--h->maps == 0 && h->user_refs == 0 && ndead < 64)
+            dead[ndead++] = h;
+    }
+    memmove(&g_fc.ranges[first], &g_fc.ranges[first + count],
+            (g_fc.nranges - first - count) * sizeof(fc_range_t));
+    g_fc.nranges -= count;
+    /* A PROT_NONE placeholder keeps the reservation whole. */
+    mmap((void *)p, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
+         0);
+    pthread_rwlock_unlock(&g_fc.mem_lock);
+    FC_STAT(mappings_live, -(int64_t)count);
+    FC_STAT(mapped_bytes_live, -(int64_t)size);
+    for (size_t k = 0; k < ndead; k++)
+        handle_destroy(dead[k]);
+    return CUDA_SUCCESS;
+}
+FC_EXPORT(cuMemUnmap, PFN_cuMemUnmap_v10020, fc_mem_unmap);
+
+static CUresult fc_mem_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
+                                  size_t count) {
+    FC_ENTER("cuMemSetAccess");
+    uintptr_t p = (uintptr_t)ptr;
+    size_t first, n;
+    if (!desc || count == 0 || size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    int acc = -1;
+    for (size_t i = 0; i < count; i++) {
+        if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || desc[i].location.id != 0)
+            return CUDA_ERROR_INVALID_DEVICE;
+        switch (desc[i].flags) {
+        case CU_MEM_ACCESS_FLAGS_PROT_NONE: acc = FC_ACC_NONE; break;
+        case CU_MEM_ACCESS_FLAGS_PROT_READ: acc = FC_ACC_READ; break;
+        case CU_MEM_ACCESS_FLAGS_PROT_READWRITE: acc = FC_ACC_RW; break;
+        default: return CUDA_ERROR_INVALID_VALUE;
+        }
+    }
+    int prot = acc == FC_ACC_RW ? PROT_READ | PROT_WRITE : acc == FC_ACC_READ ? PROT_READ : 0;
+    pthread_rwlock_wrlock(&g_fc.mem_lock);
+    if (whole_mappings(p, size, &first, &n) != 0) {
+        pthread_rwlock_unlock(&g_fc.mem_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (mprotect((void *)p, size, prot) != 0) {
+        pthread_rwlock_unlock(&g_fc.mem_lock);
+        return CUDA_ERROR_UNKNOWN;
+    }
+    for (size_t k = 0; k < n; k++)
+        g_fc.ranges[first + k].access = acc;
+    pthread_rwlock_unlock(&g_fc.mem_lock);
+    return CUDA_SUCCESS;
+}
+FC_EXPORT(cuMemSetAccess, PFN_cuMemSetAccess_v10020, fc_mem_set_access);
+
+static CUresult fc_mem_get_access(unsigned long long *flags, const CUmemLocation *loc,
+                                  CUdeviceptr ptr) {
+    FC_ENTER("cuMemGetAccess");
+    if (!flags || !loc || loc->type != CU_MEM_LOCATION_TYPE_DEVICE || loc->id != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_rwlock_rdlock(&g_fc.mem_lock);
+    fc_range_t *r = find_range((uintptr_t)ptr);
+    int ok = r && r->kind == FC_R_MAP;
+    if (ok)
+        *flags = r->access == FC_ACC_RW     ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+                 : r->access == FC_ACC_READ ? CU_MEM_ACCESS_FLAGS_PROT_READ
+                                            : CU_MEM_ACCESS_FLAGS_PROT_NONE;
+    pthread_rwlock_unlock(&g_fc.mem_lock);
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+FC_EXPORT(cuMemGetAccess, PFN_cuMemGetAccess_v10020, fc_mem_get_access);

@@ -1,0 +1,728 @@
+/* SPDX-License-Identifier: MIT */
+/* fc_stream.c: simulated streams and events: in-order queues run by one worker thread per stream
+ * (or inline on the caller's thread), cross-stream dependencies, legacy default-stream
+ * semantics, seeded jitter, the timing model's engines, and the strict-mode check.
+ *
+ * Every op carries a sequence number on its stream and a list of (stream, seq) dependencies;
+ * a worker runs its head op once every dependency has completed. The legacy stream waits for
+ * all blocking streams and they for it, as on the real driver. An op stays at the head of its
+ * queue while it runs, so fc_strict_check sees running work as well as queued work.
+ *
+ * Locking: g_fc.lock guards every queue, counter and event; g_fc.cv is broadcast when an op is
+ * queued or completed. Op bodies run without the lock. */
+#include "fc_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static _Thread_local fc_stream_t *per_thread_stream;
+static atomic_int streams_started;
+
+/* ---- ops --------------------------------------------------------------------------------------- */
+
+fc_op_t *fc_op_new(const char *what, CUresult (*run)(fc_op_t *), void *payload,
+                   void (*dispose)(fc_op_t *)) {
+    fc_op_t *op = calloc(1, sizeof *op);
+    if (!op)
+        return NULL;
+    op->what = what;
+    op->run = run;
+    op->payload = payload;
+    op->dispose = dispose;
+    return op;
+}
+
+static void op_free(fc_op_t *op) {
+    if (op->dispose)
+        op->dispose(op);
+    free(op->deps);
+    free(op->refs);
+    free(op);
+}
+
+void fc_op_ref(fc_op_t *op, uintptr_t lo, uintptr_t hi) {
+    if (op->nrefs == op->cap_refs) {
+        unsigned nc = op->cap_refs ? op->cap_refs * 2 : 4;
+        fc_ref_t *n = realloc(op->refs, nc * sizeof *n);
+        if (!n)
+            return; /* strict checking is best effort under memory pressure */
+        op->refs = n;
+        op->cap_refs = nc;
+    }
+    op->refs[op->nrefs].lo = lo;
+    op->refs[op->nrefs].hi = hi;
+    op->nrefs++;
+}
+
+static int op_dep(fc_op_t *op, fc_stream_t *s, uint64_t seq) {
+    if (seq == 0 || s->completed >= seq)
+        return 0;
+    if (op->ndeps == op->cap_deps) {
+        unsigned nc = op->cap_deps ? op->cap_deps * 2 : 4;
+        fc_dep_t *n = realloc(op->deps, nc * sizeof *n);
+        if (!n)
+            return -1;
+        op->deps = n;
+        op->cap_deps = nc;
+    }
+    op->deps[op->ndeps].s = s;
+    op->deps[op->ndeps].seq = seq;
+    op->ndeps++;
+    return 0;
+}
+
+/* ---- jitter and the timing model --------------------------------------------------------------- */
+
+static uint64_t splitmix(uint64_t *x) {
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static void sleep_ns(uint64_t ns) {
+    struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
+/* Runs op's body, holding its engine for at least the modelled time when timing is on. */
+static CUresult execute(fc_op_t *op) {
+    if (!g_fc.cfg.timing || op->engine == FC_ENG_NONE)
+        return op->run(op);
+    pthread_mutex_lock(&g_fc.engine[op->engine]);
+    uint64_t t0 = fc_now_ns();
+    CUresult r = op->run(op);
+    uint64_t spent = fc_now_ns() - t0;
+    if (op->model_ns > (double)spent)
+        sleep_ns((uint64_t)(op->model_ns - (double)spent));
+    pthread_mutex_unlock(&g_fc.engine[op->engine]);
+    return r;
+}
+
+static int deps_done(const fc_op_t *op) {
+    for (unsigned i = 0; i < op->ndeps; i++)
+        if (op->deps[i].s->completed < op->deps[i].seq)
+            return 0;
+    return 1;
+}
+
+/* Completes the head op of s. Caller holds g_fc.lock. */
+static void complete_head(fc_stream_t *s, fc_op_t *op, CUresult r) {
+    if (r != CUDA_SUCCESS)
+        fc_set_sticky(r);
+    s->head = op->next;
+    if (!s->head)
+        s->tail = NULL;
+    s->completed = op->seq;
+    pthread_cond_broadcast(&g_fc.cv);
+}
+
+static void *worker(void *arg) {
+    fc_stream_t *s = arg;
+    uint64_t rng = g_fc.cfg.seed ^ ((uint64_t)(uintptr_t)s * 0x9e3779b97f4a7c15ull);
+    pthread_mutex_lock(&g_fc.lock);
+    for (;;) {
+        while (!s->head && !s->closing)
+            pthread_cond_wait(&g_fc.cv, &g_fc.lock);
+        if (!s->head)
+            break;
+        fc_op_t *op = s->head;
+        while (!deps_done(op))
+            pthread_cond_wait(&g_fc.cv, &g_fc.lock);
+        pthread_mutex_unlock(&g_fc.lock);
+        if (g_fc.cfg.jitter_us)
+            sleep_ns((splitmix(&rng) % ((uint64_t)g_fc.cfg.jitter_us + 1)) * 1000ull);
+        CUresult r = atomic_load(&g_fc.sticky) != CUDA_SUCCESS ? CUDA_SUCCESS : execute(op);
+        pthread_mutex_lock(&g_fc.lock);
+        complete_head(s, op, r);
+        pthread_mutex_unlock(&g_fc.lock);
+        op_free(op);
+        pthread_mutex_lock(&g_fc.lock);
+    }
+    pthread_mutex_unlock(&g_fc.lock);
+    return NULL;
+}
+
+/* ---- streams ----------------------------------------------------------------------------------- */
+
+static fc_stream_t *stream_new(unsigned flags, int priority) {
+    fc_stream_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->magic = FC_MAGIC_STREAM;
+    s->flags = flags;
+    s->priority = priority;
+    pthread_mutex_lock(&g_fc.lock);
+    s->all_next = g_fc.all_streams;
+    g_fc.all_streams = s;
+    pthread_mutex_unlock(&g_fc.lock);
+    return s;
+}
+
+static fc_stream_t *legacy_stream(void) {
+    pthread_mutex_lock(&g_fc.lock);
+    fc_stream_t *s = g_fc.legacy;
+    pthread_mutex_unlock(&g_fc.lock);
+    if (s)
+        return s;
+    fc_stream_t *n = stream_new(0, 0);
+    if (!n)
+        return NULL;
+    n->legacy = 1;
+    pthread_mutex_lock(&g_fc.lock);
+    if (!g_fc.legacy)
+        g_fc.legacy = n;
+    else
+        n->closing = 1; /* lost the race: stays on the list, never used */
+    s = g_fc.legacy;
+    pthread_mutex_unlock(&g_fc.lock);
+    return s;
+}
+
+fc_stream_t *fc_stream_resolve(CUstream h, int ptds) {
+    if (h == CU_STREAM_PER_THREAD || (h == NULL && ptds)) {
+        if (!per_thread_stream) {
+            per_thread_stream = stream_new(0, 0);
+            if (per_thread_stream)
+                per_thread_stream->per_thread = 1;
+        }
+        return per_thread_stream;
+    }
+    if (h == NULL || h == CU_STREAM_LEGACY)
+        return legacy_stream();
+    if (h->magic != FC_MAGIC_STREAM || h->closing)
+        return NULL;
+    return h;
+}
+
+int fc_stream_valid(CUstream h) {
+    return h == NULL || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD ||
+           (h->magic == FC_MAGIC_STREAM && !h->closing);
+}
+
+/* Adds the implicit dependencies of legacy default-stream semantics. Caller holds the lock. */
+static int implicit_deps(fc_stream_t *s, fc_op_t *op) {
+    if (s->flags & CU_STREAM_NON_BLOCKING)
+        return 0;
+    if (s->legacy) {
+        for (fc_stream_t *t = g_fc.all_streams; t; t = t->all_next)
+            if (t != s && !(t->flags & CU_STREAM_NON_BLOCKING) && op_dep(op, t, t->submitted))
+                return -1;
+        return 0;
+    }
+    fc_stream_t *l = g_fc.legacy;
+    return l ? op_dep(op, l, l->submitted) : 0;
+}
+
+uint64_t fc_submit(fc_stream_t *s, fc_op_t *op) {
+    pthread_mutex_lock(&g_fc.lock);
+    if (implicit_deps(s, op) != 0) {
+        pthread_mutex_unlock(&g_fc.lock);
+        op_free(op);
+        return 0;
+    }
+    op->seq = ++s->submitted;
+    if (op->on_submit)
+        op->on_submit(op, s);
+    if (!g_fc.cfg.threaded) {
+        /* Inline: everything before this op has completed already; run it now. */
+        pthread_mutex_unlock(&g_fc.lock);
+        CUresult r = atomic_load(&g_fc.sticky) != CUDA_SUCCESS ? CUDA_SUCCESS : execute(op);
+        pthread_mutex_lock(&g_fc.lock);
+        if (r != CUDA_SUCCESS)
+            fc_set_sticky(r);
+        s->completed = op->seq;
+        pthread_mutex_unlock(&g_fc.lock);
+        uint64_t seq = op->seq;
+        op_free(op);
+        return seq;
+    }
+    if (!s->has_thread) {
+        if (pthread_create(&s->thread, NULL, worker, s) != 0) {
+            s->submitted--;
+            pthread_mutex_unlock(&g_fc.lock);
+            op_free(op);
+            return 0;
+        }
+        s->has_thread = 1;
+        atomic_fetch_add(&streams_started, 1);
+    }
+    if (s->tail)
+        s->tail->next = op;
+    else
+        s->head = op;
+    s->tail = op;
+    uint64_t seq = op->seq;
+    pthread_cond_broadcast(&g_fc.cv);
+    pthread_mutex_unlock(&g_fc.lock);
+    return seq;
+}
+
+CUresult fc_wait_seq(fc_stream_t *s, uint64_t seq) {
+    pthread_mutex_lock(&g_fc.lock);
+    while (s->completed < seq)
+        pthread_cond_wait(&g_fc.cv, &g_fc.lock);
+    pthread_mutex_unlock(&g_fc.lock);
+    return atomic_load(&g_fc.sticky);
+}
+
+CUresult fc_sync_all(void) {
+    pthread_mutex_lock(&g_fc.lock);
+    for (fc_stream_t *t = g_fc.all_streams; t; t = t->all_next) {
+        uint64_t target = t->submitted;
+        while (t->completed < target)
+            pthread_cond_wait(&g_fc.cv, &g_fc.lock);
+    }
+    pthread_mutex_unlock(&g_fc.lock);
+    return atomic_load(&g_fc.sticky);
+}
+
+int fc_strict_check(uintptr_t lo, uintptr_t hi, const char *what) {
+    int conflicts = 0;
+    pthread_mutex_lock(&g_fc.lock);
+    for (fc_stream_t *t = g_fc.all_streams; t; t = t->all_next) {
+        for (fc_op_t *op = t->head; op; op = op->next) {
+            for (unsigned i = 0; i < op->nrefs; i++) {
+                if (op->refs[i].lo < hi && lo < op->refs[i].hi) {
+                    if (conflicts++ == 0)
+                        fc_warn("strict: %s of [%#lx, %#lx) while queued work (%s, seq %llu) "
+                                "still references [%#lx, %#lx)",
+                                what, (unsigned long)lo, (unsigned long)hi, op->what,
+                                (unsigned long long)op->seq, (unsigned long)op->refs[i].lo,
+                                (unsigned long)op->refs[i].hi);
+                    break;
+                }
+            }
+        }
+    }
+    pthread_mutex_unlock(&g_fc.lock);
+    if (conflicts) {
+        FC_STAT(strict_violations, 1);
+        if (g_fc.cfg.strict)
+            fc_fatal("strict mode: %s under queued work (FAKECUDA_STRICT=0 only counts it)", what);
+    }
+    return conflicts;
+}
+
+void fc_streams_shutdown(void) {
+    pthread_mutex_lock(&g_fc.lock);
+    for (fc_stream_t *t = g_fc.all_streams; t; t = t->all_next)
+        t->closing = 1;
+    pthread_cond_broadcast(&g_fc.cv);
+    pthread_mutex_unlock(&g_fc.lock);
+    for (fc_stream_t *t = g_fc.all_streams; t; t = t->all_next) {
+        if (t->has_thread) {
+            pthread_join(t->thread, NULL);
+            t->has_thread = 0;
+        }
+    }
+    pthread_mutex_lock(&g_fc.lock);
+    fc_stream_t *t = g_fc.all_streams;
+    g_fc.all_streams = NULL;
+    g_fc.legacy = NULL;
+    pthread_mutex_unlock(&g_fc.lock);
+    while (t) {
+        fc_stream_t *next = t->all_next;
+        t->magic = 0;
+        free(t);
+        t = next;
+    }
+}
+
+static CUresult stream_create(CUstream *out, unsigned flags, int priority) {
+    if (!out || (flags & ~(unsigned)CU_STREAM_NON_BLOCKING))
+        return CUDA_ERROR_INVALID_VALUE;
+    fc_stream_t *s = stream_new(flags, priority);
+    if (!s)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    FC_STAT(streams_live, 1);
+    *out = s;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_stream_create(CUstream *out, unsigned int flags) {
+    FC_ENTER("cuStreamCreate");
+    return stream_create(out, flags, 0);
+}
+FC_EXPORT(cuStreamCreate, PFN_cuStreamCreate_v2000, fc_stream_create);
+
+static CUresult fc_stream_create_prio(CUstream *out, unsigned int flags, int priority) {
+    FC_ENTER("cuStreamCreateWithPriority");
+    return stream_create(out, flags, priority);
+}
+FC_EXPORT(cuStreamCreateWithPriority, PFN_cuStreamCreateWithPriority_v5050,
+          fc_stream_create_prio);
+
+/* Returns at once; the worker finishes the queued work and then exits (as on the driver). */
+static CUresult fc_stream_destroy(CUstream h) {
+    FC_ENTER_("cuStreamDestroy", 1, 0);
+    if (!h || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD || h->magic != FC_MAGIC_STREAM ||
+        h->closing)
+        return CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&g_fc.lock);
+    h->closing = 1;
+    pthread_cond_broadcast(&g_fc.cv);
+    pthread_mutex_unlock(&g_fc.lock);
+    FC_STAT(streams_live, -1);
+    return CUDA_SUCCESS;
+}
+FC_EXPORT(cuStreamDestroy_v2, PFN_cuStreamDestroy_v4000, fc_stream_destroy);
+
+static CUresult stream_sync(CUstream h, int ptds) {
+    fc_stream_t *s = fc_stream_resolve(h, ptds);
+    if (!s)
+        return CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&g_fc.lock);
+    uint64_t target = s->submitted;
+    pthread_mutex_unlock(&g_fc.lock);
+    return fc_wait_seq(s, target);
+}
+
+static CUresult fc_stream_sync(CUstream h) {
+    FC_ENTER("cuStreamSynchronize");
+    return stream_sync(h, 0);
+}
+FC_EXPORT(cuStreamSynchronize, PFN_cuStreamSynchronize_v2000, fc_stream_sync);
+
+static CUresult fc_stream_sync_ptsz(CUstream h) {
+    FC_ENTER("cuStreamSynchronize");
+    return stream_sync(h, 1);
+}
+FC_EXPORT(cuStreamSynchronize_ptsz, PFN_cuStreamSynchronize_v7000_ptsz, fc_stream_sync_ptsz);
+
+static CUresult stream_query(CUstream h, int ptds) {
+    fc_stream_t *s = fc_stream_resolve(h, ptds);
+    if (!s)
+        return CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&g_fc.lock);
+    int done = s->completed == s->submitted;
+    pthread_mutex_unlock(&g_fc.lock);
+    return done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+static CUresult fc_stream_query(CUstream h) {
+    FC_ENTER("cuStreamQuery");
+    return stream_query(h, 0);
+}
+FC_EXPORT(cuStreamQuery, PFN_cuStreamQuery_v2000, fc_stream_query);
+
+static CUresult fc_stream_query_ptsz(CUstream h) {
+    FC_ENTER("cuStreamQuery");
+    return stream_query(h, 1);
+}
+FC_EXPORT(cuStreamQuery_ptsz, PFN_cuStreamQuery_v7000_ptsz, fc_stream_query_ptsz);
+
+static CUresult stream_flags(CUstream h, unsigned int *flags, int ptds) {
+    fc_stream_t *s = fc_stream_resolve(h, ptds);
+    if (!s || !flags)
+        return s ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_HANDLE;
+    *flags = s->flags;
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_stream_flags(CUstream h, unsigned int *flags) {
+    FC_ENTER("cuStreamGetFlags");
+    return stream_flags(h, flags, 0);
+}
+FC_EXPORT(cuStreamGetFlags, PFN_cuStreamGetFlags_v5050, fc_stream_flags);
+
+static CUresult fc_stream_flags_ptsz(CUstream h, unsigned int *flags) {
+    FC_ENTER("cuStreamGetFlags");
+    return stream_flags(h, flags, 1);
+}
+FC_EXPORT(cuStreamGetFlags_ptsz, PFN_cuStreamGetFlags_v7000_ptsz, fc_stream_flags_ptsz);
+
+/* ---- events ------------------------------------------------------------------------------------ */
+
+typedef struct CUevent_st fc_event_t;
+
+static void event_put(fc_event_t *e) {
+    /* Caller holds g_fc.lock. */
+    if (--e->refs == 0) {
+        e->magic = 0;
+        free(e);
+    }
+}
+
+static CUresult run_event(fc_op_t *op) {
+    fc_event_t *e = op->payload;
+    uint64_t now = fc_now_ns();
+    pthread_mutex_lock(&g_fc.lock);
+    if (e->seq == op->seq && e->stream)
+        e->t_ns = now;
+    pthread_mutex_unlock(&g_fc.lock);
+    return CUDA_SUCCESS;
+}
+
+static void dispose_event(fc_op_t *op) {
+    pthread_mutex_lock(&g_fc.lock);
+    event_put(op->payload);
+    pthread_mutex_unlock(&g_fc.lock);
+}
+
+/* Runs under g_fc.lock in fc_submit, once the record's sequence number is known. */
+static void event_on_submit(fc_op_t *op, fc_stream_t *s) {
+    fc_event_t *e = op->payload;
+    e->stream = s;
+    e->seq = op->seq;
+    e->t_ns = 0;
+}
+
+static CUresult fc_event_create(CUevent *out, unsigned int flags) {
+    FC_ENTER("cuEventCreate");
+    if (!out || (flags & ~(unsigned)(CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING |
+                                     CU_EVENT_INTERPROCESS)))
+        return CUDA_ERROR_INVALID_VALUE;
+    fc_event_t *e = calloc(1, sizeof *e);
+    if (!e)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    e->magic = FC_MAGIC_EVENT;
+    e->flags = flags;
+    e->refs = 1;
+    FC_STAT(events_live, 1);
+    *out = e;
+    return CUDA_SUCCESS;
+}
+FC_EXPORT(cuEventCreate, PFN_cuEventCreate_v2000, fc_event_create);
+
+static int event_ok(CUevent e) {
+    return e && e->magic == FC_MAGIC_EVENT && !e->destroyed;
+}
+
+/* Records e on the stream: e completes when the work queued before it has. The stream and seq
+ * are set in fc_submit, under the lock, so a later wait sees exactly this record. */
+static CUresult event_record(CUevent e, CUstream h, int ptds) {
+    if (!event_ok(e))
+        return CUDA_ERROR_INVALID_HANDLE;
+    fc_stream_t *s = fc_stream_resolve(h, ptds);
+    if (!s)
+        return CUDA_ERROR_INVALID_HANDLE;
+    fc_op_t *op = fc_op_new("event record", run_event, e, dispose_event);
+    if (!op)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    op->on_submit = event_on_submit;
+    pthread_mutex_lock(&g_fc.lock);
+    e->refs++;
+    pthread_mutex_unlock(&g_fc.lock);
+    return fc_submit(s, op) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static CUresult fc_event_record(CUevent e, CUstream s) {
+    FC_ENTER("cuEventRecord");
+    return event_record(e, s, 0);
+}
+FC_EXPORT(cuEventRecord, PFN_cuEventRecord_v2000, fc_event_record);
+
+static CUresult fc_event_record_ptsz(CUevent e, CUstream s) {
+    FC_ENTER("cuEventRecord");
+    return event_record(e, s, 1);
+}
+FC_EXPORT(cuEventRecord_ptsz, PFN_cuEventRecord_v7000_ptsz, fc_event_record_ptsz);
+
+static CUresult fc_event_record_flags(CUevent e, CUstream s, unsigned int flags) {
+    FC_ENTER("cuEventRecordWithFlags");
+    if (flags & ~(unsigned)CU_EVENT_RECORD_EXTERNAL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return event_record(e, s, 0);
+}
+FC_EXPORT(cuEventRecordWithFlags, PFN_cuEventRecordWithFlags_v11010, fc_event_record_flags);
+
+static CUresult fc_event_record_flags_ptsz(CUevent e, CUstream s, unsigned int flags) {
+    FC_ENTER("cuEventRecordWithFlags");
+    if (flags & ~(unsigned)CU_EVENT_RECORD_EXTERNAL)
+        return CUDA_ERROR_INVALID_VALUE;
+    return event_record(e, s, 1);
+}
+FC_EXPORT(cuEventRecordWithFlags_ptsz, PFN_cuEventRecordWithFlags_v11010_ptsz,
+          fc_event_record_flags_ptsz);
+
+/* Caller holds g_fc.lock. */
+static int event_done(const fc_event_t *e) {
+    return !e->stream || e->stream->completed >= e->seq;
+}
+
+static CUresult fc_event_query(CUevent e) {
+    FC_ENTER("cuEventQuery");
+    if (!event_ok(e))
+        return CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&g_fc.lock);
+    int done = event_done(e);
+    pthread_mutex_unlock(&g_fc.lock);
+    return done ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+FC_EXPORT(cuEventQuery, PFN_cuEventQuery_v2000, fc_event_query);
+
+static CUresult fc_event_sync(CUevent e) {
+    FC_ENTER("cuEventSynchronize");
+    if (!event_ok(e))
+        return CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&g_fc.lock);
+    fc_stream_t *s = e->stream;
+    uint64_t seq = e->seq;
+    pthread_mutex_unlock(&g_fc.lock);
+    return s ? fc_wait_seq(s, seq) : CUDA_SUCCESS;
+}
+FC_EXPORT(cuEventSynchronize, PFN_cuEventSynchronize_v2000, fc_event_sync);
+
+static CUresult event_elapsed(float *ms, CUevent a, CUevent b) {
+    if (!ms)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!event_ok(a) || !event_ok(b))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if ((a->flags | b->flags) & CU_EVENT_DISABLE_TIMING)
+        return CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&g_fc.lock);
+    CUresult r = CUDA_SUCCESS;
+    if (!a->stream || !b->stream)
+        r = CUDA_ERROR_INVALID_HANDLE;
+    else if (!event_done(a) || !event_done(b))
+        r = CUDA_ERROR_NOT_READY;
+    else
+        *ms = (float)(((double)b->t_ns - (double)a->t_ns) / 1e6);
+    pthread_mutex_unlock(&g_fc.lock);
+    return r;
+}
+
+static CUresult fc_event_elapsed(float *ms, CUevent a, CUevent b) {
+    FC_ENTER("cuEventElapsedTime");
+    return event_elapsed(ms, a, b);
+}
+FC_EXPORT(cuEventElapsedTime, PFN_cuEventElapsedTime_v2000, fc_event_elapsed);
+
+static CUresult fc_event_elapsed_v2(float *ms, CUevent a, CUevent b) {
+    FC_ENTER("cuEventElapsedTime");
+    return event_elapsed(ms, a, b);
+}
+FC_EXPORT(cuEventElapsedTime_v2, PFN_cuEventElapsedTime_v12080, fc_event_elapsed_v2);
+
+static CUresult fc_event_destroy(CUevent e) {
+    FC_ENTER_("cuEventDestroy", 1, 0);
+    if (!event_ok(e))
+        return CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&g_fc.lock);
+    e->destroyed = 1;
+    event_put(e);
+    pthread_mutex_unlock(&g_fc.lock);
+    FC_STAT(events_live, -1);
+    return CUDA_SUCCESS;
+}
+FC_EXPORT(cuEventDestroy_v2, PFN_cuEventDestroy_v4000, fc_event_destroy);
+
+/* ---- waits and host functions ----------------------------------------------------------------- */
+
+static CUresult run_nop(fc_op_t *op) {
+    (void)op;
+    return CUDA_SUCCESS;
+}
+
+/* The wait op depends on the event's last record as it stands now (a later record of the same
+ * event does not move it), exactly as cuStreamWaitEvent captures it. */
+static CUresult stream_wait(CUstream h, CUevent e, unsigned int flags, int ptds) {
+    if (flags & ~(unsigned)CU_EVENT_WAIT_EXTERNAL)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!event_ok(e))
+        return CUDA_ERROR_INVALID_HANDLE;
+    fc_stream_t *s = fc_stream_resolve(h, ptds);
+    if (!s)
+        return CUDA_ERROR_INVALID_HANDLE;
+    fc_op_t *op = fc_op_new("stream wait", run_nop, NULL, NULL);
+    if (!op)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&g_fc.lock);
+    int rc = e->stream ? op_dep(op, e->stream, e->seq) : 0;
+    pthread_mutex_unlock(&g_fc.lock);
+    if (rc != 0) {
+        op_free(op);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (!g_fc.cfg.threaded && op->ndeps) {
+        /* Inline mode cannot leave a wait pending: the recorded work is already complete. */
+        op->ndeps = 0;
+    }
+    return fc_submit(s, op) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static CUresult fc_stream_wait(CUstream h, CUevent e, unsigned int flags) {
+    FC_ENTER("cuStreamWaitEvent");
+    return stream_wait(h, e, flags, 0);
+}
+FC_EXPORT(cuStreamWaitEvent, PFN_cuStreamWaitEvent_v3020, fc_stream_wait);
+
+static CUresult fc_stream_wait_ptsz(CUstream h, CUevent e, unsigned int flags) {
+    FC_ENTER("cuStreamWaitEvent");
+    return stream_wait(h, e, flags, 1);
+}
+FC_EXPORT(cuStreamWaitEvent_ptsz, PFN_cuStreamWaitEvent_v7000_ptsz, fc_stream_wait_ptsz);
+
+typedef struct host_fn {
+    CUhostFn fn;
+    CUstreamCallback cb;
+    CUstream stream;
+    void *data;
+} host_fn_t;
+
+static CUresult run_host_fn(fc_op_t *op) {
+    host_fn_t *h = op->payload;
+    if (h->fn)
+        h->fn(h->data);
+    else
+        h->cb(h->stream, CUDA_SUCCESS, h->data);
+    return CUDA_SUCCESS;
+}
+
+static void dispose_payload(fc_op_t *op) {
+    free(op->payload);
+}
+
+static CUresult host_func(CUstream h, CUhostFn fn, CUstreamCallback cb, void *data, int ptds) {
+    if (!fn && !cb)
+        return CUDA_ERROR_INVALID_VALUE;
+    fc_stream_t *s = fc_stream_resolve(h, ptds);
+    if (!s)
+        return CUDA_ERROR_INVALID_HANDLE;
+    host_fn_t *p = malloc(sizeof *p);
+    if (!p)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    p->fn = fn;
+    p->cb = cb;
+    p->stream = h;
+    p->data = data;
+    fc_op_t *op = fc_op_new("host function", run_host_fn, p, dispose_payload);
+    if (!op) {
+        free(p);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return fc_submit(s, op) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static CUresult fc_host_func(CUstream h, CUhostFn fn, void *data) {
+    FC_ENTER("cuLaunchHostFunc");
+    return host_func(h, fn, NULL, data, 0);
+}
+FC_EXPORT(cuLaunchHostFunc, PFN_cuLaunchHostFunc_v10000, fc_host_func);
+
+static CUresult fc_host_func_ptsz(CUstream h, CUhostFn fn, void *data) {
+    FC_ENTER("cuLaunchHostFunc");
+    return host_func(h, fn, NULL, data, 1);
+}
+FC_EXPORT(cuLaunchHostFunc_ptsz, PFN_cuLaunchHostFunc_v10000_ptsz, fc_host_func_ptsz);
+
+static CUresult fc_add_callback(CUstream h, CUstreamCallback cb, void *data, unsigned int flags) {
+    FC_ENTER("cuStreamAddCallback");
+    if (flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    return host_func(h, NULL, cb, data, 0);
+}
+FC_EXPORT(cuStreamAddCallback, PFN_cuStreamAddCallback_v5000, fc_add_callback);
+
+static CUresult fc_add_callback_ptsz(CUstream h, CUstreamCallback cb, void *data,
+                                     unsigned int flags) {
+    FC_ENTER("cuStreamAddCallback");
+    if (flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    return host_func(h, NULL, cb, data, 1);
+}
+FC_EXPORT(cuStreamAddCallback_ptsz, PFN_cuStreamAddCallback_v7000_ptsz, fc_add_callback_ptsz);

@@ -1,0 +1,183 @@
+/* SPDX-License-Identifier: MIT */
+/* testutil.c: helpers shared by the Check suites: child processes with captured output, paths
+ * under the build directory, and printed seeds. Used only by tests, single-threaded. */
+#include "testutil.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+const char *tu_build_dir(void) {
+    const char *b = getenv("OOC_BUILD");
+    return (b && *b) ? b : "build";
+}
+
+const char *tu_build_path(const char *rel) {
+    static char slots[8][4096];
+    static unsigned next;
+    char *s = slots[next++ % 8];
+    snprintf(s, sizeof slots[0], "%s/%s", tu_build_dir(), rel);
+    return s;
+}
+
+uint64_t tu_seed(const char *test_name) {
+    const char *e = getenv("OOC_TEST_SEED");
+    uint64_t seed;
+    if (e && *e) {
+        seed = strtoull(e, NULL, 0);
+    } else {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        seed = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (uint64_t)getpid();
+    }
+    fprintf(stderr, "%s: seed %llu (replay with OOC_TEST_SEED=%llu)\n", test_name,
+            (unsigned long long)seed, (unsigned long long)seed);
+    return seed;
+}
+
+/* Builds the child's environment: ours, with `env` entries replacing or removing ours. */
+static char **child_env(const char *const env[]) {
+    size_t n = 0, m = 0;
+    while (environ[n])
+        n++;
+    while (env && env[m])
+        m++;
+    char **out = calloc(n + m + 1, sizeof *out);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *eq = strchr(environ[i], '=');
+        size_t klen = eq ? (size_t)(eq - environ[i]) : strlen(environ[i]);
+        int overridden = 0;
+        for (size_t j = 0; j < m; j++)
+            if (strncmp(env[j], environ[i], klen) == 0 && env[j][klen] == '=')
+                overridden = 1;
+        if (!overridden)
+            out[k++] = environ[i];
+    }
+    for (size_t j = 0; j < m; j++)
+        if (strchr(env[j], '=')[1] != '\0')
+            out[k++] = (char *)env[j];
+    out[k] = NULL;
+    return out;
+}
+
+static void append(char **buf, size_t *len, size_t *cap, const char *data, size_t n) {
+    if (*len + n + 1 > *cap) {
+        *cap = (*len + n + 1) * 2;
+        *buf = realloc(*buf, *cap);
+    }
+    memcpy(*buf + *len, data, n);
+    *len += n;
+    (*buf)[*len] = '\0';
+}
+
+int tu_run(const char *const argv[], const char *const env[], int timeout_s, tu_proc_t *p) {
+    int out_pipe[2], err_pipe[2];
+    memset(p, 0, sizeof *p);
+    if (pipe(out_pipe) != 0)
+        return -1;
+    if (pipe(err_pipe) != 0) {
+        close(out_pipe[0]);
+        close(out_pipe[1]);
+        return -1;
+    }
+    char **cenv = child_env(env);
+    pid_t pid = fork();
+    if (pid < 0) {
+        free(cenv);
+        return -1;
+    }
+    if (pid == 0) {
+        dup2(out_pipe[1], 1);
+        dup2(err_pipe[1], 2);
+        close(out_pipe[0]);
+        close(err_pipe[0]);
+        execve(argv[0], (char *const *)argv, cenv);
+        fprintf(stderr, "exec %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    free(cenv);
+    close(out_pipe[1]);
+    close(err_pipe[1]);
+    size_t olen = 0, ocap = 0, elen = 0, ecap = 0;
+    append(&p->out, &olen, &ocap, "", 0);
+    append(&p->err, &elen, &ecap, "", 0);
+    struct pollfd fds[2] = {{out_pipe[0], POLLIN, 0}, {err_pipe[0], POLLIN, 0}};
+    int open_fds = 2, killed = 0;
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    while (open_fds > 0) {
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long left_ms = (long)timeout_s * 1000 - ((now.tv_sec - start.tv_sec) * 1000 +
+                                                 (now.tv_nsec - start.tv_nsec) / 1000000);
+        if (left_ms <= 0) {
+            kill(pid, SIGKILL);
+            killed = 1;
+            break;
+        }
+        int r = poll(fds, 2, (int)(left_ms > 1000 ? 1000 : left_ms));
+        if (r < 0 && errno != EINTR)
+            break;
+        for (int i = 0; i < 2; i++) {
+            if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            char chunk[65536];
+            ssize_t got = read(fds[i].fd, chunk, sizeof chunk);
+            if (got <= 0) {
+                close(fds[i].fd);
+                fds[i].fd = -1;
+                open_fds--;
+            } else if (i == 0) {
+                append(&p->out, &olen, &ocap, chunk, (size_t)got);
+            } else {
+                append(&p->err, &elen, &ecap, chunk, (size_t)got);
+            }
+        }
+    }
+    for (int i = 0; i < 2; i++)
+        if (fds[i].fd >= 0)
+            close(fds[i].fd);
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+        ;
+    if (killed)
+        p->status = 124;
+    else if (WIFEXITED(st))
+        p->status = WEXITSTATUS(st);
+    else
+        p->status = 128 + WTERMSIG(st);
+    return 0;
+}
+
+void tu_proc_free(tu_proc_t *p) {
+    free(p->out);
+    free(p->err);
+    p->out = p->err = NULL;
+}
+
+char *tu_field(const char *text, const char *key, char *buf, size_t len) {
+    size_t klen = strlen(key);
+    const char *found = NULL;
+    for (const char *line = text; line && *line;) {
+        if (strncmp(line, key, klen) == 0 && line[klen] == ':' && line[klen + 1] == ' ')
+            found = line + klen + 2;
+        const char *nl = strchr(line, '\n');
+        line = nl ? nl + 1 : NULL;
+    }
+    if (!found)
+        return NULL;
+    size_t n = strcspn(found, "\n");
+    if (n >= len)
+        n = len - 1;
+    memcpy(buf, found, n);
+    buf[n] = '\0';
+    return buf;
+}

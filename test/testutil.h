@@ -1,0 +1,36 @@
+/* SPDX-License-Identifier: MIT */
+/* testutil.h: helpers shared by the Check suites (subprocesses, paths, seeds). */
+#ifndef OOC_TESTUTIL_H
+#define OOC_TESTUTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The build directory the runner was built in (OOC_BUILD, default "build"). */
+const char *tu_build_dir(void);
+
+/* A path under the build directory, in a static buffer per call site slot (8 slots, rotating). */
+const char *tu_build_path(const char *rel);
+
+/* The seed for a random test: OOC_TEST_SEED when set, else a fresh one; printed either way so a
+ * failure can be replayed. */
+uint64_t tu_seed(const char *test_name);
+
+/* Result of a child process: exit status (or 128 + signal), and what it wrote. */
+typedef struct tu_proc {
+    int status;
+    char *out; /* stdout, NUL-terminated, owned by the caller (tu_proc_free) */
+    char *err; /* stderr, likewise */
+} tu_proc_t;
+
+/* Runs argv[0] (a path) with the current environment plus `env` (NULL-terminated "K=V" list,
+ * entries override; "K=" with an empty value unsets K), waits at most timeout_s seconds (then
+ * kills it and reports status 124). Returns 0 when the child ran, -1 when it could not start. */
+int tu_run(const char *const argv[], const char *const env[], int timeout_s, tu_proc_t *p);
+void tu_proc_free(tu_proc_t *p);
+
+/* The value after "key: " on the last line of text that starts with it, copied into buf;
+ * returns buf, or NULL when no line has it. */
+char *tu_field(const char *text, const char *key, char *buf, size_t len);
+
+#endif
