@@ -39,7 +39,7 @@ FC_SRC  := $(filter-out test/fakecuda/cudnn.c,$(wildcard test/fakecuda/*.c))
 FC_OBJ  := $(FC_SRC:%.c=$(B)/obj/%.o)
 FC_LIB  := $(B)/fakecuda/libcuda.so.1
 DNN_OBJ := $(B)/obj/test/fakecuda/cudnn.o
-DNN_LIB := $(B)/fakecuda/libcudnn.so.9
+DNN_LIB := $(if $(wildcard test/fakecuda/cudnn.c),$(B)/fakecuda/libcudnn.so.9)
 FC_DIR  := $(B)/fakecuda
 
 $(B)/obj/test/fakecuda/%.o: test/fakecuda/%.c
@@ -51,7 +51,7 @@ $(FC_LIB): $(FC_OBJ)
 	$(call say,LD,$@)$(CC) -shared -Wl,-soname,libcuda.so.1 -o $@ $^ $(LDFLAGS_ALL) -lm -ldl
 	$(Q)ln -sf libcuda.so.1 $(@D)/libcuda.so
 
-$(DNN_LIB): $(DNN_OBJ)
+$(B)/fakecuda/libcudnn.so.9: $(DNN_OBJ)
 	@mkdir -p $(@D)
 	$(call say,LD,$@)$(CC) -shared -Wl,-soname,libcudnn.so.9 -o $@ $^ $(LDFLAGS_ALL) -lm -ldl
 	$(Q)ln -sf libcudnn.so.9 $(@D)/libcudnn.so

@@ -315,8 +315,7 @@ START_TEST(test_touching_an_unmapped_range_faults) {
 END_TEST
 
 START_TEST(test_vmm_capacity_and_host_location) {
-    static const char *const env[] = {"FAKECUDA_MEM_BYTES", "4M", "FAKECUDA_SCHED", "inline",
-                                      NULL};
+    static const char *const env[] = {"FAKECUDA_MEM_BYTES", "4M", "FAKECUDA_SCHED", "inline", NULL};
     open_device(env);
     CUmemAllocationProp prop = dev_prop();
     CUmemGenericAllocationHandle a, b, c;
@@ -548,7 +547,8 @@ START_TEST(test_memsets_and_batch_copy) {
 }
 END_TEST
 
-/* ---- strict mode ------------------------------------------------------------------------------ */
+/* ---- strict mode ------------------------------------------------------------------------------
+ */
 
 START_TEST(test_strict_mode_aborts_on_unmap_under_queued_work) {
     open_device(threaded);
@@ -596,7 +596,8 @@ START_TEST(test_non_strict_mode_counts_and_faults_the_queued_kernel) {
 }
 END_TEST
 
-/* ---- kernels ------------------------------------------------------------------------------------ */
+/* ---- kernels ------------------------------------------------------------------------------------
+ */
 
 START_TEST(test_param_layout_follows_the_abi) {
     open_device(inline_);
@@ -646,7 +647,9 @@ START_TEST(test_launch_with_extra_buffer_and_library_kernel) {
     ck_assert_int_eq(cuLaunchKernel(f, 1, 1, 1, 2048, 1, 1, 0, NULL, NULL, extra),
                      CUDA_ERROR_INVALID_VALUE);
     CUmodule m;
-    ck_assert_int_eq(cuModuleLoadData(&m, "\x7f" "ELF-not-ours"), CUDA_ERROR_INVALID_IMAGE);
+    ck_assert_int_eq(cuModuleLoadData(&m, "\x7f"
+                                          "ELF-not-ours"),
+                     CUDA_ERROR_INVALID_IMAGE);
     OK(cuLibraryUnload(lib));
 }
 END_TEST
@@ -654,8 +657,7 @@ END_TEST
 /* ---- fault injection and statistics -------------------------------------------------------- */
 
 START_TEST(test_fault_injection_fails_the_nth_call) {
-    static const char *const env[] = {"FAKECUDA_FAIL", "cuMemAlloc@2,cuMemHostAlloc@1+=999",
-                                      NULL};
+    static const char *const env[] = {"FAKECUDA_FAIL", "cuMemAlloc@2,cuMemHostAlloc@1+=999", NULL};
     open_device(env);
     CUdeviceptr a, b, c;
     OK(cuMemAlloc(&a, 16));

@@ -18,7 +18,7 @@
 /* A module image accepted by cuModuleLoadData/cuLibraryLoadData is this prefix followed by a
  * module name, NUL-terminated: "FAKECUDA-MODULE:nn". Anything else is CUDA_ERROR_INVALID_IMAGE. */
 #define FAKECUDA_IMAGE_PREFIX "FAKECUDA-MODULE:"
-#define FAKECUDA_MAX_PARAMS 24
+#define FAKECUDA_MAX_PARAMS   24
 
 /* One kernel launch as the kernel function sees it. params[i] points at the bytes of parameter
  * i (a private copy made at launch time, so the caller may reuse its arguments at once). */

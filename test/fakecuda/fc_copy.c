@@ -113,8 +113,7 @@ static void account(fc_op_t *op, const copy_one_t *c) {
 
 /* Queues `count` prepared copies as one op on the stream; waits for it when `wait` is set or a
  * destination is pageable host memory. */
-static CUresult submit_copies(copy_payload_t *p, const char *what, CUstream h, int ptds,
-                              int wait) {
+static CUresult submit_copies(copy_payload_t *p, const char *what, CUstream h, int ptds, int wait) {
     fc_stream_t *s = fc_stream_resolve(h, ptds);
     if (!s) {
         free(p);
@@ -165,23 +164,24 @@ static CUresult copy1(const char *what, uintptr_t dst, uintptr_t src, size_t n, 
     return submit_copies(p, what, h, ptds, wait);
 }
 
-#define ANY (-1)
-#define DEV SIDE_DEVICE
+#define ANY  (-1)
+#define DEV  SIDE_DEVICE
 #define HOST SIDE_PAGEABLE
 
-/* ---- synchronous copies --------------------------------------------------------------------------- */
+/* ---- synchronous copies
+ * --------------------------------------------------------------------------- */
 
-#define SYNC_COPY(fname, base, sym, pfn, what, ed, es, ptds, DT, ST)                                 \
+#define SYNC_COPY(fname, base, sym, pfn, what, ed, es, ptds, DT, ST)                               \
     static CUresult fname(DT dst, ST src, size_t n) {                                              \
         FC_ENTER(base);                                                                            \
         return copy1(what, (uintptr_t)dst, (uintptr_t)src, n, ed, es, NULL, ptds, 1);              \
     }                                                                                              \
     FC_EXPORT(sym, pfn, fname)
 
-SYNC_COPY(fc_memcpy, "cuMemcpy", cuMemcpy, PFN_cuMemcpy_v4000, "memcpy", ANY, ANY, 0,
+SYNC_COPY(fc_memcpy, "cuMemcpy", cuMemcpy, PFN_cuMemcpy_v4000, "memcpy", ANY, ANY, 0, CUdeviceptr,
+          CUdeviceptr);
+SYNC_COPY(fc_memcpy_ptds, "cuMemcpy", cuMemcpy_ptds, PFN_cuMemcpy_v7000_ptds, "memcpy", ANY, ANY, 1,
           CUdeviceptr, CUdeviceptr);
-SYNC_COPY(fc_memcpy_ptds, "cuMemcpy", cuMemcpy_ptds, PFN_cuMemcpy_v7000_ptds, "memcpy", ANY, ANY,
-          1, CUdeviceptr, CUdeviceptr);
 SYNC_COPY(fc_htod, "cuMemcpyHtoD", cuMemcpyHtoD_v2, PFN_cuMemcpyHtoD_v3020, "memcpy HtoD", DEV,
           HOST, 0, CUdeviceptr, const void *);
 SYNC_COPY(fc_htod_ptds, "cuMemcpyHtoD", cuMemcpyHtoD_v2_ptds, PFN_cuMemcpyHtoD_v7000_ptds,
@@ -190,24 +190,25 @@ SYNC_COPY(fc_dtoh, "cuMemcpyDtoH", cuMemcpyDtoH_v2, PFN_cuMemcpyDtoH_v3020, "mem
           DEV, 0, void *, CUdeviceptr);
 SYNC_COPY(fc_dtoh_ptds, "cuMemcpyDtoH", cuMemcpyDtoH_v2_ptds, PFN_cuMemcpyDtoH_v7000_ptds,
           "memcpy DtoH", HOST, DEV, 1, void *, CUdeviceptr);
-SYNC_COPY(fc_dtod, "cuMemcpyDtoD", cuMemcpyDtoD_v2, PFN_cuMemcpyDtoD_v3020, "memcpy DtoD", DEV,
-          DEV, 0, CUdeviceptr, CUdeviceptr);
+SYNC_COPY(fc_dtod, "cuMemcpyDtoD", cuMemcpyDtoD_v2, PFN_cuMemcpyDtoD_v3020, "memcpy DtoD", DEV, DEV,
+          0, CUdeviceptr, CUdeviceptr);
 SYNC_COPY(fc_dtod_ptds, "cuMemcpyDtoD", cuMemcpyDtoD_v2_ptds, PFN_cuMemcpyDtoD_v7000_ptds,
           "memcpy DtoD", DEV, DEV, 1, CUdeviceptr, CUdeviceptr);
 
-/* ---- asynchronous copies -------------------------------------------------------------------------- */
+/* ---- asynchronous copies
+ * -------------------------------------------------------------------------- */
 
-#define ASYNC_COPY(fname, base, sym, pfn, what, ed, es, ptds, DT, ST)                                \
+#define ASYNC_COPY(fname, base, sym, pfn, what, ed, es, ptds, DT, ST)                              \
     static CUresult fname(DT dst, ST src, size_t n, CUstream h) {                                  \
         FC_ENTER(base);                                                                            \
         return copy1(what, (uintptr_t)dst, (uintptr_t)src, n, ed, es, h, ptds, 0);                 \
     }                                                                                              \
     FC_EXPORT(sym, pfn, fname)
 
-ASYNC_COPY(fc_memcpy_async, "cuMemcpyAsync", cuMemcpyAsync, PFN_cuMemcpyAsync_v4000,
-           "memcpy async", ANY, ANY, 0, CUdeviceptr, CUdeviceptr);
-ASYNC_COPY(fc_memcpy_async_ptsz, "cuMemcpyAsync", cuMemcpyAsync_ptsz,
-           PFN_cuMemcpyAsync_v7000_ptsz, "memcpy async", ANY, ANY, 1, CUdeviceptr, CUdeviceptr);
+ASYNC_COPY(fc_memcpy_async, "cuMemcpyAsync", cuMemcpyAsync, PFN_cuMemcpyAsync_v4000, "memcpy async",
+           ANY, ANY, 0, CUdeviceptr, CUdeviceptr);
+ASYNC_COPY(fc_memcpy_async_ptsz, "cuMemcpyAsync", cuMemcpyAsync_ptsz, PFN_cuMemcpyAsync_v7000_ptsz,
+           "memcpy async", ANY, ANY, 1, CUdeviceptr, CUdeviceptr);
 ASYNC_COPY(fc_htod_async, "cuMemcpyHtoDAsync", cuMemcpyHtoDAsync_v2, PFN_cuMemcpyHtoDAsync_v3020,
            "memcpy HtoD async", DEV, HOST, 0, CUdeviceptr, const void *);
 ASYNC_COPY(fc_htod_async_ptsz, "cuMemcpyHtoDAsync", cuMemcpyHtoDAsync_v2_ptsz,
@@ -224,11 +225,12 @@ ASYNC_COPY(fc_dtod_async_ptsz, "cuMemcpyDtoDAsync", cuMemcpyDtoDAsync_v2_ptsz,
            PFN_cuMemcpyDtoDAsync_v7000_ptsz, "memcpy DtoD async", DEV, DEV, 1, CUdeviceptr,
            CUdeviceptr);
 
-/* ---- batched copies ------------------------------------------------------------------------------- */
+/* ---- batched copies
+ * ------------------------------------------------------------------------------- */
 
 static CUresult batch(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
-                      CUmemcpyAttributes *attrs, size_t *attr_idxs, size_t nattrs,
-                      size_t *fail_idx, CUstream h, int ptds) {
+                      CUmemcpyAttributes *attrs, size_t *attr_idxs, size_t nattrs, size_t *fail_idx,
+                      CUstream h, int ptds) {
     if (fail_idx)
         *fail_idx = SIZE_MAX;
     if (!dsts || !srcs || !sizes || count == 0 || !attrs || !attr_idxs || nattrs == 0 ||
@@ -282,7 +284,8 @@ static CUresult fc_batch_13000_ptsz(CUdeviceptr *d, CUdeviceptr *s, size_t *n, s
 }
 FC_EXPORT(cuMemcpyBatchAsync_v2_ptsz, PFN_cuMemcpyBatchAsync_v13000_ptsz, fc_batch_13000_ptsz);
 
-/* ---- sets --------------------------------------------------------------------------------------- */
+/* ---- sets ---------------------------------------------------------------------------------------
+ */
 
 typedef struct set_payload {
     uintptr_t dst;
@@ -355,7 +358,7 @@ static CUresult set2d(const char *what, CUdeviceptr dst, size_t pitch, uint32_t 
     return fc_submit(s, op) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
-#define SET1(fname, base, sym, pfn, elem, VT, ptds)                                                 \
+#define SET1(fname, base, sym, pfn, elem, VT, ptds)                                                \
     static CUresult fname(CUdeviceptr d, VT v, size_t n) {                                         \
         FC_ENTER(base);                                                                            \
         return set2d(base, d, n * elem, (uint32_t)v, elem, n, 1, NULL, ptds);                      \
@@ -369,10 +372,10 @@ SET1(fc_set16, "cuMemsetD16", cuMemsetD16_v2, PFN_cuMemsetD16_v3020, 2, unsigned
 SET1(fc_set16_ptds, "cuMemsetD16", cuMemsetD16_v2_ptds, PFN_cuMemsetD16_v7000_ptds, 2,
      unsigned short, 1);
 SET1(fc_set32, "cuMemsetD32", cuMemsetD32_v2, PFN_cuMemsetD32_v3020, 4, unsigned int, 0);
-SET1(fc_set32_ptds, "cuMemsetD32", cuMemsetD32_v2_ptds, PFN_cuMemsetD32_v7000_ptds, 4,
-     unsigned int, 1);
+SET1(fc_set32_ptds, "cuMemsetD32", cuMemsetD32_v2_ptds, PFN_cuMemsetD32_v7000_ptds, 4, unsigned int,
+     1);
 
-#define SET1_ASYNC(fname, base, sym, pfn, elem, VT, ptds)                                           \
+#define SET1_ASYNC(fname, base, sym, pfn, elem, VT, ptds)                                          \
     static CUresult fname(CUdeviceptr d, VT v, size_t n, CUstream h) {                             \
         FC_ENTER(base);                                                                            \
         return set2d(base, d, n * elem, (uint32_t)v, elem, n, 1, h, ptds);                         \
@@ -392,7 +395,7 @@ SET1_ASYNC(fc_set32_async, "cuMemsetD32Async", cuMemsetD32Async, PFN_cuMemsetD32
 SET1_ASYNC(fc_set32_async_ptsz, "cuMemsetD32Async", cuMemsetD32Async_ptsz,
            PFN_cuMemsetD32Async_v7000_ptsz, 4, unsigned int, 1);
 
-#define SET2(fname, base, sym, pfn, elem, VT, ptds)                                                 \
+#define SET2(fname, base, sym, pfn, elem, VT, ptds)                                                \
     static CUresult fname(CUdeviceptr d, size_t pitch, VT v, size_t w, size_t hgt) {               \
         FC_ENTER(base);                                                                            \
         return set2d(base, d, pitch, (uint32_t)v, elem, w, hgt, NULL, ptds);                       \
@@ -406,18 +409,18 @@ SET2(fc_set2d32, "cuMemsetD2D32", cuMemsetD2D32_v2, PFN_cuMemsetD2D32_v3020, 4, 
 SET2(fc_set2d32_ptds, "cuMemsetD2D32", cuMemsetD2D32_v2_ptds, PFN_cuMemsetD2D32_v7000_ptds, 4,
      unsigned int, 1);
 
-#define SET2_ASYNC(fname, base, sym, pfn, elem, VT, ptds)                                           \
+#define SET2_ASYNC(fname, base, sym, pfn, elem, VT, ptds)                                          \
     static CUresult fname(CUdeviceptr d, size_t pitch, VT v, size_t w, size_t hgt, CUstream h) {   \
         FC_ENTER(base);                                                                            \
         return set2d(base, d, pitch, (uint32_t)v, elem, w, hgt, h, ptds);                          \
     }                                                                                              \
     FC_EXPORT(sym, pfn, fname)
 
-SET2_ASYNC(fc_set2d8_async, "cuMemsetD2D8Async", cuMemsetD2D8Async, PFN_cuMemsetD2D8Async_v3020,
-           1, unsigned char, 0);
+SET2_ASYNC(fc_set2d8_async, "cuMemsetD2D8Async", cuMemsetD2D8Async, PFN_cuMemsetD2D8Async_v3020, 1,
+           unsigned char, 0);
 SET2_ASYNC(fc_set2d8_async_ptsz, "cuMemsetD2D8Async", cuMemsetD2D8Async_ptsz,
            PFN_cuMemsetD2D8Async_v7000_ptsz, 1, unsigned char, 1);
-SET2_ASYNC(fc_set2d32_async, "cuMemsetD2D32Async", cuMemsetD2D32Async,
-           PFN_cuMemsetD2D32Async_v3020, 4, unsigned int, 0);
+SET2_ASYNC(fc_set2d32_async, "cuMemsetD2D32Async", cuMemsetD2D32Async, PFN_cuMemsetD2D32Async_v3020,
+           4, unsigned int, 0);
 SET2_ASYNC(fc_set2d32_async_ptsz, "cuMemsetD2D32Async", cuMemsetD2D32Async_ptsz,
            PFN_cuMemsetD2D32Async_v7000_ptsz, 4, unsigned int, 1);

@@ -26,7 +26,8 @@ fc_global_t g_fc = {
                PTHREAD_MUTEX_INITIALIZER},
 };
 
-/* ---- messages ---------------------------------------------------------------------------------- */
+/* ---- messages ----------------------------------------------------------------------------------
+ */
 
 void fc_warn(const char *fmt, ...) {
     char buf[1024];
@@ -63,7 +64,8 @@ void fc_set_sticky(CUresult e) {
     atomic_compare_exchange_strong(&g_fc.sticky, &expected, e);
 }
 
-/* ---- configuration ------------------------------------------------------------------------------ */
+/* ---- configuration ------------------------------------------------------------------------------
+ */
 
 static int parse_size(const char *s, uint64_t *out) {
     char *end;
@@ -73,11 +75,28 @@ static int parse_size(const char *s, uint64_t *out) {
         return -1;
     uint64_t mul = 1;
     switch (*end) {
-    case 'K': case 'k': mul = 1ull << 10; end++; break;
-    case 'M': case 'm': mul = 1ull << 20; end++; break;
-    case 'G': case 'g': mul = 1ull << 30; end++; break;
-    case 'T': case 't': mul = 1ull << 40; end++; break;
-    default: break;
+    case 'K':
+    case 'k':
+        mul = 1ull << 10;
+        end++;
+        break;
+    case 'M':
+    case 'm':
+        mul = 1ull << 20;
+        end++;
+        break;
+    case 'G':
+    case 'g':
+        mul = 1ull << 30;
+        end++;
+        break;
+    case 'T':
+    case 't':
+        mul = 1ull << 40;
+        end++;
+        break;
+    default:
+        break;
     }
     if (*end != '\0' || (v && mul > UINT64_MAX / v))
         return -1;
@@ -160,9 +179,10 @@ void fc_config_load(void) {
     pthread_once(&config_once, config_load_once);
 }
 
-/* ---- call counting and fault injection ------------------------------------------------------------ */
+/* ---- call counting and fault injection
+ * ------------------------------------------------------------ */
 
-#define FC_MAX_SLOTS 256
+#define FC_MAX_SLOTS  256
 #define FC_MAX_FAULTS 32
 
 struct fc_api_slot {
@@ -292,7 +312,8 @@ CUresult fc_enter(fc_api_slot_t *slot, int need_init, int check_sticky) {
     return CUDA_SUCCESS;
 }
 
-/* ---- statistics ------------------------------------------------------------------------------------ */
+/* ---- statistics
+ * ------------------------------------------------------------------------------------ */
 
 void fc_stat_add(size_t offset, int64_t delta) {
     pthread_mutex_lock(&g_fc.stats_lock);
@@ -372,7 +393,8 @@ __attribute__((destructor)) static void fc_fini(void) {
     fakecuda_shutdown();
 }
 
-/* ---- initialisation, device, contexts ---------------------------------------------------------------- */
+/* ---- initialisation, device, contexts
+ * ---------------------------------------------------------------- */
 
 struct CUctx_st {
     uint32_t magic;
@@ -456,30 +478,70 @@ static CUresult fc_device_attr(int *v, CUdevice_attribute a, CUdevice d) {
     if (d != 0)
         return CUDA_ERROR_INVALID_DEVICE;
     switch (a) {
-    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *v = 1024; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: *v = 1024; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: *v = 1024; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: *v = 64; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: *v = 2147483647; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: *v = 65535; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: *v = 65535; break;
-    case CU_DEVICE_ATTRIBUTE_WARP_SIZE: *v = 32; break;
-    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = 132; break;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = 9; break;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = 0; break;
-    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: *v = 49152; break;
-    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: *v = 1; break;
-    case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS: *v = 1; break;
-    case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: *v = 2; break;
-    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: *v = 1; break;
-    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: *v = 1; break;
-    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: *v = 1; break;
-    case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH: *v = 1; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK:
+        *v = 1024;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X:
+        *v = 1024;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y:
+        *v = 1024;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z:
+        *v = 64;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X:
+        *v = 2147483647;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y:
+        *v = 65535;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z:
+        *v = 65535;
+        break;
+    case CU_DEVICE_ATTRIBUTE_WARP_SIZE:
+        *v = 32;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
+        *v = 132;
+        break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
+        *v = 9;
+        break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR:
+        *v = 0;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK:
+        *v = 49152;
+        break;
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
+        *v = 1;
+        break;
+    case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS:
+        *v = 1;
+        break;
+    case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT:
+        *v = 2;
+        break;
+    case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY:
+        *v = 1;
+        break;
+    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+        *v = 1;
+        break;
+    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED:
+        *v = 1;
+        break;
+    case CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH:
+        *v = 1;
+        break;
     case CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
     case CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
         *v = g_fc.cfg.host_vmm;
         break;
-    default: *v = 0; break;
+    default:
+        *v = 0;
+        break;
     }
     return CUDA_SUCCESS;
 }
@@ -662,7 +724,8 @@ static CUresult fc_ctx_sync_v2(CUcontext c) {
 }
 FC_EXPORT(cuCtxSynchronize_v2, PFN_cuCtxSynchronize_v13000, fc_ctx_sync_v2);
 
-/* ---- errors ---------------------------------------------------------------------------------------- */
+/* ---- errors
+ * ---------------------------------------------------------------------------------------- */
 
 static CUresult fc_error_name(CUresult e, const char **s) {
     FC_ENTER_ANY("cuGetErrorName");
@@ -706,7 +769,8 @@ static CUresult fc_export_table(const void **table, const CUuuid *id) {
 }
 FC_EXPORT(cuGetExportTable, PFN_cuGetExportTable_v3000, fc_export_table);
 
-/* ---- cuGetProcAddress ------------------------------------------------------------------------------- */
+/* ---- cuGetProcAddress
+ * ------------------------------------------------------------------------------- */
 
 #define FC_API(base, ver, ptds, sym, pfn) extern __typeof__(*(pfn)0) sym;
 #include "fc_api.def"

@@ -1,6 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* fc_errors.h: the driver's error names (generated once from cuda.h's CUresult enum). */
-static const struct { CUresult code; const char *name; } fc_error_names[] = {
+static const struct {
+    CUresult code;
+    const char *name;
+} fc_error_names[] = {
     {CUDA_SUCCESS, "CUDA_SUCCESS"},
     {CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE"},
     {CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY"},

@@ -55,7 +55,7 @@ typedef enum { FC_R_ALLOC = 1, FC_R_MAP = 2, FC_R_HOST = 3 } fc_rkind_t;
 
 #define FC_ACC_NONE 0
 #define FC_ACC_READ 1
-#define FC_ACC_RW 3
+#define FC_ACC_RW   3
 
 typedef struct fc_handle {
     uint32_t magic;
@@ -70,13 +70,13 @@ typedef struct fc_range {
     uintptr_t base;
     size_t size;
     fc_rkind_t kind;
-    int access;         /* FC_ACC_* (host ranges are always RW) */
-    int host_owned;     /* FC_R_HOST: 1 if we mmapped it (not cuMemHostRegister) */
-    uint64_t id;        /* buffer id, for CU_POINTER_ATTRIBUTE_BUFFER_ID */
-    size_t acct_bytes;  /* bytes counted against capacity (FC_R_ALLOC) */
-    fc_handle_t *h;     /* FC_R_MAP */
-    size_t map_offset;  /* FC_R_MAP */
-    int async_pending;  /* FC_R_ALLOC: a cuMemFreeAsync is queued */
+    int access;        /* FC_ACC_* (host ranges are always RW) */
+    int host_owned;    /* FC_R_HOST: 1 if we mmapped it (not cuMemHostRegister) */
+    uint64_t id;       /* buffer id, for CU_POINTER_ATTRIBUTE_BUFFER_ID */
+    size_t acct_bytes; /* bytes counted against capacity (FC_R_ALLOC) */
+    fc_handle_t *h;    /* FC_R_MAP */
+    size_t map_offset; /* FC_R_MAP */
+    int async_pending; /* FC_R_ALLOC: a cuMemFreeAsync is queued */
 } fc_range_t;
 
 /* ---- streams, events and operations --------------------------------------------------------- */
@@ -137,35 +137,36 @@ struct CUevent_st {
 };
 
 #define FC_MAGIC_STREAM 0x5354524du
-#define FC_MAGIC_EVENT 0x45564e54u
+#define FC_MAGIC_EVENT  0x45564e54u
 #define FC_MAGIC_HANDLE 0x484e444cu
-#define FC_MAGIC_FUNC 0x46554e43u
+#define FC_MAGIC_FUNC   0x46554e43u
 #define FC_MAGIC_MODULE 0x4d4f444cu
-#define FC_MAGIC_CTX 0x43545854u
+#define FC_MAGIC_CTX    0x43545854u
 
 /* ---- global state --------------------------------------------------------------------------- */
 typedef struct fc_global {
     fc_config_t cfg;
-    atomic_int inited;            /* cuInit succeeded */
-    _Atomic CUresult sticky;      /* sticky error, 0 when none */
-    pthread_mutex_t lock;         /* streams, queues, events */
-    pthread_cond_t cv;            /* any op completed or queued */
-    pthread_rwlock_t mem_lock;    /* ranges, reservations */
-    fc_range_t *ranges;           /* sorted by base */
+    atomic_int inited;         /* cuInit succeeded */
+    _Atomic CUresult sticky;   /* sticky error, 0 when none */
+    pthread_mutex_t lock;      /* streams, queues, events */
+    pthread_cond_t cv;         /* any op completed or queued */
+    pthread_rwlock_t mem_lock; /* ranges, reservations */
+    fc_range_t *ranges;        /* sorted by base */
     size_t nranges, cap_ranges;
-    fc_range_t *resv;             /* reservations, sorted by base (kind unused) */
+    fc_range_t *resv; /* reservations, sorted by base (kind unused) */
     size_t nresv, cap_resv;
     uint64_t next_buffer_id;
     fc_stream_t *legacy;
     fc_stream_t *all_streams;
-    pthread_mutex_t engine[4];    /* timing model: one op per engine at a time */
-    fakecuda_stats_t st;          /* guarded by stats_lock */
+    pthread_mutex_t engine[4]; /* timing model: one op per engine at a time */
+    fakecuda_stats_t st;       /* guarded by stats_lock */
     pthread_mutex_t stats_lock;
 } fc_global_t;
 
 extern fc_global_t g_fc FC_HIDDEN;
 
-/* ---- fc_core.c -------------------------------------------------------------------------------- */
+/* ---- fc_core.c --------------------------------------------------------------------------------
+ */
 typedef struct fc_api_slot fc_api_slot_t;
 FC_HIDDEN fc_api_slot_t *fc_api_slot(const char *base);
 /* Counts a call and applies fault injection; returns the error to inject, or 0. Also enforces
@@ -206,7 +207,8 @@ FC_HIDDEN void fc_stat_add(size_t offset, int64_t delta);
 /* Callable at any time (error names, versions, cuInit itself). */
 #define FC_ENTER_ANY(base) FC_ENTER_(base, 0, 0)
 
-/* ---- fc_mem.c --------------------------------------------------------------------------------- */
+/* ---- fc_mem.c ---------------------------------------------------------------------------------
+ */
 /* Checks [p, p + n) is device-accessible with `access`; returns 0 or -1. Takes mem_lock. */
 FC_HIDDEN int fc_mem_check(uintptr_t p, size_t n, int access);
 /* Is p inside a device-side range (alloc or mapping) / a pinned host range? */
@@ -215,7 +217,8 @@ FC_HIDDEN int fc_mem_is_pinned_host(uintptr_t p);
 /* The extent of the allocation or single mapping containing p: [*lo, *hi); -1 if none. */
 FC_HIDDEN int fc_mem_extent(uintptr_t p, uintptr_t *lo, uintptr_t *hi);
 
-/* ---- fc_stream.c ------------------------------------------------------------------------------ */
+/* ---- fc_stream.c ------------------------------------------------------------------------------
+ */
 /* Resolves a user stream handle (NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD) for an API whose
  * per-thread variant is `ptds`. Returns NULL for an invalid handle. */
 FC_HIDDEN fc_stream_t *fc_stream_resolve(CUstream h, int ptds);
@@ -234,7 +237,8 @@ FC_HIDDEN int fc_strict_check(uintptr_t lo, uintptr_t hi, const char *what);
 FC_HIDDEN void fc_streams_shutdown(void);
 FC_HIDDEN int fc_stream_valid(CUstream h);
 
-/* ---- fc_kernel.c ------------------------------------------------------------------------------ */
+/* ---- fc_kernel.c ------------------------------------------------------------------------------
+ */
 FC_HIDDEN void fc_kernels_init(void);
 
 #endif

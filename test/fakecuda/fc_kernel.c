@@ -211,8 +211,8 @@ static CUresult fc_module_get_function(CUfunction *out, CUmodule m, const char *
 FC_EXPORT(cuModuleGetFunction, PFN_cuModuleGetFunction_v2000, fc_module_get_function);
 
 /* A library is a module; a CUkernel is the same object as the CUfunction it yields. */
-static CUresult fc_library_load_data(CUlibrary *out, const void *code, CUjit_option *jo,
-                                     void **jv, unsigned int nj, CUlibraryOption *lo, void **lv,
+static CUresult fc_library_load_data(CUlibrary *out, const void *code, CUjit_option *jo, void **jv,
+                                     unsigned int nj, CUlibraryOption *lo, void **lv,
                                      unsigned int nl) {
     FC_ENTER("cuLibraryLoadData");
     (void)jo;
@@ -289,7 +289,8 @@ static CUresult fc_func_name(const char **name, CUfunction func) {
 }
 FC_EXPORT(cuFuncGetName, PFN_cuFuncGetName_v12030, fc_func_name);
 
-/* ---- launches --------------------------------------------------------------------------------- */
+/* ---- launches ---------------------------------------------------------------------------------
+ */
 
 typedef struct launch_payload {
     const fakecuda_kernel_t *k;
@@ -440,8 +441,7 @@ static CUresult fc_launch_ex(const CUlaunchConfig *c, CUfunction f, void **kp, v
 }
 FC_EXPORT(cuLaunchKernelEx, PFN_cuLaunchKernelEx_v11060, fc_launch_ex);
 
-static CUresult fc_launch_ex_ptsz(const CUlaunchConfig *c, CUfunction f, void **kp,
-                                  void **extra) {
+static CUresult fc_launch_ex_ptsz(const CUlaunchConfig *c, CUfunction f, void **kp, void **extra) {
     FC_ENTER("cuLaunchKernelEx");
     return launch_ex(c, f, kp, extra, 1);
 }

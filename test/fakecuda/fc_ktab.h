@@ -15,7 +15,8 @@ typedef struct fc_ktab {
 } fc_ktab_t;
 
 #define FC_KERNEL_TABLE(arr)                                                                       \
-    static const fc_ktab_t fc_ktab_##arr __attribute__((used, section("fc_ktabs"), aligned(8))) = \
-        {arr, sizeof(arr) / sizeof((arr)[0])}
+    static const fc_ktab_t fc_ktab_##arr                                                           \
+        __attribute__((used, section("fc_ktabs"), aligned(8))) = {arr,                             \
+                                                                  sizeof(arr) / sizeof((arr)[0])}
 
 #endif

@@ -19,7 +19,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-/* ---- the range table --------------------------------------------------------------------------- */
+/* ---- the range table ---------------------------------------------------------------------------
+ */
 
 /* Index of the last range with base <= p, or -1. Caller holds mem_lock. */
 static ssize_t find_le(const fc_range_t *a, size_t n, uintptr_t p) {
@@ -154,7 +155,8 @@ static size_t page_round(size_t n) {
     return (n + pg - 1) & ~(pg - 1);
 }
 
-/* ---- cuMemAlloc and friends ---------------------------------------------------------------------- */
+/* ---- cuMemAlloc and friends
+ * ---------------------------------------------------------------------- */
 
 /* Allocates `size` bytes of simulated device memory; the range is exactly `size` long, so an
  * access past the end is illegal even inside the last page. */
@@ -164,15 +166,18 @@ static CUresult alloc_device(CUdeviceptr *out, size_t size) {
     uint64_t acct = (size + 511) & ~(uint64_t)511;
     if (reserve_capacity(acct) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    void *p = mmap(NULL, page_round(size), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                   -1, 0);
+    void *p =
+        mmap(NULL, page_round(size), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
         release_capacity(acct);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     if (g_fc.cfg.poison)
         memset(p, 0xff, size);
-    fc_range_t r = {.base = (uintptr_t)p, .size = size, .kind = FC_R_ALLOC, .access = FC_ACC_RW,
+    fc_range_t r = {.base = (uintptr_t)p,
+                    .size = size,
+                    .kind = FC_R_ALLOC,
+                    .access = FC_ACC_RW,
                     .acct_bytes = acct};
     pthread_rwlock_wrlock(&g_fc.mem_lock);
     r.id = ++g_fc.next_buffer_id;
@@ -268,7 +273,8 @@ static CUresult fc_mem_range(CUdeviceptr *base, size_t *size, CUdeviceptr p) {
 }
 FC_EXPORT(cuMemGetAddressRange_v2, PFN_cuMemGetAddressRange_v3020, fc_mem_range);
 
-/* ---- stream-ordered allocation ---------------------------------------------------------------------- */
+/* ---- stream-ordered allocation
+ * ---------------------------------------------------------------------- */
 
 static CUresult run_free_async(fc_op_t *op) {
     uintptr_t p = (uintptr_t)op->payload;
@@ -363,16 +369,20 @@ static CUresult fc_free_async_ptsz(CUdeviceptr p, CUstream s) {
 }
 FC_EXPORT(cuMemFreeAsync_ptsz, PFN_cuMemFreeAsync_v11020_ptsz, fc_free_async_ptsz);
 
-/* ---- pinned host memory ---------------------------------------------------------------------------- */
+/* ---- pinned host memory
+ * ---------------------------------------------------------------------------- */
 
 static CUresult host_alloc(void **pp, size_t size) {
     if (!pp || size == 0)
         return CUDA_ERROR_INVALID_VALUE;
-    void *p = mmap(NULL, page_round(size), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                   -1, 0);
+    void *p =
+        mmap(NULL, page_round(size), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    fc_range_t r = {.base = (uintptr_t)p, .size = size, .kind = FC_R_HOST, .access = FC_ACC_RW,
+    fc_range_t r = {.base = (uintptr_t)p,
+                    .size = size,
+                    .kind = FC_R_HOST,
+                    .access = FC_ACC_RW,
                     .host_owned = 1};
     pthread_rwlock_wrlock(&g_fc.mem_lock);
     r.id = ++g_fc.next_buffer_id;
@@ -469,7 +479,8 @@ static CUresult fc_host_unregister(void *p) {
 }
 FC_EXPORT(cuMemHostUnregister, PFN_cuMemHostUnregister_v4000, fc_host_unregister);
 
-/* ---- pointer attributes ----------------------------------------------------------------------------- */
+/* ---- pointer attributes
+ * ----------------------------------------------------------------------------- */
 
 static CUresult fc_pointer_attr(void *data, CUpointer_attribute a, CUdeviceptr p) {
     FC_ENTER("cuPointerGetAttribute");
@@ -485,8 +496,7 @@ static CUresult fc_pointer_attr(void *data, CUpointer_attribute a, CUdeviceptr p
         return CUDA_ERROR_INVALID_VALUE;
     switch (a) {
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-        *(unsigned int *)data =
-            copy.kind == FC_R_HOST ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+        *(unsigned int *)data = copy.kind == FC_R_HOST ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
         *(CUdeviceptr *)data = p;
@@ -520,7 +530,8 @@ static CUresult fc_pointer_attr(void *data, CUpointer_attribute a, CUdeviceptr p
 }
 FC_EXPORT(cuPointerGetAttribute, PFN_cuPointerGetAttribute_v4000, fc_pointer_attr);
 
-/* ---- VMM: reservations ------------------------------------------------------------------------------ */
+/* ---- VMM: reservations
+ * ------------------------------------------------------------------------------ */
 
 static CUresult fc_addr_reserve(CUdeviceptr *out, size_t size, size_t align, CUdeviceptr addr,
                                 unsigned long long flags) {
@@ -537,8 +548,8 @@ static CUresult fc_addr_reserve(CUdeviceptr *out, size_t size, size_t align, CUd
     if (p == MAP_FAILED) {
         if (size > SIZE_MAX - align)
             return CUDA_ERROR_OUT_OF_MEMORY;
-        char *raw = mmap(NULL, size + align, PROT_NONE,
-                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        char *raw =
+            mmap(NULL, size + align, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (raw == MAP_FAILED)
             return CUDA_ERROR_OUT_OF_MEMORY;
         uintptr_t a = ((uintptr_t)raw + align - 1) & ~(uintptr_t)(align - 1);
@@ -577,8 +588,8 @@ static CUresult fc_addr_free(CUdeviceptr p, size_t size) {
     if (m >= 0 && g_fc.ranges[m].base + g_fc.ranges[m].size > (uintptr_t)p &&
         g_fc.ranges[m].base < (uintptr_t)p + size) {
         pthread_rwlock_unlock(&g_fc.mem_lock);
-        fc_warn("cuMemAddressFree(%#llx, %zu): the range is still mapped",
-                (unsigned long long)p, size);
+        fc_warn("cuMemAddressFree(%#llx, %zu): the range is still mapped", (unsigned long long)p,
+                size);
         return CUDA_ERROR_INVALID_VALUE;
     }
     remove_at(g_fc.resv, &g_fc.nresv, (size_t)i);
@@ -590,7 +601,8 @@ static CUresult fc_addr_free(CUdeviceptr p, size_t size) {
 }
 FC_EXPORT(cuMemAddressFree, PFN_cuMemAddressFree_v10020, fc_addr_free);
 
-/* ---- VMM: physical handles ------------------------------------------------------------------------- */
+/* ---- VMM: physical handles
+ * ------------------------------------------------------------------------- */
 
 static int location_is_host(const CUmemLocation *l) {
     return l->type == CU_MEM_LOCATION_TYPE_HOST || l->type == CU_MEM_LOCATION_TYPE_HOST_NUMA ||
@@ -686,8 +698,8 @@ static CUresult fc_mem_props(CUmemAllocationProp *prop, CUmemGenericAllocationHa
     *prop = h->prop;
     return CUDA_SUCCESS;
 }
-FC_EXPORT(cuMemGetAllocationPropertiesFromHandle,
-          PFN_cuMemGetAllocationPropertiesFromHandle_v10020, fc_mem_props);
+FC_EXPORT(cuMemGetAllocationPropertiesFromHandle, PFN_cuMemGetAllocationPropertiesFromHandle_v10020,
+          fc_mem_props);
 
 static CUresult fc_mem_retain(CUmemGenericAllocationHandle *out, void *addr) {
     FC_ENTER("cuMemRetainAllocationHandle");
@@ -719,7 +731,8 @@ static CUresult fc_mem_granularity(size_t *g, const CUmemAllocationProp *prop,
 FC_EXPORT(cuMemGetAllocationGranularity, PFN_cuMemGetAllocationGranularity_v10020,
           fc_mem_granularity);
 
-/* ---- VMM: mapping ----------------------------------------------------------------------------------- */
+/* ---- VMM: mapping
+ * ----------------------------------------------------------------------------------- */
 
 /* Is [p, p + size) inside one reservation? Caller holds mem_lock. */
 static int in_reservation(uintptr_t p, size_t size) {
@@ -750,8 +763,13 @@ static CUresult fc_mem_map(CUdeviceptr ptr, size_t size, size_t offset,
         if (m == MAP_FAILED) {
             rc = CUDA_ERROR_OUT_OF_MEMORY;
         } else {
-            fc_range_t r = {.base = p, .size = size, .kind = FC_R_MAP, .access = FC_ACC_NONE,
-                            .h = h, .map_offset = offset, .id = ++g_fc.next_buffer_id};
+            fc_range_t r = {.base = p,
+                            .size = size,
+                            .kind = FC_R_MAP,
+                            .access = FC_ACC_NONE,
+                            .h = h,
+                            .map_offset = offset,
+                            .id = ++g_fc.next_buffer_id};
             if (insert_into(&g_fc.ranges, &g_fc.nranges, &g_fc.cap_ranges, &r) != 0) {
                 mmap((void *)p, size, PROT_NONE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
@@ -838,10 +856,17 @@ static CUresult fc_mem_set_access(CUdeviceptr ptr, size_t size, const CUmemAcces
         if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || desc[i].location.id != 0)
             return CUDA_ERROR_INVALID_DEVICE;
         switch (desc[i].flags) {
-        case CU_MEM_ACCESS_FLAGS_PROT_NONE: acc = FC_ACC_NONE; break;
-        case CU_MEM_ACCESS_FLAGS_PROT_READ: acc = FC_ACC_READ; break;
-        case CU_MEM_ACCESS_FLAGS_PROT_READWRITE: acc = FC_ACC_RW; break;
-        default: return CUDA_ERROR_INVALID_VALUE;
+        case CU_MEM_ACCESS_FLAGS_PROT_NONE:
+            acc = FC_ACC_NONE;
+            break;
+        case CU_MEM_ACCESS_FLAGS_PROT_READ:
+            acc = FC_ACC_READ;
+            break;
+        case CU_MEM_ACCESS_FLAGS_PROT_READWRITE:
+            acc = FC_ACC_RW;
+            break;
+        default:
+            return CUDA_ERROR_INVALID_VALUE;
         }
     }
     int prot = acc == FC_ACC_RW ? PROT_READ | PROT_WRITE : acc == FC_ACC_READ ? PROT_READ : 0;

@@ -20,7 +20,8 @@
 static _Thread_local fc_stream_t *per_thread_stream;
 static atomic_int streams_started;
 
-/* ---- ops --------------------------------------------------------------------------------------- */
+/* ---- ops ---------------------------------------------------------------------------------------
+ */
 
 fc_op_t *fc_op_new(const char *what, CUresult (*run)(fc_op_t *), void *payload,
                    void (*dispose)(fc_op_t *)) {
@@ -73,7 +74,8 @@ static int op_dep(fc_op_t *op, fc_stream_t *s, uint64_t seq) {
     return 0;
 }
 
-/* ---- jitter and the timing model --------------------------------------------------------------- */
+/* ---- jitter and the timing model ---------------------------------------------------------------
+ */
 
 static uint64_t splitmix(uint64_t *x) {
     uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
@@ -146,7 +148,8 @@ static void *worker(void *arg) {
     return NULL;
 }
 
-/* ---- streams ----------------------------------------------------------------------------------- */
+/* ---- streams -----------------------------------------------------------------------------------
+ */
 
 static fc_stream_t *stream_new(unsigned flags, int priority) {
     fc_stream_t *s = calloc(1, sizeof *s);
@@ -353,8 +356,7 @@ static CUresult fc_stream_create_prio(CUstream *out, unsigned int flags, int pri
     FC_ENTER("cuStreamCreateWithPriority");
     return stream_create(out, flags, priority);
 }
-FC_EXPORT(cuStreamCreateWithPriority, PFN_cuStreamCreateWithPriority_v5050,
-          fc_stream_create_prio);
+FC_EXPORT(cuStreamCreateWithPriority, PFN_cuStreamCreateWithPriority_v5050, fc_stream_create_prio);
 
 /* Returns at once; the worker finishes the queued work and then exits (as on the driver). */
 static CUresult fc_stream_destroy(CUstream h) {
@@ -435,7 +437,8 @@ static CUresult fc_stream_flags_ptsz(CUstream h, unsigned int *flags) {
 }
 FC_EXPORT(cuStreamGetFlags_ptsz, PFN_cuStreamGetFlags_v7000_ptsz, fc_stream_flags_ptsz);
 
-/* ---- events ------------------------------------------------------------------------------------ */
+/* ---- events ------------------------------------------------------------------------------------
+ */
 
 typedef struct CUevent_st fc_event_t;
 
@@ -611,7 +614,8 @@ static CUresult fc_event_destroy(CUevent e) {
 }
 FC_EXPORT(cuEventDestroy_v2, PFN_cuEventDestroy_v4000, fc_event_destroy);
 
-/* ---- waits and host functions ----------------------------------------------------------------- */
+/* ---- waits and host functions -----------------------------------------------------------------
+ */
 
 static CUresult run_nop(fc_op_t *op) {
     (void)op;
