@@ -74,7 +74,7 @@ $(B)/workloads/%: $(B)/obj/test/workloads/%.o $(WL_COBJ)
 PL_SRC := $(filter-out planner/ooc-plan.c,$(wildcard planner/*.c))
 PL_OBJ := $(PL_SRC:%.c=$(B)/obj/%.o)
 PL_LIB := $(B)/libooc_planner.a
-PL_CLI := $(B)/ooc-plan
+PL_CLI := $(if $(wildcard planner/ooc-plan.c),$(B)/ooc-plan)
 
 $(B)/obj/planner/%.o: planner/%.c
 	@mkdir -p $(@D)
@@ -84,7 +84,7 @@ $(PL_LIB): $(PL_OBJ)
 	@mkdir -p $(@D)
 	$(call say,AR,$@)rm -f $@ && ar rcs $@ $^
 
-$(PL_CLI): $(B)/obj/planner/ooc-plan.o $(PL_LIB)
+$(B)/ooc-plan: $(B)/obj/planner/ooc-plan.o $(PL_LIB)
 	$(call say,LD,$@)$(CC) -o $@ $^ $(LDFLAGS_ALL) -lm
 
 # ---- the shim: libooc_shim.so ------------------------------------------------------------------
