@@ -648,11 +648,6 @@ START_TEST(test_readme_documents_every_option) {
 }
 END_TEST
 
-START_TEST(test_readme_options_section_matches_the_table) {
-    check_doc("shim/README-options.md");
-}
-END_TEST
-
 Suite *suite_options(void) {
     Suite *s = suite_create("options");
 
@@ -705,7 +700,6 @@ Suite *suite_options(void) {
     tcase_add_test(tc, test_load_reports_a_bad_value_and_keeps_defaults);
     tcase_add_test(tc, test_load_sends_the_log_to_OOC_LOG_FILE);
     tcase_add_test(tc, test_load_rejects_an_unwritable_OOC_LOG_FILE);
-    tcase_add_test(tc, test_readme_options_section_matches_the_table);
     tcase_add_test(tc, test_readme_documents_every_option);
     suite_add_tcase(s, tc);
     return s;
