@@ -384,8 +384,10 @@ static atomic_int shut_down;
 FAKECUDA_API void fakecuda_shutdown(void) {
     if (atomic_exchange(&shut_down, 1))
         return;
-    if (atomic_load(&g_fc.inited))
+    if (atomic_load(&g_fc.inited)) {
         fc_streams_shutdown();
+        fc_kernels_shutdown();
+    }
     write_stats();
 }
 

@@ -240,5 +240,6 @@ FC_HIDDEN int fc_stream_valid(CUstream h);
 /* ---- fc_kernel.c ------------------------------------------------------------------------------
  */
 FC_HIDDEN void fc_kernels_init(void);
+FC_HIDDEN void fc_kernels_shutdown(void);
 
 #endif

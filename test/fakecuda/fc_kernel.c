@@ -74,6 +74,7 @@ struct CUfunc_st {
 
 struct CUmod_st {
     uint32_t magic;
+    struct CUmod_st *next, *prev; /* the live modules, for teardown */
     char name[64];
     size_t nfuncs;
     struct CUfunc_st **funcs;
@@ -81,6 +82,8 @@ struct CUmod_st {
 
 typedef struct CUfunc_st fc_func_t;
 typedef struct CUmod_st fc_module_t;
+
+static fc_module_t *live_modules; /* guarded by reg_lock */
 
 static unsigned param_align(unsigned size) {
     unsigned a = 1;
@@ -125,11 +128,16 @@ static CUresult module_load(fc_module_t **out, const void *image) {
     for (size_t i = 0; i < nregistry; i++)
         if (strcmp(registry[i]->module, name) == 0)
             count++;
-    pthread_mutex_unlock(&reg_lock);
     if (count == 0) {
+        pthread_mutex_unlock(&reg_lock);
         free(m);
         return CUDA_ERROR_NO_BINARY_FOR_GPU;
     }
+    m->next = live_modules;
+    if (live_modules)
+        live_modules->prev = m;
+    live_modules = m;
+    pthread_mutex_unlock(&reg_lock);
     FC_STAT(modules_live, 1);
     *out = m;
     return CUDA_SUCCESS;
@@ -166,11 +174,14 @@ static CUresult module_get(fc_func_t **out, fc_module_t *m, const char *name) {
     return CUDA_SUCCESS;
 }
 
-static CUresult module_unload(fc_module_t *m) {
-    if (!m || m->magic != FC_MAGIC_MODULE)
-        return CUDA_ERROR_INVALID_HANDLE;
-    /* Launches already queued keep their function: wait for them, as unloading on a GPU does. */
-    CUresult r = fc_sync_all();
+/* Frees a module and its functions. Caller holds reg_lock. */
+static void module_free(fc_module_t *m) {
+    if (m->prev)
+        m->prev->next = m->next;
+    else
+        live_modules = m->next;
+    if (m->next)
+        m->next->prev = m->prev;
     for (size_t i = 0; i < m->nfuncs; i++) {
         m->funcs[i]->magic = 0;
         free(m->funcs[i]);
@@ -178,8 +189,26 @@ static CUresult module_unload(fc_module_t *m) {
     free(m->funcs);
     m->magic = 0;
     free(m);
+}
+
+static CUresult module_unload(fc_module_t *m) {
+    if (!m || m->magic != FC_MAGIC_MODULE)
+        return CUDA_ERROR_INVALID_HANDLE;
+    /* Launches already queued keep their function: wait for them, as unloading on a GPU does. */
+    CUresult r = fc_sync_all();
+    pthread_mutex_lock(&reg_lock);
+    module_free(m);
+    pthread_mutex_unlock(&reg_lock);
     FC_STAT(modules_live, -1);
     return r;
+}
+
+/* Process teardown releases the modules the program left loaded, as the driver does. */
+void fc_kernels_shutdown(void) {
+    pthread_mutex_lock(&reg_lock);
+    while (live_modules)
+        module_free(live_modules);
+    pthread_mutex_unlock(&reg_lock);
 }
 
 static CUresult fc_module_load_data(CUmodule *out, const void *image) {
