@@ -1,0 +1,307 @@
+/* SPDX-License-Identifier: MIT */
+/* check_workloads.c: the training workloads are deterministic on the simulated device.
+ *
+ * Each test runs build/workloads/<name> as a child with LD_LIBRARY_PATH at the simulated driver
+ * (tu_build_path("fakecuda")) and compares what it prints: the same checksum across repeated
+ * runs, inline and threaded scheduling, jitter seeds, warm-up extras; the op count against the
+ * driver's own statistics; and the large workload's out-of-memory failure at its stated
+ * capacity. The loop index _i selects the workload. */
+#include <check.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+static const char *const workloads[] = {"mlp", "cnn", "large"};
+#define NWORKLOADS  3
+#define LARGE_IDX   2
+#define LARGE_CAP   "33554432" /* large.c's stated default capacity, 32 MiB */
+#define UNLIMITED   "FAKECUDA_MEM_BYTES=1073741824"
+#define RUN_TIMEOUT 90
+
+typedef struct result {
+    int status;
+    char checksum[64];
+    unsigned long long peak, ops;
+    char *out, *err;
+} result_t;
+
+/* Runs workload `name` with the extra arguments and environment (NULL-terminated lists) and
+ * parses its closing lines; *r owns out and err (result_free). */
+static void run(const char *name, const char *const *args, const char *const *env, result_t *r) {
+    static char libdir[PATH_MAX + 32], bin[PATH_MAX];
+    char abs[PATH_MAX];
+    const char *dir = tu_build_path("fakecuda");
+    snprintf(libdir, sizeof libdir, "LD_LIBRARY_PATH=%s", realpath(dir, abs) ? abs : dir);
+    snprintf(bin, sizeof bin, "%s/%s", tu_build_path("workloads"), name);
+    const char *argv[16] = {bin};
+    int n = 1;
+    for (; args && *args && n < 15; args++)
+        argv[n++] = *args;
+    argv[n] = NULL;
+    const char *envv[16] = {libdir};
+    int m = 1;
+    for (; env && *env && m < 15; env++)
+        envv[m++] = *env;
+    envv[m] = NULL;
+    tu_proc_t p;
+    ck_assert_int_eq(tu_run(argv, envv, RUN_TIMEOUT, &p), 0);
+    memset(r, 0, sizeof *r);
+    r->status = p.status;
+    r->out = p.out;
+    r->err = p.err;
+    char buf[64];
+    if (tu_field(p.out, "checksum", r->checksum, sizeof r->checksum) == NULL)
+        r->checksum[0] = '\0';
+    r->peak = tu_field(p.out, "peak_device_bytes", buf, sizeof buf) ? strtoull(buf, NULL, 10) : 0;
+    r->ops = tu_field(p.out, "ops_per_iteration", buf, sizeof buf) ? strtoull(buf, NULL, 10) : 0;
+}
+
+static void result_free(result_t *r) {
+    free(r->out);
+    free(r->err);
+    r->out = r->err = NULL;
+}
+
+/* Asserts a clean run: status 0 and a 16-hex-digit checksum. */
+static void expect_ok(const char *what, const result_t *r) {
+    ck_assert_msg(r->status == 0, "%s: status %d\nstdout:\n%s\nstderr:\n%s", what, r->status,
+                  r->out, r->err);
+    ck_assert_msg(strlen(r->checksum) == 16 &&
+                      strspn(r->checksum, "0123456789abcdef") == strlen(r->checksum),
+                  "%s: bad checksum '%s'", what, r->checksum);
+}
+
+static void expect_same(const char *what, const result_t *a, const result_t *b) {
+    ck_assert_msg(strcmp(a->checksum, b->checksum) == 0, "%s: checksum %s != %s", what, a->checksum,
+                  b->checksum);
+}
+
+START_TEST(test_checksum_repeats_across_runs) {
+    result_t a, b;
+    run(workloads[_i], NULL, NULL, &a);
+    run(workloads[_i], NULL, NULL, &b);
+    expect_ok("first run", &a);
+    expect_ok("second run", &b);
+    expect_same(workloads[_i], &a, &b);
+    ck_assert_uint_eq(a.ops, b.ops);
+    ck_assert_uint_eq(a.peak, b.peak);
+    result_free(&a);
+    result_free(&b);
+}
+END_TEST
+
+START_TEST(test_inline_matches_threaded) {
+    static const char *const inl[] = {"FAKECUDA_SCHED=inline", NULL};
+    static const char *const thr[] = {"FAKECUDA_SCHED=threaded", NULL};
+    result_t a, b;
+    run(workloads[_i], NULL, inl, &a);
+    run(workloads[_i], NULL, thr, &b);
+    expect_ok("inline", &a);
+    expect_ok("threaded", &b);
+    expect_same(workloads[_i], &a, &b);
+    result_free(&a);
+    result_free(&b);
+}
+END_TEST
+
+START_TEST(test_jitter_seeds_keep_checksum) {
+    result_t base;
+    run(workloads[_i], NULL, NULL, &base);
+    expect_ok("no jitter", &base);
+    /* The large workload is slower; one seed suffices there. */
+    int seeds = _i == LARGE_IDX ? 1 : 3;
+    for (int seed = 1; seed <= seeds; seed++) {
+        char s[32];
+        snprintf(s, sizeof s, "FAKECUDA_SEED=%d", seed);
+        const char *env[] = {"FAKECUDA_SCHED=threaded", "FAKECUDA_JITTER_US=100", s, NULL};
+        result_t j;
+        run(workloads[_i], NULL, env, &j);
+        expect_ok(s, &j);
+        expect_same(s, &base, &j);
+        result_free(&j);
+    }
+    result_free(&base);
+}
+END_TEST
+
+START_TEST(test_last_batch_trains_deterministically) {
+    static const char *const args[] = {"--iters", "3", "--last-batch", "2", NULL};
+    static const char *const jit[] = {"FAKECUDA_JITTER_US=50", "FAKECUDA_SEED=7", NULL};
+    static const char *const inl[] = {"FAKECUDA_SCHED=inline", NULL};
+    result_t a, b, full;
+    run(workloads[_i], args, jit, &a);
+    run(workloads[_i], args, inl, &b);
+    run(workloads[_i], NULL, inl, &full);
+    expect_ok("--last-batch (jitter)", &a);
+    expect_ok("--last-batch (inline)", &b);
+    expect_ok("full batches", &full);
+    expect_same("--last-batch", &a, &b);
+    ck_assert_msg(strstr(a.out, "iter 2: batch 2 ") != NULL, "no short last batch:\n%s", a.out);
+    ck_assert_msg(strcmp(a.checksum, full.checksum) != 0, "a short last batch changed nothing");
+    ck_assert_uint_eq(a.ops, full.ops);
+    result_free(&a);
+    result_free(&b);
+    result_free(&full);
+}
+END_TEST
+
+START_TEST(test_warmup_extras_keep_checksum) {
+    static const char *const args[] = {"--warmup-differs", NULL};
+    static const char *const jit[] = {"FAKECUDA_JITTER_US=50", "FAKECUDA_SEED=3", NULL};
+    result_t plain, warm;
+    run(workloads[_i], NULL, NULL, &plain);
+    run(workloads[_i], args, jit, &warm);
+    expect_ok("plain", &plain);
+    expect_ok("--warmup-differs", &warm);
+    expect_same("--warmup-differs", &plain, &warm);
+    ck_assert_uint_eq(plain.ops, warm.ops);
+    ck_assert_uint_ge(warm.peak, plain.peak);
+    result_free(&plain);
+    result_free(&warm);
+}
+END_TEST
+
+/* Sum of kernel launches, memcpys and memsets in a FAKECUDA_STATS file. */
+static unsigned long long stats_ops(const char *path) {
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "no stats file %s", path);
+    char key[128];
+    unsigned long long v, sum = 0;
+    while (fscanf(f, "%127s %llu", key, &v) == 2)
+        if (!strcmp(key, "kernels_launched") || !strcmp(key, "memcpys") || !strcmp(key, "memsets"))
+            sum += v;
+    fclose(f);
+    return sum;
+}
+
+START_TEST(test_ops_per_iteration_matches_driver) {
+    unsigned long long total[2];
+    result_t r[2];
+    for (int k = 0; k < 2; k++) {
+        char path[64], stats[96];
+        snprintf(path, sizeof path, "/tmp/ooc-wl-stats-%d-%d", (int)getpid(), k);
+        snprintf(stats, sizeof stats, "FAKECUDA_STATS=%s", path);
+        const char *args[] = {"--iters", k == 0 ? "2" : "3", "--mark", NULL};
+        const char *env[] = {stats, NULL};
+        run(workloads[_i], args, env, &r[k]);
+        expect_ok(args[1], &r[k]);
+        total[k] = stats_ops(path);
+        unlink(path);
+    }
+    ck_assert_uint_eq(r[0].ops, r[1].ops);
+    ck_assert_msg(total[1] - total[0] == r[0].ops,
+                  "driver saw %llu ops in one iteration, "
+                  "workload says %llu",
+                  total[1] - total[0], r[0].ops);
+    result_free(&r[0]);
+    result_free(&r[1]);
+}
+END_TEST
+
+START_TEST(test_output_ends_with_report) {
+    static const char *const args[] = {"--iters", "2", NULL};
+    result_t r;
+    run(workloads[_i], args, NULL, &r);
+    expect_ok("run", &r);
+    ck_assert_ptr_nonnull(strstr(r.out, "iter 0: batch "));
+    ck_assert_ptr_nonnull(strstr(r.out, "iter 1: batch "));
+    ck_assert_ptr_null(strstr(r.out, "iter 2: batch "));
+    const char *tail = strstr(r.out, "peak_device_bytes: ");
+    ck_assert_ptr_nonnull(tail);
+    unsigned long long peak, ops;
+    char sum[17], end[4];
+    ck_assert_int_eq(sscanf(tail,
+                            "peak_device_bytes: %llu\nops_per_iteration: %llu\n"
+                            "checksum: %16[0-9a-f]\n%3s",
+                            &peak, &ops, sum, end),
+                     3);
+    ck_assert_uint_gt(peak, 0);
+    ck_assert_uint_gt(ops, 0);
+    result_free(&r);
+}
+END_TEST
+
+START_TEST(test_help_documents_options) {
+    static const char *const args[] = {"--help", NULL};
+    static const char *const bad[] = {"--no-such-option", NULL};
+    result_t r, e;
+    run(workloads[_i], args, NULL, &r);
+    ck_assert_int_eq(r.status, 0);
+    const char *opts[] = {"--iters",           "--seed",  "--batch", "--last-batch",
+                          "--warmup-differs",  "--mark",  "--help",  "peak_device_bytes",
+                          "ops_per_iteration", "checksum"};
+    for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
+        ck_assert_msg(strstr(r.out, opts[i]) != NULL, "--help does not mention %s", opts[i]);
+    if (_i == LARGE_IDX)
+        ck_assert_msg(strstr(r.out, "FAKECUDA_MEM_BYTES=" LARGE_CAP) != NULL,
+                      "large --help does not state its capacity");
+    run(workloads[_i], bad, NULL, &e);
+    ck_assert_int_eq(e.status, 1);
+    result_free(&r);
+    result_free(&e);
+}
+END_TEST
+
+START_TEST(test_large_runs_out_of_memory_at_its_capacity) {
+    static const char *const env[] = {"FAKECUDA_MEM_BYTES=" LARGE_CAP, NULL};
+    result_t r;
+    run("large", NULL, env, &r);
+    ck_assert_msg(r.status == 2, "status %d, stderr:\n%s", r.status, r.err);
+    ck_assert_msg(strstr(r.err, "error: cuMemAlloc_v2: CUDA_ERROR_OUT_OF_MEMORY (2)") != NULL,
+                  "stderr:\n%s", r.err);
+    ck_assert_ptr_nonnull(strstr(r.err, " bytes"));
+    ck_assert_ptr_null(strstr(r.out, "checksum: "));
+    result_free(&r);
+}
+END_TEST
+
+START_TEST(test_large_footprint_is_4_to_8_times_capacity) {
+    static const char *const env[] = {UNLIMITED, NULL};
+    const unsigned long long cap = strtoull(LARGE_CAP, NULL, 10);
+    result_t r;
+    run("large", NULL, env, &r);
+    expect_ok("unlimited", &r);
+    ck_assert_msg(r.peak >= 4 * cap && r.peak <= 8 * cap, "peak %llu vs capacity %llu", r.peak,
+                  cap);
+    result_free(&r);
+}
+END_TEST
+
+START_TEST(test_small_workloads_fit_the_large_capacity) {
+    static const char *const env[] = {"FAKECUDA_MEM_BYTES=" LARGE_CAP, NULL};
+    result_t r;
+    run(workloads[_i], NULL, env, &r);
+    expect_ok(workloads[_i], &r);
+    result_free(&r);
+}
+END_TEST
+
+Suite *suite_workloads(void);
+Suite *suite_workloads(void) {
+    Suite *s = suite_create("workloads");
+    TCase *tc = tcase_create("determinism");
+    tcase_set_timeout(tc, 240);
+    tcase_add_loop_test(tc, test_checksum_repeats_across_runs, 0, NWORKLOADS);
+    tcase_add_loop_test(tc, test_inline_matches_threaded, 0, NWORKLOADS);
+    tcase_add_loop_test(tc, test_jitter_seeds_keep_checksum, 0, NWORKLOADS);
+    tcase_add_loop_test(tc, test_last_batch_trains_deterministically, 0, NWORKLOADS);
+    tcase_add_loop_test(tc, test_warmup_extras_keep_checksum, 0, NWORKLOADS);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("output");
+    tcase_set_timeout(tc, 240);
+    tcase_add_loop_test(tc, test_ops_per_iteration_matches_driver, 0, NWORKLOADS);
+    tcase_add_loop_test(tc, test_output_ends_with_report, 0, NWORKLOADS);
+    tcase_add_loop_test(tc, test_help_documents_options, 0, NWORKLOADS);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("capacity");
+    tcase_set_timeout(tc, 240);
+    tcase_add_test(tc, test_large_runs_out_of_memory_at_its_capacity);
+    tcase_add_test(tc, test_large_footprint_is_4_to_8_times_capacity);
+    tcase_add_loop_test(tc, test_small_workloads_fit_the_large_capacity, 0, LARGE_IDX);
+    suite_add_tcase(s, tc);
+    return s;
+}

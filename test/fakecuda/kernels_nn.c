@@ -1,0 +1,391 @@
+/* SPDX-License-Identifier: MIT */
+/* kernels_nn.c: the neural-network kernels of module "nn" that the test workloads launch.
+ *
+ * Every kernel computes its whole grid as plain loops on the calling (stream worker) thread, in a
+ * fixed order with float arithmetic, so that results are bit-identical across runs, schedulers
+ * and jitter seeds. Grid and block dimensions are ignored: element counts come as parameters.
+ * Matrices are row-major; a leading dimension is the distance in elements between two rows.
+ * Each kernel obtains its device ranges through fakecuda_access before touching them, returns -1
+ * when one is refused, and declares its cost with fakecuda_work. The kernels keep no state. */
+#include "fc_ktab.h"
+
+#include <math.h>
+#include <stdint.h>
+
+#define P_PTR sizeof(CUdeviceptr)
+#define P_INT sizeof(int)
+#define P_F32 sizeof(float)
+#define P_U64 sizeof(uint64_t)
+
+/* Host view of n floats at device address p, or NULL when the access is illegal. */
+static float *fview(fakecuda_launch_t *l, CUdeviceptr p, uint64_t n, int write) {
+    return fakecuda_access(l, p, (size_t)n * sizeof(float), write);
+}
+
+/* A counter-based hash (splitmix64 finaliser) so that element i's value does not depend on the
+ * order in which elements are produced. */
+static uint64_t mix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* fill_uniform_f32(y, n, seed, scale): y[i] = scale * u, u uniform in [-1, 1) from
+ * hash(seed, i). */
+static int k_fill_uniform(fakecuda_launch_t *l) {
+    CUdeviceptr yp = FAKECUDA_ARG(l, 0, CUdeviceptr);
+    uint64_t n = FAKECUDA_ARG(l, 1, uint64_t);
+    uint64_t seed = FAKECUDA_ARG(l, 2, uint64_t);
+    float scale = FAKECUDA_ARG(l, 3, float);
+    if (n == 0)
+        return 0;
+    float *y = fview(l, yp, n, 1);
+    if (!y)
+        return -1;
+    uint64_t base = mix64(seed);
+    for (uint64_t i = 0; i < n; i++) {
+        uint64_t h = mix64(base ^ (i * 0xd1b54a32d192ed03ull));
+        float u = (float)(h >> 40) * (1.0f / 16777216.0f); /* [0, 1) */
+        y[i] = scale * (2.0f * u - 1.0f);
+    }
+    fakecuda_work(l, 4.0 * (double)n, 4.0 * (double)n);
+    return 0;
+}
+
+/* fill_f32(y, n, value): y[i] = value. */
+static int k_fill(fakecuda_launch_t *l) {
+    CUdeviceptr yp = FAKECUDA_ARG(l, 0, CUdeviceptr);
+    uint64_t n = FAKECUDA_ARG(l, 1, uint64_t);
+    float v = FAKECUDA_ARG(l, 2, float);
+    if (n == 0)
+        return 0;
+    float *y = fview(l, yp, n, 1);
+    if (!y)
+        return -1;
+    for (uint64_t i = 0; i < n; i++)
+        y[i] = v;
+    fakecuda_work(l, 0, 4.0 * (double)n);
+    return 0;
+}
+
+/* Number of elements a row-major rows x cols matrix with leading dimension ld spans. */
+static uint64_t extent(int rows, int cols, int ld) {
+    return rows == 0 || cols == 0 ? 0 : (uint64_t)(rows - 1) * (uint64_t)ld + (uint64_t)cols;
+}
+
+/* gemm_f32(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc): C = alpha*op(A)*op(B) + beta*C
+ * with op(A) m x k and op(B) k x n, row-major. A is stored m x k (ta = 0) or k x m (ta != 0); B
+ * is stored k x n (tb = 0) or n x k (tb != 0). As in BLAS, beta == 0 means C is not read (so
+ * NaNs in C do not propagate). C must not overlap A or B. */
+static int k_gemm(fakecuda_launch_t *l) {
+    int ta = FAKECUDA_ARG(l, 0, int), tb = FAKECUDA_ARG(l, 1, int);
+    int m = FAKECUDA_ARG(l, 2, int), n = FAKECUDA_ARG(l, 3, int), k = FAKECUDA_ARG(l, 4, int);
+    float alpha = FAKECUDA_ARG(l, 5, float);
+    CUdeviceptr ap = FAKECUDA_ARG(l, 6, CUdeviceptr);
+    int lda = FAKECUDA_ARG(l, 7, int);
+    CUdeviceptr bp = FAKECUDA_ARG(l, 8, CUdeviceptr);
+    int ldb = FAKECUDA_ARG(l, 9, int);
+    float beta = FAKECUDA_ARG(l, 10, float);
+    CUdeviceptr cp = FAKECUDA_ARG(l, 11, CUdeviceptr);
+    int ldc = FAKECUDA_ARG(l, 12, int);
+    if (m <= 0 || n <= 0 || k < 0)
+        return 0;
+    const float *A = NULL, *B = NULL;
+    if (k > 0) {
+        A = fview(l, ap, ta ? extent(k, m, lda) : extent(m, k, lda), 0);
+        B = fview(l, bp, tb ? extent(n, k, ldb) : extent(k, n, ldb), 0);
+        if (!A || !B)
+            return -1;
+    }
+    float *C = fview(l, cp, extent(m, n, ldc), 1);
+    if (!C)
+        return -1;
+    for (int i = 0; i < m; i++) {
+        float *c = C + (size_t)i * (size_t)ldc;
+        if (tb) {
+            /* op(B)(p, j) = B[j][p]: each C element is a dot product of two contiguous rows. */
+            for (int j = 0; j < n; j++) {
+                const float *b = B + (size_t)j * (size_t)ldb;
+                float acc = 0.0f;
+                for (int p = 0; p < k; p++) {
+                    float a = ta ? A[(size_t)p * (size_t)lda + (size_t)i]
+                                 : A[(size_t)i * (size_t)lda + (size_t)p];
+                    acc += a * b[p];
+                }
+                c[j] = beta == 0.0f ? alpha * acc : alpha * acc + beta * c[j];
+            }
+        } else {
+            /* op(B)(p, j) = B[p][j]: accumulate rows of B into the row of C. */
+            for (int j = 0; j < n; j++)
+                c[j] = beta == 0.0f ? 0.0f : beta * c[j];
+            for (int p = 0; p < k; p++) {
+                float a = alpha * (ta ? A[(size_t)p * (size_t)lda + (size_t)i]
+                                      : A[(size_t)i * (size_t)lda + (size_t)p]);
+                const float *b = B + (size_t)p * (size_t)ldb;
+                for (int j = 0; j < n; j++)
+                    c[j] += a * b[j];
+            }
+        }
+    }
+    fakecuda_work(l, 2.0 * m * n * (double)k,
+                  4.0 * ((double)m * k + (double)k * n + 2.0 * (double)m * n));
+    return 0;
+}
+
+/* bias_add_f32(y, b, outer, ch, inner): y[(o*ch + c)*inner + i] += b[c]. Rows of a matrix are
+ * (outer = rows, ch = cols, inner = 1); NCHW tensors are (N, C, H*W). */
+static int k_bias_add(fakecuda_launch_t *l) {
+    CUdeviceptr yp = FAKECUDA_ARG(l, 0, CUdeviceptr), bp = FAKECUDA_ARG(l, 1, CUdeviceptr);
+    int outer = FAKECUDA_ARG(l, 2, int), ch = FAKECUDA_ARG(l, 3, int);
+    int inner = FAKECUDA_ARG(l, 4, int);
+    uint64_t n = (uint64_t)outer * (uint64_t)ch * (uint64_t)inner;
+    if (n == 0)
+        return 0;
+    float *y = fview(l, yp, n, 1);
+    const float *b = fview(l, bp, (uint64_t)ch, 0);
+    if (!y || !b)
+        return -1;
+    for (int o = 0; o < outer; o++)
+        for (int c = 0; c < ch; c++) {
+            float *row = y + ((size_t)o * (size_t)ch + (size_t)c) * (size_t)inner;
+            for (int i = 0; i < inner; i++)
+                row[i] += b[c];
+        }
+    fakecuda_work(l, (double)n, 8.0 * (double)n);
+    return 0;
+}
+
+/* bias_grad_f32(dy, db, outer, ch, inner): db[c] = sum over o, i of dy[(o*ch + c)*inner + i],
+ * summed in order o, then i. */
+static int k_bias_grad(fakecuda_launch_t *l) {
+    CUdeviceptr dyp = FAKECUDA_ARG(l, 0, CUdeviceptr), dbp = FAKECUDA_ARG(l, 1, CUdeviceptr);
+    int outer = FAKECUDA_ARG(l, 2, int), ch = FAKECUDA_ARG(l, 3, int);
+    int inner = FAKECUDA_ARG(l, 4, int);
+    uint64_t n = (uint64_t)outer * (uint64_t)ch * (uint64_t)inner;
+    if (ch <= 0)
+        return 0;
+    float *db = fview(l, dbp, (uint64_t)ch, 1);
+    const float *dy = n ? fview(l, dyp, n, 0) : NULL;
+    if (!db || (n && !dy))
+        return -1;
+    for (int c = 0; c < ch; c++) {
+        float acc = 0.0f;
+        for (int o = 0; o < outer; o++) {
+            const float *row = dy + ((size_t)o * (size_t)ch + (size_t)c) * (size_t)inner;
+            for (int i = 0; i < inner; i++)
+                acc += row[i];
+        }
+        db[c] = acc;
+    }
+    fakecuda_work(l, (double)n, 4.0 * (double)n);
+    return 0;
+}
+
+/* relu_f32(x, y, n): y = max(x, 0); x == y (in place) is allowed. */
+static int k_relu(fakecuda_launch_t *l) {
+    CUdeviceptr xp = FAKECUDA_ARG(l, 0, CUdeviceptr), yp = FAKECUDA_ARG(l, 1, CUdeviceptr);
+    uint64_t n = FAKECUDA_ARG(l, 2, uint64_t);
+    if (n == 0)
+        return 0;
+    const float *x = fview(l, xp, n, 0);
+    float *y = fview(l, yp, n, 1);
+    if (!x || !y)
+        return -1;
+    for (uint64_t i = 0; i < n; i++)
+        y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    fakecuda_work(l, (double)n, 8.0 * (double)n);
+    return 0;
+}
+
+/* relu_bwd_f32(y, dy, dx, n): dx = y > 0 ? dy : 0, from the relu's output y (so it also serves
+ * an in-place relu, whose input is gone); dx == dy is allowed. */
+static int k_relu_bwd(fakecuda_launch_t *l) {
+    CUdeviceptr yp = FAKECUDA_ARG(l, 0, CUdeviceptr), dyp = FAKECUDA_ARG(l, 1, CUdeviceptr);
+    CUdeviceptr dxp = FAKECUDA_ARG(l, 2, CUdeviceptr);
+    uint64_t n = FAKECUDA_ARG(l, 3, uint64_t);
+    if (n == 0)
+        return 0;
+    const float *y = fview(l, yp, n, 0), *dy = fview(l, dyp, n, 0);
+    float *dx = fview(l, dxp, n, 1);
+    if (!y || !dy || !dx)
+        return -1;
+    for (uint64_t i = 0; i < n; i++)
+        dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+    fakecuda_work(l, (double)n, 12.0 * (double)n);
+    return 0;
+}
+
+/* add_f32(a, b, c, n): c = a + b (a residual join); c may alias a or b. */
+static int k_add(fakecuda_launch_t *l) {
+    CUdeviceptr ap = FAKECUDA_ARG(l, 0, CUdeviceptr), bp = FAKECUDA_ARG(l, 1, CUdeviceptr);
+    CUdeviceptr cp = FAKECUDA_ARG(l, 2, CUdeviceptr);
+    uint64_t n = FAKECUDA_ARG(l, 3, uint64_t);
+    if (n == 0)
+        return 0;
+    const float *a = fview(l, ap, n, 0), *b = fview(l, bp, n, 0);
+    float *c = fview(l, cp, n, 1);
+    if (!a || !b || !c)
+        return -1;
+    for (uint64_t i = 0; i < n; i++)
+        c[i] = a[i] + b[i];
+    fakecuda_work(l, (double)n, 12.0 * (double)n);
+    return 0;
+}
+
+/* axpy_f32(n, a, x, y): y += a * x. */
+static int k_axpy(fakecuda_launch_t *l) {
+    uint64_t n = FAKECUDA_ARG(l, 0, uint64_t);
+    float a = FAKECUDA_ARG(l, 1, float);
+    CUdeviceptr xp = FAKECUDA_ARG(l, 2, CUdeviceptr), yp = FAKECUDA_ARG(l, 3, CUdeviceptr);
+    if (n == 0)
+        return 0;
+    const float *x = fview(l, xp, n, 0);
+    float *y = fview(l, yp, n, 1);
+    if (!x || !y)
+        return -1;
+    for (uint64_t i = 0; i < n; i++)
+        y[i] += a * x[i];
+    fakecuda_work(l, 2.0 * (double)n, 12.0 * (double)n);
+    return 0;
+}
+
+/* scale_f32(n, a, x): x *= a. */
+static int k_scale(fakecuda_launch_t *l) {
+    uint64_t n = FAKECUDA_ARG(l, 0, uint64_t);
+    float a = FAKECUDA_ARG(l, 1, float);
+    CUdeviceptr xp = FAKECUDA_ARG(l, 2, CUdeviceptr);
+    if (n == 0)
+        return 0;
+    float *x = fview(l, xp, n, 1);
+    if (!x)
+        return -1;
+    for (uint64_t i = 0; i < n; i++)
+        x[i] *= a;
+    fakecuda_work(l, (double)n, 8.0 * (double)n);
+    return 0;
+}
+
+/* gap_fwd_f32(x, y, nc, hw): y[j] = mean of x[j*hw .. j*hw + hw) (global average pooling). */
+static int k_gap_fwd(fakecuda_launch_t *l) {
+    CUdeviceptr xp = FAKECUDA_ARG(l, 0, CUdeviceptr), yp = FAKECUDA_ARG(l, 1, CUdeviceptr);
+    int nc = FAKECUDA_ARG(l, 2, int), hw = FAKECUDA_ARG(l, 3, int);
+    if (nc <= 0 || hw <= 0)
+        return 0;
+    const float *x = fview(l, xp, (uint64_t)nc * (uint64_t)hw, 0);
+    float *y = fview(l, yp, (uint64_t)nc, 1);
+    if (!x || !y)
+        return -1;
+    for (int j = 0; j < nc; j++) {
+        float acc = 0.0f;
+        for (int i = 0; i < hw; i++)
+            acc += x[(size_t)j * (size_t)hw + (size_t)i];
+        y[j] = acc / (float)hw;
+    }
+    fakecuda_work(l, (double)nc * hw, 4.0 * (double)nc * hw);
+    return 0;
+}
+
+/* gap_bwd_f32(dy, dx, nc, hw): dx[j*hw + i] = dy[j] / hw. */
+static int k_gap_bwd(fakecuda_launch_t *l) {
+    CUdeviceptr dyp = FAKECUDA_ARG(l, 0, CUdeviceptr), dxp = FAKECUDA_ARG(l, 1, CUdeviceptr);
+    int nc = FAKECUDA_ARG(l, 2, int), hw = FAKECUDA_ARG(l, 3, int);
+    if (nc <= 0 || hw <= 0)
+        return 0;
+    const float *dy = fview(l, dyp, (uint64_t)nc, 0);
+    float *dx = fview(l, dxp, (uint64_t)nc * (uint64_t)hw, 1);
+    if (!dy || !dx)
+        return -1;
+    for (int j = 0; j < nc; j++)
+        for (int i = 0; i < hw; i++)
+            dx[(size_t)j * (size_t)hw + (size_t)i] = dy[j] / (float)hw;
+    fakecuda_work(l, (double)nc * hw, 4.0 * (double)nc * hw);
+    return 0;
+}
+
+/* softmax_xent_f32(logits, labels, loss, dlogits, rows, classes): loss[0] = mean over rows of
+ * -log softmax(logits[r])[labels[r]] (labels are int32 in [0, classes)); when dlogits is not 0,
+ * dlogits[r] = (softmax(logits[r]) - onehot(labels[r])) / rows. A label out of range is an
+ * illegal access (returns -1), as an out-of-bounds index would be on a GPU. */
+static int k_softmax_xent(fakecuda_launch_t *l) {
+    CUdeviceptr lp = FAKECUDA_ARG(l, 0, CUdeviceptr), yp = FAKECUDA_ARG(l, 1, CUdeviceptr);
+    CUdeviceptr lossp = FAKECUDA_ARG(l, 2, CUdeviceptr), dp = FAKECUDA_ARG(l, 3, CUdeviceptr);
+    int rows = FAKECUDA_ARG(l, 4, int), classes = FAKECUDA_ARG(l, 5, int);
+    if (rows <= 0 || classes <= 0)
+        return 0;
+    uint64_t n = (uint64_t)rows * (uint64_t)classes;
+    const float *z = fview(l, lp, n, 0);
+    const int32_t *y = fakecuda_access(l, yp, (size_t)rows * sizeof(int32_t), 0);
+    float *loss = fview(l, lossp, 1, 1);
+    float *dz = dp ? fview(l, dp, n, 1) : NULL;
+    if (!z || !y || !loss || (dp && !dz))
+        return -1;
+    double total = 0.0;
+    for (int r = 0; r < rows; r++) {
+        const float *zr = z + (size_t)r * (size_t)classes;
+        int label = y[r];
+        if (label < 0 || label >= classes)
+            return -1;
+        float mx = zr[0];
+        for (int c = 1; c < classes; c++)
+            mx = zr[c] > mx ? zr[c] : mx;
+        float sum = 0.0f;
+        for (int c = 0; c < classes; c++)
+            sum += expf(zr[c] - mx);
+        total += (double)(logf(sum) - (zr[label] - mx));
+        if (dz) {
+            float *dr = dz + (size_t)r * (size_t)classes;
+            for (int c = 0; c < classes; c++) {
+                float p = expf(zr[c] - mx) / sum;
+                dr[c] = (p - (c == label ? 1.0f : 0.0f)) / (float)rows;
+            }
+        }
+    }
+    loss[0] = (float)(total / rows);
+    fakecuda_work(l, 10.0 * (double)n, 8.0 * (double)n);
+    return 0;
+}
+
+/* sgd_momentum_f32(w, g, v, n, lr, momentum, weight_decay): v = momentum*v + g + wd*w;
+ * w -= lr*v. v is the optimizer state, kept across iterations. */
+static int k_sgd(fakecuda_launch_t *l) {
+    CUdeviceptr wp = FAKECUDA_ARG(l, 0, CUdeviceptr), gp = FAKECUDA_ARG(l, 1, CUdeviceptr);
+    CUdeviceptr vp = FAKECUDA_ARG(l, 2, CUdeviceptr);
+    uint64_t n = FAKECUDA_ARG(l, 3, uint64_t);
+    float lr = FAKECUDA_ARG(l, 4, float), mom = FAKECUDA_ARG(l, 5, float);
+    float wd = FAKECUDA_ARG(l, 6, float);
+    if (n == 0)
+        return 0;
+    float *w = fview(l, wp, n, 1), *v = fview(l, vp, n, 1);
+    const float *g = fview(l, gp, n, 0);
+    if (!w || !v || !g)
+        return -1;
+    for (uint64_t i = 0; i < n; i++) {
+        v[i] = mom * v[i] + g[i] + wd * w[i];
+        w[i] -= lr * v[i];
+    }
+    fakecuda_work(l, 6.0 * (double)n, 20.0 * (double)n);
+    return 0;
+}
+
+static const fakecuda_kernel_t nn_kernels[] = {
+    {"nn", "fill_uniform_f32", 4, {P_PTR, P_U64, P_U64, P_F32}, k_fill_uniform},
+    {"nn", "fill_f32", 3, {P_PTR, P_U64, P_F32}, k_fill},
+    {"nn",
+     "gemm_f32",
+     13,
+     {P_INT, P_INT, P_INT, P_INT, P_INT, P_F32, P_PTR, P_INT, P_PTR, P_INT, P_F32, P_PTR, P_INT},
+     k_gemm},
+    {"nn", "bias_add_f32", 5, {P_PTR, P_PTR, P_INT, P_INT, P_INT}, k_bias_add},
+    {"nn", "bias_grad_f32", 5, {P_PTR, P_PTR, P_INT, P_INT, P_INT}, k_bias_grad},
+    {"nn", "relu_f32", 3, {P_PTR, P_PTR, P_U64}, k_relu},
+    {"nn", "relu_bwd_f32", 4, {P_PTR, P_PTR, P_PTR, P_U64}, k_relu_bwd},
+    {"nn", "add_f32", 4, {P_PTR, P_PTR, P_PTR, P_U64}, k_add},
+    {"nn", "axpy_f32", 4, {P_U64, P_F32, P_PTR, P_PTR}, k_axpy},
+    {"nn", "scale_f32", 3, {P_U64, P_F32, P_PTR}, k_scale},
+    {"nn", "gap_fwd_f32", 4, {P_PTR, P_PTR, P_INT, P_INT}, k_gap_fwd},
+    {"nn", "gap_bwd_f32", 4, {P_PTR, P_PTR, P_INT, P_INT}, k_gap_bwd},
+    {"nn", "softmax_xent_f32", 6, {P_PTR, P_PTR, P_PTR, P_PTR, P_INT, P_INT}, k_softmax_xent},
+    {"nn", "sgd_momentum_f32", 7, {P_PTR, P_PTR, P_PTR, P_U64, P_F32, P_F32, P_F32}, k_sgd},
+};
+FC_KERNEL_TABLE(nn_kernels);
