@@ -1,0 +1,456 @@
+/* SPDX-License-Identifier: MIT */
+/* hooks.c: the intercepted driver entry points (hooks.def). A hook holds no policy: it gathers
+ * what the operation touches, asks mem.c to make it resident on the operation's stream order,
+ * calls the real function, and tells mem.c the operation was issued.
+ *
+ * In OOC_MODE=off, before the device is set up, or for memory that is not ours, a hook forwards
+ * the call unchanged. Driver errors pass through unchanged. Each hook is checked against its
+ * cudaTypedefs.h type (shim.h) and exported under the driver's name (OOC_EXPORT_HOOK). */
+#include "shim.h"
+
+#include <string.h>
+
+/* Are we managing memory (mode not off, device set up)? */
+static int managing(void) {
+    return atomic_load_explicit(&ooc_mode_now, memory_order_relaxed) != OOC_MODE_OFF;
+}
+
+/* Runs `call` with the access set `a` resident on `stream`. */
+#define RUN_OP(a, stream, ptds, call)                                                              \
+    do {                                                                                           \
+        if ((a)->n == 0)                                                                           \
+            return (call);                                                                         \
+        CUresult r_ = ooc_mem_begin((a), (stream), (ptds));                                        \
+        if (r_ == CUDA_SUCCESS)                                                                    \
+            r_ = (call);                                                                           \
+        ooc_mem_end((a), (stream), (ptds), r_ == CUDA_SUCCESS);                                    \
+        return r_;                                                                                 \
+    } while (0)
+
+#define NEED_REAL(sym)                                                                             \
+    do {                                                                                           \
+        if (ooc_real_load() != 0 || !ooc_real.sym)                                                 \
+            return CUDA_ERROR_NOT_INITIALIZED;                                                     \
+    } while (0)
+
+/* ---- allocation ------------------------------------------------------------------------------ */
+
+static CUresult alloc(CUdeviceptr *p, size_t size) {
+    CUresult r = ooc_device_init();
+    if (r != CUDA_SUCCESS)
+        return r;
+    ooc_stats_add(OOC_STAT_allocs, 1);
+    return ooc_mem_alloc(p, size);
+}
+
+CUresult ooc_hook_cuMemAlloc_v2(CUdeviceptr *p, size_t size) {
+    NEED_REAL(cuMemAlloc_v2);
+    if (!managing())
+        return ooc_real.cuMemAlloc_v2(p, size);
+    return alloc(p, size);
+}
+OOC_EXPORT_HOOK(cuMemAlloc_v2, PFN_cuMemAlloc_v3020);
+
+CUresult ooc_hook_cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, size_t h,
+                                     unsigned int elem) {
+    NEED_REAL(cuMemAllocPitch_v2);
+    if (!managing())
+        return ooc_real.cuMemAllocPitch_v2(p, pitch, w, h, elem);
+    if (!pitch || (elem != 4 && elem != 8 && elem != 16) || w == 0 || h == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t pt = (w + 511) & ~(size_t)511;
+    if (h > SIZE_MAX / pt)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pitch = pt;
+    return alloc(p, pt * h);
+}
+OOC_EXPORT_HOOK(cuMemAllocPitch_v2, PFN_cuMemAllocPitch_v3020);
+
+/* Stream-ordered allocation: our memory is usable by every stream at once, which is a valid
+ * (earlier) point of the stream order. The pool argument is ignored: the shim is the pool. */
+CUresult ooc_hook_cuMemAllocAsync(CUdeviceptr *p, size_t size, CUstream s) {
+    NEED_REAL(cuMemAllocAsync);
+    if (!managing())
+        return ooc_real.cuMemAllocAsync(p, size, s);
+    return alloc(p, size);
+}
+OOC_EXPORT_HOOK(cuMemAllocAsync, PFN_cuMemAllocAsync_v11020);
+
+CUresult ooc_hook_cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t size, CUstream s) {
+    NEED_REAL(cuMemAllocAsync_ptsz);
+    if (!managing())
+        return ooc_real.cuMemAllocAsync_ptsz(p, size, s);
+    return alloc(p, size);
+}
+OOC_EXPORT_HOOK(cuMemAllocAsync_ptsz, PFN_cuMemAllocAsync_v11020_ptsz);
+
+CUresult ooc_hook_cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t size, CUmemoryPool pool,
+                                          CUstream s) {
+    NEED_REAL(cuMemAllocFromPoolAsync);
+    if (!managing())
+        return ooc_real.cuMemAllocFromPoolAsync(p, size, pool, s);
+    return alloc(p, size);
+}
+OOC_EXPORT_HOOK(cuMemAllocFromPoolAsync, PFN_cuMemAllocFromPoolAsync_v11020);
+
+CUresult ooc_hook_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t size, CUmemoryPool pool,
+                                               CUstream s) {
+    NEED_REAL(cuMemAllocFromPoolAsync_ptsz);
+    if (!managing())
+        return ooc_real.cuMemAllocFromPoolAsync_ptsz(p, size, pool, s);
+    return alloc(p, size);
+}
+OOC_EXPORT_HOOK(cuMemAllocFromPoolAsync_ptsz, PFN_cuMemAllocFromPoolAsync_v11020_ptsz);
+
+/* Frees never synchronise: mem.c reuses the memory once its users' work has completed. */
+static CUresult free_ours(CUdeviceptr p, CUstream s) {
+    ooc_stats_add(OOC_STAT_frees, 1);
+    return ooc_mem_free(p, s);
+}
+
+CUresult ooc_hook_cuMemFree_v2(CUdeviceptr p) {
+    NEED_REAL(cuMemFree_v2);
+    if (p == 0)
+        return CUDA_SUCCESS;
+    if (!ooc_mem_owns((uintptr_t)p))
+        return ooc_real.cuMemFree_v2(p);
+    return free_ours(p, NULL);
+}
+OOC_EXPORT_HOOK(cuMemFree_v2, PFN_cuMemFree_v3020);
+
+CUresult ooc_hook_cuMemFreeAsync(CUdeviceptr p, CUstream s) {
+    NEED_REAL(cuMemFreeAsync);
+    if (!ooc_mem_owns((uintptr_t)p))
+        return ooc_real.cuMemFreeAsync(p, s);
+    return free_ours(p, s);
+}
+OOC_EXPORT_HOOK(cuMemFreeAsync, PFN_cuMemFreeAsync_v11020);
+
+CUresult ooc_hook_cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) {
+    NEED_REAL(cuMemFreeAsync_ptsz);
+    if (!ooc_mem_owns((uintptr_t)p))
+        return ooc_real.cuMemFreeAsync_ptsz(p, s);
+    return free_ours(p, s ? s : CU_STREAM_PER_THREAD);
+}
+OOC_EXPORT_HOOK(cuMemFreeAsync_ptsz, PFN_cuMemFreeAsync_v11020_ptsz);
+
+/* The program sees the budget as the device's memory. */
+CUresult ooc_hook_cuMemGetInfo_v2(size_t *free_b, size_t *total_b) {
+    NEED_REAL(cuMemGetInfo_v2);
+    if (!managing() || ooc_device_init() != CUDA_SUCCESS)
+        return ooc_real.cuMemGetInfo_v2(free_b, total_b);
+    if (!free_b || !total_b)
+        return CUDA_ERROR_INVALID_VALUE;
+    uint64_t budget, resident;
+    ooc_mem_info(&budget, &resident);
+    *total_b = budget;
+    *free_b = budget > resident ? budget - resident : 0;
+    return CUDA_SUCCESS;
+}
+OOC_EXPORT_HOOK(cuMemGetInfo_v2, PFN_cuMemGetInfo_v3020);
+
+CUresult ooc_hook_cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr p) {
+    NEED_REAL(cuMemGetAddressRange_v2);
+    uintptr_t b;
+    size_t n;
+    if (!ooc_mem_owns((uintptr_t)p))
+        return ooc_real.cuMemGetAddressRange_v2(base, size, p);
+    if (ooc_mem_lookup((uintptr_t)p, &b, &n) != 0)
+        return CUDA_ERROR_NOT_FOUND;
+    if (base)
+        *base = (CUdeviceptr)b;
+    if (size)
+        *size = n;
+    return CUDA_SUCCESS;
+}
+OOC_EXPORT_HOOK(cuMemGetAddressRange_v2, PFN_cuMemGetAddressRange_v3020);
+
+/* Our buffers answer as the device allocations they stand for, resident or not. */
+CUresult ooc_hook_cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr p) {
+    NEED_REAL(cuPointerGetAttribute);
+    uintptr_t b;
+    size_t n;
+    if (!ooc_mem_owns((uintptr_t)p))
+        return ooc_real.cuPointerGetAttribute(data, attr, p);
+    if (!data || ooc_mem_lookup((uintptr_t)p, &b, &n) != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    switch (attr) {
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+        *(unsigned int *)data = CU_MEMORYTYPE_DEVICE;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+        *(CUdeviceptr *)data = p;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+        *(CUdeviceptr *)data = (CUdeviceptr)b;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+        *(size_t *)data = n;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+        *(int *)data = 0;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_MAPPED:
+        *(int *)data = 1;
+        return CUDA_SUCCESS;
+    default:
+        return ooc_real.cuPointerGetAttribute(data, attr, p);
+    }
+}
+OOC_EXPORT_HOOK(cuPointerGetAttribute, PFN_cuPointerGetAttribute_v4000);
+
+/* ---- launches -------------------------------------------------------------------------------- */
+
+static CUresult launch_op(CUfunction f, CUstream s, int ptds, void **params, void **extra,
+                          const CUlaunchConfig *cfg, int kind, unsigned gx, unsigned gy,
+                          unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared) {
+    ooc_access_t a;
+    a.n = 0;
+    a.overflow = 0;
+    ooc_stats_add(OOC_STAT_launches, 1);
+    ooc_launch_access(f, params, extra, &a);
+    switch (kind) {
+    case 0:
+        RUN_OP(&a, s, ptds,
+               (ptds ? ooc_real.cuLaunchKernel_ptsz : ooc_real.cuLaunchKernel)(
+                   f, gx, gy, gz, bx, by, bz, shared, s, params, extra));
+    case 1:
+        RUN_OP(&a, s, ptds,
+               (ptds ? ooc_real.cuLaunchKernelEx_ptsz : ooc_real.cuLaunchKernelEx)(cfg, f, params,
+                                                                                   extra));
+    default:
+        RUN_OP(&a, s, ptds,
+               (ptds ? ooc_real.cuLaunchCooperativeKernel_ptsz
+                     : ooc_real.cuLaunchCooperativeKernel)(f, gx, gy, gz, bx, by, bz, shared, s,
+                                                           params));
+    }
+}
+
+CUresult ooc_hook_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                 unsigned by, unsigned bz, unsigned shared, CUstream s,
+                                 void **params, void **extra) {
+    NEED_REAL(cuLaunchKernel);
+    if (!managing())
+        return ooc_real.cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, s, params, extra);
+    return launch_op(f, s, 0, params, extra, NULL, 0, gx, gy, gz, bx, by, bz, shared);
+}
+OOC_EXPORT_HOOK(cuLaunchKernel, PFN_cuLaunchKernel_v4000);
+
+CUresult ooc_hook_cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                      unsigned bx, unsigned by, unsigned bz, unsigned shared,
+                                      CUstream s, void **params, void **extra) {
+    NEED_REAL(cuLaunchKernel_ptsz);
+    if (!managing())
+        return ooc_real.cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, shared, s, params, extra);
+    return launch_op(f, s, 1, params, extra, NULL, 0, gx, gy, gz, bx, by, bz, shared);
+}
+OOC_EXPORT_HOOK(cuLaunchKernel_ptsz, PFN_cuLaunchKernel_v7000_ptsz);
+
+CUresult ooc_hook_cuLaunchKernelEx(const CUlaunchConfig *cfg, CUfunction f, void **params,
+                                   void **extra) {
+    NEED_REAL(cuLaunchKernelEx);
+    if (!managing() || !cfg)
+        return ooc_real.cuLaunchKernelEx(cfg, f, params, extra);
+    return launch_op(f, cfg->hStream, 0, params, extra, cfg, 1, 0, 0, 0, 0, 0, 0, 0);
+}
+OOC_EXPORT_HOOK(cuLaunchKernelEx, PFN_cuLaunchKernelEx_v11060);
+
+CUresult ooc_hook_cuLaunchKernelEx_ptsz(const CUlaunchConfig *cfg, CUfunction f, void **params,
+                                        void **extra) {
+    NEED_REAL(cuLaunchKernelEx_ptsz);
+    if (!managing() || !cfg)
+        return ooc_real.cuLaunchKernelEx_ptsz(cfg, f, params, extra);
+    return launch_op(f, cfg->hStream, 1, params, extra, cfg, 1, 0, 0, 0, 0, 0, 0, 0);
+}
+OOC_EXPORT_HOOK(cuLaunchKernelEx_ptsz, PFN_cuLaunchKernelEx_v11060_ptsz);
+
+CUresult ooc_hook_cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                            unsigned bx, unsigned by, unsigned bz, unsigned shared,
+                                            CUstream s, void **params) {
+    NEED_REAL(cuLaunchCooperativeKernel);
+    if (!managing())
+        return ooc_real.cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shared, s, params);
+    return launch_op(f, s, 0, params, NULL, NULL, 2, gx, gy, gz, bx, by, bz, shared);
+}
+OOC_EXPORT_HOOK(cuLaunchCooperativeKernel, PFN_cuLaunchCooperativeKernel_v9000);
+
+CUresult ooc_hook_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy,
+                                                 unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                                                 unsigned shared, CUstream s, void **params) {
+    NEED_REAL(cuLaunchCooperativeKernel_ptsz);
+    if (!managing())
+        return ooc_real.cuLaunchCooperativeKernel_ptsz(f, gx, gy, gz, bx, by, bz, shared, s,
+                                                       params);
+    return launch_op(f, s, 1, params, NULL, NULL, 2, gx, gy, gz, bx, by, bz, shared);
+}
+OOC_EXPORT_HOOK(cuLaunchCooperativeKernel_ptsz, PFN_cuLaunchCooperativeKernel_v9000_ptsz);
+
+/* ---- copies ------------------------------------------------------------------------------------
+ */
+
+/* The access set of a copy: the buffers of ours that its two ranges overlap. */
+static void copy_access(ooc_access_t *a, uintptr_t dst, uintptr_t src, size_t n) {
+    a->n = 0;
+    a->overflow = 0;
+    ooc_mem_note_range(a, dst, n);
+    ooc_mem_note_range(a, src, n);
+}
+
+#define SYNC_COPY(sym, pfn, ptds, DT, ST)                                                          \
+    CUresult ooc_hook_##sym(DT dst, ST src, size_t n) {                                            \
+        NEED_REAL(sym);                                                                            \
+        if (!managing())                                                                           \
+            return ooc_real.sym(dst, src, n);                                                      \
+        ooc_access_t a;                                                                            \
+        copy_access(&a, (uintptr_t)dst, (uintptr_t)src, n);                                        \
+        RUN_OP(&a, NULL, ptds, ooc_real.sym(dst, src, n));                                         \
+    }                                                                                              \
+    OOC_EXPORT_HOOK(sym, pfn)
+
+SYNC_COPY(cuMemcpy, PFN_cuMemcpy_v4000, 0, CUdeviceptr, CUdeviceptr);
+SYNC_COPY(cuMemcpy_ptds, PFN_cuMemcpy_v7000_ptds, 1, CUdeviceptr, CUdeviceptr);
+SYNC_COPY(cuMemcpyHtoD_v2, PFN_cuMemcpyHtoD_v3020, 0, CUdeviceptr, const void *);
+SYNC_COPY(cuMemcpyHtoD_v2_ptds, PFN_cuMemcpyHtoD_v7000_ptds, 1, CUdeviceptr, const void *);
+SYNC_COPY(cuMemcpyDtoH_v2, PFN_cuMemcpyDtoH_v3020, 0, void *, CUdeviceptr);
+SYNC_COPY(cuMemcpyDtoH_v2_ptds, PFN_cuMemcpyDtoH_v7000_ptds, 1, void *, CUdeviceptr);
+SYNC_COPY(cuMemcpyDtoD_v2, PFN_cuMemcpyDtoD_v3020, 0, CUdeviceptr, CUdeviceptr);
+SYNC_COPY(cuMemcpyDtoD_v2_ptds, PFN_cuMemcpyDtoD_v7000_ptds, 1, CUdeviceptr, CUdeviceptr);
+
+#define ASYNC_COPY(sym, pfn, ptds, DT, ST)                                                         \
+    CUresult ooc_hook_##sym(DT dst, ST src, size_t n, CUstream s) {                                \
+        NEED_REAL(sym);                                                                            \
+        if (!managing())                                                                           \
+            return ooc_real.sym(dst, src, n, s);                                                   \
+        ooc_access_t a;                                                                            \
+        copy_access(&a, (uintptr_t)dst, (uintptr_t)src, n);                                        \
+        RUN_OP(&a, s, ptds, ooc_real.sym(dst, src, n, s));                                         \
+    }                                                                                              \
+    OOC_EXPORT_HOOK(sym, pfn)
+
+ASYNC_COPY(cuMemcpyAsync, PFN_cuMemcpyAsync_v4000, 0, CUdeviceptr, CUdeviceptr);
+ASYNC_COPY(cuMemcpyAsync_ptsz, PFN_cuMemcpyAsync_v7000_ptsz, 1, CUdeviceptr, CUdeviceptr);
+ASYNC_COPY(cuMemcpyHtoDAsync_v2, PFN_cuMemcpyHtoDAsync_v3020, 0, CUdeviceptr, const void *);
+ASYNC_COPY(cuMemcpyHtoDAsync_v2_ptsz, PFN_cuMemcpyHtoDAsync_v7000_ptsz, 1, CUdeviceptr,
+           const void *);
+ASYNC_COPY(cuMemcpyDtoHAsync_v2, PFN_cuMemcpyDtoHAsync_v3020, 0, void *, CUdeviceptr);
+ASYNC_COPY(cuMemcpyDtoHAsync_v2_ptsz, PFN_cuMemcpyDtoHAsync_v7000_ptsz, 1, void *, CUdeviceptr);
+ASYNC_COPY(cuMemcpyDtoDAsync_v2, PFN_cuMemcpyDtoDAsync_v3020, 0, CUdeviceptr, CUdeviceptr);
+ASYNC_COPY(cuMemcpyDtoDAsync_v2_ptsz, PFN_cuMemcpyDtoDAsync_v7000_ptsz, 1, CUdeviceptr,
+           CUdeviceptr);
+
+static void batch_access(ooc_access_t *a, CUdeviceptr *d, CUdeviceptr *s, size_t *n, size_t count) {
+    a->n = 0;
+    a->overflow = 0;
+    for (size_t i = 0; d && s && n && i < count; i++) {
+        ooc_mem_note_range(a, (uintptr_t)d[i], n[i]);
+        ooc_mem_note_range(a, (uintptr_t)s[i], n[i]);
+    }
+}
+
+#define BATCH_12080(sym, pfn, ptds)                                                                \
+    CUresult ooc_hook_##sym(CUdeviceptr *d, CUdeviceptr *s, size_t *n, size_t count,               \
+                            CUmemcpyAttributes *at, size_t *ai, size_t na, size_t *fail,           \
+                            CUstream h) {                                                          \
+        NEED_REAL(sym);                                                                            \
+        if (!managing())                                                                           \
+            return ooc_real.sym(d, s, n, count, at, ai, na, fail, h);                              \
+        ooc_access_t a;                                                                            \
+        batch_access(&a, d, s, n, count);                                                          \
+        RUN_OP(&a, h, ptds, ooc_real.sym(d, s, n, count, at, ai, na, fail, h));                    \
+    }                                                                                              \
+    OOC_EXPORT_HOOK(sym, pfn)
+
+#define BATCH_13000(sym, pfn, ptds)                                                                \
+    CUresult ooc_hook_##sym(CUdeviceptr *d, CUdeviceptr *s, size_t *n, size_t count,               \
+                            CUmemcpyAttributes *at, size_t *ai, size_t na, CUstream h) {           \
+        NEED_REAL(sym);                                                                            \
+        if (!managing())                                                                           \
+            return ooc_real.sym(d, s, n, count, at, ai, na, h);                                    \
+        ooc_access_t a;                                                                            \
+        batch_access(&a, d, s, n, count);                                                          \
+        RUN_OP(&a, h, ptds, ooc_real.sym(d, s, n, count, at, ai, na, h));                          \
+    }                                                                                              \
+    OOC_EXPORT_HOOK(sym, pfn)
+
+BATCH_12080(cuMemcpyBatchAsync, PFN_cuMemcpyBatchAsync_v12080, 0);
+BATCH_12080(cuMemcpyBatchAsync_ptsz, PFN_cuMemcpyBatchAsync_v12080_ptsz, 1);
+BATCH_13000(cuMemcpyBatchAsync_v2, PFN_cuMemcpyBatchAsync_v13000, 0);
+BATCH_13000(cuMemcpyBatchAsync_v2_ptsz, PFN_cuMemcpyBatchAsync_v13000_ptsz, 1);
+
+/* ---- sets ------------------------------------------------------------------------------------ */
+
+static void set_access(ooc_access_t *a, CUdeviceptr d, size_t pitch, size_t w, size_t h,
+                       size_t elem) {
+    a->n = 0;
+    a->overflow = 0;
+    if (w && h)
+        ooc_mem_note_range(a, (uintptr_t)d, (h - 1) * pitch + w * elem);
+}
+
+#define SET1(sym, pfn, ptds, elem, VT)                                                             \
+    CUresult ooc_hook_##sym(CUdeviceptr d, VT v, size_t n) {                                       \
+        NEED_REAL(sym);                                                                            \
+        if (!managing())                                                                           \
+            return ooc_real.sym(d, v, n);                                                          \
+        ooc_access_t a;                                                                            \
+        set_access(&a, d, n *elem, n, 1, elem);                                                    \
+        RUN_OP(&a, NULL, ptds, ooc_real.sym(d, v, n));                                             \
+    }                                                                                              \
+    OOC_EXPORT_HOOK(sym, pfn)
+
+SET1(cuMemsetD8_v2, PFN_cuMemsetD8_v3020, 0, 1, unsigned char);
+SET1(cuMemsetD8_v2_ptds, PFN_cuMemsetD8_v7000_ptds, 1, 1, unsigned char);
+SET1(cuMemsetD16_v2, PFN_cuMemsetD16_v3020, 0, 2, unsigned short);
+SET1(cuMemsetD16_v2_ptds, PFN_cuMemsetD16_v7000_ptds, 1, 2, unsigned short);
+SET1(cuMemsetD32_v2, PFN_cuMemsetD32_v3020, 0, 4, unsigned int);
+SET1(cuMemsetD32_v2_ptds, PFN_cuMemsetD32_v7000_ptds, 1, 4, unsigned int);
+
+#define SET1_ASYNC(sym, pfn, ptds, elem, VT)                                                       \
+    CUresult ooc_hook_##sym(CUdeviceptr d, VT v, size_t n, CUstream s) {                           \
+        NEED_REAL(sym);                                                                            \
+        if (!managing())                                                                           \
+            return ooc_real.sym(d, v, n, s);                                                       \
+        ooc_access_t a;                                                                            \
+        set_access(&a, d, n *elem, n, 1, elem);                                                    \
+        RUN_OP(&a, s, ptds, ooc_real.sym(d, v, n, s));                                             \
+    }                                                                                              \
+    OOC_EXPORT_HOOK(sym, pfn)
+
+SET1_ASYNC(cuMemsetD8Async, PFN_cuMemsetD8Async_v3020, 0, 1, unsigned char);
+SET1_ASYNC(cuMemsetD8Async_ptsz, PFN_cuMemsetD8Async_v7000_ptsz, 1, 1, unsigned char);
+SET1_ASYNC(cuMemsetD16Async, PFN_cuMemsetD16Async_v3020, 0, 2, unsigned short);
+SET1_ASYNC(cuMemsetD16Async_ptsz, PFN_cuMemsetD16Async_v7000_ptsz, 1, 2, unsigned short);
+SET1_ASYNC(cuMemsetD32Async, PFN_cuMemsetD32Async_v3020, 0, 4, unsigned int);
+SET1_ASYNC(cuMemsetD32Async_ptsz, PFN_cuMemsetD32Async_v7000_ptsz, 1, 4, unsigned int);
+
+#define SET2(sym, pfn, ptds, elem, VT)                                                             \
+    CUresult ooc_hook_##sym(CUdeviceptr d, size_t pitch, VT v, size_t w, size_t h) {               \
+        NEED_REAL(sym);                                                                            \
+        if (!managing())                                                                           \
+            return ooc_real.sym(d, pitch, v, w, h);                                                \
+        ooc_access_t a;                                                                            \
+        set_access(&a, d, pitch, w, h, elem);                                                      \
+        RUN_OP(&a, NULL, ptds, ooc_real.sym(d, pitch, v, w, h));                                   \
+    }                                                                                              \
+    OOC_EXPORT_HOOK(sym, pfn)
+
+SET2(cuMemsetD2D8_v2, PFN_cuMemsetD2D8_v3020, 0, 1, unsigned char);
+SET2(cuMemsetD2D8_v2_ptds, PFN_cuMemsetD2D8_v7000_ptds, 1, 1, unsigned char);
+SET2(cuMemsetD2D32_v2, PFN_cuMemsetD2D32_v3020, 0, 4, unsigned int);
+SET2(cuMemsetD2D32_v2_ptds, PFN_cuMemsetD2D32_v7000_ptds, 1, 4, unsigned int);
+
+#define SET2_ASYNC(sym, pfn, ptds, elem, VT)                                                       \
+    CUresult ooc_hook_##sym(CUdeviceptr d, size_t pitch, VT v, size_t w, size_t h, CUstream s) {   \
+        NEED_REAL(sym);                                                                            \
+        if (!managing())                                                                           \
+            return ooc_real.sym(d, pitch, v, w, h, s);                                             \
+        ooc_access_t a;                                                                            \
+        set_access(&a, d, pitch, w, h, elem);                                                      \
+        RUN_OP(&a, s, ptds, ooc_real.sym(d, pitch, v, w, h, s));                                   \
+    }                                                                                              \
+    OOC_EXPORT_HOOK(sym, pfn)
+
+SET2_ASYNC(cuMemsetD2D8Async, PFN_cuMemsetD2D8Async_v3020, 0, 1, unsigned char);
+SET2_ASYNC(cuMemsetD2D8Async_ptsz, PFN_cuMemsetD2D8Async_v7000_ptsz, 1, 1, unsigned char);
+SET2_ASYNC(cuMemsetD2D32Async, PFN_cuMemsetD2D32Async_v3020, 0, 4, unsigned int);
+SET2_ASYNC(cuMemsetD2D32Async_ptsz, PFN_cuMemsetD2D32Async_v7000_ptsz, 1, 4, unsigned int);

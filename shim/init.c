@@ -1,0 +1,157 @@
+/* SPDX-License-Identifier: MIT */
+/* init.c: the shim's life in a process: configuration at the first driver call, the device side
+ * at the first allocation that has a current context, the start-up line, the statistics table
+ * and the release of the pool at exit, and fork.
+ *
+ * The only constructor work is setting framework defaults with setenv (DESIGN.md section 5):
+ * no driver call, no thread, no device memory. Everything else happens lazily, once
+ * (pthread_once and a mutex), on the calling thread. A forked child gives up the parent's
+ * device state (as CUDA itself does) and passes every call through. */
+#include "shim.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+_Atomic int ooc_mode_now = OOC_MODE_OFF;
+
+static pthread_once_t config_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t device_lock = PTHREAD_MUTEX_INITIALIZER;
+static int device_state; /* 0: not yet; 1: ready; -1: failed (result in device_rc) */
+static CUresult device_rc;
+
+/* Frameworks cache device memory in large segments, which would hide their tensors from us. */
+__attribute__((constructor)) static void framework_defaults(void) {
+    setenv("PYTORCH_NO_CUDA_MEMORY_CACHING", "1", 0);
+    setenv("XLA_PYTHON_CLIENT_ALLOCATOR", "platform", 0);
+}
+
+static void on_fork_child(void) {
+    atomic_store(&ooc_mode_now, OOC_MODE_OFF);
+}
+
+/* Was the option set in the environment (not defaulted)? */
+static int was_set(const char *name) {
+    size_t n;
+    const ooc_option_desc_t *t = ooc_options_table(&n);
+    const ooc_option_desc_t *d = ooc_options_find(name);
+    return d && (ooc_options()->set_mask >> (d - t) & 1u);
+}
+
+static void config_once_fn(void) {
+    if (ooc_options_load() != 0) {
+        /* ooc_options_load printed the one line that names the variable, value and form. */
+        static const char msg[] = "ooc: stopping: fix the configuration above (see README.md)\n";
+        ssize_t w = write(2, msg, sizeof msg - 1);
+        (void)w;
+        exit(1);
+    }
+    const ooc_options_t *o = ooc_options();
+    int mode = o->mode;
+    if (mode == OOC_MODE_RECORD || mode == OOC_MODE_AUTO) {
+        if (was_set("OOC_MODE"))
+            OOC_LOG_W("OOC_MODE=%s: recording and replay are not implemented yet; running in "
+                      "demand mode",
+                      ooc_mode_name(mode));
+        mode = OOC_MODE_DEMAND;
+    }
+    pthread_atfork(NULL, NULL, on_fork_child);
+    atomic_store(&ooc_mode_now, mode);
+}
+
+void ooc_config_init(void) {
+    pthread_once(&config_once, config_once_fn);
+}
+
+const ooc_options_t *ooc_opts(void) {
+    return ooc_options();
+}
+
+static void at_exit(void) {
+    if (ooc_options()->stats)
+        ooc_stats_print(2);
+    ooc_mem_shutdown();
+}
+
+static CUresult device_setup(void) {
+    CUcontext ctx = NULL;
+    CUresult r = ooc_real.cuCtxGetCurrent(&ctx);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!ctx)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    CUdevice dev;
+    if ((r = ooc_real.cuCtxGetDevice(&dev)) != CUDA_SUCCESS)
+        return r;
+    size_t total = 0, free_b = 0, gran = 0;
+    char name[128] = "?";
+    ooc_real.cuDeviceGetName(name, sizeof name, dev);
+    if ((r = ooc_real.cuDeviceTotalMem_v2(&total, dev)) != CUDA_SUCCESS ||
+        (r = ooc_real.cuMemGetInfo_v2(&free_b, &total)) != CUDA_SUCCESS)
+        return r;
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = dev;
+    r = ooc_real.cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
+    if (r != CUDA_SUCCESS) {
+        OOC_LOG_E("the device does not support virtual memory management (%s); the shim needs it",
+                  ooc_real_errname(r));
+        return r;
+    }
+    const ooc_options_t *o = ooc_options();
+    uint64_t chunk = ooc_options_chunk_bytes(o, gran);
+    uint64_t budget = ooc_options_budget_bytes(o, total, free_b);
+    if (budget > free_b) {
+        OOC_LOG_W("OOC_BUDGET of %llu bytes is more than the %zu bytes free on the device; "
+                  "using what is free",
+                  (unsigned long long)budget, free_b);
+        budget = free_b;
+    }
+    if (budget < chunk) {
+        OOC_LOG_E("the budget (%llu bytes) is smaller than one chunk (%llu bytes): nothing "
+                  "could be resident",
+                  (unsigned long long)budget, (unsigned long long)chunk);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    int host_vmm = 0;
+    ooc_real.cuDeviceGetAttribute(
+        &host_vmm, CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev);
+    if (o->safe == OOC_SAFE_ON) {
+        OOC_LOG_E("OOC_SAFE=on: safe mode (swapped buffers aliased to their host copies) is not "
+                  "implemented yet");
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+    if (ooc_mem_init(budget, chunk, dev, ctx) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    atexit(at_exit);
+    char line[512];
+    int n = snprintf(line, sizeof line,
+                     "ooc[%d] ooc-shim: device %s, budget %.2f GiB of %.2f GiB, chunk %llu KiB, "
+                     "mode %s, safe mode off (device host-VMM support: %s; not implemented yet)\n",
+                     (int)getpid(), name, (double)budget / (1 << 30), (double)total / (1 << 30),
+                     (unsigned long long)(chunk >> 10), ooc_mode_name(atomic_load(&ooc_mode_now)),
+                     host_vmm ? "yes" : "no");
+    if (n > 0 && ooc_log_level() >= OOC_LOG_WARN) {
+        ssize_t w = write(2, line, (size_t)(n < (int)sizeof line ? n : (int)sizeof line - 1));
+        (void)w;
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult ooc_device_init(void) {
+    if (__atomic_load_n(&device_state, __ATOMIC_ACQUIRE) == 1)
+        return CUDA_SUCCESS;
+    pthread_mutex_lock(&device_lock);
+    if (device_state == 0) {
+        device_rc = device_setup();
+        /* Without a context the program may still create one: try again next time. */
+        if (device_rc != CUDA_ERROR_INVALID_CONTEXT)
+            __atomic_store_n(&device_state, device_rc == CUDA_SUCCESS ? 1 : -1, __ATOMIC_RELEASE);
+    }
+    CUresult r = device_state == 1 ? CUDA_SUCCESS : device_rc;
+    pthread_mutex_unlock(&device_lock);
+    return r;
+}

@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: MIT */
+/* launch.c: which buffers a kernel launch references.
+ *
+ * The parameter layout of a function comes from cuFuncGetParamInfo (offset and size of each
+ * parameter, asked until CUDA_ERROR_INVALID_VALUE) and is cached per CUfunction. Every aligned
+ * 8-byte word of the parameter bytes that falls in the shim's reservation is looked up; a hit
+ * references that whole buffer. Parameters come as kernelParams (a pointer per parameter) or
+ * packed in `extra` (CU_LAUNCH_PARAM_BUFFER_POINTER/SIZE), where the packed bytes are scanned.
+ *
+ * Locking: the cache is a hash under a read-write lock; lookups take the read side. */
+#include "shim.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define uthash_nonfatal_oom(obj) ((void)0)
+#include <uthash.h>
+
+#define MAX_PARAMS 256
+
+typedef struct layout {
+    CUfunction f;
+    unsigned n;
+    int known; /* 0: cuFuncGetParamInfo failed; the launch's words cannot be found */
+    uint32_t offset[MAX_PARAMS];
+    uint32_t size[MAX_PARAMS];
+    UT_hash_handle hh;
+} layout_t;
+
+static layout_t *cache;
+static pthread_rwlock_t cache_lock = PTHREAD_RWLOCK_INITIALIZER;
+
+static const layout_t *layout_of(CUfunction f) {
+    layout_t *l;
+    pthread_rwlock_rdlock(&cache_lock);
+    HASH_FIND_PTR(cache, &f, l);
+    pthread_rwlock_unlock(&cache_lock);
+    if (l)
+        return l;
+    l = calloc(1, sizeof *l);
+    if (!l)
+        return NULL;
+    l->f = f;
+    l->known = ooc_real.cuFuncGetParamInfo != NULL;
+    for (size_t i = 0; l->known && i < MAX_PARAMS; i++) {
+        size_t off, size;
+        CUresult r = ooc_real.cuFuncGetParamInfo(f, i, &off, &size);
+        if (r == CUDA_ERROR_INVALID_VALUE)
+            break;
+        if (r != CUDA_SUCCESS) {
+            l->known = 0;
+            break;
+        }
+        l->offset[i] = (uint32_t)off;
+        l->size[i] = (uint32_t)size;
+        l->n = (unsigned)i + 1;
+    }
+    if (!l->known)
+        OOC_LOG_W("no parameter layout for function %p: its buffers cannot be made resident "
+                  "(cuFuncGetParamInfo needs a CUDA 12.4 driver)",
+                  (void *)f);
+    pthread_rwlock_wrlock(&cache_lock);
+    layout_t *other;
+    HASH_FIND_PTR(cache, &f, other);
+    if (other) {
+        free(l);
+        l = other;
+    } else {
+        HASH_ADD_PTR(cache, f, l);
+    }
+    pthread_rwlock_unlock(&cache_lock);
+    return l;
+}
+
+/* Notes every aligned 8-byte word of [p, p + n) that points into one of our buffers. */
+static void scan_words(const unsigned char *p, size_t n, ooc_access_t *a) {
+    for (size_t off = 0; off + 8 <= n; off += 8) {
+        uint64_t w;
+        memcpy(&w, p + off, 8);
+        if (ooc_mem_owns((uintptr_t)w))
+            ooc_mem_note(a, (uintptr_t)w);
+    }
+}
+
+static void scan_extra(void **extra, ooc_access_t *a) {
+    void *buf = NULL;
+    size_t *size = NULL;
+    for (size_t i = 0; i < 16 && extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+        if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER)
+            buf = extra[i + 1];
+        else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE)
+            size = extra[i + 1];
+    }
+    if (buf && size)
+        scan_words(buf, *size, a);
+}
+
+void ooc_launch_access(CUfunction f, void **params, void **extra, ooc_access_t *a) {
+    if (extra) {
+        scan_extra(extra, a);
+        return;
+    }
+    if (!params)
+        return;
+    const layout_t *l = layout_of(f);
+    if (!l || !l->known)
+        return;
+    for (unsigned i = 0; i < l->n; i++) {
+        if (l->size[i] < 8 || !params[i])
+            continue;
+        /* A parameter's bytes start at an 8-aligned offset when it holds a pointer. */
+        scan_words(params[i], l->size[i], a);
+    }
+}

@@ -1,0 +1,888 @@
+/* SPDX-License-Identifier: MIT */
+/* mem.c: the shim's device memory: buffers at stable virtual addresses, physical chunks pooled
+ * under the budget, and residency on demand.
+ *
+ * One VA reservation holds every buffer. It is cut into chunks of OOC_CHUNK bytes, the unit of
+ * residency: a chunk is EMPTY (never backed; contents undefined, as cuMemAlloc's are), RESIDENT
+ * (mapped to a physical chunk from the pool) or SWAPPED (its bytes in a pinned host slot). A
+ * buffer of more than chunk/8 bytes owns whole chunks (waste below one chunk); smaller buffers
+ * share slab chunks, 256-byte aligned. Physical chunks are created lazily up to budget/chunk and
+ * never released before exit; host slots come from a pinned pool.
+ *
+ * Invariants: a RESIDENT chunk is mapped read-write at its address; it is unmapped only after
+ * the work of every stream that used it since it was mapped has completed (events recorded on
+ * those streams, or a context synchronisation when they are unknown); freed VA goes through a
+ * quarantine before reuse, so a use after free faults.
+ *
+ * Locking: one mutex (mem_lock) guards everything here. ooc_mem_begin takes it and
+ * ooc_mem_end releases it, so no eviction can slip between the residency check of an op and
+ * its submission. */
+#include "shim.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define uthash_nonfatal_oom(obj) (oom_flag = 1)
+static int oom_flag;
+#include <uthash.h>
+
+enum { C_EMPTY, C_RESIDENT, C_SWAPPED };
+
+#define MAX_USERS       4
+#define SLAB_ALIGN      256
+#define QUARANTINE_RUNS 64
+
+typedef struct phys {
+    CUmemGenericAllocationHandle h;
+    struct phys *next;
+} phys_t;
+
+typedef struct buf {
+    uintptr_t addr;
+    size_t size;
+    int small;
+    UT_hash_handle hh;
+} buf_t;
+
+typedef struct slab {
+    size_t offset; /* bump pointer */
+    size_t n, cap;
+    buf_t **bufs; /* sorted by address */
+} slab_t;
+
+typedef struct chunk {
+    uint64_t idx;
+    UT_hash_handle hh;
+    int state;
+    phys_t *phys;
+    void *host;
+    struct chunk *prev, *next; /* LRU of resident live chunks, most recent at head */
+    CUstream users[MAX_USERS];
+    unsigned nusers;
+    int users_unknown; /* a user we cannot wait for precisely: synchronise the context */
+    unsigned nbufs;
+    buf_t *owner;
+    slab_t *slab;
+    uint64_t pin; /* op serial that pinned it */
+    int dying;
+} chunk_t;
+
+typedef struct run {
+    uint64_t first, count;
+} run_t;
+
+static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static struct {
+    int ready;
+    uint64_t chunk;
+    unsigned shift;
+    uintptr_t va_base;
+    size_t va_size;
+    uint64_t va_chunks, va_next;
+    uint64_t budget_chunks, phys_made, resident;
+    phys_t *phys_free;
+    chunk_t *chunks;
+    buf_t *bufs;
+    chunk_t lru;
+    chunk_t *slab_cur;
+    run_t quarantine[QUARANTINE_RUNS];
+    unsigned q_head, q_len;
+    run_t *free_runs;
+    size_t nfree_runs, cap_free_runs;
+    chunk_t **dying;
+    size_t ndying, cap_dying;
+    void **host_free;
+    size_t nhost_free, cap_host_free;
+    void **host_blocks;
+    size_t nhost_blocks;
+    CUstream swap;
+    CUdevice dev;
+    CUcontext ctx;
+    uint64_t serial;
+    chunk_t **op_chunks;
+    size_t nop, cap_op;
+} M;
+
+static uintptr_t chunk_addr(const chunk_t *c) {
+    return M.va_base + ((uintptr_t)c->idx << M.shift);
+}
+
+/* ---- LRU ------------------------------------------------------------------------------------- */
+
+static void lru_remove(chunk_t *c) {
+    if (!c->prev)
+        return;
+    c->prev->next = c->next;
+    c->next->prev = c->prev;
+    c->prev = c->next = NULL;
+}
+
+static void lru_push(chunk_t *c) {
+    lru_remove(c);
+    c->next = M.lru.next;
+    c->prev = &M.lru;
+    M.lru.next->prev = c;
+    M.lru.next = c;
+}
+
+/* ---- VA runs ------------------------------------------------------------------------------- */
+
+/* Takes `count` contiguous chunk indices: a free run first (best fit), else the bump pointer.
+ * Returns 0 and the first index, or -1 when the reservation is exhausted. */
+static int va_take(uint64_t count, uint64_t *first) {
+    size_t best = SIZE_MAX;
+    for (size_t i = 0; i < M.nfree_runs; i++)
+        if (M.free_runs[i].count >= count &&
+            (best == SIZE_MAX || M.free_runs[i].count < M.free_runs[best].count))
+            best = i;
+    if (best != SIZE_MAX) {
+        run_t *r = &M.free_runs[best];
+        *first = r->first;
+        r->first += count;
+        r->count -= count;
+        if (r->count == 0)
+            M.free_runs[best] = M.free_runs[--M.nfree_runs];
+        return 0;
+    }
+    if (M.va_next + count > M.va_chunks)
+        return -1;
+    *first = M.va_next;
+    M.va_next += count;
+    return 0;
+}
+
+/* Returns a run to the quarantine; the oldest quarantined run becomes reusable. */
+static void va_give(uint64_t first, uint64_t count) {
+    if (M.q_len == QUARANTINE_RUNS) {
+        run_t old = M.quarantine[M.q_head];
+        M.q_head = (M.q_head + 1) % QUARANTINE_RUNS;
+        M.q_len--;
+        if (M.nfree_runs == M.cap_free_runs) {
+            size_t nc = M.cap_free_runs ? M.cap_free_runs * 2 : 64;
+            run_t *n = realloc(M.free_runs, nc * sizeof *n);
+            if (n) {
+                M.free_runs = n;
+                M.cap_free_runs = nc;
+            }
+        }
+        if (M.nfree_runs < M.cap_free_runs)
+            M.free_runs[M.nfree_runs++] = old; /* else the range is lost: VA is plentiful */
+    }
+    M.quarantine[(M.q_head + M.q_len) % QUARANTINE_RUNS] = (run_t){first, count};
+    M.q_len++;
+}
+
+/* ---- host slots -------------------------------------------------------------------------------
+ */
+
+#define HOST_BLOCK_CHUNKS 16
+
+static void *host_slot(void) {
+    if (M.nhost_free == 0) {
+        /* The free list must hold every slot ever made: all of them may come back. */
+        size_t total = (M.nhost_blocks + 1) * HOST_BLOCK_CHUNKS;
+        void **nb = realloc(M.host_blocks, (M.nhost_blocks + 1) * sizeof *nb);
+        if (!nb)
+            return NULL;
+        M.host_blocks = nb;
+        if (total > M.cap_host_free) {
+            void **nf = realloc(M.host_free, total * 2 * sizeof *nf);
+            if (!nf)
+                return NULL;
+            M.host_free = nf;
+            M.cap_host_free = total * 2;
+        }
+        void *block = NULL;
+        if (ooc_real.cuMemHostAlloc(&block, HOST_BLOCK_CHUNKS * M.chunk, 0) != CUDA_SUCCESS)
+            return NULL;
+        M.host_blocks[M.nhost_blocks++] = block;
+        for (size_t i = 0; i < HOST_BLOCK_CHUNKS; i++)
+            M.host_free[M.nhost_free++] = (char *)block + i * M.chunk;
+    }
+    return M.host_free[--M.nhost_free];
+}
+
+static void host_slot_put(void *p) {
+    if (p)
+        M.host_free[M.nhost_free++] = p; /* capacity covers every slot ever made */
+}
+
+/* ---- waiting for a chunk's users --------------------------------------------------------------
+ */
+
+/* Waits until the work of every stream in `users` has completed; the context when unknown. */
+static CUresult wait_users(CUstream *users, unsigned n, int unknown) {
+    if (unknown)
+        return ooc_real.cuCtxSynchronize();
+    for (unsigned i = 0; i < n; i++) {
+        CUevent e;
+        CUresult r = ooc_real.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING);
+        if (r == CUDA_SUCCESS) {
+            r = ooc_real.cuEventRecord(e, users[i]);
+            if (r == CUDA_SUCCESS)
+                r = ooc_real.cuEventSynchronize(e);
+            ooc_real.cuEventDestroy_v2(e);
+        }
+        if (r != CUDA_SUCCESS) /* e.g. the stream was destroyed: wait for everything */
+            return ooc_real.cuCtxSynchronize();
+    }
+    return CUDA_SUCCESS;
+}
+
+static void add_user(CUstream *users, unsigned *n, int *unknown, CUstream s) {
+    if (s == CU_STREAM_PER_THREAD) {
+        *unknown = 1; /* another thread's per-thread stream cannot be named from ours */
+        return;
+    }
+    for (unsigned i = 0; i < *n; i++)
+        if (users[i] == s)
+            return;
+    if (*n == MAX_USERS)
+        *unknown = 1;
+    else
+        users[(*n)++] = s;
+}
+
+/* ---- chunk life --------------------------------------------------------------------------------
+ */
+
+static chunk_t *chunk_new(uint64_t idx) {
+    chunk_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->idx = idx;
+    c->state = C_EMPTY;
+    oom_flag = 0;
+    HASH_ADD(hh, M.chunks, idx, sizeof c->idx, c);
+    if (oom_flag) {
+        free(c);
+        return NULL;
+    }
+    return c;
+}
+
+static chunk_t *chunk_find(uint64_t idx) {
+    chunk_t *c;
+    HASH_FIND(hh, M.chunks, &idx, sizeof idx, c);
+    return c;
+}
+
+static void chunk_delete(chunk_t *c) {
+    HASH_DEL(M.chunks, c);
+    if (c->slab) {
+        free(c->slab->bufs);
+        free(c->slab);
+    }
+    free(c);
+}
+
+/* Unmaps a resident chunk whose users have completed; its physical chunk returns to the pool. */
+static CUresult unmap_chunk(chunk_t *c) {
+    CUresult r = ooc_real.cuMemUnmap(chunk_addr(c), M.chunk);
+    if (r != CUDA_SUCCESS)
+        return r;
+    c->phys->next = M.phys_free;
+    M.phys_free = c->phys;
+    c->phys = NULL;
+    c->state = C_SWAPPED;
+    c->nusers = 0;
+    c->users_unknown = 0;
+    M.resident--;
+    ooc_stats_gauge_sub(OOC_STAT_resident_bytes, M.chunk);
+    return CUDA_SUCCESS;
+}
+
+/* A chunk that no live buffer uses any more: its memory goes back once its users are done. */
+static void chunk_release(chunk_t *c, CUstream free_stream) {
+    lru_remove(c);
+    if (c == M.slab_cur)
+        M.slab_cur = NULL;
+    if (c->state == C_RESIDENT) {
+        if (free_stream)
+            add_user(c->users, &c->nusers, &c->users_unknown, free_stream);
+        if (M.ndying == M.cap_dying) {
+            size_t nc = M.cap_dying ? M.cap_dying * 2 : 64;
+            chunk_t **n = realloc(M.dying, nc * sizeof *n);
+            if (!n) {
+                /* No room to defer: wait now rather than unmap under running work. */
+                if (wait_users(c->users, c->nusers, c->users_unknown) == CUDA_SUCCESS &&
+                    unmap_chunk(c) == CUDA_SUCCESS) {
+                    va_give(c->idx, 1);
+                    chunk_delete(c);
+                }
+                return;
+            }
+            M.dying = n;
+            M.cap_dying = nc;
+        }
+        c->dying = 1;
+        M.dying[M.ndying++] = c;
+        return;
+    }
+    host_slot_put(c->host);
+    c->host = NULL;
+    va_give(c->idx, 1);
+    chunk_delete(c);
+}
+
+/* Releases the memory of every dying chunk: waits for their users (all together). */
+static CUresult reap_dying(void) {
+    if (M.ndying == 0)
+        return CUDA_SUCCESS;
+    CUstream users[MAX_USERS];
+    unsigned n = 0;
+    int unknown = 0;
+    for (size_t i = 0; i < M.ndying; i++) {
+        chunk_t *c = M.dying[i];
+        unknown |= c->users_unknown;
+        for (unsigned u = 0; u < c->nusers; u++)
+            add_user(users, &n, &unknown, c->users[u]);
+    }
+    CUresult r = wait_users(users, n, unknown);
+    if (r != CUDA_SUCCESS)
+        return r;
+    for (size_t i = 0; i < M.ndying; i++) {
+        chunk_t *c = M.dying[i];
+        r = unmap_chunk(c);
+        if (r != CUDA_SUCCESS)
+            return r;
+        va_give(c->idx, 1);
+        chunk_delete(c);
+    }
+    M.ndying = 0;
+    return CUDA_SUCCESS;
+}
+
+/* Makes a physical chunk available: a new one while under budget, else a dying chunk's, else
+ * by swapping out least recently used chunks (up to `want` at once). */
+static CUresult need_phys(uint64_t want) {
+    if (M.phys_free)
+        return CUDA_SUCCESS;
+    if (M.phys_made < M.budget_chunks) {
+        CUmemAllocationProp prop;
+        memset(&prop, 0, sizeof prop);
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.location.id = M.dev;
+        phys_t *p = calloc(1, sizeof *p);
+        if (!p)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        CUresult r = ooc_real.cuMemCreate(&p->h, M.chunk, &prop, 0);
+        if (r == CUDA_SUCCESS) {
+            p->next = M.phys_free;
+            M.phys_free = p;
+            M.phys_made++;
+            return CUDA_SUCCESS;
+        }
+        free(p);
+        if (r != CUDA_ERROR_OUT_OF_MEMORY)
+            return r;
+        /* The device has less than the budget: live with what we have. */
+        OOC_LOG_W("the device ran out of memory at %llu chunks, below the budget of %llu; "
+                  "using that as the budget",
+                  (unsigned long long)M.phys_made, (unsigned long long)M.budget_chunks);
+        M.budget_chunks = M.phys_made;
+    }
+    if (M.ndying) {
+        CUresult r = reap_dying();
+        if (r != CUDA_SUCCESS || M.phys_free)
+            return r;
+    }
+    /* Swap out the least recently used chunks that the current op does not need. */
+    chunk_t *victims[64];
+    unsigned nv = 0;
+    if (want > 64)
+        want = 64;
+    for (chunk_t *c = M.lru.prev; c != &M.lru && nv < want; c = c->prev)
+        if (c->pin != M.serial)
+            victims[nv++] = c;
+    if (nv == 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUstream users[MAX_USERS];
+    unsigned n = 0;
+    int unknown = 0;
+    for (unsigned i = 0; i < nv; i++) {
+        unknown |= victims[i]->users_unknown;
+        for (unsigned u = 0; u < victims[i]->nusers; u++)
+            add_user(users, &n, &unknown, victims[i]->users[u]);
+    }
+    CUresult r = wait_users(users, n, unknown);
+    if (r != CUDA_SUCCESS)
+        return r;
+    for (unsigned i = 0; i < nv && r == CUDA_SUCCESS; i++) {
+        victims[i]->host = host_slot();
+        if (!victims[i]->host)
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        else
+            r = ooc_real.cuMemcpyDtoHAsync_v2(victims[i]->host, chunk_addr(victims[i]), M.chunk,
+                                              M.swap);
+    }
+    if (r == CUDA_SUCCESS)
+        r = ooc_real.cuStreamSynchronize(M.swap);
+    if (r != CUDA_SUCCESS) {
+        /* The victims stay resident with their data; nothing was unmapped. */
+        for (unsigned i = 0; i < nv; i++) {
+            host_slot_put(victims[i]->host);
+            victims[i]->host = NULL;
+        }
+        return r;
+    }
+    for (unsigned i = 0; i < nv; i++) {
+        lru_remove(victims[i]);
+        r = unmap_chunk(victims[i]);
+        if (r != CUDA_SUCCESS)
+            return r;
+        ooc_stats_add(OOC_STAT_swap_outs, 1);
+        ooc_stats_add(OOC_STAT_swap_out_bytes, M.chunk);
+    }
+    return CUDA_SUCCESS;
+}
+
+/* Maps a physical chunk at c (taken from the free list) with read-write access. */
+static CUresult map_chunk(chunk_t *c) {
+    phys_t *p = M.phys_free;
+    CUresult r = ooc_real.cuMemMap(chunk_addr(c), M.chunk, 0, p->h, 0);
+    if (r != CUDA_SUCCESS)
+        return r;
+    CUmemAccessDesc d;
+    memset(&d, 0, sizeof d);
+    d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    d.location.id = M.dev;
+    d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    r = ooc_real.cuMemSetAccess(chunk_addr(c), M.chunk, &d, 1);
+    if (r != CUDA_SUCCESS) {
+        ooc_real.cuMemUnmap(chunk_addr(c), M.chunk);
+        return r;
+    }
+    M.phys_free = p->next;
+    c->phys = p;
+    M.resident++;
+    ooc_stats_gauge_add(OOC_STAT_resident_bytes, M.chunk);
+    return CUDA_SUCCESS;
+}
+
+/* ---- init ---------------------------------------------------------------------------------- */
+
+int ooc_mem_init(uint64_t budget_bytes, uint64_t chunk_bytes, CUdevice dev, CUcontext ctx) {
+    M.ctx = ctx;
+    M.chunk = chunk_bytes;
+    M.shift = (unsigned)__builtin_ctzll(chunk_bytes);
+    M.dev = dev;
+    M.budget_chunks = budget_bytes / chunk_bytes;
+    M.lru.next = M.lru.prev = &M.lru;
+    /* Up to 1 TiB of addresses: reserving costs nothing, and buffers never move. Where the
+     * address space is limited (valgrind, ulimit -v), settle for less, down to 4x the budget. */
+    CUdeviceptr base;
+    CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+    uint64_t floor = 4 * budget_bytes > ((uint64_t)1 << 32) ? 4 * budget_bytes : (uint64_t)1 << 32;
+    for (M.va_size = (size_t)1 << 40; M.va_size >= floor; M.va_size /= 2) {
+        r = ooc_real.cuMemAddressReserve(&base, M.va_size, chunk_bytes, 0, 0);
+        if (r == CUDA_SUCCESS)
+            break;
+    }
+    if (r != CUDA_SUCCESS) {
+        OOC_LOG_E("cuMemAddressReserve failed: %s", ooc_real_errname(r));
+        return OOC_EDRIVER;
+    }
+    M.va_base = (uintptr_t)base;
+    M.va_chunks = M.va_size >> M.shift;
+    r = ooc_real.cuStreamCreate(&M.swap, CU_STREAM_NON_BLOCKING);
+    if (r != CUDA_SUCCESS) {
+        ooc_real.cuMemAddressFree(base, M.va_size);
+        OOC_LOG_E("cuStreamCreate failed: %s", ooc_real_errname(r));
+        return OOC_EDRIVER;
+    }
+    __atomic_store_n(&M.ready, 1, __ATOMIC_RELEASE);
+    return 0;
+}
+
+/* Frees everything the pool holds; called at exit after the program's work is done. */
+void ooc_mem_shutdown(void) {
+    pthread_mutex_lock(&mem_lock);
+    if (!M.ready) {
+        pthread_mutex_unlock(&mem_lock);
+        return;
+    }
+    /* The program may have dropped its context before exit: ours is the one we set up in. */
+    CUcontext prev = NULL;
+    ooc_real.cuCtxGetCurrent(&prev);
+    ooc_real.cuCtxSetCurrent(M.ctx);
+    ooc_real.cuCtxSynchronize();
+    chunk_t *c, *tmp;
+    HASH_ITER(hh, M.chunks, c, tmp) {
+        if (c->state == C_RESIDENT)
+            unmap_chunk(c);
+        chunk_delete(c);
+    }
+    buf_t *b, *bt;
+    HASH_ITER(hh, M.bufs, b, bt) {
+        HASH_DEL(M.bufs, b);
+        free(b);
+    }
+    while (M.phys_free) {
+        phys_t *p = M.phys_free;
+        M.phys_free = p->next;
+        ooc_real.cuMemRelease(p->h);
+        free(p);
+    }
+    for (size_t i = 0; i < M.nhost_blocks; i++)
+        ooc_real.cuMemFreeHost(M.host_blocks[i]);
+    ooc_real.cuStreamDestroy_v2(M.swap);
+    ooc_real.cuMemAddressFree((CUdeviceptr)M.va_base, M.va_size);
+    free(M.host_blocks);
+    free(M.host_free);
+    free(M.free_runs);
+    free(M.dying);
+    free(M.op_chunks);
+    ooc_real.cuCtxSetCurrent(prev);
+    memset(&M, 0, sizeof M);
+    pthread_mutex_unlock(&mem_lock);
+}
+
+int ooc_mem_owns(uintptr_t p) {
+    return __atomic_load_n(&M.ready, __ATOMIC_ACQUIRE) && p >= M.va_base &&
+           p - M.va_base < M.va_size;
+}
+
+/* ---- buffers --------------------------------------------------------------------------------- */
+
+static int slab_insert(slab_t *s, buf_t *b) {
+    if (s->n == s->cap) {
+        size_t nc = s->cap ? s->cap * 2 : 16;
+        buf_t **n = realloc(s->bufs, nc * sizeof *n);
+        if (!n)
+            return -1;
+        s->bufs = n;
+        s->cap = nc;
+    }
+    s->bufs[s->n++] = b; /* bump allocation: addresses only grow */
+    return 0;
+}
+
+static buf_t *slab_find(const slab_t *s, uintptr_t p) {
+    size_t lo = 0, hi = s->n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        const buf_t *b = s->bufs[mid];
+        if (p < b->addr)
+            hi = mid;
+        else if (p >= b->addr + b->size)
+            lo = mid + 1;
+        else
+            return s->bufs[mid];
+    }
+    return NULL;
+}
+
+static void slab_remove(slab_t *s, const buf_t *b) {
+    for (size_t i = 0; i < s->n; i++) {
+        if (s->bufs[i] == b) {
+            memmove(&s->bufs[i], &s->bufs[i + 1], (s->n - i - 1) * sizeof *s->bufs);
+            s->n--;
+            return;
+        }
+    }
+}
+
+static CUresult alloc_small(buf_t *b, size_t size) {
+    size_t need = (size + SLAB_ALIGN - 1) & ~(size_t)(SLAB_ALIGN - 1);
+    chunk_t *c = M.slab_cur;
+    if (!c || c->slab->offset + need > M.chunk) {
+        uint64_t idx;
+        if (va_take(1, &idx) != 0)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        c = chunk_new(idx);
+        slab_t *s = calloc(1, sizeof *s);
+        if (!c || !s) {
+            free(s);
+            if (c)
+                chunk_delete(c);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        c->slab = s;
+        M.slab_cur = c;
+    }
+    if (slab_insert(c->slab, b) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    b->addr = chunk_addr(c) + c->slab->offset;
+    b->small = 1;
+    c->slab->offset += need;
+    c->nbufs++;
+    return CUDA_SUCCESS;
+}
+
+static CUresult alloc_large(buf_t *b, size_t size) {
+    uint64_t count = (size + M.chunk - 1) >> M.shift, first;
+    if (va_take(count, &first) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    for (uint64_t i = 0; i < count; i++) {
+        chunk_t *c = chunk_new(first + i);
+        if (!c) {
+            for (uint64_t j = 0; j < i; j++)
+                chunk_delete(chunk_find(first + j));
+            va_give(first, count);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        c->owner = b;
+        c->nbufs = 1;
+    }
+    b->addr = M.va_base + ((uintptr_t)first << M.shift);
+    return CUDA_SUCCESS;
+}
+
+CUresult ooc_mem_alloc(CUdeviceptr *out, size_t size) {
+    if (!out || size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&mem_lock);
+    if (size > M.budget_chunks * M.chunk) {
+        pthread_mutex_unlock(&mem_lock);
+        OOC_LOG_E("allocation of %zu bytes exceeds the whole budget of %llu bytes: it could "
+                  "never be resident",
+                  size, (unsigned long long)(M.budget_chunks * M.chunk));
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    buf_t *b = calloc(1, sizeof *b);
+    CUresult r = b ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    if (r == CUDA_SUCCESS) {
+        b->size = size;
+        r = size <= M.chunk / 8 ? alloc_small(b, size) : alloc_large(b, size);
+    }
+    if (r == CUDA_SUCCESS) {
+        oom_flag = 0;
+        HASH_ADD(hh, M.bufs, addr, sizeof b->addr, b);
+        if (oom_flag)
+            r = CUDA_ERROR_OUT_OF_MEMORY; /* the VA is lost; the buffer is not */
+    }
+    if (r != CUDA_SUCCESS) {
+        free(b);
+        pthread_mutex_unlock(&mem_lock);
+        return r;
+    }
+    uint64_t mapped = b->small ? ((size + SLAB_ALIGN - 1) & ~(uint64_t)(SLAB_ALIGN - 1))
+                               : (((size + M.chunk - 1) >> M.shift) << M.shift);
+    ooc_stats_alloc(size, mapped);
+    *out = (CUdeviceptr)b->addr;
+    pthread_mutex_unlock(&mem_lock);
+    return CUDA_SUCCESS;
+}
+
+CUresult ooc_mem_free(CUdeviceptr p, CUstream stream) {
+    pthread_mutex_lock(&mem_lock);
+    uintptr_t a = (uintptr_t)p;
+    buf_t *b;
+    HASH_FIND(hh, M.bufs, &a, sizeof a, b);
+    if (!b) {
+        pthread_mutex_unlock(&mem_lock);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    HASH_DEL(M.bufs, b);
+    uint64_t first = (b->addr - M.va_base) >> M.shift;
+    if (b->small) {
+        chunk_t *c = chunk_find(first);
+        slab_remove(c->slab, b);
+        if (stream)
+            add_user(c->users, &c->nusers, &c->users_unknown, stream);
+        if (--c->nbufs == 0 && c != M.slab_cur)
+            chunk_release(c, stream);
+        ooc_stats_free(b->size, (b->size + SLAB_ALIGN - 1) & ~(uint64_t)(SLAB_ALIGN - 1));
+    } else {
+        uint64_t count = (b->size + M.chunk - 1) >> M.shift;
+        for (uint64_t i = 0; i < count; i++) {
+            chunk_t *c = chunk_find(first + i);
+            c->owner = NULL;
+            c->nbufs = 0;
+            chunk_release(c, stream);
+        }
+        ooc_stats_free(b->size, count << M.shift);
+    }
+    free(b);
+    pthread_mutex_unlock(&mem_lock);
+    return CUDA_SUCCESS;
+}
+
+/* Caller holds mem_lock. */
+static buf_t *lookup(uintptr_t p) {
+    if (!ooc_mem_owns(p))
+        return NULL;
+    chunk_t *c = chunk_find((p - M.va_base) >> M.shift);
+    if (!c)
+        return NULL;
+    if (c->owner)
+        return p < c->owner->addr + c->owner->size ? c->owner : NULL;
+    return c->slab ? slab_find(c->slab, p) : NULL;
+}
+
+int ooc_mem_lookup(uintptr_t p, uintptr_t *base, size_t *size) {
+    pthread_mutex_lock(&mem_lock);
+    buf_t *b = lookup(p);
+    if (b) {
+        *base = b->addr;
+        *size = b->size;
+    }
+    pthread_mutex_unlock(&mem_lock);
+    return b ? 0 : -1;
+}
+
+static void note(ooc_access_t *a, uintptr_t lo, uintptr_t hi) {
+    for (unsigned i = 0; i < a->n; i++)
+        if (a->refs[i].lo == lo)
+            return;
+    if (a->n == OOC_MAX_REFS) {
+        a->overflow = 1;
+        return;
+    }
+    a->refs[a->n].lo = lo;
+    a->refs[a->n].hi = hi;
+    a->n++;
+}
+
+void ooc_mem_note(ooc_access_t *a, uintptr_t p) {
+    if (!ooc_mem_owns(p))
+        return;
+    pthread_mutex_lock(&mem_lock);
+    buf_t *b = lookup(p);
+    if (b)
+        note(a, b->addr, b->addr + b->size);
+    pthread_mutex_unlock(&mem_lock);
+}
+
+void ooc_mem_note_range(ooc_access_t *a, uintptr_t p, size_t n) {
+    if (!ooc_mem_owns(p) || n == 0)
+        return;
+    pthread_mutex_lock(&mem_lock);
+    uintptr_t end = p + n;
+    while (p < end) {
+        buf_t *b = lookup(p);
+        if (!b)
+            break;
+        note(a, b->addr, b->addr + b->size);
+        p = b->addr + b->size;
+    }
+    pthread_mutex_unlock(&mem_lock);
+}
+
+/* ---- residency ------------------------------------------------------------------------------ */
+
+static void log_oom(uint64_t need) {
+    size_t nbufs = HASH_COUNT(M.bufs);
+    OOC_LOG_E("out of memory: an operation needs %llu chunks of %llu bytes resident at once, "
+              "the budget holds %llu; %llu are resident, in use by %zu live buffers; nothing "
+              "else can be evicted because the operation itself needs every resident chunk",
+              (unsigned long long)need, (unsigned long long)M.chunk,
+              (unsigned long long)M.budget_chunks, (unsigned long long)M.resident, nbufs);
+}
+
+static int op_push(chunk_t *c) {
+    if (M.nop == M.cap_op) {
+        size_t nc = M.cap_op ? M.cap_op * 2 : 64;
+        chunk_t **n = realloc(M.op_chunks, nc * sizeof *n);
+        if (!n)
+            return -1;
+        M.op_chunks = n;
+        M.cap_op = nc;
+    }
+    M.op_chunks[M.nop++] = c;
+    return 0;
+}
+
+CUresult ooc_mem_begin(const ooc_access_t *a, CUstream stream, int per_thread) {
+    (void)stream;
+    (void)per_thread;
+    pthread_mutex_lock(&mem_lock);
+    M.serial++;
+    M.nop = 0;
+    if (a->overflow) {
+        OOC_LOG_E("an operation references more than %d buffers; the shim cannot make them all "
+                  "resident",
+                  OOC_MAX_REFS);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    uint64_t missing = 0;
+    for (unsigned i = 0; i < a->n; i++) {
+        uint64_t c0 = (a->refs[i].lo - M.va_base) >> M.shift;
+        uint64_t c1 = (a->refs[i].hi - 1 - M.va_base) >> M.shift;
+        for (uint64_t idx = c0; idx <= c1; idx++) {
+            chunk_t *c = chunk_find(idx);
+            if (!c || c->pin == M.serial)
+                continue;
+            c->pin = M.serial;
+            if (op_push(c) != 0)
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            if (c->state != C_RESIDENT)
+                missing++;
+        }
+    }
+    if (M.nop > M.budget_chunks) {
+        log_oom(M.nop);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (missing == 0)
+        return CUDA_SUCCESS;
+    ooc_stats_add(OOC_STAT_demand_ops, 1);
+    int swapped_in = 0;
+    for (size_t i = 0; i < M.nop; i++) {
+        chunk_t *c = M.op_chunks[i];
+        if (c->state == C_RESIDENT)
+            continue;
+        CUresult r = need_phys(missing);
+        if (r == CUDA_ERROR_OUT_OF_MEMORY)
+            log_oom(M.nop);
+        if (r == CUDA_SUCCESS)
+            r = map_chunk(c);
+        if (r != CUDA_SUCCESS)
+            return r;
+        if (c->state == C_SWAPPED) {
+            r = ooc_real.cuMemcpyHtoDAsync_v2(chunk_addr(c), c->host, M.chunk, M.swap);
+            if (r != CUDA_SUCCESS) {
+                /* Keep the host copy; give the physical chunk back (nothing used it yet). */
+                if (ooc_real.cuMemUnmap(chunk_addr(c), M.chunk) == CUDA_SUCCESS) {
+                    c->phys->next = M.phys_free;
+                    M.phys_free = c->phys;
+                    c->phys = NULL;
+                    M.resident--;
+                    ooc_stats_gauge_sub(OOC_STAT_resident_bytes, M.chunk);
+                }
+                return r;
+            }
+            swapped_in = 1;
+            ooc_stats_add(OOC_STAT_swap_ins, 1);
+            ooc_stats_add(OOC_STAT_swap_in_bytes, M.chunk);
+        }
+        c->state = C_RESIDENT;
+        lru_push(c);
+        missing--;
+    }
+    if (swapped_in) {
+        CUresult r = ooc_real.cuStreamSynchronize(M.swap);
+        if (r != CUDA_SUCCESS)
+            return r;
+        for (size_t i = 0; i < M.nop; i++) {
+            host_slot_put(M.op_chunks[i]->host);
+            M.op_chunks[i]->host = NULL;
+        }
+    }
+    return CUDA_SUCCESS;
+}
+
+void ooc_mem_end(const ooc_access_t *a, CUstream stream, int per_thread, int issued) {
+    (void)a;
+    CUstream s = (per_thread && stream == NULL) ? CU_STREAM_PER_THREAD : stream;
+    if (issued) {
+        for (size_t i = 0; i < M.nop; i++) {
+            chunk_t *c = M.op_chunks[i];
+            add_user(c->users, &c->nusers, &c->users_unknown, s);
+            if (!c->dying)
+                lru_push(c);
+        }
+    }
+    M.nop = 0;
+    pthread_mutex_unlock(&mem_lock);
+}
+
+void ooc_mem_info(uint64_t *budget, uint64_t *resident) {
+    pthread_mutex_lock(&mem_lock);
+    *budget = M.budget_chunks * M.chunk;
+    *resident = M.resident * M.chunk;
+    pthread_mutex_unlock(&mem_lock);
+}

@@ -1,0 +1,156 @@
+/* SPDX-License-Identifier: MIT */
+/* shim.h: what the shim's modules share: the real driver's function table, the device state,
+ * and the interfaces of the memory manager and the access finder.
+ *
+ * Compiled with __CUDA_API_VERSION_INTERNAL so cuda.h leaves versioned names (cuMemAlloc_v2,
+ * cuLaunchKernel_ptsz) unrenamed; every hook is checked against its cudaTypedefs.h type.
+ * Data flows hooks.c -> launch.c (what an op touches) -> mem.c (make it resident) -> real.c
+ * (the only caller of the real driver). */
+#ifndef OOC_SHIM_H
+#define OOC_SHIM_H
+
+#define __CUDA_API_VERSION_INTERNAL 1
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "log.h"
+#include "ooc.h"
+#include "options.h"
+#include "stats.h"
+
+/* ---- real.c: the real driver ------------------------------------------------------------------
+ */
+
+/* Driver functions the shim calls for itself, beyond the ones it hooks. */
+#define OOC_REAL_EXTRA(X)                                                                          \
+    X(cuInit, PFN_cuInit_v2000)                                                                    \
+    X(cuCtxGetCurrent, PFN_cuCtxGetCurrent_v4000)                                                  \
+    X(cuCtxSetCurrent, PFN_cuCtxSetCurrent_v4000)                                                  \
+    X(cuCtxSynchronize, PFN_cuCtxSynchronize_v2000)                                                \
+    X(cuCtxGetDevice, PFN_cuCtxGetDevice_v2000)                                                    \
+    X(cuDeviceGetName, PFN_cuDeviceGetName_v2000)                                                  \
+    X(cuDeviceTotalMem_v2, PFN_cuDeviceTotalMem_v3020)                                             \
+    X(cuDeviceGetAttribute, PFN_cuDeviceGetAttribute_v2000)                                        \
+    X(cuMemAddressReserve, PFN_cuMemAddressReserve_v10020)                                         \
+    X(cuMemAddressFree, PFN_cuMemAddressFree_v10020)                                               \
+    X(cuMemCreate, PFN_cuMemCreate_v10020)                                                         \
+    X(cuMemRelease, PFN_cuMemRelease_v10020)                                                       \
+    X(cuMemMap, PFN_cuMemMap_v10020)                                                               \
+    X(cuMemUnmap, PFN_cuMemUnmap_v10020)                                                           \
+    X(cuMemSetAccess, PFN_cuMemSetAccess_v10020)                                                   \
+    X(cuMemGetAllocationGranularity, PFN_cuMemGetAllocationGranularity_v10020)                     \
+    X(cuMemHostAlloc, PFN_cuMemHostAlloc_v2020)                                                    \
+    X(cuMemFreeHost, PFN_cuMemFreeHost_v2000)                                                      \
+    X(cuStreamCreate, PFN_cuStreamCreate_v2000)                                                    \
+    X(cuStreamDestroy_v2, PFN_cuStreamDestroy_v4000)                                               \
+    X(cuStreamSynchronize, PFN_cuStreamSynchronize_v2000)                                          \
+    X(cuStreamWaitEvent, PFN_cuStreamWaitEvent_v3020)                                              \
+    X(cuEventCreate, PFN_cuEventCreate_v2000)                                                      \
+    X(cuEventRecord, PFN_cuEventRecord_v2000)                                                      \
+    X(cuEventSynchronize, PFN_cuEventSynchronize_v2000)                                            \
+    X(cuEventDestroy_v2, PFN_cuEventDestroy_v4000)                                                 \
+    X(cuFuncGetParamInfo, PFN_cuFuncGetParamInfo_v12040)                                           \
+    X(cuGetErrorName, PFN_cuGetErrorName_v6000)
+
+typedef struct ooc_real {
+#define HOOK(base, ver, ptds, sym, pfn) pfn sym;
+#include "hooks.def"
+#undef HOOK
+#define OOC_REAL_FIELD(sym, pfn) pfn sym;
+    OOC_REAL_EXTRA(OOC_REAL_FIELD)
+#undef OOC_REAL_FIELD
+} ooc_real_t;
+
+extern ooc_real_t ooc_real OOC_INTERNAL;
+
+/* Loads the real driver and fills ooc_real, once; returns 0 or OOC_ENOENT when no libcuda.so.1
+ * can be opened (then every hook returns CUDA_ERROR_NOT_INITIALIZED). Thread-safe. */
+int ooc_real_load(void);
+
+/* Every hook, declared from its driver type so the compiler checks each definition. */
+#define HOOK(base, ver, ptds, sym, pfn) extern __typeof__(*(pfn)0) ooc_hook_##sym OOC_INTERNAL;
+#include "hooks.def"
+#undef HOOK
+
+/* Exports hook ooc_hook_<sym> under the driver's name <sym>, for programs linked with -lcuda.
+ * Must follow the hook's definition in the same file. */
+#define OOC_EXPORT_HOOK(sym, pfn)                                                                  \
+    extern __typeof__(*(pfn)0) sym __attribute__((alias("ooc_hook_" #sym), visibility("default")))
+
+/* The name of a CUresult, for log lines ("CUDA_ERROR_OUT_OF_MEMORY"). */
+const char *ooc_real_errname(CUresult r);
+
+/* ---- init.c: process state ----------------------------------------------------------------------
+ */
+
+/* Reads the configuration once (ooc_real_load calls it first); a bad value stops the program
+ * with one line naming the variable, the value and the accepted form. */
+void ooc_config_init(void);
+
+/* The configuration in force (after ooc_real_load). */
+const ooc_options_t *ooc_opts(void);
+
+/* The shim's mode; OOC_MODE_OFF until the options are loaded. Cheap: read on every hook. */
+extern _Atomic int ooc_mode_now OOC_INTERNAL;
+
+/* Sets up the device side (VA reservation, pool, swap stream) on the first call that has a
+ * current context; prints the start-up line. Returns CUDA_SUCCESS or the error to give the
+ * caller. Thread-safe, idempotent. */
+CUresult ooc_device_init(void);
+
+/* ---- mem.c: buffers, chunks and residency ---------------------------------------------------- */
+
+/* One buffer an op references, with the range it may touch. */
+typedef struct ooc_ref {
+    uintptr_t lo, hi;
+} ooc_ref_t;
+
+#define OOC_MAX_REFS 256
+
+/* What one operation touches, gathered by launch.c or the copy hooks. */
+typedef struct ooc_access {
+    ooc_ref_t refs[OOC_MAX_REFS];
+    unsigned n;
+    int overflow; /* more references than fit: all of them could not be made resident */
+} ooc_access_t;
+
+int ooc_mem_init(uint64_t budget_bytes, uint64_t chunk_bytes, CUdevice dev, CUcontext ctx);
+void ooc_mem_shutdown(void);
+
+/* Allocates `size` bytes at a stable address; on the device only when first used. */
+CUresult ooc_mem_alloc(CUdeviceptr *out, size_t size);
+/* Frees a buffer without synchronising: its memory is reused after its users' work completes.
+ * `stream` is the stream of a cuMemFreeAsync, or NULL. Returns CUDA_ERROR_INVALID_VALUE when
+ * p is not the start of a live buffer of ours. */
+CUresult ooc_mem_free(CUdeviceptr p, CUstream stream);
+/* Is p inside the shim's reservation? (Cheap; no lock.) */
+int ooc_mem_owns(uintptr_t p);
+/* The live buffer containing p: its start and size; -1 if none. */
+int ooc_mem_lookup(uintptr_t p, uintptr_t *base, size_t *size);
+/* Adds the buffer containing p (if any) to the access set. */
+void ooc_mem_note(ooc_access_t *a, uintptr_t p);
+/* Adds [p, p + n) (every buffer it overlaps) to the access set. */
+void ooc_mem_note_range(ooc_access_t *a, uintptr_t p, size_t n);
+
+/* Makes every chunk the access set touches resident before an op on `stream` (whose NULL means
+ * the per-thread stream when per_thread is set). The residency lock is held on return, whatever
+ * the result, until ooc_mem_end.
+ * Returns CUDA_SUCCESS, or CUDA_ERROR_OUT_OF_MEMORY (logged with what was resident). */
+CUresult ooc_mem_begin(const ooc_access_t *a, CUstream stream, int per_thread);
+/* Notes that the op was issued on `stream` (if issued), and releases the lock. */
+void ooc_mem_end(const ooc_access_t *a, CUstream stream, int per_thread, int issued);
+
+/* Budget, used and peak bytes, for cuMemGetInfo. */
+void ooc_mem_info(uint64_t *budget, uint64_t *resident);
+
+/* ---- launch.c: what a kernel touches ------------------------------------------------------- */
+
+/* Adds every buffer a launch's parameters point into. */
+void ooc_launch_access(CUfunction f, void **params, void **extra, ooc_access_t *a);
+
+#endif
