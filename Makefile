@@ -125,10 +125,18 @@ $(T_RUNNER): $(T_OBJ) $(FC_LIB) $(PL_LIB)
 	$(call say,LD,$@)$(CC) -o $@ $(T_OBJ) $(PL_LIB) -L$(FC_DIR) -lcuda \
 	    -Wl,-rpath,'$$ORIGIN/../fakecuda' $(LDFLAGS_ALL) $(CHECK_LIBS) -ldl -lm
 
-# ---- top-level targets -------------------------------------------------------------------------
-ALL := $(FC_LIB) $(DNN_LIB) $(WL_BIN) $(PL_LIB) $(PL_CLI) $(SH_LIB)
+# ---- test programs: build/test/progs/<name>, linked with -lcuda (the simulated driver) -----------
+TP_BIN := $(patsubst test/progs/%.c,$(B)/test/progs/%,$(wildcard test/progs/*.c))
 
-.PHONY: all deps test check-run demo bench valgrind format check-format clean check-gpu
+$(B)/test/progs/%: test/progs/%.c $(FC_LIB)
+	@mkdir -p $(@D)
+	$(call say,CC,$<)$(CC) $(CFLAGS_ALL) $(CUDA_INC) -o $@ $< -L$(FC_DIR) -lcuda \
+	    -Wl,-rpath,'$$ORIGIN/../../fakecuda' $(LDFLAGS_ALL) -ldl
+
+# ---- top-level targets -------------------------------------------------------------------------
+ALL := $(FC_LIB) $(DNN_LIB) $(WL_BIN) $(PL_LIB) $(PL_CLI) $(SH_LIB) $(TP_BIN)
+
+.PHONY: all deps test check-run demo valgrind format check-format clean
 all: $(ALL)
 
 deps:
@@ -161,6 +169,37 @@ clean:
 	rm -rf build
 
 # ---- planner extras (fuzz, bench-planner): owned by the planner work ---------------------------
+# `make bench-planner`: planning times and the Table-1-style tables (a benchmark, not a test).
+# `make fuzz`: libFuzzer (clang) over the profile and plan readers, seeded with the reference
+# profiles and their plans, FUZZ_SECONDS per target (default 30: 60 s in all).
+PL_BENCH     := $(B)/bench-planner
+FUZZ_DIR     := $(B)/fuzz
+FUZZ_SECONDS ?= 30
+FUZZ_CC      ?= clang
+FUZZ_FLAGS   := -std=c11 -D_GNU_SOURCE -O1 -g -fsanitize=fuzzer,address,undefined \
+                -fno-sanitize-recover=all -Iplanner
+PL_FUZZ_SRC  := $(filter-out planner/ooc-plan.c,$(wildcard planner/*.c))
+
+$(PL_BENCH): test/bench_planner.c $(PL_LIB)
+	@mkdir -p $(@D)
+	$(call say,LD,$@)$(CC) $(CFLAGS_ALL) -Iplanner -o $@ test/bench_planner.c $(PL_LIB) \
+	    $(LDFLAGS_ALL) -lm
+
+bench-planner: $(PL_BENCH)
+	$(Q)$(PL_BENCH) profiles/synthetic
+
+$(FUZZ_DIR)/fuzz_%: test/fuzz_%.c $(PL_FUZZ_SRC) planner/ooc_planner.h planner/schedule.h
+	@mkdir -p $(@D)
+	$(call say,FUZZCC,$@)$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(PL_FUZZ_SRC) -lm
+
+fuzz: $(FUZZ_DIR)/fuzz_profile $(FUZZ_DIR)/fuzz_plan $(PL_CLI)
+	$(Q)scripts/fuzz-seeds $(FUZZ_DIR) $(PL_CLI)
+	$(Q)$(FUZZ_DIR)/fuzz_profile -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
+	    -print_final_stats=1 $(FUZZ_DIR)/corpus-profile $(FUZZ_DIR)/seeds-profile
+	$(Q)$(FUZZ_DIR)/fuzz_plan -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
+	    -print_final_stats=1 $(FUZZ_DIR)/corpus-plan $(FUZZ_DIR)/seeds-plan
+
+.PHONY: bench-planner fuzz
 
 # ---- end of planner extras ---------------------------------------------------------------------
 

@@ -111,9 +111,11 @@ static CUresult device_setup(void) {
         budget = free_b;
     }
     if (budget < chunk) {
-        OOC_LOG_E("the budget (%llu bytes) is smaller than one chunk (%llu bytes): nothing "
-                  "could be resident",
-                  (unsigned long long)budget, (unsigned long long)chunk);
+        OOC_LOG_E("the budget (%llu bytes%s) is smaller than one chunk (%llu bytes): nothing "
+                  "could be resident; set OOC_BUDGET",
+                  (unsigned long long)budget,
+                  was_set("OOC_BUDGET") ? "" : ": the free device memory less OOC_RESERVE",
+                  (unsigned long long)chunk);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     int host_vmm = 0;

@@ -21,6 +21,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define uthash_nonfatal_oom(obj) (oom_flag = 1)
 static int oom_flag;
@@ -786,6 +787,15 @@ static int op_push(chunk_t *c) {
     return 0;
 }
 
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static CUresult make_resident(uint64_t missing);
+
+/* The host thread waits here while an op's chunks are made resident: that is the stall. */
 CUresult ooc_mem_begin(const ooc_access_t *a, CUstream stream, int per_thread) {
     (void)stream;
     (void)per_thread;
@@ -820,6 +830,14 @@ CUresult ooc_mem_begin(const ooc_access_t *a, CUstream stream, int per_thread) {
     if (missing == 0)
         return CUDA_SUCCESS;
     ooc_stats_add(OOC_STAT_demand_ops, 1);
+    uint64_t t0 = now_ns();
+    CUresult rc = make_resident(missing);
+    ooc_stats_add(OOC_STAT_stall_ns, now_ns() - t0);
+    return rc;
+}
+
+/* Maps (and swaps in) the op's chunks that are not resident. Caller holds mem_lock. */
+static CUresult make_resident(uint64_t missing) {
     int swapped_in = 0;
     for (size_t i = 0; i < M.nop; i++) {
         chunk_t *c = M.op_chunks[i];

@@ -1,0 +1,100 @@
+/* SPDX-License-Identifier: MIT */
+/* auto.c: the default policy: the best plan found, by simulation.
+ *
+ * Candidates: the plan of every other policy (so auto is never worse than any of them in
+ * simulation, by construction), and our own: for each window size of the window policy's grid,
+ * the window schedule with its swap-ins moved as early as memory allows; then, from the best of
+ * those, PoocH's classification (keep what stalls, recompute where r(X) < 1). The fastest
+ * feasible candidate wins; ties go to the earlier candidate, so the result is deterministic. */
+#include "schedule.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    ooc_plan_t *plan;
+    uint64_t score;
+} best_t;
+
+/* Simulates plan and keeps it in *b when it beats the current best (takes ownership). */
+static int consider(const ooc_model_t *m, best_t *b, ooc_plan_t *plan) {
+    ooc_sim_result_t r;
+    int rc = ooc_sim_run(m, plan, NULL, &r);
+    if (rc) {
+        ooc_plan_free(plan);
+        return rc;
+    }
+    uint64_t sc = sched_score(&r);
+    ooc_sim_result_free(&r);
+    if (!b->plan || sc < b->score) {
+        ooc_plan_free(b->plan);
+        b->plan = plan;
+        b->score = sc;
+    } else {
+        ooc_plan_free(plan);
+    }
+    return 0;
+}
+
+int pol_auto(const ooc_model_t *m, const ooc_policy_opts_t *o, ooc_plan_t **out) {
+    best_t best = {NULL, UINT64_MAX};
+    int rc = 0;
+    int (*const others[])(const ooc_model_t *, const ooc_policy_opts_t *, ooc_plan_t **) = {
+        pol_swapall, pol_lms, pol_superneurons, pol_window, pol_pooch};
+    ooc_policy_opts_t wo = *o;
+    for (size_t i = 0; i < sizeof others / sizeof others[0] && !rc; i++) {
+        ooc_plan_t *pl;
+        if ((rc = others[i](m, &wo, &pl)) == 0)
+            rc = consider(m, &best, pl);
+    }
+    /* window sizes, with memory-aware swap-ins */
+    sched_t s;
+    if (!rc)
+        rc = sched_init(&s, m);
+    else
+        return rc;
+    uint64_t maxws = 1, total = 0, best_w = 0, best_sc = UINT64_MAX;
+    for (uint32_t i = 0; i < m->n; i++) {
+        total += m->ws[i];
+        if (m->ws[i] > maxws)
+            maxws = m->ws[i];
+    }
+    for (uint64_t w = maxws; !rc; w *= 2) {
+        if (o->window_bytes && w != maxws)
+            break;
+        uint64_t ww = o->window_bytes ? o->window_bytes : w;
+        if ((rc = window_schedule(&s, o->budget_bytes, ww)) ||
+            (rc = sched_place_swapins(&s, o->budget_bytes)))
+            break;
+        ooc_sim_result_t r;
+        if ((rc = sched_eval(&s, o->budget_bytes, NULL, &r)))
+            break;
+        uint64_t sc = sched_score(&r);
+        ooc_sim_result_free(&r);
+        if (sc < best_sc) {
+            best_sc = sc;
+            best_w = ww;
+        }
+        if (w >= total || w > UINT64_MAX / 4)
+            break;
+    }
+    if (!rc && best_w) {
+        rc = window_schedule(&s, o->budget_bytes, best_w);
+        if (!rc)
+            rc = sched_place_swapins(&s, o->budget_bytes);
+        ooc_plan_t *pl = NULL;
+        if (!rc && (rc = sched_plan(&s, "auto", o->budget_bytes, &pl)) == 0)
+            rc = consider(m, &best, pl);
+        if (!rc)
+            rc = pooch_refine(&s, o->budget_bytes, sched_sim_budget(m));
+        if (!rc && (rc = sched_plan(&s, "auto", o->budget_bytes, &pl)) == 0)
+            rc = consider(m, &best, pl);
+    }
+    sched_free(&s);
+    if (rc) {
+        ooc_plan_free(best.plan);
+        return rc;
+    }
+    *out = best.plan;
+    return 0;
+}

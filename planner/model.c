@@ -1,0 +1,333 @@
+/* SPDX-License-Identifier: MIT */
+/* model.c: facts derived once from a profile (footprints, uses, working sets, which buffers may
+ * be recomputed) and the lower bound on iteration time.
+ *
+ * A model borrows its profile and is read-only after ooc_model_build, so the simulator and every
+ * policy can share one. Recompute eligibility follows DESIGN.md section 7: the profile must list
+ * producer ops verified re-executable; each producer must write the buffer and nothing else; and
+ * the buffers the producers read must not be written or freed before the recompute point (kept
+ * per buffer as recomp_until). Residency of those inputs at that point is checked by the
+ * simulator, since it depends on the plan. */
+#include "ooc_planner.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+uint64_t ooc_model_fp(uint64_t bytes, uint64_t chunk_bytes) {
+    if (bytes * 2 >= chunk_bytes)
+        return (bytes + chunk_bytes - 1) / chunk_bytes * chunk_bytes;
+    return (bytes + 255) / 256 * 256;
+}
+
+void ooc_model_free(ooc_model_t *m) {
+    if (!m)
+        return;
+    free(m->fp);
+    free(m->use_off);
+    free(m->nuse);
+    free(m->uses);
+    free(m->written);
+    free(m->recomp);
+    free(m->recomp_until);
+    free(m->ws);
+    free(m->heavy);
+    free(m->free_off);
+    free(m->frees);
+    free(m);
+}
+
+/* Compute-heavy ops (SuperNeurons' checkpoints): library convolutions and GEMMs, or kernels whose
+ * names say so. */
+static int is_heavy(const ooc_op_t *o) {
+    if (o->kind == OOC_KIND_CUDNN || o->kind == OOC_KIND_CUBLAS)
+        return 1;
+    static const char *const words[] = {"conv", "gemm", "matmul", "linear", "attn", "fc_"};
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
+        if (strstr(o->name, words[i]))
+            return 1;
+    return 0;
+}
+
+/* Decides whether buffer b may be recomputed, and until which op. */
+static void recompute_rule(ooc_model_t *m, int32_t b) {
+    const ooc_profile_t *p = m->prof;
+    const ooc_buffer_t *bf = &p->bufs[b];
+    m->recomp[b] = 0;
+    m->recomp_until[b] = -1;
+    if (bf->persistent || bf->nprod == 0 || bf->alloc_idx < 0 || m->nuse[b] == 0)
+        return;
+    int32_t until = (int32_t)m->n - 1;
+    if (bf->free_idx >= 0 && bf->free_idx < until)
+        until = (int32_t)bf->free_idx;
+    int32_t last_prod = -1;
+    int writes_b = 0;
+    for (uint32_t k = 0; k < bf->nprod; k++) {
+        int32_t op = p->prods[bf->prod_off + k];
+        const ooc_op_t *o = &p->ops[op];
+        last_prod = op;
+        for (uint32_t r = 0; r < o->nref; r++) {
+            const ooc_ref_t *rf = &p->refs[o->ref_off + r];
+            if (rf->buf == b) {
+                if (rf->access != OOC_ACCESS_W)
+                    return; /* reads its own output: not a pure producer */
+                writes_b = 1;
+            } else if (rf->access != OOC_ACCESS_R) {
+                return; /* a side effect on another buffer: re-launching would repeat it */
+            }
+        }
+    }
+    if (!writes_b || last_prod != m->uses[m->use_off[b]])
+        return; /* the producers must be the buffer's first users */
+    for (uint32_t k = 0; k < bf->nprod; k++) {
+        const ooc_op_t *o = &p->ops[p->prods[bf->prod_off + k]];
+        for (uint32_t r = 0; r < o->nref; r++) {
+            int32_t x = p->refs[o->ref_off + r].buf;
+            if (x == b)
+                continue;
+            const ooc_buffer_t *xb = &p->bufs[x];
+            if (xb->free_idx >= 0 && xb->free_idx < until)
+                until = (int32_t)xb->free_idx;
+            /* a non-persistent input is dropped after its last use */
+            if (!xb->persistent && m->nuse[x] > 0) {
+                int32_t lu = m->uses[m->use_off[x] + m->nuse[x] - 1];
+                if (lu < until)
+                    until = lu;
+            }
+            /* the first write to x after the last producer ends the window */
+            for (uint32_t u = 0; u < m->nuse[x]; u++) {
+                int32_t op = m->uses[m->use_off[x] + u];
+                if (op <= last_prod || op > until)
+                    continue;
+                const ooc_op_t *wo = &p->ops[op];
+                for (uint32_t q = 0; q < wo->nref; q++)
+                    if (p->refs[wo->ref_off + q].buf == x &&
+                        (p->refs[wo->ref_off + q].access & OOC_ACCESS_W))
+                        until = op - 1 < until ? op - 1 : until;
+            }
+        }
+    }
+    if (until > last_prod + 1) {
+        m->recomp[b] = 1;
+        m->recomp_until[b] = until;
+    }
+}
+
+int ooc_model_build(const ooc_profile_t *p, uint64_t chunk_bytes, ooc_model_t **out) {
+    *out = NULL;
+    if (chunk_bytes == 0 || (chunk_bytes & (chunk_bytes - 1)))
+        return OOC_EINVAL;
+    ooc_model_t *m = calloc(1, sizeof *m);
+    if (!m)
+        return OOC_ENOMEM;
+    m->prof = p;
+    m->chunk_bytes = chunk_bytes;
+    m->n = p->nops;
+    m->nb = p->nbufs;
+    size_t nb = p->nbufs ? p->nbufs : 1, n = p->nops ? p->nops : 1;
+    m->fp = calloc(nb, sizeof *m->fp);
+    m->use_off = calloc(nb + 1, sizeof *m->use_off);
+    m->nuse = calloc(nb, sizeof *m->nuse);
+    m->uses = calloc(p->nrefs ? p->nrefs : 1, sizeof *m->uses);
+    m->written = calloc(p->nrefs ? p->nrefs : 1, 1);
+    m->recomp = calloc(nb, 1);
+    m->recomp_until = calloc(nb, sizeof *m->recomp_until);
+    m->ws = calloc(n, sizeof *m->ws);
+    m->heavy = calloc(n, 1);
+    if (!m->fp || !m->use_off || !m->nuse || !m->uses || !m->written || !m->recomp ||
+        !m->recomp_until || !m->ws || !m->heavy) {
+        ooc_model_free(m);
+        return OOC_ENOMEM;
+    }
+    for (uint32_t b = 0; b < p->nbufs; b++) {
+        m->fp[b] = ooc_model_fp(p->bufs[b].bytes, chunk_bytes);
+        if (p->bufs[b].persistent)
+            m->persist_bytes += m->fp[b];
+    }
+    for (uint32_t r = 0; r < p->nrefs; r++) {
+        m->nuse[p->refs[r].buf]++;
+        m->written[r] = (p->refs[r].access & OOC_ACCESS_W) != 0;
+    }
+    for (uint32_t b = 0; b < p->nbufs; b++)
+        m->use_off[b + 1] = m->use_off[b] + m->nuse[b];
+    uint32_t *fill = calloc(nb, sizeof *fill);
+    if (!fill) {
+        ooc_model_free(m);
+        return OOC_ENOMEM;
+    }
+    for (uint32_t i = 0; i < p->nops; i++) {
+        const ooc_op_t *o = &p->ops[i];
+        m->compute_ns += o->duration_ns;
+        m->heavy[i] = (uint8_t)is_heavy(o);
+        for (uint32_t k = 0; k < o->nref; k++) {
+            int32_t b = p->refs[o->ref_off + k].buf;
+            m->uses[m->use_off[b] + fill[b]++] = (int32_t)i;
+            m->ws[i] += m->fp[b];
+        }
+    }
+    free(fill);
+    m->free_off = calloc(n + 1, sizeof *m->free_off);
+    m->frees = calloc(nb, sizeof *m->frees);
+    if (!m->free_off || !m->frees) {
+        ooc_model_free(m);
+        return OOC_ENOMEM;
+    }
+    for (uint32_t b = 0; b < p->nbufs; b++)
+        if (p->bufs[b].free_idx >= 0)
+            m->free_off[p->bufs[b].free_idx + 1]++;
+    for (uint32_t i = 0; i < p->nops; i++)
+        m->free_off[i + 1] += m->free_off[i];
+    {
+        uint32_t *pos = calloc(n, sizeof *pos);
+        if (!pos) {
+            ooc_model_free(m);
+            return OOC_ENOMEM;
+        }
+        for (uint32_t b = 0; b < p->nbufs; b++)
+            if (p->bufs[b].free_idx >= 0) {
+                int64_t i = p->bufs[b].free_idx;
+                m->frees[m->free_off[i] + pos[i]++] = (int32_t)b;
+            }
+        free(pos);
+    }
+    for (uint32_t b = 0; b < p->nbufs; b++)
+        recompute_rule(m, (int32_t)b);
+    *out = m;
+    return 0;
+}
+
+uint32_t ooc_model_next_use(const ooc_model_t *m, int32_t b, int64_t i) {
+    const int32_t *u = m->uses + m->use_off[b];
+    uint32_t lo = 0, hi = m->nuse[b];
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        if (u[mid] < i)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+int ooc_model_check_budget(const ooc_model_t *m, uint64_t budget_bytes, int32_t *op_out, char *err,
+                           size_t errlen) {
+    for (uint32_t i = 0; i < m->n; i++)
+        if (m->ws[i] > budget_bytes) {
+            if (op_out)
+                *op_out = (int32_t)i;
+            if (err && errlen)
+                snprintf(err, errlen,
+                         "infeasible: op %u (%s) needs %llu bytes for its own buffers, more than "
+                         "the budget of %llu bytes",
+                         i, m->prof->ops[i].name, (unsigned long long)m->ws[i],
+                         (unsigned long long)budget_bytes);
+            return OOC_EINFEASIBLE;
+        }
+    return 0;
+}
+
+/* At any op i the bytes that are live (needed now or later) but exceed the budget must be off
+ * the device, and each must come back over the link before its next use unless it is recomputed,
+ * which costs at least its producers' time once. At the op with the largest excess E we take the
+ * cheapest recomputations per byte first and minimise max(compute + recompute time, (E -
+ * recomputed bytes) / bandwidth) over the bytes recomputed: no plan can beat that. */
+typedef struct {
+    double cost_per_byte;
+    uint64_t bytes;
+    double cost;
+} rc_item_t;
+
+static int rc_cmp(const void *a, const void *b) {
+    const rc_item_t *x = a, *y = b;
+    return x->cost_per_byte < y->cost_per_byte ? -1 : x->cost_per_byte > y->cost_per_byte;
+}
+
+static void live_range(const ooc_model_t *m, uint32_t b, int32_t *lo, int32_t *hi) {
+    const ooc_buffer_t *bf = &m->prof->bufs[b];
+    *lo = bf->alloc_idx < 0 ? 0 : m->uses[m->use_off[b]];
+    *hi = bf->free_idx < 0 ? (int32_t)m->n - 1 : m->uses[m->use_off[b] + m->nuse[b] - 1];
+}
+
+uint64_t ooc_model_bound_ns(const ooc_model_t *m, uint64_t budget_bytes, uint64_t *must_bytes) {
+    const ooc_profile_t *p = m->prof;
+    size_t n = m->n;
+    int64_t *d = calloc(n + 1, sizeof *d);
+    double bw = p->h2d_bps / 1e9; /* bytes per ns */
+    double best = (double)m->compute_ns, must = 0;
+    if (d && n) {
+        int64_t live = 0, worst = 0;
+        int32_t at = -1;
+        for (uint32_t b = 0; b < m->nb; b++) {
+            if (m->nuse[b] == 0)
+                continue;
+            if (p->bufs[b].persistent) {
+                live += (int64_t)m->fp[b];
+                continue;
+            }
+            int32_t lo, hi;
+            live_range(m, b, &lo, &hi);
+            d[lo] += (int64_t)m->fp[b];
+            d[hi + 1] -= (int64_t)m->fp[b];
+        }
+        for (size_t i = 0; i < n; i++) {
+            live += d[i];
+            if (live - (int64_t)budget_bytes > worst) {
+                worst = live - (int64_t)budget_bytes;
+                at = (int32_t)i;
+            }
+        }
+        rc_item_t *it = at >= 0 ? malloc((m->nb ? m->nb : 1) * sizeof *it) : NULL;
+        if (it) {
+            uint32_t k = 0;
+            for (uint32_t b = 0; b < m->nb; b++) {
+                int32_t lo, hi;
+                if (!m->recomp[b])
+                    continue;
+                live_range(m, b, &lo, &hi);
+                if (lo > at || hi < at)
+                    continue;
+                double c = 0;
+                const ooc_buffer_t *bf = &p->bufs[b];
+                for (uint32_t j = 0; j < bf->nprod; j++)
+                    c += (double)p->ops[p->prods[bf->prod_off + j]].duration_ns;
+                it[k++] = (rc_item_t){c / (double)m->fp[b], m->fp[b], c};
+            }
+            qsort(it, k, sizeof *it, rc_cmp);
+            double e = (double)worst, r0 = 0, c0 = (double)m->compute_ns;
+            best = -1;
+            for (uint32_t j = 0; j <= k; j++) {
+                /* at r0 the transfer side is (e - r0) / bw, the compute side c0 */
+                double tx = (e - r0) / bw;
+                if (c0 >= tx) { /* crossed at (or before) this breakpoint */
+                    best = c0;
+                    must = e - r0;
+                    break;
+                }
+                if (j == k || r0 >= e) {
+                    best = tx > c0 ? tx : c0;
+                    must = e - r0;
+                    break;
+                }
+                double f = (double)it[j].bytes, slope = it[j].cost / f;
+                if (r0 + f > e)
+                    f = e - r0;
+                /* solve c0 + slope * x = (e - r0 - x) / bw within [0, f] */
+                double x = ((e - r0) / bw - c0) / (slope + 1.0 / bw);
+                if (x <= f) {
+                    best = c0 + slope * x;
+                    must = e - r0 - x;
+                    break;
+                }
+                r0 += f;
+                c0 += slope * f;
+            }
+            free(it);
+        }
+        if (best < (double)m->compute_ns)
+            best = (double)m->compute_ns;
+    }
+    free(d);
+    if (must_bytes)
+        *must_bytes = must > 0 ? (uint64_t)must : 0;
+    return (uint64_t)best;
+}

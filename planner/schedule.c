@@ -1,0 +1,409 @@
+/* SPDX-License-Identifier: MIT */
+/* schedule.c: gaps (the stretches between a buffer's uses), one decision per gap, and the plan a
+ * set of decisions stands for; plus the memory-aware placement of swap-ins.
+ *
+ * Every policy decides gap by gap and lets sched_plan write the actions, so that all plans obey
+ * the same conventions: a swap-out right after the use before the gap, a swap-in issued before
+ * op in_at and a wait before the next use, a drop after the last use of a buffer the program
+ * frees later, and persistent buffers that the iteration never touches parked on the host. */
+#include "schedule.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int sched_init(sched_t *s, const ooc_model_t *m) {
+    memset(s, 0, sizeof *s);
+    s->m = m;
+    const ooc_profile_t *p = m->prof;
+    uint32_t cap = 0;
+    for (uint32_t b = 0; b < m->nb; b++)
+        cap += m->nuse[b];
+    s->g = calloc(cap ? cap : 1, sizeof *s->g);
+    s->gap_off = calloc(m->nb + 1, sizeof *s->gap_off);
+    if (!s->g || !s->gap_off) {
+        sched_free(s);
+        return OOC_ENOMEM;
+    }
+    int32_t n = (int32_t)m->n;
+    for (uint32_t b = 0; b < m->nb; b++) {
+        s->gap_off[b] = s->ng;
+        const int32_t *u = m->uses + m->use_off[b];
+        uint32_t k = m->nuse[b];
+        for (uint32_t j = 0; j + 1 < k; j++)
+            if (u[j + 1] - u[j] >= 2)
+                s->g[s->ng++] = (gap_t){(int32_t)b, u[j], u[j + 1], OOC_KEEP, u[j + 1]};
+        if (k > 0 && p->bufs[b].persistent && u[0] + n - u[k - 1] >= 2)
+            s->g[s->ng++] = (gap_t){(int32_t)b, u[k - 1], u[0] + n, OOC_KEEP, u[0] + n};
+    }
+    s->gap_off[m->nb] = s->ng;
+    return 0;
+}
+
+void sched_free(sched_t *s) {
+    free(s->g);
+    free(s->gap_off);
+    s->g = NULL;
+    s->gap_off = NULL;
+    s->ng = 0;
+}
+
+int sched_copy(sched_t *dst, const sched_t *src) {
+    memset(dst, 0, sizeof *dst);
+    dst->m = src->m;
+    dst->ng = src->ng;
+    dst->g = malloc((src->ng ? src->ng : 1) * sizeof *dst->g);
+    dst->gap_off = malloc((src->m->nb + 1) * sizeof *dst->gap_off);
+    if (!dst->g || !dst->gap_off) {
+        sched_free(dst);
+        return OOC_ENOMEM;
+    }
+    memcpy(dst->g, src->g, src->ng * sizeof *dst->g);
+    memcpy(dst->gap_off, src->gap_off, (src->m->nb + 1) * sizeof *dst->gap_off);
+    return 0;
+}
+
+gap_t *sched_gap_at(const sched_t *s, int32_t b, int32_t t) {
+    int32_t n = (int32_t)s->m->n;
+    for (uint32_t k = s->gap_off[b]; k < s->gap_off[b + 1]; k++) {
+        gap_t *g = &s->g[k];
+        if ((g->from < t && t <= g->to) || (g->to >= n && g->from < t + n && t + n <= g->to))
+            return g;
+    }
+    return NULL;
+}
+
+uint64_t sched_score(const ooc_sim_result_t *r) {
+    return r->feasible ? r->time_ns : UINT64_MAX;
+}
+
+uint32_t sched_sim_budget(const ooc_model_t *m) {
+    uint64_t work = (uint64_t)m->n + m->prof->nrefs + 1;
+    /* a simulation costs about 80 ns per op and reference on this machine: this keeps one
+     * search near 0.2 s on a 10,000-op iteration */
+    uint64_t k = 2400000ull / work;
+    if (k < 16)
+        k = 16;
+    if (k > 2000)
+        k = 2000;
+    return (uint32_t)k;
+}
+
+void sched_swap_all(sched_t *s, int32_t min_len, int32_t ahead) {
+    for (uint32_t k = 0; k < s->ng; k++) {
+        gap_t *g = &s->g[k];
+        if (g->to - g->from < min_len) {
+            g->dec = OOC_KEEP;
+            continue;
+        }
+        g->dec = OOC_SWAP;
+        g->in_at = g->to - ahead;
+        if (g->in_at <= g->from)
+            g->in_at = g->from + 1;
+    }
+}
+
+/* Producers of b: does recomputing b before op t need an input that is itself recomputed then?
+ * Fixes up swapped inputs (swap-in early enough, wait before t). Returns 0 when the recompute
+ * stays, 1 when it must become a swap. */
+static int recompute_inputs(sched_t *s, const gap_t *g) {
+    const ooc_model_t *m = s->m;
+    const ooc_profile_t *p = m->prof;
+    const ooc_buffer_t *bf = &p->bufs[g->buf];
+    if (!m->recomp[g->buf] || g->to >= (int32_t)m->n || g->to > m->recomp_until[g->buf])
+        return 1;
+    for (uint32_t k = 0; k < bf->nprod; k++) {
+        const ooc_op_t *o = &p->ops[p->prods[bf->prod_off + k]];
+        for (uint32_t r = 0; r < o->nref; r++) {
+            int32_t x = p->refs[o->ref_off + r].buf;
+            if (x == g->buf)
+                continue;
+            gap_t *xg = sched_gap_at(s, x, g->to);
+            if (!xg || xg->dec == OOC_KEEP)
+                continue;
+            if (xg->dec == OOC_RECOMPUTE)
+                return 1;
+            int32_t t =
+                xg->to >= (int32_t)m->n && g->to <= xg->from ? g->to + (int32_t)m->n : g->to;
+            if (xg->in_at > t)
+                xg->in_at = t;
+        }
+    }
+    return 0;
+}
+
+static int emit_gap(ooc_plan_t *pl, const ooc_model_t *m, const gap_t *g) {
+    int32_t n = (int32_t)m->n;
+    int rc = 0;
+    if (g->dec == OOC_SWAP) {
+        rc |= ooc_plan_add(pl, g->from, OOC_AFTER, OOC_ACT_SWAPOUT, g->buf, NULL, 0);
+        if (g->to < n) {
+            rc |= ooc_plan_add(pl, g->in_at, OOC_BEFORE, OOC_ACT_SWAPIN, g->buf, NULL, 0);
+            rc |= ooc_plan_add(pl, g->to, OOC_BEFORE, OOC_ACT_WAIT, g->buf, NULL, 0);
+        } else if (g->in_at < n) {
+            rc |= ooc_plan_add(pl, g->in_at, OOC_BEFORE, OOC_ACT_SWAPIN, g->buf, NULL, 0);
+        } else {
+            pl->start_host[g->buf] = 1;
+            rc |= ooc_plan_add(pl, g->in_at - n, OOC_BEFORE, OOC_ACT_SWAPIN, g->buf, NULL, 0);
+            rc |= ooc_plan_add(pl, g->to - n, OOC_BEFORE, OOC_ACT_WAIT, g->buf, NULL, 0);
+        }
+    } else if (g->dec == OOC_RECOMPUTE) {
+        const ooc_buffer_t *bf = &m->prof->bufs[g->buf];
+        rc |= ooc_plan_add(pl, g->from, OOC_AFTER, OOC_ACT_DROP, g->buf, NULL, 0);
+        rc |= ooc_plan_add(pl, g->to, OOC_BEFORE, OOC_ACT_RECOMPUTE, g->buf,
+                           m->prof->prods + bf->prod_off, bf->nprod);
+    }
+    return rc ? OOC_ENOMEM : 0;
+}
+
+int sched_plan(const sched_t *s0, const char *policy, uint64_t budget, ooc_plan_t **out) {
+    const ooc_model_t *m = s0->m;
+    const ooc_profile_t *p = m->prof;
+    *out = NULL;
+    sched_t s;
+    int rc = sched_copy(&s, s0);
+    if (rc)
+        return rc;
+    /* recomputes need their inputs: bring swapped inputs in first, or give up the recompute */
+    for (uint32_t k = 0; k < s.ng; k++) {
+        gap_t *g = &s.g[k];
+        if (g->dec == OOC_RECOMPUTE && recompute_inputs(&s, g)) {
+            g->dec = OOC_SWAP;
+            g->in_at = g->to - 1 > g->from ? g->to - 1 : g->from + 1;
+        }
+    }
+    ooc_plan_t *pl = ooc_plan_new(policy, m->n, m->nb, budget, m->chunk_bytes);
+    if (!pl) {
+        sched_free(&s);
+        return OOC_ENOMEM;
+    }
+    for (uint32_t k = 0; k < s.ng && !rc; k++)
+        rc = emit_gap(pl, m, &s.g[k]);
+    for (uint32_t k = 0; k < s.ng && !rc; k++) {
+        const gap_t *g = &s.g[k];
+        if (g->dec != OOC_RECOMPUTE)
+            continue;
+        const ooc_buffer_t *bf = &p->bufs[g->buf];
+        for (uint32_t j = 0; j < bf->nprod && !rc; j++) {
+            const ooc_op_t *o = &p->ops[p->prods[bf->prod_off + j]];
+            for (uint32_t r = 0; r < o->nref && !rc; r++) {
+                int32_t x = p->refs[o->ref_off + r].buf;
+                gap_t *xg = x == g->buf ? NULL : sched_gap_at(&s, x, g->to);
+                if (xg && xg->dec == OOC_SWAP)
+                    rc = ooc_plan_add(pl, g->to, OOC_BEFORE, OOC_ACT_WAIT, x, NULL, 0);
+            }
+        }
+    }
+    for (uint32_t b = 0; b < m->nb && !rc; b++) {
+        const ooc_buffer_t *bf = &p->bufs[b];
+        if (m->nuse[b] == 0) {
+            if (bf->persistent)
+                pl->start_host[b] = 1;
+            continue;
+        }
+        int32_t last = m->uses[m->use_off[b] + m->nuse[b] - 1];
+        if (!bf->persistent && bf->free_idx > last)
+            rc = ooc_plan_add(pl, last, OOC_AFTER, OOC_ACT_DROP, (int32_t)b, NULL, 0);
+    }
+    sched_free(&s);
+    if (rc) {
+        ooc_plan_free(pl);
+        return rc;
+    }
+    ooc_plan_finalize(pl);
+    *out = pl;
+    return 0;
+}
+
+int sched_eval(const sched_t *s, uint64_t budget, const ooc_sim_opts_t *o, ooc_sim_result_t *r) {
+    ooc_plan_t *pl;
+    int rc = sched_plan(s, "eval", budget, &pl);
+    if (rc) {
+        memset(r, 0, sizeof *r);
+        return rc;
+    }
+    rc = ooc_sim_run(s->m, pl, o, r);
+    ooc_plan_free(pl);
+    return rc;
+}
+
+/* ---- memory-aware swap-in placement ------------------------------------------------------------
+ */
+
+/* A segment tree over ops: range add, and "the last index in [lo, hi] whose value exceeds v". */
+typedef struct {
+    int64_t *mx, *lz;
+    int32_t n;
+} seg_t;
+
+static void seg_add(seg_t *t, int node, int32_t l, int32_t r, int32_t lo, int32_t hi, int64_t v) {
+    if (hi < l || r < lo)
+        return;
+    if (lo <= l && r <= hi) {
+        t->mx[node] += v;
+        t->lz[node] += v;
+        return;
+    }
+    int32_t mid = (l + r) / 2;
+    seg_add(t, 2 * node, l, mid, lo, hi, v);
+    seg_add(t, 2 * node + 1, mid + 1, r, lo, hi, v);
+    int64_t a = t->mx[2 * node], b = t->mx[2 * node + 1];
+    t->mx[node] = (a > b ? a : b) + t->lz[node];
+}
+
+/* Largest index i in [lo, hi] with value(i) > v; -1 when none. `acc` carries the lazy adds of
+ * the ancestors. */
+static int32_t seg_last_above(const seg_t *t, int node, int32_t l, int32_t r, int32_t lo,
+                              int32_t hi, int64_t v, int64_t acc) {
+    if (hi < l || r < lo || t->mx[node] + acc <= v)
+        return -1;
+    if (l == r)
+        return l;
+    int32_t mid = (l + r) / 2;
+    acc += t->lz[node];
+    int32_t x = seg_last_above(t, 2 * node + 1, mid + 1, r, lo, hi, v, acc);
+    if (x >= 0)
+        return x;
+    return seg_last_above(t, 2 * node, l, mid, lo, hi, v, acc);
+}
+
+static void add_range(seg_t *t, int32_t lo, int32_t hi, int64_t v) {
+    /* [lo, hi] on the cyclic axis; hi may exceed n - 1 */
+    int32_t n = t->n;
+    if (hi < lo)
+        return;
+    if (hi - lo + 1 >= n) {
+        seg_add(t, 1, 0, n - 1, 0, n - 1, v);
+        return;
+    }
+    int32_t a = lo % n, b = hi % n;
+    if (a <= b) {
+        seg_add(t, 1, 0, n - 1, a, b, v);
+    } else {
+        seg_add(t, 1, 0, n - 1, a, n - 1, v);
+        seg_add(t, 1, 0, n - 1, 0, b, v);
+    }
+}
+
+/* Adds v over [lo, hi] of the cyclic axis into a difference array of n + 1 entries. */
+static void diff_range(int64_t *d, int32_t n, int32_t lo, int32_t hi, int64_t v) {
+    if (hi < lo)
+        return;
+    if (hi - lo + 1 >= n) {
+        d[0] += v;
+        d[n] -= v;
+        return;
+    }
+    int32_t a = lo % n, b = hi % n;
+    if (a <= b) {
+        d[a] += v;
+        d[b + 1] -= v;
+    } else {
+        d[a] += v;
+        d[n] -= v;
+        d[0] += v;
+        d[b + 1] -= v;
+    }
+}
+
+static void seg_fill(seg_t *t, int node, int32_t l, int32_t r, const int64_t *val) {
+    t->lz[node] = 0;
+    if (l == r) {
+        t->mx[node] = val[l];
+        return;
+    }
+    int32_t mid = (l + r) / 2;
+    seg_fill(t, 2 * node, l, mid, val);
+    seg_fill(t, 2 * node + 1, mid + 1, r, val);
+    int64_t a = t->mx[2 * node], b = t->mx[2 * node + 1];
+    t->mx[node] = a > b ? a : b;
+}
+
+/* Builds the tree from a difference array (turned into values in place). */
+static void seg_build(seg_t *t, int64_t *d) {
+    for (int32_t i = 1; i < t->n; i++)
+        d[i] += d[i - 1];
+    seg_fill(t, 1, 0, t->n - 1, d);
+}
+
+static int gap_cmp_to(const void *x, const void *y) {
+    const gap_t *a = *(const gap_t *const *)x, *b = *(const gap_t *const *)y;
+    if (a->to != b->to)
+        return a->to < b->to ? -1 : 1;
+    return a->buf < b->buf ? -1 : a->buf > b->buf;
+}
+
+int sched_place_swapins(sched_t *s, uint64_t budget) {
+    const ooc_model_t *m = s->m;
+    const ooc_profile_t *p = m->prof;
+    int32_t n = (int32_t)m->n;
+    if (n == 0)
+        return 0;
+    seg_t t = {calloc(4 * (size_t)n, sizeof(int64_t)), calloc(4 * (size_t)n, sizeof(int64_t)), n};
+    gap_t **sw = malloc((s->ng ? s->ng : 1) * sizeof *sw);
+    if (!t.mx || !t.lz || !sw) {
+        free(t.mx);
+        free(t.lz);
+        free(sw);
+        return OOC_ENOMEM;
+    }
+    uint32_t nsw = 0;
+    int64_t *d = calloc((size_t)n + 1, sizeof *d);
+    if (!d) {
+        free(t.mx);
+        free(t.lz);
+        free(sw);
+        return OOC_ENOMEM;
+    }
+    /* residency without the swapped gaps' incoming stretches, as a difference array */
+    for (uint32_t b = 0; b < m->nb; b++) {
+        if (m->nuse[b] == 0)
+            continue;
+        const ooc_buffer_t *bf = &p->bufs[b];
+        const int32_t *u = m->uses + m->use_off[b];
+        int64_t fp = (int64_t)m->fp[b];
+        int32_t first = bf->alloc_idx < 0 && !bf->persistent ? 0 : u[0];
+        int32_t last = u[m->nuse[b] - 1];
+        if (bf->persistent) {
+            first = 0;
+            last = n - 1;
+        }
+        diff_range(d, n, first, last, fp);
+        for (uint32_t k = s->gap_off[b]; k < s->gap_off[b + 1]; k++) {
+            gap_t *g = &s->g[k];
+            if (g->dec == OOC_KEEP)
+                continue;
+            diff_range(d, n, g->from + 1, g->to - 1, -fp); /* out during the gap */
+            if (g->dec == OOC_SWAP)
+                sw[nsw++] = g;
+        }
+    }
+    seg_build(&t, d);
+    free(d);
+    if (nsw)
+        qsort(sw, nsw, sizeof *sw, gap_cmp_to);
+    for (uint32_t i = 0; i < nsw; i++) {
+        gap_t *g = sw[i];
+        int64_t thr = (int64_t)budget - (int64_t)m->fp[g->buf];
+        int32_t lo = g->from + 1, hi = g->to - 1, at = lo;
+        if (hi >= lo) {
+            int32_t v = -1;
+            if (hi >= n) {
+                /* the next iteration's part first, then this one's tail */
+                v = seg_last_above(&t, 1, 0, n - 1, 0, hi - n, thr, 0);
+                if (v >= 0)
+                    v += n;
+                else if (lo <= n - 1)
+                    v = seg_last_above(&t, 1, 0, n - 1, lo, n - 1, thr, 0);
+            } else {
+                v = seg_last_above(&t, 1, 0, n - 1, lo, hi, thr, 0);
+            }
+            at = v >= 0 ? v + 1 : lo;
+        }
+        g->in_at = at;
+        add_range(&t, at, g->to - 1, (int64_t)m->fp[g->buf]);
+    }
+    free(t.mx);
+    free(t.lz);
+    free(sw);
+    return 0;
+}

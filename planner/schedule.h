@@ -1,0 +1,63 @@
+/* SPDX-License-Identifier: MIT */
+/* schedule.h: private to the planner: a schedule is one decision per gap (the stretch between two
+ * consecutive uses of a buffer), from which a plan is emitted. Shared by the policies. */
+#ifndef OOC_SCHEDULE_H
+#define OOC_SCHEDULE_H
+
+#include "ooc_planner.h"
+
+/* Between op `from` and op `to` the buffer is not used. For a persistent buffer the last gap
+ * wraps around the iteration: to >= n stands for op to - n of the next iteration. */
+typedef struct gap {
+    int32_t buf, from, to;
+    uint8_t dec;   /* OOC_KEEP, OOC_SWAP, OOC_RECOMPUTE */
+    int32_t in_at; /* OOC_SWAP: swap-in issued before op in_at (from < in_at <= to) */
+} gap_t;
+
+typedef struct sched {
+    const ooc_model_t *m;
+    gap_t *g;
+    uint32_t ng;
+    uint32_t *gap_off; /* per buffer (nb + 1): its gaps, ordered by `from` */
+} sched_t;
+
+/* Collects every gap of at least one op, all kept. */
+int sched_init(sched_t *s, const ooc_model_t *m);
+void sched_free(sched_t *s);
+int sched_copy(sched_t *dst, const sched_t *src);
+/* The gap of buffer b that op t falls in (from < t <= to, or t + n for a wrapping gap). */
+gap_t *sched_gap_at(const sched_t *s, int32_t b, int32_t t);
+/* Emits the plan: swap-outs, swap-ins, waits, drops of dead buffers, recomputes (with their
+ * inputs brought in first; a recompute that would need another recompute becomes a swap). */
+int sched_plan(const sched_t *s, const char *policy, uint64_t budget, ooc_plan_t **out);
+/* Emits and simulates. Returns 0 or OOC_ENOMEM; the result's feasible flag says the rest. */
+int sched_eval(const sched_t *s, uint64_t budget, const ooc_sim_opts_t *o, ooc_sim_result_t *r);
+/* Places every swap-in of a swapped gap as early as memory allows (PoocH section 4.3), using the
+ * static residency implied by the decisions. */
+int sched_place_swapins(sched_t *s, uint64_t budget);
+/* Sets every gap that crosses at least `min_len` ops to swap, swap-in `ahead` ops before use. */
+void sched_swap_all(sched_t *s, int32_t min_len, int32_t ahead);
+
+/* The number of simulations a search may run on this model: a deterministic budget scaled so
+ * that `auto` stays near a second on a 10,000-op iteration. */
+uint32_t sched_sim_budget(const ooc_model_t *m);
+
+/* Policies (policy.c, window.c, pooch.c, auto.c). Each returns a finalized plan. */
+int pol_swapall(const ooc_model_t *m, const ooc_policy_opts_t *o, ooc_plan_t **out);
+int pol_lms(const ooc_model_t *m, const ooc_policy_opts_t *o, ooc_plan_t **out);
+int pol_superneurons(const ooc_model_t *m, const ooc_policy_opts_t *o, ooc_plan_t **out);
+int pol_window(const ooc_model_t *m, const ooc_policy_opts_t *o, ooc_plan_t **out);
+int pol_pooch(const ooc_model_t *m, const ooc_policy_opts_t *o, ooc_plan_t **out);
+int pol_auto(const ooc_model_t *m, const ooc_policy_opts_t *o, ooc_plan_t **out);
+
+/* The window schedule for one window size (window.c). */
+int window_schedule(sched_t *s, uint64_t budget, uint64_t window_bytes);
+/* PoocH's classification (keep/swap by the simulated timeline, then swap/recompute by r(X))
+ * refining the schedule in place (pooch.c); swap-ins are placed as early as memory allows at
+ * every evaluation. At most `max_sims` simulations. */
+int pooch_refine(sched_t *s, uint64_t budget, uint32_t max_sims);
+
+/* Time of a simulated plan for comparisons: infeasible plans are UINT64_MAX. */
+uint64_t sched_score(const ooc_sim_result_t *r);
+
+#endif

@@ -1,0 +1,757 @@
+/* SPDX-License-Identifier: MIT */
+/* sim.c: the timeline simulator (one compute engine, one copy engine per direction, chunk-level
+ * memory under the budget) and an independent checker of the traces it writes.
+ *
+ * The simulator is a discrete-event loop over three FIFO engines. The compute engine walks the
+ * plan in replay order: an op's "before" actions, the op, its "after" actions. Swap-ins are
+ * queued on the host-to-device engine when the compute engine reaches them (so a swap-in "at op
+ * j" is ordered after op j-1); swap-outs are queued on the device-to-host engine when their op
+ * ends. Memory is mapped when a copy-in starts, when a buffer is first touched, or when it is
+ * recomputed, and released when a copy-out ends, on a drop, or when the program frees it; an
+ * allocation that does not fit blocks its engine until enough is released. When no engine can
+ * move, the plan is infeasible under the budget. Both directions share the bidirectional
+ * bandwidth when they run together. Everything is deterministic. */
+#include "ooc_planner.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { ST_NONE = 0, ST_RES, ST_IN, ST_OUTQ, ST_HOST };
+
+typedef struct {
+    int32_t buf;
+    double issue;
+} xfer_t;
+
+typedef struct {
+    xfer_t *q;
+    size_t head, n, cap;
+    int active; /* head is running */
+    double remaining, start;
+} engine_t;
+
+typedef struct {
+    const ooc_model_t *m;
+    const ooc_plan_t *pl;
+    ooc_sim_result_t *res;
+    ooc_trace_t *tr;
+    double now;
+    uint64_t used, budget;
+    uint8_t *st, *host_valid, *waited, *d2h_pending, *free_after_d2h, *ever, *dropped;
+    engine_t h2d, d2h;
+    /* compute engine */
+    uint32_t op;     /* current op */
+    uint32_t ai;     /* next action index */
+    int phase;       /* 0: before actions, 1: op itself, 2: done */
+    int busy;        /* running something */
+    int busy_recomp; /* the running item is a recompute */
+    int32_t busy_buf;
+    double busy_end, idle_since;
+    int32_t blocked_buf; /* waiting for this buffer's swap-in, -1 none */
+    int blocked_mem;
+    double block_start;
+    int stop;
+} sim_t;
+
+static void violate(sim_t *s, int code, int32_t op, int32_t buf, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static void violate(sim_t *s, int code, int32_t op, int32_t buf, const char *fmt, ...) {
+    if (s->stop)
+        return;
+    s->stop = 1;
+    s->res->feasible = 0;
+    s->res->viol_code = code;
+    s->res->viol_op = op;
+    s->res->viol_buf = buf;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->res->viol_msg, sizeof s->res->viol_msg, fmt, ap);
+    va_end(ap);
+}
+
+static void trace(sim_t *s, ooc_trace_kind_t k, int32_t op, int32_t buf, int32_t aux,
+                  uint64_t bytes) {
+    ooc_trace_t *t = s->tr;
+    if (!t)
+        return;
+    if (t->n == t->cap) {
+        size_t nc = t->cap ? t->cap * 2 : 1024;
+        void *p = realloc(t->ev, nc * sizeof *t->ev);
+        if (!p) {
+            violate(s, OOC_ENOMEM, op, buf, "out of memory for the trace");
+            return;
+        }
+        t->ev = p;
+        t->cap = nc;
+    }
+    t->ev[t->n++] = (ooc_trace_ev_t){s->now, (uint8_t)k, op, buf, aux, bytes};
+}
+
+void ooc_trace_free(ooc_trace_t *t) {
+    if (t) {
+        free(t->ev);
+        t->ev = NULL;
+        t->n = t->cap = 0;
+    }
+}
+
+void ooc_sim_result_free(ooc_sim_result_t *r) {
+    if (!r)
+        return;
+    free(r->op_stall_ns);
+    free(r->h2d_wait_ns);
+    free(r->d2h_delay_ns);
+    r->op_stall_ns = NULL;
+    r->h2d_wait_ns = r->d2h_delay_ns = NULL;
+}
+
+static int push(engine_t *e, int32_t buf, double issue) {
+    if (e->head + e->n == e->cap) {
+        if (e->head > 0) {
+            memmove(e->q, e->q + e->head, e->n * sizeof *e->q);
+            e->head = 0;
+        }
+        if (e->n == e->cap) {
+            size_t nc = e->cap ? e->cap * 2 : 64;
+            void *p = realloc(e->q, nc * sizeof *e->q);
+            if (!p)
+                return OOC_ENOMEM;
+            e->q = p;
+            e->cap = nc;
+        }
+    }
+    e->q[e->head + e->n++] = (xfer_t){buf, issue};
+    return 0;
+}
+
+static int map(sim_t *s, int32_t b) {
+    uint64_t fp = s->m->fp[b];
+    if (s->used + fp > s->budget)
+        return 0;
+    s->used += fp;
+    if (s->used > s->res->peak_bytes)
+        s->res->peak_bytes = s->used;
+    trace(s, OOC_TR_MAP, (int32_t)s->op, b, -1, fp);
+    return 1;
+}
+
+static void unmap(sim_t *s, int32_t b) {
+    s->used -= s->m->fp[b];
+    trace(s, OOC_TR_UNMAP, (int32_t)s->op, b, -1, s->m->fp[b]);
+}
+
+/* Marks the compute engine blocked (on a buffer or on memory) from now on. */
+static void block(sim_t *s, int32_t buf, int mem) {
+    if (s->blocked_buf < 0 && !s->blocked_mem)
+        s->block_start = s->now;
+    s->blocked_buf = buf;
+    s->blocked_mem = mem;
+}
+
+static void unblock(sim_t *s) {
+    if (s->blocked_buf >= 0 || s->blocked_mem) {
+        double w = s->now - s->block_start;
+        if (s->res->h2d_wait_ns && s->blocked_buf >= 0)
+            s->res->h2d_wait_ns[s->blocked_buf] += w;
+        if (s->res->d2h_delay_ns && s->blocked_mem && s->d2h.n > 0)
+            s->res->d2h_delay_ns[s->d2h.q[s->d2h.head].buf] += w;
+    }
+    s->blocked_buf = -1;
+    s->blocked_mem = 0;
+}
+
+static void start_compute(sim_t *s, double dur, int recomp, int32_t buf) {
+    unblock(s);
+    double st = s->now - s->idle_since;
+    s->res->stall_ns += (uint64_t)llround(st);
+    if (s->res->op_stall_ns)
+        s->res->op_stall_ns[s->op] += (uint64_t)llround(st);
+    s->busy = 1;
+    s->busy_recomp = recomp;
+    s->busy_buf = buf;
+    s->busy_end = s->now + dur;
+}
+
+/* Is every input of a recompute of b (via ops) resident and unchanged? */
+static int recompute_inputs(sim_t *s, const ooc_action_t *a, int32_t *missing) {
+    const ooc_profile_t *p = s->m->prof;
+    for (uint32_t k = 0; k < a->nvia; k++) {
+        const ooc_op_t *o = &p->ops[s->pl->via[a->via_off + k]];
+        for (uint32_t r = 0; r < o->nref; r++) {
+            int32_t x = p->refs[o->ref_off + r].buf;
+            if (x == a->buf)
+                continue;
+            if (s->st[x] != ST_RES) {
+                *missing = x;
+                return s->st[x] == ST_IN ? 0 : -1;
+            }
+            if (!s->waited[x])
+                *missing = x;
+        }
+    }
+    return 1;
+}
+
+/* Advances the compute engine as far as it can at the current time. Returns 1 on progress. */
+static int step_compute(sim_t *s) {
+    const ooc_model_t *m = s->m;
+    const ooc_profile_t *p = m->prof;
+    const ooc_plan_t *pl = s->pl;
+    if (s->busy || s->phase == 2 || s->stop)
+        return 0;
+    /* before actions */
+    while (s->ai < pl->nacts && pl->acts[s->ai].op == (int32_t)s->op &&
+           pl->acts[s->ai].when == OOC_BEFORE) {
+        const ooc_action_t *a = &pl->acts[s->ai];
+        int32_t b = a->buf;
+        if (a->kind == OOC_ACT_SWAPIN) {
+            if (s->st[b] != ST_HOST && s->st[b] != ST_OUTQ) {
+                violate(s, OOC_EFORMAT, a->op, b,
+                        "swap-in of buffer %d before op %d, but it is not swapped out", b, a->op);
+                return 0;
+            }
+            if (push(&s->h2d, b, s->now)) {
+                violate(s, OOC_ENOMEM, a->op, b, "out of memory");
+                return 0;
+            }
+            s->st[b] = ST_IN;
+            s->waited[b] = 0; /* a use needs a wait first, however early the copy ends */
+        } else if (a->kind == OOC_ACT_WAIT) {
+            s->waited[b] = 1;
+            if (s->st[b] == ST_IN) {
+                block(s, b, 0);
+                return 0;
+            }
+            if (s->st[b] != ST_RES) {
+                violate(s, OOC_EFORMAT, a->op, b,
+                        "wait for buffer %d before op %d, but no swap-in of it was started", b,
+                        a->op);
+                return 0;
+            }
+        } else if (a->kind == OOC_ACT_RECOMPUTE) {
+            int ok = 1;
+            if (!m->recomp[b] || a->op > m->recomp_until[b] || s->st[b] != ST_NONE ||
+                !s->dropped[b] || a->nvia != p->bufs[b].nprod)
+                ok = 0;
+            for (uint32_t k = 0; ok && k < a->nvia; k++)
+                if (pl->via[a->via_off + k] != p->prods[p->bufs[b].prod_off + k])
+                    ok = 0;
+            if (!ok) {
+                violate(s, OOC_EFORMAT, a->op, b,
+                        "recompute of buffer %d before op %d breaks DESIGN.md section 7 (not "
+                        "dropped, not re-executable, or its inputs changed)",
+                        b, a->op);
+                return 0;
+            }
+            int32_t miss = -1;
+            int r = recompute_inputs(s, a, &miss);
+            if (r == 1 && miss >= 0) {
+                violate(s, OOC_EFORMAT, a->op, miss,
+                        "recompute before op %d reads buffer %d after its swap-in, and the plan "
+                        "has no wait for it",
+                        a->op, miss);
+                return 0;
+            }
+            if (r < 0) {
+                violate(s, OOC_EFORMAT, a->op, b,
+                        "recompute of buffer %d before op %d: input buffer %d is not resident", b,
+                        a->op, miss);
+                return 0;
+            }
+            if (r == 0) {
+                if (!s->waited[miss]) {
+                    violate(s, OOC_EFORMAT, a->op, miss,
+                            "recompute before op %d reads buffer %d while its swap-in is in "
+                            "flight and no wait precedes it",
+                            a->op, miss);
+                    return 0;
+                }
+                block(s, miss, 0);
+                return 0;
+            }
+            if (!map(s, b)) {
+                block(s, -1, 1);
+                return 0;
+            }
+            double dur = 0;
+            for (uint32_t k = 0; k < a->nvia; k++)
+                dur += (double)p->ops[pl->via[a->via_off + k]].duration_ns;
+            trace(s, OOC_TR_OP_START, a->op, b, pl->via[a->via_off], 0);
+            s->st[b] = ST_RES;
+            s->dropped[b] = 0;
+            s->ai++;
+            start_compute(s, dur, 1, b);
+            return 1;
+        }
+        s->ai++;
+    }
+    /* the op itself */
+    const ooc_op_t *o = &p->ops[s->op];
+    uint64_t need = 0;
+    for (uint32_t k = 0; k < o->nref; k++) {
+        int32_t b = p->refs[o->ref_off + k].buf;
+        if (!s->waited[b]) {
+            violate(s, OOC_EFORMAT, (int32_t)s->op, b,
+                    "op %u (%s) uses buffer %d after its swap-in, and the plan has no wait for "
+                    "it",
+                    s->op, o->name, b);
+            return 0;
+        }
+        switch (s->st[b]) {
+        case ST_RES:
+            break;
+        case ST_IN:
+            if (!s->waited[b]) {
+                violate(s, OOC_EFORMAT, (int32_t)s->op, b,
+                        "op %u (%s) uses buffer %d while its swap-in is in flight, and the plan "
+                        "has no wait for it",
+                        s->op, o->name, b);
+                return 0;
+            }
+            block(s, b, 0);
+            return 0;
+        case ST_NONE:
+            if (!s->ever[b]) {
+                need += m->fp[b];
+                break;
+            }
+            violate(s, OOC_EFORMAT, (int32_t)s->op, b,
+                    "op %u (%s) uses buffer %d, which was %s and not rebuilt", s->op, o->name, b,
+                    s->dropped[b] ? "dropped" : "freed");
+            return 0;
+        case ST_HOST:
+            violate(s, OOC_EFORMAT, (int32_t)s->op, b,
+                    "op %u (%s) uses buffer %d, which is swapped out and was not swapped in", s->op,
+                    o->name, b);
+            return 0;
+        default:
+            violate(s, OOC_EFORMAT, (int32_t)s->op, b,
+                    "op %u (%s) uses buffer %d while its swap-out is still in flight", s->op,
+                    o->name, b);
+            return 0;
+        }
+    }
+    if (need) {
+        if (s->used + need > s->budget) {
+            block(s, -1, 1);
+            return 0;
+        }
+        for (uint32_t k = 0; k < o->nref; k++) {
+            int32_t b = p->refs[o->ref_off + k].buf;
+            if (s->st[b] == ST_NONE) {
+                map(s, b);
+                s->st[b] = ST_RES;
+                s->ever[b] = 1;
+            }
+        }
+    }
+    trace(s, OOC_TR_OP_START, (int32_t)s->op, -1, (int32_t)s->op, 0);
+    start_compute(s, (double)o->duration_ns, 0, -1);
+    s->phase = 1;
+    return 1;
+}
+
+/* The running compute item ends at s->now. */
+static void end_compute(sim_t *s) {
+    const ooc_model_t *m = s->m;
+    const ooc_profile_t *p = m->prof;
+    const ooc_plan_t *pl = s->pl;
+    s->busy = 0;
+    s->idle_since = s->now;
+    if (s->busy_recomp) {
+        trace(s, OOC_TR_OP_END, (int32_t)s->op, s->busy_buf, -1, 0);
+        s->host_valid[s->busy_buf] = 0;
+        return;
+    }
+    const ooc_op_t *o = &p->ops[s->op];
+    trace(s, OOC_TR_OP_END, (int32_t)s->op, -1, (int32_t)s->op, 0);
+    for (uint32_t k = 0; k < o->nref; k++)
+        if (m->written[o->ref_off + k])
+            s->host_valid[p->refs[o->ref_off + k].buf] = 0;
+    while (s->ai < pl->nacts && pl->acts[s->ai].op == (int32_t)s->op) {
+        const ooc_action_t *a = &pl->acts[s->ai++];
+        int32_t b = a->buf;
+        if (a->when != OOC_AFTER)
+            continue;
+        if (s->st[b] != ST_RES) {
+            violate(s, OOC_EFORMAT, a->op, b, "%s of buffer %d after op %d, but it is not resident",
+                    ooc_act_name((ooc_act_kind_t)a->kind), b, a->op);
+            return;
+        }
+        if (a->kind == OOC_ACT_DROP) {
+            unmap(s, b);
+            s->st[b] = ST_NONE;
+            s->dropped[b] = 1;
+        } else if (s->host_valid[b]) {
+            unmap(s, b); /* the host copy is current: nothing to copy */
+            s->st[b] = ST_HOST;
+        } else {
+            if (push(&s->d2h, b, s->now)) {
+                violate(s, OOC_ENOMEM, a->op, b, "out of memory");
+                return;
+            }
+            s->st[b] = ST_OUTQ;
+            s->d2h_pending[b] = 1;
+        }
+    }
+    /* the program's own frees */
+    for (uint32_t k = m->free_off[s->op]; k < m->free_off[s->op + 1]; k++) {
+        int32_t b = m->frees[k];
+        if (s->st[b] == ST_RES) {
+            unmap(s, b);
+            s->st[b] = ST_NONE;
+        } else if (s->st[b] == ST_OUTQ) {
+            s->free_after_d2h[b] = 1;
+        } else if (s->st[b] == ST_HOST) {
+            s->st[b] = ST_NONE;
+        }
+        s->dropped[b] = 0;
+    }
+    s->op++;
+    s->phase = s->op < m->n ? 0 : 2;
+}
+
+static double rate(const sim_t *s, int h2d) {
+    const ooc_profile_t *p = s->m->prof;
+    double r = h2d ? p->h2d_bps : p->d2h_bps;
+    if (s->h2d.active && s->d2h.active && p->h2d_bps + p->d2h_bps > p->bidir_bps)
+        r *= p->bidir_bps / (p->h2d_bps + p->d2h_bps);
+    return r / 1e9; /* bytes per ns */
+}
+
+static int step_h2d(sim_t *s) {
+    engine_t *e = &s->h2d;
+    if (e->active || e->n == 0 || s->stop)
+        return 0;
+    xfer_t *x = &e->q[e->head];
+    if (x->issue > s->now || s->d2h_pending[x->buf])
+        return 0;
+    if (!map(s, x->buf))
+        return 0;
+    e->active = 1;
+    e->start = s->now;
+    e->remaining = (double)s->m->prof->bufs[x->buf].bytes;
+    s->res->h2d_bytes += s->m->prof->bufs[x->buf].bytes;
+    trace(s, OOC_TR_H2D_START, (int32_t)s->op, x->buf, -1, s->m->prof->bufs[x->buf].bytes);
+    return 1;
+}
+
+static int step_d2h(sim_t *s) {
+    engine_t *e = &s->d2h;
+    if (e->active || e->n == 0 || s->stop)
+        return 0;
+    xfer_t *x = &e->q[e->head];
+    if (x->issue > s->now)
+        return 0;
+    e->active = 1;
+    e->start = s->now;
+    e->remaining = (double)s->m->prof->bufs[x->buf].bytes;
+    s->res->d2h_bytes += s->m->prof->bufs[x->buf].bytes;
+    if (s->res->d2h_delay_ns)
+        s->res->d2h_delay_ns[x->buf] += s->now - x->issue;
+    trace(s, OOC_TR_D2H_START, (int32_t)s->op, x->buf, -1, s->m->prof->bufs[x->buf].bytes);
+    return 1;
+}
+
+static void end_h2d(sim_t *s) {
+    engine_t *e = &s->h2d;
+    int32_t b = e->q[e->head].buf;
+    e->head++;
+    e->n--;
+    e->active = 0;
+    trace(s, OOC_TR_H2D_END, (int32_t)s->op, b, -1, s->m->prof->bufs[b].bytes);
+    s->st[b] = ST_RES;
+    s->host_valid[b] = 1;
+}
+
+static void end_d2h(sim_t *s) {
+    engine_t *e = &s->d2h;
+    int32_t b = e->q[e->head].buf;
+    e->head++;
+    e->n--;
+    e->active = 0;
+    trace(s, OOC_TR_D2H_END, (int32_t)s->op, b, -1, s->m->prof->bufs[b].bytes);
+    unmap(s, b);
+    s->d2h_pending[b] = 0;
+    s->host_valid[b] = 1;
+    if (s->free_after_d2h[b]) {
+        s->free_after_d2h[b] = 0;
+        if (s->st[b] == ST_OUTQ)
+            s->st[b] = ST_NONE;
+    } else if (s->st[b] == ST_OUTQ) {
+        s->st[b] = ST_HOST;
+    }
+}
+
+int ooc_sim_run(const ooc_model_t *m, const ooc_plan_t *pl, const ooc_sim_opts_t *opts,
+                ooc_sim_result_t *res) {
+    memset(res, 0, sizeof *res);
+    res->viol_op = res->viol_buf = -1;
+    if (pl->nops != m->n || pl->nbufs != m->nb)
+        return OOC_EINVAL;
+    const ooc_profile_t *p = m->prof;
+    sim_t s = {.m = m, .pl = pl, .res = res, .budget = pl->budget_bytes, .blocked_buf = -1};
+    s.tr = opts ? opts->trace : NULL;
+    size_t nb = m->nb ? m->nb : 1;
+    uint8_t *flags = calloc(nb, 7);
+    if (!flags)
+        return OOC_ENOMEM;
+    s.st = flags;
+    s.host_valid = flags + nb;
+    s.waited = flags + 2 * nb;
+    s.d2h_pending = flags + 3 * nb;
+    s.free_after_d2h = flags + 4 * nb;
+    s.ever = flags + 5 * nb;
+    s.dropped = flags + 6 * nb;
+    if (opts && opts->want_op_stalls)
+        res->op_stall_ns = calloc(m->n ? m->n : 1, sizeof *res->op_stall_ns);
+    if (opts && opts->want_attribution) {
+        res->h2d_wait_ns = calloc(nb, sizeof(double));
+        res->d2h_delay_ns = calloc(nb, sizeof(double));
+    }
+    if ((opts && opts->want_op_stalls && !res->op_stall_ns) ||
+        (opts && opts->want_attribution && (!res->h2d_wait_ns || !res->d2h_delay_ns))) {
+        free(flags);
+        ooc_sim_result_free(res);
+        return OOC_ENOMEM;
+    }
+    res->feasible = 1;
+    memset(s.waited, 1, nb);
+    for (uint32_t i = 0; i < pl->nacts; i++)
+        if (pl->acts[i].op < 0 || (uint32_t)pl->acts[i].op >= m->n) {
+            violate(&s, OOC_EFORMAT, pl->acts[i].op, pl->acts[i].buf, "action on a bad op");
+            break;
+        }
+    /* iteration start: buffers that exist are mapped, unless the plan keeps them on the host */
+    for (uint32_t b = 0; b < m->nb && !s.stop; b++) {
+        if (p->bufs[b].alloc_idx >= 0)
+            continue;
+        s.ever[b] = 1;
+        if (pl->start_host[b]) {
+            s.st[b] = ST_HOST;
+            s.host_valid[b] = 1;
+        } else if (map(&s, (int32_t)b)) {
+            s.st[b] = ST_RES;
+            s.host_valid[b] = pl->start_host[b];
+        } else {
+            violate(&s, OOC_EINFEASIBLE, 0, (int32_t)b,
+                    "infeasible: the buffers alive at iteration start need more than the budget "
+                    "of %llu bytes (buffer %u does not fit)",
+                    (unsigned long long)s.budget, b);
+        }
+    }
+    for (uint32_t b = 0; b < m->nb; b++)
+        if (pl->start_host[b] && !p->bufs[b].persistent && !s.stop)
+            violate(&s, OOC_EFORMAT, 0, (int32_t)b,
+                    "buffer %u starts on the host but is not persistent", b);
+    s.phase = m->n ? 0 : 2;
+    while (!s.stop) {
+        int prog = 1;
+        while (prog && !s.stop)
+            prog = step_compute(&s) | step_d2h(&s) | step_h2d(&s);
+        if (s.stop)
+            break;
+        if (s.phase == 2 && !s.busy && !s.h2d.n && !s.d2h.n)
+            break;
+        double next = INFINITY;
+        if (s.busy)
+            next = s.busy_end;
+        double rh = rate(&s, 1), rd = rate(&s, 0);
+        if (s.h2d.active && s.now + s.h2d.remaining / rh < next)
+            next = s.now + s.h2d.remaining / rh;
+        if (s.d2h.active && s.now + s.d2h.remaining / rd < next)
+            next = s.now + s.d2h.remaining / rd;
+        if (next == INFINITY) {
+            if (s.phase != 2 && s.blocked_buf < 0) {
+                const ooc_op_t *o = &p->ops[s.op];
+                violate(&s, OOC_EINFEASIBLE, (int32_t)s.op, -1,
+                        "infeasible: at op %u (%s) the budget of %llu bytes is exhausted "
+                        "(%llu bytes mapped) and nothing in flight will release memory",
+                        s.op, o->name, (unsigned long long)s.budget, (unsigned long long)s.used);
+            } else {
+                violate(&s, OOC_EINFEASIBLE, (int32_t)s.op, s.h2d.n ? s.h2d.q[s.h2d.head].buf : -1,
+                        "infeasible: a swap-in cannot get memory before op %u (%llu of %llu "
+                        "bytes mapped)",
+                        s.op, (unsigned long long)s.used, (unsigned long long)s.budget);
+            }
+            break;
+        }
+        double dt = next - s.now;
+        int h_act = s.h2d.active, d_act = s.d2h.active;
+        if (h_act)
+            s.h2d.remaining -= dt * rh;
+        if (d_act)
+            s.d2h.remaining -= dt * rd;
+        s.now = next;
+        if (s.busy && s.busy_end <= s.now)
+            end_compute(&s);
+        if (h_act && s.h2d.remaining <= 1e-3 * rh + 1e-9)
+            end_h2d(&s);
+        if (d_act && s.d2h.remaining <= 1e-3 * rd + 1e-9)
+            end_d2h(&s);
+    }
+    if (!s.stop) {
+        /* the iteration must end as it started, so that the next one can repeat it */
+        for (uint32_t b = 0; b < m->nb; b++) {
+            if (!p->bufs[b].persistent)
+                continue;
+            int host = s.st[b] == ST_HOST;
+            if (host != pl->start_host[b] || (s.st[b] != ST_HOST && s.st[b] != ST_RES)) {
+                violate(&s, OOC_EFORMAT, (int32_t)m->n - 1, (int32_t)b,
+                        "persistent buffer %u ends the iteration %s but starts it %s", b,
+                        host ? "on the host" : "not on the host",
+                        pl->start_host[b] ? "on the host" : "resident");
+                break;
+            }
+        }
+    }
+    res->time_ns = (uint64_t)llround(s.now);
+    for (uint32_t i = 0; i < pl->nacts; i++)
+        if (pl->acts[i].kind == OOC_ACT_RECOMPUTE)
+            for (uint32_t k = 0; k < pl->acts[i].nvia; k++)
+                res->recompute_ns += p->ops[pl->via[pl->acts[i].via_off + k]].duration_ns;
+    for (uint32_t b = 0; b < m->nb; b++) {
+        if (pl->decision[b] == OOC_SWAP)
+            res->n_swap++;
+        else if (pl->decision[b] == OOC_RECOMPUTE)
+            res->n_recompute++;
+        else
+            res->n_keep++;
+    }
+    free(flags);
+    free(s.h2d.q);
+    free(s.d2h.q);
+    return 0;
+}
+
+/* ---- the independent trace checker ----------------------------------------------------------- */
+
+int ooc_trace_check(const ooc_model_t *m, const ooc_plan_t *pl, const ooc_trace_t *t, char *err,
+                    size_t errlen) {
+    const ooc_profile_t *p = m->prof;
+    size_t nb = m->nb ? m->nb : 1;
+    uint8_t *mapped = calloc(nb, 1), *valid = calloc(nb, 1), *in_h2d = calloc(nb, 1),
+            *in_d2h = calloc(nb, 1), *seen = calloc(nb, 1);
+    int32_t *inuse = calloc(nb, sizeof *inuse), *lastw = malloc(nb * sizeof *lastw);
+    int rc = 0;
+    uint64_t used = 0;
+    int32_t running = -1;
+    if (!mapped || !valid || !in_h2d || !in_d2h || !seen || !inuse || !lastw) {
+        rc = OOC_ENOMEM;
+        goto out;
+    }
+#define FAIL(...)                                                                                  \
+    do {                                                                                           \
+        if (err && errlen)                                                                         \
+            snprintf(err, errlen, __VA_ARGS__);                                                    \
+        rc = OOC_EINFEASIBLE;                                                                      \
+        goto out;                                                                                  \
+    } while (0)
+    for (uint32_t b = 0; b < m->nb; b++) {
+        lastw[b] = -1;
+        if (p->bufs[b].alloc_idx < 0) {
+            seen[b] = 1;
+            valid[b] = 1;
+        }
+    }
+    for (size_t i = 0; i < t->n; i++) {
+        const ooc_trace_ev_t *e = &t->ev[i];
+        int32_t b = e->buf;
+        switch (e->kind) {
+        case OOC_TR_MAP:
+            if (mapped[b])
+                FAIL("t=%.0f: buffer %d mapped twice", e->t_ns, b);
+            mapped[b] = 1;
+            used += m->fp[b];
+            if (used > pl->budget_bytes)
+                FAIL("t=%.0f: %llu bytes mapped, above the budget of %llu", e->t_ns,
+                     (unsigned long long)used, (unsigned long long)pl->budget_bytes);
+            if (!seen[b]) {
+                seen[b] = 1;
+                valid[b] = 1; /* a fresh allocation */
+            }
+            break;
+        case OOC_TR_UNMAP:
+            if (!mapped[b])
+                FAIL("t=%.0f: buffer %d unmapped but not mapped", e->t_ns, b);
+            if (in_d2h[b] || in_h2d[b])
+                FAIL("t=%.0f: buffer %d's chunks released while a transfer uses them", e->t_ns, b);
+            if (inuse[b])
+                FAIL("t=%.0f: buffer %d's chunks released while an op uses them", e->t_ns, b);
+            mapped[b] = 0;
+            used -= m->fp[b];
+            valid[b] = 0;
+            break;
+        case OOC_TR_H2D_START:
+            if (!mapped[b])
+                FAIL("t=%.0f: swap-in of buffer %d into unmapped memory", e->t_ns, b);
+            in_h2d[b] = 1;
+            valid[b] = 0;
+            break;
+        case OOC_TR_H2D_END:
+            in_h2d[b] = 0;
+            valid[b] = 1;
+            break;
+        case OOC_TR_D2H_START:
+            if (!mapped[b] || !valid[b])
+                FAIL("t=%.0f: swap-out of buffer %d that holds no valid data", e->t_ns, b);
+            in_d2h[b] = 1;
+            break;
+        case OOC_TR_D2H_END:
+            in_d2h[b] = 0;
+            break;
+        case OOC_TR_OP_START: {
+            if (running >= 0)
+                FAIL("t=%.0f: two compute items overlap", e->t_ns);
+            running = e->aux;
+            const ooc_op_t *o = &p->ops[e->aux];
+            for (uint32_t k = 0; k < o->nref; k++) {
+                const ooc_ref_t *r = &p->refs[o->ref_off + k];
+                int32_t x = r->buf;
+                if (!mapped[x] || in_h2d[x])
+                    FAIL("t=%.0f: op %d starts before buffer %d is resident", e->t_ns, e->aux, x);
+                if ((r->access & OOC_ACCESS_R) && !valid[x])
+                    FAIL("t=%.0f: op %d reads buffer %d, whose contents were not restored", e->t_ns,
+                         e->aux, x);
+                if ((r->access & OOC_ACCESS_W) && in_d2h[x])
+                    FAIL("t=%.0f: op %d writes buffer %d while it is copied out", e->t_ns, e->aux,
+                         x);
+                if (b >= 0 && x != b && lastw[x] > e->aux)
+                    FAIL("t=%.0f: recompute of buffer %d reads buffer %d, rewritten by op %d "
+                         "after the original producer %d",
+                         e->t_ns, b, x, lastw[x], e->aux);
+                inuse[x]++;
+            }
+            break;
+        }
+        case OOC_TR_OP_END: {
+            const ooc_op_t *o = &p->ops[running];
+            for (uint32_t k = 0; k < o->nref; k++) {
+                const ooc_ref_t *r = &p->refs[o->ref_off + k];
+                inuse[r->buf]--;
+                if (r->access & OOC_ACCESS_W) {
+                    valid[r->buf] = 1;
+                    if (b < 0)
+                        lastw[r->buf] = running;
+                }
+            }
+            running = -1;
+            break;
+        }
+        default:
+            FAIL("unknown trace event");
+        }
+    }
+#undef FAIL
+out:
+    free(mapped);
+    free(valid);
+    free(in_h2d);
+    free(in_d2h);
+    free(seen);
+    free(inuse);
+    free(lastw);
+    return rc;
+}

@@ -1,0 +1,377 @@
+/* SPDX-License-Identifier: MIT */
+/* check_planner_sim.c: the simulator's timing on hand-made cases, its rule checks, and the
+ * invariants of every policy's plans on every reference profile and on random profiles (memory
+ * within the budget, no op before its buffers, no chunk released under a transfer, recompute
+ * inputs resident and unchanged, swap-outs swapped back in before use), checked on the trace by
+ * an independent checker; and `auto` never worse than another policy. */
+#include <check.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ooc_planner.h"
+#include "testutil.h"
+
+Suite *suite_planner_sim(void);
+
+/* Four ops, two buffers: A written by op 0 and read by op 3, B written by op 1 and read by op 2.
+ * 1 byte per ns each way, 1 us per op. */
+static ooc_profile_t *tiny(void) {
+    ooc_profile_t *p = ooc_profile_new();
+    p->chunk_bytes = 1 << 16;
+    p->h2d_bps = p->d2h_bps = 1e9;
+    p->bidir_bps = 2e9;
+    int32_t prod = 0;
+    ck_assert_int_eq(ooc_profile_add_buffer(p, 1000, 0, 3, 0, "A", &prod, 1), 0);
+    ck_assert_int_eq(ooc_profile_add_buffer(p, 1000, 1, 2, 0, "B", NULL, 0), 1);
+    ooc_ref_t r0 = {0, OOC_ACCESS_W}, r1 = {1, OOC_ACCESS_W}, r2 = {1, OOC_ACCESS_R},
+              r3 = {0, OOC_ACCESS_R};
+    ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "k0", NULL, 1000, &r0, 1);
+    ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "k1", NULL, 1000, &r1, 1);
+    ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "k2", NULL, 1000, &r2, 1);
+    ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "k3", NULL, 1000, &r3, 1);
+    ck_assert_int_eq(ooc_profile_validate(p, NULL, 0), 0);
+    return p;
+}
+
+/* Simulates with a trace and checks the trace independently when the plan is feasible. */
+static void run_checked(const ooc_model_t *m, const ooc_plan_t *pl, ooc_sim_result_t *r) {
+    ooc_trace_t tr = {0};
+    ooc_sim_opts_t o = {.trace = &tr, .want_op_stalls = 1};
+    ck_assert_int_eq(ooc_sim_run(m, pl, &o, r), 0);
+    if (r->feasible) {
+        char err[512] = "";
+        ck_assert_msg(ooc_trace_check(m, pl, &tr, err, sizeof err) == 0, "%s: %s", pl->policy, err);
+        ck_assert_uint_le(r->peak_bytes, pl->budget_bytes);
+    }
+    ooc_trace_free(&tr);
+}
+
+static ooc_plan_t *swap_a(uint64_t budget, int32_t in_at, int with_wait) {
+    ooc_plan_t *pl = ooc_plan_new("test", 4, 2, budget, 1 << 16);
+    ooc_plan_add(pl, 0, OOC_AFTER, OOC_ACT_SWAPOUT, 0, NULL, 0);
+    ooc_plan_add(pl, in_at, OOC_BEFORE, OOC_ACT_SWAPIN, 0, NULL, 0);
+    if (with_wait)
+        ooc_plan_add(pl, 3, OOC_BEFORE, OOC_ACT_WAIT, 0, NULL, 0);
+    ooc_plan_finalize(pl);
+    return pl;
+}
+
+START_TEST(test_swap_overlaps_compute_exactly) {
+    ooc_profile_t *p = tiny();
+    ooc_model_t *m;
+    ck_assert_int_eq(ooc_model_build(p, p->chunk_bytes, &m), 0);
+    ooc_sim_result_t r;
+    ooc_plan_t *pl = swap_a(1 << 20, 2, 1);
+    run_checked(m, pl, &r);
+    ck_assert_msg(r.feasible, "%s", r.viol_msg);
+    ck_assert_uint_eq(r.time_ns, 4000);
+    ck_assert_uint_eq(r.stall_ns, 0);
+    ck_assert_uint_eq(r.h2d_bytes, 1000);
+    ck_assert_uint_eq(r.d2h_bytes, 1000);
+    ck_assert_uint_eq(r.peak_bytes, 2048);
+    ck_assert_uint_eq(r.n_swap, 1);
+    ooc_sim_result_free(&r);
+    ooc_plan_free(pl);
+    /* swapped in only at its use: the copy is exposed */
+    pl = swap_a(1 << 20, 3, 1);
+    run_checked(m, pl, &r);
+    ck_assert_uint_eq(r.time_ns, 5000);
+    ck_assert_uint_eq(r.stall_ns, 1000);
+    ck_assert_uint_eq(r.op_stall_ns[3], 1000);
+    ooc_sim_result_free(&r);
+    ooc_plan_free(pl);
+    ooc_model_free(m);
+    ooc_profile_free(p);
+}
+END_TEST
+
+START_TEST(test_memory_waits_for_released_chunks) {
+    ooc_profile_t *p = tiny();
+    ooc_model_t *m;
+    ck_assert_int_eq(ooc_model_build(p, p->chunk_bytes, &m), 0);
+    ooc_sim_result_t r;
+    ooc_plan_t *pl = swap_a(1024, 2, 1); /* one buffer at a time */
+    run_checked(m, pl, &r);
+    ck_assert_msg(r.feasible, "%s", r.viol_msg);
+    ck_assert_uint_eq(r.time_ns, 6000);
+    ck_assert_uint_eq(r.stall_ns, 2000);
+    ck_assert_uint_eq(r.peak_bytes, 1024);
+    ooc_sim_result_free(&r);
+    ooc_plan_free(pl);
+    /* keeping A under that budget cannot work: op 1 never gets memory */
+    pl = ooc_plan_new("keep", 4, 2, 1024, 1 << 16);
+    ooc_plan_finalize(pl);
+    run_checked(m, pl, &r);
+    ck_assert(!r.feasible);
+    ck_assert_int_eq(r.viol_code, OOC_EINFEASIBLE);
+    ck_assert_int_eq(r.viol_op, 1);
+    ck_assert_msg(strstr(r.viol_msg, "op 1 (k1)"), "%s", r.viol_msg);
+    ooc_sim_result_free(&r);
+    ooc_plan_free(pl);
+    ooc_model_free(m);
+    ooc_profile_free(p);
+}
+END_TEST
+
+START_TEST(test_broken_plans_are_reported) {
+    ooc_profile_t *p = tiny();
+    ooc_model_t *m;
+    ck_assert_int_eq(ooc_model_build(p, p->chunk_bytes, &m), 0);
+    ooc_sim_result_t r;
+    ooc_plan_t *pl = swap_a(1 << 20, 2, 0); /* no wait before the use */
+    ck_assert_int_eq(ooc_sim_run(m, pl, NULL, &r), 0);
+    ck_assert(!r.feasible);
+    ck_assert_msg(strstr(r.viol_msg, "no wait"), "%s", r.viol_msg);
+    ooc_plan_free(pl);
+    pl = ooc_plan_new("t", 4, 2, 1 << 20, 1 << 16); /* out, never back in */
+    ooc_plan_add(pl, 0, OOC_AFTER, OOC_ACT_SWAPOUT, 0, NULL, 0);
+    ooc_plan_finalize(pl);
+    ck_assert_int_eq(ooc_sim_run(m, pl, NULL, &r), 0);
+    ck_assert(!r.feasible);
+    ck_assert_int_eq(r.viol_op, 3);
+    ck_assert_msg(strstr(r.viol_msg, "swapped out and was not swapped in"), "%s", r.viol_msg);
+    ooc_plan_free(pl);
+    int32_t via = 1; /* op 1 is not A's producer */
+    pl = ooc_plan_new("t", 4, 2, 1 << 20, 1 << 16);
+    ooc_plan_add(pl, 0, OOC_AFTER, OOC_ACT_DROP, 0, NULL, 0);
+    ooc_plan_add(pl, 3, OOC_BEFORE, OOC_ACT_RECOMPUTE, 0, &via, 1);
+    ooc_plan_finalize(pl);
+    ck_assert_int_eq(ooc_sim_run(m, pl, NULL, &r), 0);
+    ck_assert(!r.feasible);
+    ck_assert_msg(strstr(r.viol_msg, "section 7"), "%s", r.viol_msg);
+    ooc_plan_free(pl);
+    ooc_model_free(m);
+    ooc_profile_free(p);
+}
+END_TEST
+
+START_TEST(test_recompute_relaunches_producer) {
+    ooc_profile_t *p = tiny();
+    ooc_model_t *m;
+    ck_assert_int_eq(ooc_model_build(p, p->chunk_bytes, &m), 0);
+    ck_assert_int_eq(m->recomp[0], 1);
+    int32_t via = 0;
+    ooc_plan_t *pl = ooc_plan_new("t", 4, 2, 1024, 1 << 16);
+    ooc_plan_add(pl, 0, OOC_AFTER, OOC_ACT_DROP, 0, NULL, 0);
+    ooc_plan_add(pl, 3, OOC_BEFORE, OOC_ACT_RECOMPUTE, 0, &via, 1);
+    ooc_plan_finalize(pl);
+    ck_assert_int_eq(pl->decision[0], OOC_RECOMPUTE);
+    ooc_sim_result_t r;
+    run_checked(m, pl, &r);
+    ck_assert_msg(r.feasible, "%s", r.viol_msg);
+    ck_assert_uint_eq(r.time_ns, 5000);
+    ck_assert_uint_eq(r.recompute_ns, 1000);
+    ck_assert_uint_eq(r.h2d_bytes + r.d2h_bytes, 0);
+    ck_assert_uint_eq(r.n_recompute, 1);
+    ooc_sim_result_free(&r);
+    ooc_plan_free(pl);
+    ooc_model_free(m);
+    ooc_profile_free(p);
+}
+END_TEST
+
+START_TEST(test_budget_below_an_op_is_infeasible_naming_it) {
+    ooc_profile_t *p = tiny();
+    ooc_model_t *m;
+    ck_assert_int_eq(ooc_model_build(p, p->chunk_bytes, &m), 0);
+    for (int i = 0; ooc_policy_names[i]; i++) {
+        char err[512] = "";
+        ooc_policy_opts_t o = {.budget_bytes = 1000};
+        ooc_plan_t *pl = NULL;
+        ck_assert_int_eq(ooc_policy_plan(m, ooc_policy_names[i], &o, &pl, err, sizeof err),
+                         OOC_EINFEASIBLE);
+        ck_assert_ptr_null(pl);
+        ck_assert_msg(strstr(err, "op 0 (k0) needs 1024 bytes"), "%s", err);
+    }
+    ooc_model_free(m);
+    ooc_profile_free(p);
+}
+END_TEST
+
+/* Plans the model with every policy, checks each plan's trace, and checks that auto is at
+ * least as fast as every other policy. Returns the number of feasible policies. */
+static int check_all_policies(const ooc_model_t *m, uint64_t budget, const char *what) {
+    uint64_t best_other = UINT64_MAX, auto_t = UINT64_MAX;
+    int feasible = 0, infeasible_rc = 0;
+    for (int i = 0; ooc_policy_names[i]; i++) {
+        char err[512] = "";
+        ooc_policy_opts_t o = {.budget_bytes = budget};
+        ooc_plan_t *pl = NULL;
+        int rc = ooc_policy_plan(m, ooc_policy_names[i], &o, &pl, err, sizeof err);
+        if (rc == OOC_EINFEASIBLE) {
+            ck_assert_msg(strstr(err, "infeasible: op "), "%s", err);
+            infeasible_rc++;
+            continue;
+        }
+        ck_assert_msg(rc == 0, "%s %s: %s", what, ooc_policy_names[i], err);
+        ooc_sim_result_t r;
+        run_checked(m, pl, &r);
+        /* a plan may run out of memory, but must never break a rule */
+        ck_assert_msg(r.feasible || r.viol_code == OOC_EINFEASIBLE, "%s %s: %s", what,
+                      ooc_policy_names[i], r.viol_msg);
+        uint64_t t = r.feasible ? r.time_ns : UINT64_MAX;
+        if (strcmp(ooc_policy_names[i], "auto") == 0)
+            auto_t = t;
+        else if (t < best_other)
+            best_other = t;
+        feasible += r.feasible;
+        ooc_sim_result_free(&r);
+        ooc_plan_free(pl);
+    }
+    ck_assert(infeasible_rc == 0 || infeasible_rc == 6);
+    ck_assert_msg(auto_t <= best_other, "%s: auto %llu ns, another policy %llu ns", what,
+                  (unsigned long long)auto_t, (unsigned long long)best_other);
+    return feasible;
+}
+
+static char refs[64][300];
+static int nrefs;
+
+static void list_refs(void) {
+    DIR *d = opendir("profiles/synthetic");
+    struct dirent *e;
+    nrefs = 0;
+    while (d && (e = readdir(d)) && nrefs < 64)
+        if (e->d_name[0] != '.')
+            snprintf(refs[nrefs++], sizeof refs[0], "profiles/synthetic/%s", e->d_name);
+    if (d)
+        closedir(d);
+    qsort(refs, (size_t)nrefs, sizeof refs[0], (int (*)(const void *, const void *))strcmp);
+}
+
+START_TEST(test_reference_profiles_keep_invariants_and_auto_is_best) {
+    char err[512] = "";
+    ooc_profile_t *p;
+    ck_assert_msg(ooc_profile_read(refs[_i], &p, err, sizeof err) == 0, "%s", err);
+    ooc_model_t *m;
+    ck_assert_int_eq(ooc_model_build(p, p->chunk_bytes, &m), 0);
+    check_all_policies(m, p->budget_bytes, refs[_i]);
+    ooc_model_free(m);
+    ooc_profile_free(p);
+}
+END_TEST
+
+static uint64_t rnd(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* A random iteration: ops read earlier buffers and write new ones, some buffers persistent, some
+ * producers verified re-executable. */
+static ooc_profile_t *random_profile(uint64_t *s) {
+    ooc_profile_t *p = ooc_profile_new();
+    p->chunk_bytes = 1 << 20;
+    p->h2d_bps = 1e9 * (double)(1 + rnd(s) % 50);
+    p->d2h_bps = 1e9 * (double)(1 + rnd(s) % 50);
+    p->bidir_bps = (p->h2d_bps + p->d2h_bps) * (0.6 + 0.1 * (double)(rnd(s) % 5));
+    uint32_t nops = 4 + (uint32_t)(rnd(s) % 60), npers = (uint32_t)(rnd(s) % 5);
+    /* buffers are created as we go; alloc/free are fixed up afterwards */
+    uint64_t *size = calloc(nops + npers + 1, sizeof *size);
+    int32_t *first = calloc(nops + npers + 1, sizeof *first),
+            *last = calloc(nops + npers + 1, sizeof *last);
+    int *pers = calloc(nops + npers + 1, sizeof *pers),
+        *pure = calloc(nops + npers + 1, sizeof *pure);
+    ooc_ref_t(*opr)[6] = calloc(nops, sizeof *opr);
+    uint32_t *nr = calloc(nops, sizeof *nr);
+    uint32_t nb = 0;
+    for (uint32_t i = 0; i < npers; i++) {
+        size[nb] = 1 + rnd(s) % (3u << 20);
+        pers[nb] = 1;
+        first[nb] = -1;
+        nb++;
+    }
+    for (uint32_t i = 0; i < nops; i++) {
+        uint32_t nin = nb ? (uint32_t)(rnd(s) % 4) : 0;
+        for (uint32_t k = 0; k < nin; k++) {
+            int32_t b = (int32_t)(rnd(s) % nb);
+            int dup = 0;
+            for (uint32_t j = 0; j < nr[i]; j++)
+                dup |= opr[i][j].buf == b;
+            if (dup)
+                continue;
+            uint8_t acc = rnd(s) % 6 == 0 ? OOC_ACCESS_RW : OOC_ACCESS_R;
+            opr[i][nr[i]++] = (ooc_ref_t){b, acc};
+            if (first[b] < 0 && !pers[b])
+                first[b] = (int32_t)i;
+            last[b] = (int32_t)i;
+        }
+        if (rnd(s) % 4 != 0 || nb == 0) {
+            size[nb] = 1 + rnd(s) % (4u << 20);
+            first[nb] = last[nb] = (int32_t)i;
+            int only_reads = 1;
+            for (uint32_t j = 0; j < nr[i]; j++)
+                only_reads &= opr[i][j].access == OOC_ACCESS_R;
+            pure[nb] = only_reads && rnd(s) % 2;
+            opr[i][nr[i]++] = (ooc_ref_t){(int32_t)nb, OOC_ACCESS_W};
+            nb++;
+        }
+    }
+    for (uint32_t b = 0; b < nb; b++) {
+        int32_t prod = first[b];
+        if (pers[b])
+            ooc_profile_add_buffer(p, size[b], -1, -1, 1, "pers", NULL, 0);
+        else
+            ooc_profile_add_buffer(p, size[b], first[b], last[b], 0, "tmp", &prod, pure[b] ? 1 : 0);
+    }
+    for (uint32_t i = 0; i < nops; i++)
+        ooc_profile_add_op(p, 0, (ooc_op_kind_t)(rnd(s) % 5), "op", NULL, 1000 + rnd(s) % 200000,
+                           opr[i], nr[i]);
+    free(size);
+    free(first);
+    free(last);
+    free(pers);
+    free(pure);
+    free(opr);
+    free(nr);
+    char err[256] = "";
+    ck_assert_msg(ooc_profile_validate(p, err, sizeof err) == 0, "%s", err);
+    return p;
+}
+
+START_TEST(test_random_profiles_keep_invariants) {
+    uint64_t seed = tu_seed("test_random_profiles_keep_invariants");
+    uint64_t s = seed | 1;
+    for (int iter = 0; iter < 150; iter++) {
+        ooc_profile_t *p = random_profile(&s);
+        ooc_model_t *m;
+        ck_assert_int_eq(ooc_model_build(p, p->chunk_bytes, &m), 0);
+        uint64_t maxws = 0, total = 0;
+        for (uint32_t i = 0; i < m->n; i++) {
+            if (m->ws[i] > maxws)
+                maxws = m->ws[i];
+            total += m->ws[i];
+        }
+        uint64_t budget = maxws + rnd(&s) % (total + 1);
+        if (iter % 10 == 0)
+            budget = maxws - 1; /* below the largest op: infeasible, op named */
+        char what[64];
+        snprintf(what, sizeof what, "seed %llu iteration %d", (unsigned long long)seed, iter);
+        check_all_policies(m, budget, what);
+        ooc_model_free(m);
+        ooc_profile_free(p);
+    }
+}
+END_TEST
+
+Suite *suite_planner_sim(void) {
+    Suite *s = suite_create("planner_sim");
+    TCase *tc = tcase_create("sim");
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, test_swap_overlaps_compute_exactly);
+    tcase_add_test(tc, test_memory_waits_for_released_chunks);
+    tcase_add_test(tc, test_broken_plans_are_reported);
+    tcase_add_test(tc, test_recompute_relaunches_producer);
+    tcase_add_test(tc, test_budget_below_an_op_is_infeasible_naming_it);
+    suite_add_tcase(s, tc);
+    TCase *tp = tcase_create("policies");
+    tcase_set_timeout(tp, 300);
+    list_refs();
+    tcase_add_loop_test(tp, test_reference_profiles_keep_invariants_and_auto_is_best, 0, nrefs);
+    tcase_add_test(tp, test_random_profiles_keep_invariants);
+    suite_add_tcase(s, tp);
+    return s;
+}

@@ -1,0 +1,315 @@
+/* SPDX-License-Identifier: MIT */
+/* check_shim.c: the shim, preloaded into unmodified programs on the simulated device, keeps them
+ * correct: the same checksum, bit for bit, as without the shim on an unlimited device, at budgets
+ * far below their footprint; every way of reaching the driver is intercepted; bad configuration,
+ * impossible budgets and driver faults end cleanly.
+ *
+ * Tests run the programs as children with LD_PRELOAD. Under a sanitizer build the runtime must
+ * come first in LD_PRELOAD, so the runner's own libasan is put in front when it has one. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+Suite *suite_shim(void);
+
+/* LD_PRELOAD for the shim of this build, with the sanitizer runtime first when we have one. */
+static const char *preload(void) {
+    static char buf[8192];
+    char asan[4096] = "";
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[4096];
+    while (f && fgets(line, sizeof line, f)) {
+        char *p = strstr(line, "/libasan.so");
+        if (p) {
+            char *start = strchr(line, '/');
+            line[strcspn(line, "\n")] = '\0';
+            snprintf(asan, sizeof asan, "%s:", start);
+            break;
+        }
+    }
+    if (f)
+        fclose(f);
+    char cwd[2048];
+    if (!getcwd(cwd, sizeof cwd))
+        cwd[0] = '\0';
+    snprintf(buf, sizeof buf, "LD_PRELOAD=%s%s/%s", asan, cwd, tu_build_path("libooc_shim.so"));
+    return buf;
+}
+
+static const char *libpath(void) {
+    static char buf[4096];
+    snprintf(buf, sizeof buf, "LD_LIBRARY_PATH=%s", tu_build_path("fakecuda"));
+    return buf;
+}
+
+typedef struct result {
+    int status;
+    char checksum[64];
+    unsigned long long peak;
+    char *err;
+} result_t;
+
+/* Extra arguments per workload: a deeper mlp, so that one op is small against the footprint. */
+static int plain_mlp; /* the fault loops use the default (3-layer) mlp: fewer calls to fail */
+static const char *workload_arg(const char *name, int i) {
+    static const char *const mlp[] = {"--layers", "12"};
+    return !plain_mlp && strcmp(name, "workloads/mlp") == 0 && i < 2 ? mlp[i] : NULL;
+}
+
+/* Runs build/workloads/<name> --iters 3 with the extra environment (NULL-terminated). */
+static result_t run_workload(const char *name, int shim, const char *const *extra) {
+    const char *env[32];
+    size_t n = 0;
+    env[n++] = libpath();
+    if (shim)
+        env[n++] = preload();
+    for (; extra && *extra && n < 31; extra++)
+        env[n++] = *extra;
+    env[n] = NULL;
+    const char *argv[] = {tu_build_path(name),   "--iters", "3", workload_arg(name, 0),
+                          workload_arg(name, 1), NULL};
+    tu_proc_t p;
+    result_t r;
+    memset(&r, 0, sizeof r);
+    ck_assert_int_eq(tu_run(argv, env, 120, &p), 0);
+    r.status = p.status;
+    char buf[64];
+    if (tu_field(p.out, "checksum", buf, sizeof buf))
+        snprintf(r.checksum, sizeof r.checksum, "%s", buf);
+    if (tu_field(p.out, "peak_device_bytes", buf, sizeof buf))
+        r.peak = strtoull(buf, NULL, 10);
+    r.err = p.err;
+    free(p.out);
+    return r;
+}
+
+/* The oracle: the workload without the shim on an unlimited simulated device. */
+static result_t oracle(const char *name) {
+    static const char *const env[] = {"FAKECUDA_SCHED=inline", NULL};
+    result_t r = run_workload(name, 0, env);
+    ck_assert_int_eq(r.status, 0);
+    ck_assert_str_ne(r.checksum, "");
+    return r;
+}
+
+/* Runs `name` under the shim at budget = capacity = peak / div, and checks the checksum. */
+static void check_under_budget(const char *name, unsigned div, const char *sched,
+                               unsigned jitter_seed) {
+    result_t ref = oracle(name);
+    free(ref.err);
+    char cap[64], budget[64], sch[64], jit[64], seed[64];
+    unsigned long long b = ref.peak / div;
+    snprintf(cap, sizeof cap, "FAKECUDA_MEM_BYTES=%llu", b);
+    snprintf(budget, sizeof budget, "OOC_BUDGET=%llu", b);
+    snprintf(sch, sizeof sch, "FAKECUDA_SCHED=%s", sched);
+    snprintf(jit, sizeof jit, "FAKECUDA_JITTER_US=%u", jitter_seed ? 20u : 0u);
+    snprintf(seed, sizeof seed, "FAKECUDA_SEED=%u", jitter_seed);
+    /* Small workloads get small chunks, so that a quarter of their footprint is many chunks. */
+    int small = ref.peak < (64ull << 20);
+    const char *env[] = {cap,
+                         budget,
+                         sch,
+                         jit,
+                         seed,
+                         "OOC_MODE=demand",
+                         "OOC_STATS=1",
+                         small ? "OOC_CHUNK=64K" : "OOC_CHUNK=2M",
+                         small ? "FAKECUDA_GRANULARITY=64K" : "FAKECUDA_GRANULARITY=2M",
+                         NULL};
+    result_t r = run_workload(name, 1, env);
+    ck_assert_msg(r.status == 0, "%s at 1/%u of %llu bytes (%s, seed %u): status %d\n%s", name, div,
+                  ref.peak, sched, jitter_seed, r.status, r.err);
+    ck_assert_msg(strcmp(r.checksum, ref.checksum) == 0, "%s at 1/%u: checksum %s, oracle %s", name,
+                  div, r.checksum, ref.checksum);
+    ck_assert_msg(strstr(r.err, "swap-outs") != NULL, "no statistics table:\n%s", r.err);
+    free(r.err);
+}
+
+START_TEST(test_mlp_matches_oracle_at_quarter_budget) {
+    check_under_budget("workloads/mlp", 4, "threaded", 0);
+    check_under_budget("workloads/mlp", 4, "inline", 0);
+}
+END_TEST
+
+/* cnn's largest op is 27% of its footprint: a third is the smallest budget it can have. */
+START_TEST(test_cnn_matches_oracle_at_third_budget) {
+    check_under_budget("workloads/cnn", 3, "threaded", 0);
+    check_under_budget("workloads/cnn", 3, "inline", 0);
+}
+END_TEST
+
+START_TEST(test_large_matches_oracle_at_quarter_and_eighth_budget) {
+    check_under_budget("workloads/large", 4, "threaded", 0);
+    check_under_budget("workloads/large", 8, "threaded", 0);
+    check_under_budget("workloads/large", 8, "inline", 0);
+}
+END_TEST
+
+START_TEST(test_workloads_match_oracle_with_jitter) {
+    unsigned seed = (unsigned)(tu_seed("test_workloads_match_oracle_with_jitter") % 1000) + 1;
+    check_under_budget("workloads/mlp", 4, "threaded", seed);
+    check_under_budget("workloads/cnn", 3, "threaded", seed + 1);
+    check_under_budget("workloads/large", 8, "threaded", seed + 2);
+}
+END_TEST
+
+START_TEST(test_off_mode_passes_through) {
+    static const char *const names[] = {"workloads/mlp", "workloads/cnn", "workloads/large"};
+    for (int i = 0; i < 3; i++) {
+        result_t ref = oracle(names[i]);
+        static const char *const env[] = {"OOC_MODE=off", NULL};
+        result_t r = run_workload(names[i], 1, env);
+        ck_assert_int_eq(r.status, 0);
+        ck_assert_str_eq(r.checksum, ref.checksum);
+        free(ref.err);
+        free(r.err);
+    }
+}
+END_TEST
+
+START_TEST(test_intercepts_get_proc_address_dlsym_and_linked) {
+    static const char *const modes[] = {"gpa", "dlsym", "linked"};
+    for (int i = 0; i < 3; i++) {
+        const char *argv[] = {tu_build_path("test/progs/probe"), modes[i], NULL};
+        const char *env[] = {libpath(), preload(), "FAKECUDA_MEM_BYTES=64M", "OOC_BUDGET=8M", NULL};
+        tu_proc_t p;
+        char total[64];
+        ck_assert_int_eq(tu_run(argv, env, 30, &p), 0);
+        ck_assert_msg(p.status == 0, "%s: %s", modes[i], p.err);
+        ck_assert_ptr_nonnull(tu_field(p.out, "total", total, sizeof total));
+        ck_assert_msg(strcmp(total, "8388608") == 0, "%s: cuMemGetInfo not intercepted: %s",
+                      modes[i], total);
+        tu_proc_free(&p);
+        const char *env_plain[] = {libpath(), "FAKECUDA_MEM_BYTES=64M", NULL};
+        ck_assert_int_eq(tu_run(argv, env_plain, 30, &p), 0);
+        ck_assert_ptr_nonnull(tu_field(p.out, "total", total, sizeof total));
+        ck_assert_str_eq(total, "67108864");
+        tu_proc_free(&p);
+    }
+}
+END_TEST
+
+START_TEST(test_bad_budget_stops_startup_naming_variable_value_and_form) {
+    static const char *const env[] = {"OOC_BUDGET=12X", NULL};
+    result_t r = run_workload("workloads/mlp", 1, env);
+    ck_assert_int_eq(r.status, 1);
+    ck_assert_ptr_nonnull(strstr(r.err, "OOC_BUDGET=12X"));
+    ck_assert_ptr_nonnull(strstr(r.err, "K/M/G/T"));
+    free(r.err);
+}
+END_TEST
+
+START_TEST(test_budget_below_one_op_is_a_clean_out_of_memory) {
+    /* large's biggest op touches a 4 MiB weight and more: two 2 MiB chunks cannot hold it. */
+    static const char *const env[] = {"OOC_BUDGET=4M", "FAKECUDA_MEM_BYTES=64M", NULL};
+    result_t r = run_workload("workloads/large", 1, env);
+    ck_assert_msg(r.status == 2, "status %d (a signal is 128+N)\n%s", r.status, r.err);
+    ck_assert_ptr_nonnull(strstr(r.err, "CUDA_ERROR_OUT_OF_MEMORY"));
+    ck_assert_ptr_nonnull(strstr(r.err, "out of memory: an operation needs"));
+    free(r.err);
+}
+END_TEST
+
+/* Reads "key<TAB>value" from a FAKECUDA_STATS file; -1 when absent. */
+static long long stat_of(const char *path, const char *key) {
+    FILE *f = fopen(path, "r");
+    char line[256];
+    long long v = -1;
+    size_t kl = strlen(key);
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, key, kl) == 0 && line[kl] == '\t')
+            v = atoll(line + kl + 1);
+    if (f)
+        fclose(f);
+    return v;
+}
+
+/* Fails the Nth call of `api`, for every N the run makes: each run ends with the oracle checksum
+ * or a clean driver error (exit 2), never a signal, and leaves no device memory behind. */
+static void fault_loop(const char *api) {
+    plain_mlp = 1;
+    result_t ref = oracle("workloads/mlp");
+    free(ref.err);
+    char path[] = "/tmp/ooc-fault-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    char stats[256], fail[128];
+    snprintf(stats, sizeof stats, "FAKECUDA_STATS=%s", path);
+    const char *base[] = {stats,
+                          "OOC_BUDGET=1M",
+                          "OOC_CHUNK=64K",
+                          "FAKECUDA_GRANULARITY=64K",
+                          "FAKECUDA_MEM_BYTES=1M",
+                          NULL};
+    result_t r = run_workload("workloads/mlp", 1, base);
+    ck_assert_int_eq(r.status, 0);
+    free(r.err);
+    char key[128];
+    snprintf(key, sizeof key, "calls.%s", api);
+    long long calls = stat_of(path, key);
+    ck_assert_int_gt(calls, 0);
+    for (long long n = 1; n <= calls; n++) {
+        snprintf(fail, sizeof fail, "FAKECUDA_FAIL=%s@%lld", api, n);
+        const char *env[] = {stats,
+                             fail,
+                             "OOC_BUDGET=1M",
+                             "OOC_CHUNK=64K",
+                             "FAKECUDA_GRANULARITY=64K",
+                             "FAKECUDA_MEM_BYTES=1M",
+                             NULL};
+        r = run_workload("workloads/mlp", 1, env);
+        ck_assert_msg(r.status == 0 || r.status == 2, "%s@%lld: status %d\n%s", api, n, r.status,
+                      r.err);
+        if (r.status == 0)
+            ck_assert_msg(strcmp(r.checksum, ref.checksum) == 0, "%s@%lld: wrong checksum", api, n);
+        static const char *const live[] = {"allocs_live", "vmm_handles_live", "mappings_live",
+                                           "reservations_live", "host_allocs_live"};
+        for (int i = 0; i < 5; i++)
+            ck_assert_msg(stat_of(path, live[i]) == 0, "%s@%lld: %s = %lld after exit", api, n,
+                          live[i], stat_of(path, live[i]));
+        free(r.err);
+    }
+    unlink(path);
+}
+
+START_TEST(test_fault_in_mem_create_is_clean) {
+    fault_loop("cuMemCreate");
+}
+END_TEST
+
+START_TEST(test_fault_in_mem_map_is_clean) {
+    fault_loop("cuMemMap");
+}
+END_TEST
+
+START_TEST(test_fault_in_swap_copy_is_clean) {
+    fault_loop("cuMemcpyDtoHAsync");
+}
+END_TEST
+
+Suite *suite_shim(void) {
+    Suite *s = suite_create("shim");
+    TCase *t = tcase_create("demand");
+    tcase_set_timeout(t, 300);
+    tcase_add_test(t, test_mlp_matches_oracle_at_quarter_budget);
+    tcase_add_test(t, test_cnn_matches_oracle_at_third_budget);
+    tcase_add_test(t, test_large_matches_oracle_at_quarter_and_eighth_budget);
+    tcase_add_test(t, test_workloads_match_oracle_with_jitter);
+    tcase_add_test(t, test_off_mode_passes_through);
+    tcase_add_test(t, test_intercepts_get_proc_address_dlsym_and_linked);
+    tcase_add_test(t, test_bad_budget_stops_startup_naming_variable_value_and_form);
+    tcase_add_test(t, test_budget_below_one_op_is_a_clean_out_of_memory);
+    suite_add_tcase(s, t);
+    TCase *f = tcase_create("faults");
+    tcase_set_timeout(f, 600);
+    tcase_add_test(f, test_fault_in_mem_create_is_clean);
+    tcase_add_test(f, test_fault_in_mem_map_is_clean);
+    tcase_add_test(f, test_fault_in_swap_copy_is_clean);
+    suite_add_tcase(s, f);
+    return s;
+}
