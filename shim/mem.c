@@ -725,42 +725,29 @@ int ooc_mem_lookup(uintptr_t p, uintptr_t *base, size_t *size) {
     return b ? 0 : -1;
 }
 
-static void note(ooc_access_t *a, uintptr_t lo, uintptr_t hi) {
+/* Appends a query for [p, p + n) (n == 0: the buffer containing p); resolved to buffers by
+ * ooc_mem_begin under its lock, so that noting takes no lock. */
+static void note(ooc_access_t *a, uintptr_t p, size_t n) {
     for (unsigned i = 0; i < a->n; i++)
-        if (a->refs[i].lo == lo)
+        if (a->refs[i].lo == p && a->refs[i].hi == p + n)
             return;
     if (a->n == OOC_MAX_REFS) {
         a->overflow = 1;
         return;
     }
-    a->refs[a->n].lo = lo;
-    a->refs[a->n].hi = hi;
+    a->refs[a->n].lo = p;
+    a->refs[a->n].hi = p + n;
     a->n++;
 }
 
 void ooc_mem_note(ooc_access_t *a, uintptr_t p) {
-    if (!ooc_mem_owns(p))
-        return;
-    pthread_mutex_lock(&mem_lock);
-    buf_t *b = lookup(p);
-    if (b)
-        note(a, b->addr, b->addr + b->size);
-    pthread_mutex_unlock(&mem_lock);
+    if (ooc_mem_owns(p))
+        note(a, p, 0);
 }
 
 void ooc_mem_note_range(ooc_access_t *a, uintptr_t p, size_t n) {
-    if (!ooc_mem_owns(p) || n == 0)
-        return;
-    pthread_mutex_lock(&mem_lock);
-    uintptr_t end = p + n;
-    while (p < end) {
-        buf_t *b = lookup(p);
-        if (!b)
-            break;
-        note(a, b->addr, b->addr + b->size);
-        p = b->addr + b->size;
-    }
-    pthread_mutex_unlock(&mem_lock);
+    if (ooc_mem_owns(p) && n)
+        note(a, p, n);
 }
 
 /* ---- residency ------------------------------------------------------------------------------ */
@@ -810,17 +797,23 @@ CUresult ooc_mem_begin(const ooc_access_t *a, CUstream stream, int per_thread) {
     }
     uint64_t missing = 0;
     for (unsigned i = 0; i < a->n; i++) {
-        uint64_t c0 = (a->refs[i].lo - M.va_base) >> M.shift;
-        uint64_t c1 = (a->refs[i].hi - 1 - M.va_base) >> M.shift;
-        for (uint64_t idx = c0; idx <= c1; idx++) {
-            chunk_t *c = chunk_find(idx);
-            if (!c || c->pin == M.serial)
-                continue;
-            c->pin = M.serial;
-            if (op_push(c) != 0)
-                return CUDA_ERROR_OUT_OF_MEMORY;
-            if (c->state != C_RESIDENT)
-                missing++;
+        /* A query is [lo, hi), or the buffer containing lo when hi == lo; it may span buffers. */
+        uintptr_t p = a->refs[i].lo, end = a->refs[i].hi > p ? a->refs[i].hi : p + 1;
+        buf_t *b;
+        while (p < end && (b = lookup(p)) != NULL) {
+            uint64_t c0 = (b->addr - M.va_base) >> M.shift;
+            uint64_t c1 = (b->addr + b->size - 1 - M.va_base) >> M.shift;
+            for (uint64_t idx = c0; idx <= c1; idx++) {
+                chunk_t *c = chunk_find(idx);
+                if (!c || c->pin == M.serial)
+                    continue;
+                c->pin = M.serial;
+                if (op_push(c) != 0)
+                    return CUDA_ERROR_OUT_OF_MEMORY;
+                if (c->state != C_RESIDENT)
+                    missing++;
+            }
+            p = b->addr + b->size;
         }
     }
     if (M.nop > M.budget_chunks) {

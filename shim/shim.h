@@ -105,7 +105,7 @@ CUresult ooc_device_init(void);
 
 /* ---- mem.c: buffers, chunks and residency ---------------------------------------------------- */
 
-/* One buffer an op references, with the range it may touch. */
+/* What an op may touch, as noted: [lo, hi), or the buffer containing lo when hi == lo. */
 typedef struct ooc_ref {
     uintptr_t lo, hi;
 } ooc_ref_t;
@@ -132,9 +132,9 @@ CUresult ooc_mem_free(CUdeviceptr p, CUstream stream);
 int ooc_mem_owns(uintptr_t p);
 /* The live buffer containing p: its start and size; -1 if none. */
 int ooc_mem_lookup(uintptr_t p, uintptr_t *base, size_t *size);
-/* Adds the buffer containing p (if any) to the access set. */
+/* Notes the buffer containing p (if ours) in the access set; takes no lock. */
 void ooc_mem_note(ooc_access_t *a, uintptr_t p);
-/* Adds [p, p + n) (every buffer it overlaps) to the access set. */
+/* Notes every buffer of ours that [p, p + n) overlaps; takes no lock. */
 void ooc_mem_note_range(ooc_access_t *a, uintptr_t p, size_t n);
 
 /* Makes every chunk the access set touches resident before an op on `stream` (whose NULL means
