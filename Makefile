@@ -98,7 +98,7 @@ $(B)/obj/shim/%.o: shim/%.c
 	    -DHASH_NONFATAL_OOM=1 -c $< -o $@
 
 # Shim modules that never call the driver; the test runner links them for unit tests.
-SH_PURE := $(filter $(addprefix $(B)/obj/shim/,options.o log.o stats.o),$(SH_OBJ))
+SH_PURE := $(filter $(addprefix $(B)/obj/shim/,options.o log.o stats.o iterdet.o),$(SH_OBJ))
 
 $(B)/libooc_shim.so: $(SH_OBJ) $(PL_LIB)
 	$(call say,LD,$@)$(CC) -shared -o $@ $(SH_OBJ) $(PL_LIB) $(LDFLAGS_ALL) -ldl -lm \
@@ -130,13 +130,13 @@ TP_BIN := $(patsubst test/progs/%.c,$(B)/test/progs/%,$(wildcard test/progs/*.c)
 
 $(B)/test/progs/%: test/progs/%.c $(FC_LIB)
 	@mkdir -p $(@D)
-	$(call say,CC,$<)$(CC) $(CFLAGS_ALL) $(CUDA_INC) -o $@ $< -L$(FC_DIR) -lcuda \
+	$(call say,CC,$<)$(CC) $(CFLAGS_ALL) $(CUDA_INC) -Itest/fakecuda -o $@ $< -L$(FC_DIR) -lcuda \
 	    -Wl,-rpath,'$$ORIGIN/../../fakecuda' $(LDFLAGS_ALL) -ldl
 
 # ---- top-level targets -------------------------------------------------------------------------
 ALL := $(FC_LIB) $(DNN_LIB) $(WL_BIN) $(PL_LIB) $(PL_CLI) $(SH_LIB) $(TP_BIN)
 
-.PHONY: all deps test check-run demo valgrind format check-format clean
+.PHONY: all deps test check-run demo bench valgrind format check-format clean
 all: $(ALL)
 
 deps:
@@ -152,6 +152,11 @@ check-run: $(ALL) $(T_RUNNER)
 demo: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)OOC_BUILD=$(B) scripts/demo
+
+# `make bench`: benchmarks (not tests): the hook overhead, side by side with and without the shim.
+bench: deps
+	$(Q)$(MAKE) --no-print-directory all
+	$(Q)OOC_BUILD=$(B) scripts/bench-hooks
 
 valgrind: deps
 	$(Q)$(MAKE) --no-print-directory all $(T_RUNNER)

@@ -18,12 +18,17 @@ static int managing(void) {
 /* Runs `call` with the access set `a` resident on `stream`. */
 #define RUN_OP(a, stream, ptds, call)                                                              \
     do {                                                                                           \
-        if ((a)->n == 0)                                                                           \
-            return (call);                                                                         \
-        CUresult r_ = ooc_mem_begin((a), (stream), (ptds));                                        \
-        if (r_ == CUDA_SUCCESS)                                                                    \
+        CUresult r_;                                                                               \
+        if ((a)->n == 0) {                                                                         \
             r_ = (call);                                                                           \
-        ooc_mem_end((a), (stream), (ptds), r_ == CUDA_SUCCESS);                                    \
+        } else {                                                                                   \
+            r_ = ooc_mem_begin((a), (stream), (ptds));                                             \
+            if (r_ == CUDA_SUCCESS)                                                                \
+                r_ = (call);                                                                       \
+            ooc_mem_end((a), (stream), (ptds), r_ == CUDA_SUCCESS);                                \
+        }                                                                                          \
+        if (r_ == CUDA_ERROR_ILLEGAL_ADDRESS)                                                      \
+            ooc_mem_report_fault(r_);                                                              \
         return r_;                                                                                 \
     } while (0)
 
@@ -39,8 +44,7 @@ static CUresult alloc(CUdeviceptr *p, size_t size) {
     CUresult r = ooc_device_init();
     if (r != CUDA_SUCCESS)
         return r;
-    ooc_stats_add(OOC_STAT_allocs, 1);
-    return ooc_mem_alloc(p, size);
+    return ooc_mem_alloc(p, size); /* counted there, with its sizes */
 }
 
 CUresult ooc_hook_cuMemAlloc_v2(CUdeviceptr *p, size_t size) {
@@ -104,8 +108,7 @@ OOC_EXPORT_HOOK(cuMemAllocFromPoolAsync_ptsz, PFN_cuMemAllocFromPoolAsync_v11020
 
 /* Frees never synchronise: mem.c reuses the memory once its users' work has completed. */
 static CUresult free_ours(CUdeviceptr p, CUstream s) {
-    ooc_stats_add(OOC_STAT_frees, 1);
-    return ooc_mem_free(p, s);
+    return ooc_mem_free(p, s); /* counted there */
 }
 
 CUresult ooc_hook_cuMemFree_v2(CUdeviceptr p) {
@@ -148,6 +151,27 @@ CUresult ooc_hook_cuMemGetInfo_v2(size_t *free_b, size_t *total_b) {
     return CUDA_SUCCESS;
 }
 OOC_EXPORT_HOOK(cuMemGetInfo_v2, PFN_cuMemGetInfo_v3020);
+
+/* The program's own physical allocations (NCCL makes its buffers this way) are not ours to
+ * move, but device-located ones count against the budget. */
+CUresult ooc_hook_cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
+                              const CUmemAllocationProp *prop, unsigned long long flags) {
+    NEED_REAL(cuMemCreate);
+    if (!managing() || !h || !prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+        ooc_device_init() != CUDA_SUCCESS)
+        return ooc_real.cuMemCreate(h, size, prop, flags);
+    return ooc_mem_external_create(h, size, prop, flags);
+}
+OOC_EXPORT_HOOK(cuMemCreate, PFN_cuMemCreate_v10020);
+
+CUresult ooc_hook_cuMemRelease(CUmemGenericAllocationHandle h) {
+    NEED_REAL(cuMemRelease);
+    CUresult r = ooc_real.cuMemRelease(h);
+    if (r == CUDA_SUCCESS && managing())
+        ooc_mem_external_release(h);
+    return r;
+}
+OOC_EXPORT_HOOK(cuMemRelease, PFN_cuMemRelease_v10020);
 
 CUresult ooc_hook_cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr p) {
     NEED_REAL(cuMemGetAddressRange_v2);

@@ -74,6 +74,62 @@ static void at_exit(void) {
     ooc_mem_shutdown();
 }
 
+/* "1.50 GiB", "64 KiB": bytes in the largest binary unit that keeps the number at least 1. */
+static const char *size_str(char *buf, size_t n, uint64_t bytes) {
+    static const char *const units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+    unsigned u = 0;
+    double v = (double)bytes;
+    while (v >= 1024 && u < 4) {
+        v /= 1024;
+        u++;
+    }
+    if (u == 0 || v == (double)(uint64_t)v)
+        snprintf(buf, n, "%llu %s", (unsigned long long)v, units[u]);
+    else
+        snprintf(buf, n, "%.2f %s", v, units[u]);
+    return buf;
+}
+
+/* Can swapped chunks be mapped to host memory (safe mode)? Probes as NCCL does, with one real
+ * allocation, because the attribute alone can be wrong in containers. Fills *loc with the host
+ * location to use; otherwise writes the reason into why. */
+static int safe_probe(CUdevice dev, uint64_t chunk, CUmemLocation *loc, char *why, size_t n) {
+    int yes = 0, numa = -1;
+    if (ooc_real.cuDeviceGetAttribute(
+            &yes, CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev) !=
+            CUDA_SUCCESS ||
+        !yes) {
+        snprintf(why, n, "the device has no host-located VMM memory");
+        return 0;
+    }
+    if (ooc_real.cuDeviceGetAttribute(&numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, dev) !=
+            CUDA_SUCCESS ||
+        numa < 0)
+        numa = 0; /* the driver's rule when the host has no NUMA */
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+    prop.location.id = numa;
+    size_t gran = 0;
+    CUresult r =
+        ooc_real.cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    if (r != CUDA_SUCCESS || gran == 0 || chunk % gran != 0) {
+        snprintf(why, n, "host-located VMM granularity %zu does not divide the chunk (%s)", gran,
+                 ooc_real_errname(r));
+        return 0;
+    }
+    CUmemGenericAllocationHandle h;
+    r = ooc_real.cuMemCreate(&h, chunk, &prop, 0);
+    if (r != CUDA_SUCCESS) {
+        snprintf(why, n, "a host-located cuMemCreate failed: %s", ooc_real_errname(r));
+        return 0;
+    }
+    ooc_real.cuMemRelease(h);
+    *loc = prop.location;
+    return 1;
+}
+
 static CUresult device_setup(void) {
     CUcontext ctx = NULL;
     CUresult r = ooc_real.cuCtxGetCurrent(&ctx);
@@ -118,24 +174,26 @@ static CUresult device_setup(void) {
                   (unsigned long long)chunk);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    int host_vmm = 0;
-    ooc_real.cuDeviceGetAttribute(
-        &host_vmm, CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev);
-    if (o->safe == OOC_SAFE_ON) {
-        OOC_LOG_E("OOC_SAFE=on: safe mode (swapped buffers aliased to their host copies) is not "
-                  "implemented yet");
+    char why[160];
+    CUmemLocation safe_loc;
+    int safe = o->safe != OOC_SAFE_OFF && safe_probe(dev, chunk, &safe_loc, why, sizeof why);
+    if (o->safe == OOC_SAFE_OFF)
+        snprintf(why, sizeof why, "OOC_SAFE=off");
+    if (o->safe == OOC_SAFE_ON && !safe) {
+        OOC_LOG_E("OOC_SAFE=on, but safe mode is not available: %s", why);
         return CUDA_ERROR_NOT_SUPPORTED;
     }
-    if (ooc_mem_init(budget, chunk, dev, ctx) != 0)
+    if (ooc_mem_init(budget, chunk, dev, ctx, safe ? &safe_loc : NULL) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     atexit(at_exit);
-    char line[512];
+    char line[512], sb[32], st[32], sc[32];
     int n = snprintf(line, sizeof line,
-                     "ooc[%d] ooc-shim: device %s, budget %.2f GiB of %.2f GiB, chunk %llu KiB, "
-                     "mode %s, safe mode off (device host-VMM support: %s; not implemented yet)\n",
-                     (int)getpid(), name, (double)budget / (1 << 30), (double)total / (1 << 30),
-                     (unsigned long long)(chunk >> 10), ooc_mode_name(atomic_load(&ooc_mode_now)),
-                     host_vmm ? "yes" : "no");
+                     "ooc[%d] ooc-shim: device %s, budget %s of %s, chunk %s, mode %s, safe mode "
+                     "%s%s%s\n",
+                     (int)getpid(), name, size_str(sb, sizeof sb, budget),
+                     size_str(st, sizeof st, total), size_str(sc, sizeof sc, chunk),
+                     ooc_mode_name(atomic_load(&ooc_mode_now)), safe ? "on" : "off (",
+                     safe ? "" : why, safe ? "" : ")");
     if (n > 0 && ooc_log_level() >= OOC_LOG_WARN) {
         ssize_t w = write(2, line, (size_t)(n < (int)sizeof line ? n : (int)sizeof line - 1));
         (void)w;

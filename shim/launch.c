@@ -47,9 +47,16 @@ static const layout_t *layout_of(CUfunction f) {
         CUresult r = ooc_real.cuFuncGetParamInfo(f, i, &off, &size);
         if (r == CUDA_ERROR_INVALID_VALUE)
             break;
-        if (r != CUDA_SUCCESS) {
+        if (r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_NOT_FOUND ||
+            r == CUDA_ERROR_INVALID_HANDLE) {
             l->known = 0;
             break;
+        }
+        if (r != CUDA_SUCCESS) {
+            /* A sticky device error, not an answer about f: ask again next time. */
+            ooc_mem_report_fault(r);
+            free(l);
+            return NULL;
         }
         l->offset[i] = (uint32_t)off;
         l->size[i] = (uint32_t)size;

@@ -19,6 +19,7 @@
  * its submission. */
 #include "shim.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -30,6 +31,7 @@ static int oom_flag;
 enum { C_EMPTY, C_RESIDENT, C_SWAPPED };
 
 #define MAX_USERS       4
+#define MAX_STREAMS     16
 #define SLAB_ALIGN      256
 #define QUARANTINE_RUNS 64
 
@@ -51,12 +53,23 @@ typedef struct slab {
     buf_t **bufs; /* sorted by address */
 } slab_t;
 
+/* A pinned host slot of one chunk. In safe mode it is host-located VMM memory (handle h),
+ * mapped at `va` in a staging reservation, and mapped again at a swapped chunk's own address. */
+typedef struct hslot {
+    void *p;        /* host address (pinned mode) */
+    CUdeviceptr va; /* staging address (safe mode) */
+    CUmemGenericAllocationHandle h;
+    struct hslot *next;
+} hslot_t;
+
 typedef struct chunk {
     uint64_t idx;
     UT_hash_handle hh;
     int state;
     phys_t *phys;
-    void *host;
+    hslot_t *host;
+    int aliased;               /* safe mode: the host slot is mapped at the chunk's address */
+    uint64_t since;            /* op serial when it was last mapped (to a device or host chunk) */
     struct chunk *prev, *next; /* LRU of resident live chunks, most recent at head */
     CUstream users[MAX_USERS];
     unsigned nusers;
@@ -67,6 +80,13 @@ typedef struct chunk {
     uint64_t pin; /* op serial that pinned it */
     int dying;
 } chunk_t;
+
+/* A physical allocation the program made itself with the VMM API (NCCL does). */
+typedef struct ext {
+    CUmemGenericAllocationHandle h;
+    size_t size;
+    UT_hash_handle hh;
+} ext_t;
 
 typedef struct run {
     uint64_t first, count;
@@ -82,6 +102,9 @@ static struct {
     size_t va_size;
     uint64_t va_chunks, va_next;
     uint64_t budget_chunks, phys_made, resident;
+    uint64_t budget_bytes;   /* OOC_BUDGET, less what the device turned out not to have */
+    uint64_t external_bytes; /* device memory the program made with cuMemCreate itself */
+    ext_t *external;
     phys_t *phys_free;
     chunk_t *chunks;
     buf_t *bufs;
@@ -93,10 +116,17 @@ static struct {
     size_t nfree_runs, cap_free_runs;
     chunk_t **dying;
     size_t ndying, cap_dying;
-    void **host_free;
-    size_t nhost_free, cap_host_free;
-    void **host_blocks;
+    hslot_t *host_free;
+    hslot_t **host_blocks; /* arrays of HOST_BLOCK_CHUNKS slots */
     size_t nhost_blocks;
+    int safe; /* swapped chunks are aliased to their host copies */
+    CUmemLocation host_loc;
+    struct {
+        CUstream s;
+        uint64_t last; /* serial of the last op issued on it */
+    } streams[MAX_STREAMS];
+    unsigned nstreams;
+    uint64_t streams_lost; /* the serial when a stream could not be tracked: wait for all */
     CUstream swap;
     CUdevice dev;
     CUcontext ctx;
@@ -179,34 +209,121 @@ static void va_give(uint64_t first, uint64_t count) {
 
 #define HOST_BLOCK_CHUNKS 16
 
-static void *host_slot(void) {
-    if (M.nhost_free == 0) {
-        /* The free list must hold every slot ever made: all of them may come back. */
-        size_t total = (M.nhost_blocks + 1) * HOST_BLOCK_CHUNKS;
-        void **nb = realloc(M.host_blocks, (M.nhost_blocks + 1) * sizeof *nb);
+/* Makes the slots of one safe-mode block: a staging reservation with a host-located physical
+ * chunk mapped at each slot. Returns CUDA_SUCCESS or the driver's error (nothing is kept). */
+static CUresult host_block_safe(hslot_t *slots) {
+    CUdeviceptr va;
+    CUresult r = ooc_real.cuMemAddressReserve(&va, HOST_BLOCK_CHUNKS * M.chunk, M.chunk, 0, 0);
+    if (r != CUDA_SUCCESS)
+        return r;
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location = M.host_loc;
+    CUmemAccessDesc d;
+    memset(&d, 0, sizeof d);
+    d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    d.location.id = M.dev;
+    d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    size_t made = 0, mapped = 0;
+    for (; made < HOST_BLOCK_CHUNKS; made++) {
+        hslot_t *s = &slots[made];
+        s->va = va + made * M.chunk;
+        if ((r = ooc_real.cuMemCreate(&s->h, M.chunk, &prop, 0)) != CUDA_SUCCESS)
+            break;
+        if ((r = ooc_real.cuMemMap(s->va, M.chunk, 0, s->h, 0)) != CUDA_SUCCESS) {
+            ooc_real.cuMemRelease(s->h);
+            break;
+        }
+        mapped++;
+        if ((r = ooc_real.cuMemSetAccess(s->va, M.chunk, &d, 1)) != CUDA_SUCCESS) {
+            made++;
+            break;
+        }
+    }
+    if (r == CUDA_SUCCESS)
+        return CUDA_SUCCESS;
+    for (size_t i = 0; i < mapped; i++) {
+        ooc_real.cuMemUnmap(slots[i].va, M.chunk);
+        ooc_real.cuMemRelease(slots[i].h);
+    }
+    ooc_real.cuMemAddressFree(va, HOST_BLOCK_CHUNKS * M.chunk);
+    return r;
+}
+
+/* Takes a host slot from the pool, growing it by a block when empty; NULL when the host (or the
+ * driver) has no more pinned memory. Caller holds mem_lock. */
+static hslot_t *host_slot(void) {
+    if (!M.host_free) {
+        hslot_t **nb = realloc(M.host_blocks, (M.nhost_blocks + 1) * sizeof *nb);
         if (!nb)
             return NULL;
         M.host_blocks = nb;
-        if (total > M.cap_host_free) {
-            void **nf = realloc(M.host_free, total * 2 * sizeof *nf);
-            if (!nf)
-                return NULL;
-            M.host_free = nf;
-            M.cap_host_free = total * 2;
-        }
-        void *block = NULL;
-        if (ooc_real.cuMemHostAlloc(&block, HOST_BLOCK_CHUNKS * M.chunk, 0) != CUDA_SUCCESS)
+        hslot_t *slots = calloc(HOST_BLOCK_CHUNKS, sizeof *slots);
+        if (!slots)
             return NULL;
-        M.host_blocks[M.nhost_blocks++] = block;
-        for (size_t i = 0; i < HOST_BLOCK_CHUNKS; i++)
-            M.host_free[M.nhost_free++] = (char *)block + i * M.chunk;
+        if (M.safe) {
+            if (host_block_safe(slots) != CUDA_SUCCESS) {
+                free(slots);
+                return NULL;
+            }
+        } else {
+            void *block = NULL;
+            if (ooc_real.cuMemHostAlloc(&block, HOST_BLOCK_CHUNKS * M.chunk, 0) != CUDA_SUCCESS) {
+                free(slots);
+                return NULL;
+            }
+            for (size_t i = 0; i < HOST_BLOCK_CHUNKS; i++)
+                slots[i].p = (char *)block + i * M.chunk;
+        }
+        M.host_blocks[M.nhost_blocks++] = slots;
+        for (size_t i = 0; i < HOST_BLOCK_CHUNKS; i++) {
+            slots[i].next = M.host_free;
+            M.host_free = &slots[i];
+        }
     }
-    return M.host_free[--M.nhost_free];
+    hslot_t *s = M.host_free;
+    M.host_free = s->next;
+    s->next = NULL;
+    return s;
 }
 
-static void host_slot_put(void *p) {
-    if (p)
-        M.host_free[M.nhost_free++] = p; /* capacity covers every slot ever made */
+static void host_slot_put(hslot_t *s) {
+    if (s) {
+        s->next = M.host_free;
+        M.host_free = s;
+    }
+}
+
+/* Copies a chunk between the device and its host slot on the swap stream (not waited for). */
+static CUresult copy_out(chunk_t *c) {
+    if (M.safe)
+        return ooc_real.cuMemcpyDtoDAsync_v2(c->host->va, chunk_addr(c), M.chunk, M.swap);
+    return ooc_real.cuMemcpyDtoHAsync_v2(c->host->p, chunk_addr(c), M.chunk, M.swap);
+}
+
+static CUresult copy_in(chunk_t *c) {
+    if (M.safe)
+        return ooc_real.cuMemcpyDtoDAsync_v2(chunk_addr(c), c->host->va, M.chunk, M.swap);
+    return ooc_real.cuMemcpyHtoDAsync_v2(chunk_addr(c), c->host->p, M.chunk, M.swap);
+}
+
+/* Frees every host block; at shutdown, after every alias is unmapped. */
+static void host_blocks_free(void) {
+    for (size_t b = 0; b < M.nhost_blocks; b++) {
+        hslot_t *slots = M.host_blocks[b];
+        if (M.safe) {
+            for (size_t i = 0; i < HOST_BLOCK_CHUNKS; i++) {
+                ooc_real.cuMemUnmap(slots[i].va, M.chunk);
+                ooc_real.cuMemRelease(slots[i].h);
+            }
+            ooc_real.cuMemAddressFree(slots[0].va, HOST_BLOCK_CHUNKS * M.chunk);
+        } else {
+            ooc_real.cuMemFreeHost(slots[0].p);
+        }
+        free(slots);
+    }
+    free(M.host_blocks);
 }
 
 /* ---- waiting for a chunk's users --------------------------------------------------------------
@@ -243,6 +360,59 @@ static void add_user(CUstream *users, unsigned *n, int *unknown, CUstream s) {
         *unknown = 1;
     else
         users[(*n)++] = s;
+}
+
+/* Notes that an op was issued on s. Caller holds mem_lock. */
+static void stream_issued(CUstream s) {
+    if (s == CU_STREAM_PER_THREAD) {
+        M.streams_lost = M.serial;
+        return;
+    }
+    for (unsigned i = 0; i < M.nstreams; i++) {
+        if (M.streams[i].s == s) {
+            M.streams[i].last = M.serial;
+            return;
+        }
+    }
+    if (M.nstreams == MAX_STREAMS) {
+        M.streams_lost = M.serial;
+        return;
+    }
+    M.streams[M.nstreams].s = s;
+    M.streams[M.nstreams].last = M.serial;
+    M.nstreams++;
+}
+
+/* Waits until the chunks can be unmapped: the work of their known users has completed and, in
+ * safe mode, the work of every stream that issued an op since the oldest of them was mapped
+ * (an access the shim could not see, through a pointer stored in device memory, may be in
+ * flight on any of them). Caller holds mem_lock. */
+static CUresult wait_chunks(chunk_t *const *cs, size_t n) {
+    CUstream users[MAX_USERS + MAX_STREAMS];
+    unsigned nu = 0;
+    int unknown = 0;
+    uint64_t since = UINT64_MAX;
+    for (size_t i = 0; i < n; i++) {
+        unknown |= cs[i]->users_unknown;
+        for (unsigned u = 0; u < cs[i]->nusers; u++)
+            add_user(users, &nu, &unknown, cs[i]->users[u]);
+        if (cs[i]->since < since)
+            since = cs[i]->since;
+    }
+    if (M.safe && n) {
+        if (M.streams_lost > since)
+            unknown = 1;
+        for (unsigned i = 0; i < M.nstreams && !unknown; i++) {
+            if (M.streams[i].last <= since)
+                continue;
+            unsigned k = 0;
+            while (k < nu && users[k] != M.streams[i].s)
+                k++;
+            if (k == nu)
+                users[nu++] = M.streams[i].s;
+        }
+    }
+    return wait_users(users, nu, unknown);
 }
 
 /* ---- chunk life --------------------------------------------------------------------------------
@@ -294,65 +464,93 @@ static CUresult unmap_chunk(chunk_t *c) {
     return CUDA_SUCCESS;
 }
 
+/* Safe mode: maps a swapped chunk's host slot at the chunk's own address, so that an access the
+ * shim could not see reaches the host copy, slowly but correctly. A failure is logged and leaves
+ * the address unmapped (such an access would then fault); the data is safe either way. */
+static void alias_chunk(chunk_t *c) {
+    CUresult r = ooc_real.cuMemMap(chunk_addr(c), M.chunk, 0, c->host->h, 0);
+    if (r == CUDA_SUCCESS) {
+        CUmemAccessDesc d;
+        memset(&d, 0, sizeof d);
+        d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        d.location.id = M.dev;
+        d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        r = ooc_real.cuMemSetAccess(chunk_addr(c), M.chunk, &d, 1);
+        if (r != CUDA_SUCCESS)
+            ooc_real.cuMemUnmap(chunk_addr(c), M.chunk);
+    }
+    if (r != CUDA_SUCCESS) {
+        OOC_LOG_W("safe mode: the swapped chunk at %#llx could not be mapped to its host copy "
+                  "(%s); an access the shim cannot see would fault there",
+                  (unsigned long long)chunk_addr(c), ooc_real_errname(r));
+        return;
+    }
+    c->aliased = 1;
+    c->since = M.serial;
+    ooc_stats_add(OOC_STAT_host_aliases, 1);
+}
+
+/* Removes a chunk's host alias; the caller waited for the streams that may use it. */
+static CUresult unalias_chunk(chunk_t *c) {
+    if (!c->aliased)
+        return CUDA_SUCCESS;
+    CUresult r = ooc_real.cuMemUnmap(chunk_addr(c), M.chunk);
+    if (r == CUDA_SUCCESS)
+        c->aliased = 0;
+    return r;
+}
+
+/* Gives back what a dead chunk holds (its users are done): device or host mapping, host slot,
+ * addresses. */
+static CUresult chunk_bury(chunk_t *c) {
+    CUresult r = c->state == C_RESIDENT ? unmap_chunk(c) : unalias_chunk(c);
+    if (r != CUDA_SUCCESS)
+        return r;
+    host_slot_put(c->host);
+    c->host = NULL;
+    va_give(c->idx, 1);
+    chunk_delete(c);
+    return CUDA_SUCCESS;
+}
+
 /* A chunk that no live buffer uses any more: its memory goes back once its users are done. */
 static void chunk_release(chunk_t *c, CUstream free_stream) {
     lru_remove(c);
     if (c == M.slab_cur)
         M.slab_cur = NULL;
-    if (c->state == C_RESIDENT) {
-        if (free_stream)
-            add_user(c->users, &c->nusers, &c->users_unknown, free_stream);
-        if (M.ndying == M.cap_dying) {
-            size_t nc = M.cap_dying ? M.cap_dying * 2 : 64;
-            chunk_t **n = realloc(M.dying, nc * sizeof *n);
-            if (!n) {
-                /* No room to defer: wait now rather than unmap under running work. */
-                if (wait_users(c->users, c->nusers, c->users_unknown) == CUDA_SUCCESS &&
-                    unmap_chunk(c) == CUDA_SUCCESS) {
-                    va_give(c->idx, 1);
-                    chunk_delete(c);
-                }
-                return;
-            }
-            M.dying = n;
-            M.cap_dying = nc;
-        }
-        c->dying = 1;
-        M.dying[M.ndying++] = c;
+    if (c->state != C_RESIDENT && !c->aliased) {
+        chunk_bury(c); /* nothing mapped: cannot fail */
         return;
     }
-    host_slot_put(c->host);
-    c->host = NULL;
-    va_give(c->idx, 1);
-    chunk_delete(c);
+    if (free_stream)
+        add_user(c->users, &c->nusers, &c->users_unknown, free_stream);
+    if (M.ndying == M.cap_dying) {
+        size_t nc = M.cap_dying ? M.cap_dying * 2 : 64;
+        chunk_t **n = realloc(M.dying, nc * sizeof *n);
+        if (!n) {
+            /* No room to defer: wait now rather than unmap under running work. */
+            if (wait_chunks(&c, 1) == CUDA_SUCCESS)
+                chunk_bury(c);
+            return;
+        }
+        M.dying = n;
+        M.cap_dying = nc;
+    }
+    c->dying = 1;
+    M.dying[M.ndying++] = c;
 }
 
 /* Releases the memory of every dying chunk: waits for their users (all together). */
 static CUresult reap_dying(void) {
     if (M.ndying == 0)
         return CUDA_SUCCESS;
-    CUstream users[MAX_USERS];
-    unsigned n = 0;
-    int unknown = 0;
-    for (size_t i = 0; i < M.ndying; i++) {
-        chunk_t *c = M.dying[i];
-        unknown |= c->users_unknown;
-        for (unsigned u = 0; u < c->nusers; u++)
-            add_user(users, &n, &unknown, c->users[u]);
+    CUresult r = wait_chunks(M.dying, M.ndying);
+    while (r == CUDA_SUCCESS && M.ndying) {
+        r = chunk_bury(M.dying[M.ndying - 1]);
+        if (r == CUDA_SUCCESS)
+            M.ndying--;
     }
-    CUresult r = wait_users(users, n, unknown);
-    if (r != CUDA_SUCCESS)
-        return r;
-    for (size_t i = 0; i < M.ndying; i++) {
-        chunk_t *c = M.dying[i];
-        r = unmap_chunk(c);
-        if (r != CUDA_SUCCESS)
-            return r;
-        va_give(c->idx, 1);
-        chunk_delete(c);
-    }
-    M.ndying = 0;
-    return CUDA_SUCCESS;
+    return r;
 }
 
 /* Makes a physical chunk available: a new one while under budget, else a dying chunk's, else
@@ -384,6 +582,7 @@ static CUresult need_phys(uint64_t want) {
                   "using that as the budget",
                   (unsigned long long)M.phys_made, (unsigned long long)M.budget_chunks);
         M.budget_chunks = M.phys_made;
+        M.budget_bytes = M.phys_made * M.chunk + M.external_bytes;
     }
     if (M.ndying) {
         CUresult r = reap_dying();
@@ -400,15 +599,7 @@ static CUresult need_phys(uint64_t want) {
             victims[nv++] = c;
     if (nv == 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    CUstream users[MAX_USERS];
-    unsigned n = 0;
-    int unknown = 0;
-    for (unsigned i = 0; i < nv; i++) {
-        unknown |= victims[i]->users_unknown;
-        for (unsigned u = 0; u < victims[i]->nusers; u++)
-            add_user(users, &n, &unknown, victims[i]->users[u]);
-    }
-    CUresult r = wait_users(users, n, unknown);
+    CUresult r = wait_chunks(victims, nv);
     if (r != CUDA_SUCCESS)
         return r;
     for (unsigned i = 0; i < nv && r == CUDA_SUCCESS; i++) {
@@ -416,8 +607,7 @@ static CUresult need_phys(uint64_t want) {
         if (!victims[i]->host)
             r = CUDA_ERROR_OUT_OF_MEMORY;
         else
-            r = ooc_real.cuMemcpyDtoHAsync_v2(victims[i]->host, chunk_addr(victims[i]), M.chunk,
-                                              M.swap);
+            r = copy_out(victims[i]);
     }
     if (r == CUDA_SUCCESS)
         r = ooc_real.cuStreamSynchronize(M.swap);
@@ -434,6 +624,8 @@ static CUresult need_phys(uint64_t want) {
         r = unmap_chunk(victims[i]);
         if (r != CUDA_SUCCESS)
             return r;
+        if (M.safe)
+            alias_chunk(victims[i]);
         ooc_stats_add(OOC_STAT_swap_outs, 1);
         ooc_stats_add(OOC_STAT_swap_out_bytes, M.chunk);
     }
@@ -458,6 +650,7 @@ static CUresult map_chunk(chunk_t *c) {
     }
     M.phys_free = p->next;
     c->phys = p;
+    c->since = M.serial;
     M.resident++;
     ooc_stats_gauge_add(OOC_STAT_resident_bytes, M.chunk);
     return CUDA_SUCCESS;
@@ -465,12 +658,17 @@ static CUresult map_chunk(chunk_t *c) {
 
 /* ---- init ---------------------------------------------------------------------------------- */
 
-int ooc_mem_init(uint64_t budget_bytes, uint64_t chunk_bytes, CUdevice dev, CUcontext ctx) {
+int ooc_mem_init(uint64_t budget_bytes, uint64_t chunk_bytes, CUdevice dev, CUcontext ctx,
+                 const CUmemLocation *safe_loc) {
     M.ctx = ctx;
+    M.safe = safe_loc != NULL;
+    if (safe_loc)
+        M.host_loc = *safe_loc;
     M.chunk = chunk_bytes;
     M.shift = (unsigned)__builtin_ctzll(chunk_bytes);
     M.dev = dev;
     M.budget_chunks = budget_bytes / chunk_bytes;
+    M.budget_bytes = budget_bytes;
     M.lru.next = M.lru.prev = &M.lru;
     /* Up to 1 TiB of addresses: reserving costs nothing, and buffers never move. Where the
      * address space is limited (valgrind, ulimit -v), settle for less, down to 4x the budget. */
@@ -514,6 +712,8 @@ void ooc_mem_shutdown(void) {
     HASH_ITER(hh, M.chunks, c, tmp) {
         if (c->state == C_RESIDENT)
             unmap_chunk(c);
+        else
+            unalias_chunk(c);
         chunk_delete(c);
     }
     buf_t *b, *bt;
@@ -521,18 +721,20 @@ void ooc_mem_shutdown(void) {
         HASH_DEL(M.bufs, b);
         free(b);
     }
+    ext_t *e, *et;
+    HASH_ITER(hh, M.external, e, et) {
+        HASH_DEL(M.external, e);
+        free(e);
+    }
     while (M.phys_free) {
         phys_t *p = M.phys_free;
         M.phys_free = p->next;
         ooc_real.cuMemRelease(p->h);
         free(p);
     }
-    for (size_t i = 0; i < M.nhost_blocks; i++)
-        ooc_real.cuMemFreeHost(M.host_blocks[i]);
+    host_blocks_free();
     ooc_real.cuStreamDestroy_v2(M.swap);
     ooc_real.cuMemAddressFree((CUdeviceptr)M.va_base, M.va_size);
-    free(M.host_blocks);
-    free(M.host_free);
     free(M.free_runs);
     free(M.dying);
     free(M.op_chunks);
@@ -829,14 +1031,36 @@ CUresult ooc_mem_begin(const ooc_access_t *a, CUstream stream, int per_thread) {
     return rc;
 }
 
+/* Removes the host aliases of the op's swapped chunks (safe mode), after waiting for every
+ * stream that may have reached them through an address the shim could not see. */
+static CUresult unalias_op_chunks(void) {
+    chunk_t **al = NULL;
+    size_t nal = 0;
+    for (size_t i = 0; i < M.nop; i++) {
+        if (!M.op_chunks[i]->aliased)
+            continue;
+        if (!al && !(al = malloc(M.nop * sizeof *al)))
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        al[nal++] = M.op_chunks[i];
+    }
+    CUresult r = nal ? wait_chunks(al, nal) : CUDA_SUCCESS;
+    for (size_t i = 0; i < nal && r == CUDA_SUCCESS; i++)
+        r = unalias_chunk(al[i]);
+    free(al);
+    return r;
+}
+
 /* Maps (and swaps in) the op's chunks that are not resident. Caller holds mem_lock. */
 static CUresult make_resident(uint64_t missing) {
     int swapped_in = 0;
+    CUresult r = M.safe ? unalias_op_chunks() : CUDA_SUCCESS;
+    if (r != CUDA_SUCCESS)
+        return r;
     for (size_t i = 0; i < M.nop; i++) {
         chunk_t *c = M.op_chunks[i];
         if (c->state == C_RESIDENT)
             continue;
-        CUresult r = need_phys(missing);
+        r = need_phys(missing);
         if (r == CUDA_ERROR_OUT_OF_MEMORY)
             log_oom(M.nop);
         if (r == CUDA_SUCCESS)
@@ -844,7 +1068,7 @@ static CUresult make_resident(uint64_t missing) {
         if (r != CUDA_SUCCESS)
             return r;
         if (c->state == C_SWAPPED) {
-            r = ooc_real.cuMemcpyHtoDAsync_v2(chunk_addr(c), c->host, M.chunk, M.swap);
+            r = copy_in(c);
             if (r != CUDA_SUCCESS) {
                 /* Keep the host copy; give the physical chunk back (nothing used it yet). */
                 if (ooc_real.cuMemUnmap(chunk_addr(c), M.chunk) == CUDA_SUCCESS) {
@@ -853,6 +1077,8 @@ static CUresult make_resident(uint64_t missing) {
                     c->phys = NULL;
                     M.resident--;
                     ooc_stats_gauge_sub(OOC_STAT_resident_bytes, M.chunk);
+                    if (M.safe)
+                        alias_chunk(c);
                 }
                 return r;
             }
@@ -865,7 +1091,7 @@ static CUresult make_resident(uint64_t missing) {
         missing--;
     }
     if (swapped_in) {
-        CUresult r = ooc_real.cuStreamSynchronize(M.swap);
+        r = ooc_real.cuStreamSynchronize(M.swap);
         if (r != CUDA_SUCCESS)
             return r;
         for (size_t i = 0; i < M.nop; i++) {
@@ -886,14 +1112,121 @@ void ooc_mem_end(const ooc_access_t *a, CUstream stream, int per_thread, int iss
             if (!c->dying)
                 lru_push(c);
         }
+        stream_issued(s);
     }
     M.nop = 0;
     pthread_mutex_unlock(&mem_lock);
 }
 
+/* Shrinks the pool to budget_chunks: free physical chunks are released, then least recently
+ * used chunks are swapped out to free theirs. Caller holds mem_lock. */
+static CUresult pool_shrink(void) {
+    M.serial++; /* no op is being made resident: nothing is pinned */
+    while (M.phys_made > M.budget_chunks) {
+        if (!M.phys_free) {
+            uint64_t keep = M.budget_chunks;
+            M.budget_chunks = M.phys_made; /* need_phys must evict, not create */
+            CUresult r = need_phys(M.phys_made - keep);
+            M.budget_chunks = keep;
+            if (r != CUDA_SUCCESS)
+                return r;
+        }
+        while (M.phys_free && M.phys_made > M.budget_chunks) {
+            phys_t *p = M.phys_free;
+            M.phys_free = p->next;
+            ooc_real.cuMemRelease(p->h);
+            free(p);
+            M.phys_made--;
+        }
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult ooc_mem_external_create(CUmemGenericAllocationHandle *h, size_t size,
+                                 const CUmemAllocationProp *prop, unsigned long long flags) {
+    pthread_mutex_lock(&mem_lock);
+    if (M.external_bytes + size + M.chunk > M.budget_bytes) {
+        pthread_mutex_unlock(&mem_lock);
+        OOC_LOG_E("cuMemCreate of %zu bytes by the program: with the %llu bytes it already holds "
+                  "that way, less than one chunk of the budget (%llu bytes) would be left for "
+                  "the shim's pool",
+                  size, (unsigned long long)M.external_bytes, (unsigned long long)M.budget_bytes);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    ext_t *e = calloc(1, sizeof *e);
+    if (!e) {
+        pthread_mutex_unlock(&mem_lock);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    /* Make room first, so that the device never holds more than the budget. */
+    uint64_t old = M.budget_chunks;
+    M.budget_chunks = (M.budget_bytes - M.external_bytes - size) / M.chunk;
+    CUresult r = pool_shrink();
+    if (r == CUDA_SUCCESS)
+        r = ooc_real.cuMemCreate(h, size, prop, flags);
+    if (r == CUDA_SUCCESS) {
+        e->h = *h;
+        e->size = size;
+        oom_flag = 0;
+        HASH_ADD(hh, M.external, h, sizeof e->h, e);
+        if (oom_flag) {
+            ooc_real.cuMemRelease(*h);
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    if (r != CUDA_SUCCESS) {
+        free(e);
+        M.budget_chunks = old;
+    } else {
+        M.external_bytes += size;
+        ooc_stats_gauge_add(OOC_STAT_external_bytes, size);
+    }
+    pthread_mutex_unlock(&mem_lock);
+    return r;
+}
+
+void ooc_mem_external_release(CUmemGenericAllocationHandle h) {
+    pthread_mutex_lock(&mem_lock);
+    ext_t *e;
+    HASH_FIND(hh, M.external, &h, sizeof h, e);
+    if (e) {
+        HASH_DEL(M.external, e);
+        M.external_bytes -= e->size;
+        M.budget_chunks = (M.budget_bytes - M.external_bytes) / M.chunk;
+        ooc_stats_gauge_sub(OOC_STAT_external_bytes, e->size);
+        free(e);
+    }
+    pthread_mutex_unlock(&mem_lock);
+}
+
+void ooc_mem_report_fault(CUresult r) {
+    static _Atomic int said;
+    if (r != CUDA_ERROR_ILLEGAL_ADDRESS || atomic_exchange(&said, 1))
+        return;
+    pthread_mutex_lock(&mem_lock);
+    char list[512];
+    size_t len = 0, n = 0;
+    list[0] = 0;
+    buf_t *b, *bt;
+    HASH_ITER(hh, M.bufs, b, bt) {
+        chunk_t *c = chunk_find((b->addr - M.va_base) >> M.shift);
+        if (!c || c->state != C_SWAPPED || c->aliased)
+            continue;
+        if (n++ < 8 && len < sizeof list - 64)
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%#llx (%zu bytes)",
+                                    len ? ", " : "", (unsigned long long)b->addr, b->size);
+    }
+    pthread_mutex_unlock(&mem_lock);
+    OOC_LOG_E("the device reported an illegal address. A kernel probably reached a buffer the "
+              "shim had swapped out through a pointer it could not see (one stored in device "
+              "memory); safe mode %s. %zu buffers were swapped out without a host alias%s%s",
+              M.safe ? "is on, so the fault is not one of those" : "is off", n, n ? ": " : "",
+              list);
+}
+
 void ooc_mem_info(uint64_t *budget, uint64_t *resident) {
     pthread_mutex_lock(&mem_lock);
-    *budget = M.budget_chunks * M.chunk;
-    *resident = M.resident * M.chunk;
+    *budget = M.budget_bytes;
+    *resident = M.resident * M.chunk + M.external_bytes;
     pthread_mutex_unlock(&mem_lock);
 }

@@ -38,8 +38,6 @@
     X(cuDeviceGetAttribute, PFN_cuDeviceGetAttribute_v2000)                                        \
     X(cuMemAddressReserve, PFN_cuMemAddressReserve_v10020)                                         \
     X(cuMemAddressFree, PFN_cuMemAddressFree_v10020)                                               \
-    X(cuMemCreate, PFN_cuMemCreate_v10020)                                                         \
-    X(cuMemRelease, PFN_cuMemRelease_v10020)                                                       \
     X(cuMemMap, PFN_cuMemMap_v10020)                                                               \
     X(cuMemUnmap, PFN_cuMemUnmap_v10020)                                                           \
     X(cuMemSetAccess, PFN_cuMemSetAccess_v10020)                                                   \
@@ -119,7 +117,10 @@ typedef struct ooc_access {
     int overflow; /* more references than fit: all of them could not be made resident */
 } ooc_access_t;
 
-int ooc_mem_init(uint64_t budget_bytes, uint64_t chunk_bytes, CUdevice dev, CUcontext ctx);
+/* Sets up the pool. `safe_loc`, when not NULL, is the host location of host-located VMM memory:
+ * swapped chunks are then mapped at their own addresses to their host copies (safe mode). */
+int ooc_mem_init(uint64_t budget_bytes, uint64_t chunk_bytes, CUdevice dev, CUcontext ctx,
+                 const CUmemLocation *safe_loc);
 void ooc_mem_shutdown(void);
 
 /* Allocates `size` bytes at a stable address; on the device only when first used. */
@@ -144,6 +145,18 @@ void ooc_mem_note_range(ooc_access_t *a, uintptr_t p, size_t n);
 CUresult ooc_mem_begin(const ooc_access_t *a, CUstream stream, int per_thread);
 /* Notes that the op was issued on `stream` (if issued), and releases the lock. */
 void ooc_mem_end(const ooc_access_t *a, CUstream stream, int per_thread, int issued);
+
+/* The program's own device-located cuMemCreate: counted against the budget (the pool shrinks,
+ * swapping out if it must, before the real call); OUT_OF_MEMORY when less than one chunk of the
+ * budget would be left. ooc_mem_external_release forgets a handle after its real release (no-op
+ * for handles not made that way). Thread-safe. */
+CUresult ooc_mem_external_create(CUmemGenericAllocationHandle *h, size_t size,
+                                 const CUmemAllocationProp *prop, unsigned long long flags);
+void ooc_mem_external_release(CUmemGenericAllocationHandle h);
+
+/* Logs, once, what may explain a CUDA_ERROR_ILLEGAL_ADDRESS (no-op for other results): which
+ * buffers were swapped out with no host alias. Thread-safe. */
+void ooc_mem_report_fault(CUresult r);
 
 /* Budget, used and peak bytes, for cuMemGetInfo. */
 void ooc_mem_info(uint64_t *budget, uint64_t *resident);

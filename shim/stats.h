@@ -21,11 +21,13 @@
     X(resident_bytes, GAUGE, BYTES, "resident device memory")                                      \
     X(requested_bytes, GAUGE, BYTES, "bytes requested by live buffers")                            \
     X(mapped_bytes, GAUGE, BYTES, "bytes mapped for live buffers")                                 \
+    X(external_bytes, GAUGE, BYTES, "program's own cuMemCreate memory")                            \
     X(swap_out_bytes, COUNTER, BYTES, "swapped out (device to host)")                              \
     X(swap_outs, COUNTER, COUNT, "swap-outs")                                                      \
     X(swap_in_bytes, COUNTER, BYTES, "swapped in (host to device)")                                \
     X(swap_ins, COUNTER, COUNT, "swap-ins")                                                        \
     X(stall_ns, COUNTER, NS, "stall time")                                                         \
+    X(host_aliases, COUNTER, COUNT, "swapped chunks mapped to their host copy")                    \
     X(recomputes, COUNTER, COUNT, "recomputations")                                                \
     X(demand_ops, COUNTER, COUNT, "operations made resident on demand")                            \
     X(planned_ops, COUNTER, COUNT, "operations run as planned")                                    \

@@ -96,6 +96,8 @@ static result_t oracle(const char *name) {
     return r;
 }
 
+static int no_host_vmm; /* run without host-located VMM memory: safe mode off */
+
 /* Runs `name` under the shim at budget = capacity = peak / div, and checks the checksum. */
 static void check_under_budget(const char *name, unsigned div, const char *sched,
                                unsigned jitter_seed) {
@@ -110,7 +112,8 @@ static void check_under_budget(const char *name, unsigned div, const char *sched
     snprintf(seed, sizeof seed, "FAKECUDA_SEED=%u", jitter_seed);
     /* Small workloads get small chunks, so that a quarter of their footprint is many chunks. */
     int small = ref.peak < (64ull << 20);
-    const char *env[] = {cap,
+    const char *env[] = {no_host_vmm ? "FAKECUDA_HOST_VMM=0" : "FAKECUDA_HOST_VMM=1",
+                         cap,
                          budget,
                          sch,
                          jit,
@@ -230,7 +233,7 @@ static long long stat_of(const char *path, const char *key) {
 
 /* Fails the Nth call of `api`, for every N the run makes: each run ends with the oracle checksum
  * or a clean driver error (exit 2), never a signal, and leaves no device memory behind. */
-static void fault_loop(const char *api) {
+static void fault_loop(const char *api, int host_vmm) {
     plain_mlp = 1;
     result_t ref = oracle("workloads/mlp");
     free(ref.err);
@@ -240,7 +243,9 @@ static void fault_loop(const char *api) {
     close(fd);
     char stats[256], fail[128];
     snprintf(stats, sizeof stats, "FAKECUDA_STATS=%s", path);
+    const char *hv = host_vmm ? "FAKECUDA_HOST_VMM=1" : "FAKECUDA_HOST_VMM=0";
     const char *base[] = {stats,
+                          hv,
                           "OOC_BUDGET=1M",
                           "OOC_CHUNK=64K",
                           "FAKECUDA_GRANULARITY=64K",
@@ -256,6 +261,7 @@ static void fault_loop(const char *api) {
     for (long long n = 1; n <= calls; n++) {
         snprintf(fail, sizeof fail, "FAKECUDA_FAIL=%s@%lld", api, n);
         const char *env[] = {stats,
+                             hv,
                              fail,
                              "OOC_BUDGET=1M",
                              "OOC_CHUNK=64K",
@@ -267,9 +273,10 @@ static void fault_loop(const char *api) {
                       r.err);
         if (r.status == 0)
             ck_assert_msg(strcmp(r.checksum, ref.checksum) == 0, "%s@%lld: wrong checksum", api, n);
-        static const char *const live[] = {"allocs_live", "vmm_handles_live", "mappings_live",
-                                           "reservations_live", "host_allocs_live"};
-        for (int i = 0; i < 5; i++)
+        static const char *const live[] = {
+            "allocs_live",      "vmm_handles_live",    "mappings_live",     "reservations_live",
+            "host_allocs_live", "vmm_host_bytes_live", "strict_violations", "illegal_accesses"};
+        for (int i = 0; i < 8; i++)
             ck_assert_msg(stat_of(path, live[i]) == 0, "%s@%lld: %s = %lld after exit", api, n,
                           live[i], stat_of(path, live[i]));
         free(r.err);
@@ -277,18 +284,122 @@ static void fault_loop(const char *api) {
     unlink(path);
 }
 
+/* Safe mode on (the simulated device has host-located VMM memory): physical chunks, host slots
+ * and host aliases are all cuMemCreate/cuMemMap calls, and swaps are device-to-device copies
+ * into host-located memory. */
 START_TEST(test_fault_in_mem_create_is_clean) {
-    fault_loop("cuMemCreate");
+    fault_loop("cuMemCreate", 1);
 }
 END_TEST
 
 START_TEST(test_fault_in_mem_map_is_clean) {
-    fault_loop("cuMemMap");
+    fault_loop("cuMemMap", 1);
 }
 END_TEST
 
-START_TEST(test_fault_in_swap_copy_is_clean) {
-    fault_loop("cuMemcpyDtoHAsync");
+START_TEST(test_fault_in_safe_swap_copy_is_clean) {
+    fault_loop("cuMemcpyDtoDAsync", 1);
+}
+END_TEST
+
+/* Safe mode off: swaps go through pinned host memory. */
+START_TEST(test_fault_in_swap_out_copy_is_clean) {
+    fault_loop("cuMemcpyDtoHAsync", 0);
+}
+END_TEST
+
+START_TEST(test_fault_in_swap_in_copy_is_clean) {
+    fault_loop("cuMemcpyHtoDAsync", 0);
+}
+END_TEST
+
+START_TEST(test_fault_in_pinned_host_alloc_is_clean) {
+    fault_loop("cuMemHostAlloc", 0);
+}
+END_TEST
+
+/* Runs test/progs/stray (a kernel reaching a swapped-out buffer through a pointer stored in
+ * device memory) with the simulated device's host-VMM support on or off. */
+static tu_proc_t run_stray(int host_vmm, const char *safe) {
+    const char *argv[] = {tu_build_path("test/progs/stray"), NULL};
+    const char *env[] = {libpath(),
+                         preload(),
+                         host_vmm ? "FAKECUDA_HOST_VMM=1" : "FAKECUDA_HOST_VMM=0",
+                         safe,
+                         "FAKECUDA_GRANULARITY=64K",
+                         "OOC_CHUNK=64K",
+                         "OOC_BUDGET=256K",
+                         "OOC_MODE=demand",
+                         "OOC_STATS=1",
+                         NULL};
+    tu_proc_t p;
+    ck_assert_int_eq(tu_run(argv, env, 30, &p), 0);
+    return p;
+}
+
+START_TEST(test_safe_mode_lets_a_hidden_access_reach_the_host_copy) {
+    tu_proc_t p = run_stray(1, "OOC_SAFE=auto");
+    ck_assert_msg(p.status == 0, "status %d\n%s", p.status, p.err);
+    ck_assert_ptr_nonnull(strstr(p.out, "stray: ok"));
+    ck_assert_ptr_nonnull(strstr(p.err, "safe mode on"));
+    const char *label = "swapped chunks mapped to their host copy";
+    const char *a = strstr(p.err, label);
+    ck_assert_ptr_nonnull(a);
+    ck_assert_msg(atoll(a + strlen(label)) > 0, "no host alias was made:\n%s", p.err);
+    tu_proc_free(&p);
+}
+END_TEST
+
+START_TEST(test_without_safe_mode_a_hidden_access_is_reported) {
+    tu_proc_t p = run_stray(0, "OOC_SAFE=auto");
+    ck_assert_msg(p.status == 3, "status %d (3: an operation failed)\n%s", p.status, p.err);
+    ck_assert_ptr_nonnull(strstr(p.err, "safe mode off (the device has no host-located VMM"));
+    ck_assert_msg(strstr(p.err, "the device reported an illegal address"), "%s", p.err);
+    ck_assert_ptr_nonnull(strstr(p.err, "swapped out without a host alias: 0x"));
+    tu_proc_free(&p);
+}
+END_TEST
+
+START_TEST(test_safe_mode_required_but_missing_stops_startup) {
+    tu_proc_t p = run_stray(0, "OOC_SAFE=on");
+    ck_assert_int_eq(p.status, 3);
+    ck_assert_ptr_nonnull(strstr(p.err, "OOC_SAFE=on, but safe mode is not available"));
+    tu_proc_free(&p);
+    p = run_stray(1, "OOC_SAFE=off");
+    ck_assert_int_eq(p.status, 3); /* safe mode refused: the hidden access faults */
+    ck_assert_ptr_nonnull(strstr(p.err, "safe mode off (OOC_SAFE=off)"));
+    tu_proc_free(&p);
+}
+END_TEST
+
+/* A program's own cuMemCreate (NCCL's way) counts against the budget: on a device exactly as
+ * large as the budget it only succeeds because the shim's pool gives chunks back, and the
+ * buffers whose chunks were taken keep their bytes. */
+START_TEST(test_programs_own_vmm_memory_counts_against_the_budget) {
+    const char *argv[] = {tu_build_path("test/progs/vmm_external"), NULL};
+    const char *env[] = {
+        libpath(),       preload(),         "FAKECUDA_MEM_BYTES=512K", "FAKECUDA_GRANULARITY=64K",
+        "OOC_CHUNK=64K", "OOC_BUDGET=512K", "OOC_MODE=demand",         NULL};
+    tu_proc_t p;
+    ck_assert_int_eq(tu_run(argv, env, 30, &p), 0);
+    ck_assert_msg(p.status == 0, "status %d\n%s%s", p.status, p.out, p.err);
+    ck_assert_ptr_nonnull(strstr(p.out, "vmm_external: ok"));
+    ck_assert_ptr_nonnull(strstr(p.err, "less than one chunk of the budget"));
+    tu_proc_free(&p);
+    /* Without the shim the same device cannot hold both. */
+    const char *plain[] = {libpath(), "FAKECUDA_MEM_BYTES=512K", "FAKECUDA_GRANULARITY=64K", NULL};
+    ck_assert_int_eq(tu_run(argv, plain, 30, &p), 0);
+    ck_assert_int_eq(p.status, 3);
+    tu_proc_free(&p);
+}
+END_TEST
+
+/* The same workloads with swaps through pinned host memory (no host-located VMM memory). */
+START_TEST(test_workloads_match_oracle_without_safe_mode) {
+    no_host_vmm = 1;
+    check_under_budget("workloads/mlp", 4, "threaded", 0);
+    check_under_budget("workloads/large", 8, "threaded", 0);
+    check_under_budget("workloads/large", 8, "inline", 0);
 }
 END_TEST
 
@@ -304,12 +415,23 @@ Suite *suite_shim(void) {
     tcase_add_test(t, test_intercepts_get_proc_address_dlsym_and_linked);
     tcase_add_test(t, test_bad_budget_stops_startup_naming_variable_value_and_form);
     tcase_add_test(t, test_budget_below_one_op_is_a_clean_out_of_memory);
+    tcase_add_test(t, test_workloads_match_oracle_without_safe_mode);
     suite_add_tcase(s, t);
+    TCase *sf = tcase_create("safe");
+    tcase_set_timeout(sf, 60);
+    tcase_add_test(sf, test_safe_mode_lets_a_hidden_access_reach_the_host_copy);
+    tcase_add_test(sf, test_without_safe_mode_a_hidden_access_is_reported);
+    tcase_add_test(sf, test_safe_mode_required_but_missing_stops_startup);
+    tcase_add_test(sf, test_programs_own_vmm_memory_counts_against_the_budget);
+    suite_add_tcase(s, sf);
     TCase *f = tcase_create("faults");
     tcase_set_timeout(f, 600);
     tcase_add_test(f, test_fault_in_mem_create_is_clean);
     tcase_add_test(f, test_fault_in_mem_map_is_clean);
-    tcase_add_test(f, test_fault_in_swap_copy_is_clean);
+    tcase_add_test(f, test_fault_in_safe_swap_copy_is_clean);
+    tcase_add_test(f, test_fault_in_swap_out_copy_is_clean);
+    tcase_add_test(f, test_fault_in_swap_in_copy_is_clean);
+    tcase_add_test(f, test_fault_in_pinned_host_alloc_is_clean);
     suite_add_tcase(s, f);
     return s;
 }
