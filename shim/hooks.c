@@ -18,15 +18,17 @@ static int managing(void) {
 /* Runs `call` with the access set `a` resident on `stream`. */
 #define RUN_OP(a, stream, ptds, call)                                                              \
     do {                                                                                           \
-        CUresult r_;                                                                               \
-        if ((a)->n == 0) {                                                                         \
+        int rec_ = ooc_record_on(), fin_ = 0;                                                      \
+        CUresult r_ = ooc_mem_begin((a), (stream), (ptds));                                        \
+        if (r_ == CUDA_SUCCESS) {                                                                  \
+            int tok_ = rec_ ? ooc_record_op_begin((stream), (ptds)) : -1;                          \
             r_ = (call);                                                                           \
-        } else {                                                                                   \
-            r_ = ooc_mem_begin((a), (stream), (ptds));                                             \
-            if (r_ == CUDA_SUCCESS)                                                                \
-                r_ = (call);                                                                       \
-            ooc_mem_end((a), (stream), (ptds), r_ == CUDA_SUCCESS);                                \
+            if (rec_)                                                                              \
+                fin_ = ooc_record_op_end(tok_, (a), (stream), (ptds), r_ == CUDA_SUCCESS);         \
         }                                                                                          \
+        ooc_mem_end((a), (stream), (ptds), r_ == CUDA_SUCCESS);                                    \
+        if (fin_)                                                                                  \
+            ooc_record_finish();                                                                   \
         if (r_ == CUDA_ERROR_ILLEGAL_ADDRESS)                                                      \
             ooc_mem_report_fault(r_);                                                              \
         return r_;                                                                                 \
@@ -44,7 +46,11 @@ static CUresult alloc(CUdeviceptr *p, size_t size) {
     CUresult r = ooc_device_init();
     if (r != CUDA_SUCCESS)
         return r;
-    return ooc_mem_alloc(p, size); /* counted there, with its sizes */
+    uint64_t id;
+    r = ooc_mem_alloc(p, size, &id); /* counted there, with its sizes */
+    if (r == CUDA_SUCCESS && ooc_record_on())
+        ooc_record_alloc(id, size);
+    return r;
 }
 
 CUresult ooc_hook_cuMemAlloc_v2(CUdeviceptr *p, size_t size) {
@@ -108,7 +114,11 @@ OOC_EXPORT_HOOK(cuMemAllocFromPoolAsync_ptsz, PFN_cuMemAllocFromPoolAsync_v11020
 
 /* Frees never synchronise: mem.c reuses the memory once its users' work has completed. */
 static CUresult free_ours(CUdeviceptr p, CUstream s) {
-    return ooc_mem_free(p, s); /* counted there */
+    uint64_t id;
+    CUresult r = ooc_mem_free(p, s, &id); /* counted there */
+    if (r == CUDA_SUCCESS && ooc_record_on())
+        ooc_record_free(id);
+    return r;
 }
 
 CUresult ooc_hook_cuMemFree_v2(CUdeviceptr p) {
@@ -231,6 +241,16 @@ static CUresult launch_op(CUfunction f, CUstream s, int ptds, void **params, voi
     ooc_access_t a;
     a.n = 0;
     a.overflow = 0;
+    a.kind = OOC_OP_KERNEL;
+    a.fn = f;
+    a.name = NULL;
+    a.bytes = 0;
+    if (cfg) {
+        gx = cfg->gridDimX, gy = cfg->gridDimY, gz = cfg->gridDimZ;
+        bx = cfg->blockDimX, by = cfg->blockDimY, bz = cfg->blockDimZ;
+    }
+    a.grid[0] = gx, a.grid[1] = gy, a.grid[2] = gz;
+    a.block[0] = bx, a.block[1] = by, a.block[2] = bz;
     ooc_stats_add(OOC_STAT_launches, 1);
     ooc_launch_access(f, params, extra, &a);
     switch (kind) {
@@ -312,12 +332,23 @@ OOC_EXPORT_HOOK(cuLaunchCooperativeKernel_ptsz, PFN_cuLaunchCooperativeKernel_v9
 /* ---- copies ------------------------------------------------------------------------------------
  */
 
-/* The access set of a copy: the buffers of ours that its two ranges overlap. */
-static void copy_access(ooc_access_t *a, uintptr_t dst, uintptr_t src, size_t n) {
+/* Starts the access set of a copy or set named `name`. */
+static void op_start(ooc_access_t *a, int kind, const char *name, size_t bytes) {
     a->n = 0;
     a->overflow = 0;
-    ooc_mem_note_range(a, dst, n);
-    ooc_mem_note_range(a, src, n);
+    a->kind = kind;
+    a->fn = NULL;
+    a->name = name;
+    a->bytes = bytes;
+    for (int i = 0; i < 3; i++)
+        a->grid[i] = a->block[i] = 0;
+}
+
+/* The access set of a copy: the buffers of ours that its two ranges overlap. */
+static void copy_access(ooc_access_t *a, const char *name, uintptr_t dst, uintptr_t src, size_t n) {
+    op_start(a, OOC_OP_MEMCPY, name, n);
+    ooc_mem_note_range(a, dst, n, OOC_USE_W);
+    ooc_mem_note_range(a, src, n, OOC_USE_R);
 }
 
 #define SYNC_COPY(sym, pfn, ptds, DT, ST)                                                          \
@@ -326,7 +357,7 @@ static void copy_access(ooc_access_t *a, uintptr_t dst, uintptr_t src, size_t n)
         if (!managing())                                                                           \
             return ooc_real.sym(dst, src, n);                                                      \
         ooc_access_t a;                                                                            \
-        copy_access(&a, (uintptr_t)dst, (uintptr_t)src, n);                                        \
+        copy_access(&a, #sym, (uintptr_t)dst, (uintptr_t)src, n);                                  \
         RUN_OP(&a, NULL, ptds, ooc_real.sym(dst, src, n));                                         \
     }                                                                                              \
     OOC_EXPORT_HOOK(sym, pfn)
@@ -346,7 +377,7 @@ SYNC_COPY(cuMemcpyDtoD_v2_ptds, PFN_cuMemcpyDtoD_v7000_ptds, 1, CUdeviceptr, CUd
         if (!managing())                                                                           \
             return ooc_real.sym(dst, src, n, s);                                                   \
         ooc_access_t a;                                                                            \
-        copy_access(&a, (uintptr_t)dst, (uintptr_t)src, n);                                        \
+        copy_access(&a, #sym, (uintptr_t)dst, (uintptr_t)src, n);                                  \
         RUN_OP(&a, s, ptds, ooc_real.sym(dst, src, n, s));                                         \
     }                                                                                              \
     OOC_EXPORT_HOOK(sym, pfn)
@@ -362,12 +393,15 @@ ASYNC_COPY(cuMemcpyDtoDAsync_v2, PFN_cuMemcpyDtoDAsync_v3020, 0, CUdeviceptr, CU
 ASYNC_COPY(cuMemcpyDtoDAsync_v2_ptsz, PFN_cuMemcpyDtoDAsync_v7000_ptsz, 1, CUdeviceptr,
            CUdeviceptr);
 
-static void batch_access(ooc_access_t *a, CUdeviceptr *d, CUdeviceptr *s, size_t *n, size_t count) {
-    a->n = 0;
-    a->overflow = 0;
+static void batch_access(ooc_access_t *a, const char *name, CUdeviceptr *d, CUdeviceptr *s,
+                         size_t *n, size_t count) {
+    size_t total = 0;
+    for (size_t i = 0; d && s && n && i < count; i++)
+        total += n[i];
+    op_start(a, OOC_OP_MEMCPY, name, total);
     for (size_t i = 0; d && s && n && i < count; i++) {
-        ooc_mem_note_range(a, (uintptr_t)d[i], n[i]);
-        ooc_mem_note_range(a, (uintptr_t)s[i], n[i]);
+        ooc_mem_note_range(a, (uintptr_t)d[i], n[i], OOC_USE_W);
+        ooc_mem_note_range(a, (uintptr_t)s[i], n[i], OOC_USE_R);
     }
 }
 
@@ -379,7 +413,7 @@ static void batch_access(ooc_access_t *a, CUdeviceptr *d, CUdeviceptr *s, size_t
         if (!managing())                                                                           \
             return ooc_real.sym(d, s, n, count, at, ai, na, fail, h);                              \
         ooc_access_t a;                                                                            \
-        batch_access(&a, d, s, n, count);                                                          \
+        batch_access(&a, #sym, d, s, n, count);                                                    \
         RUN_OP(&a, h, ptds, ooc_real.sym(d, s, n, count, at, ai, na, fail, h));                    \
     }                                                                                              \
     OOC_EXPORT_HOOK(sym, pfn)
@@ -391,7 +425,7 @@ static void batch_access(ooc_access_t *a, CUdeviceptr *d, CUdeviceptr *s, size_t
         if (!managing())                                                                           \
             return ooc_real.sym(d, s, n, count, at, ai, na, h);                                    \
         ooc_access_t a;                                                                            \
-        batch_access(&a, d, s, n, count);                                                          \
+        batch_access(&a, #sym, d, s, n, count);                                                    \
         RUN_OP(&a, h, ptds, ooc_real.sym(d, s, n, count, at, ai, na, h));                          \
     }                                                                                              \
     OOC_EXPORT_HOOK(sym, pfn)
@@ -403,12 +437,13 @@ BATCH_13000(cuMemcpyBatchAsync_v2_ptsz, PFN_cuMemcpyBatchAsync_v13000_ptsz, 1);
 
 /* ---- sets ------------------------------------------------------------------------------------ */
 
-static void set_access(ooc_access_t *a, CUdeviceptr d, size_t pitch, size_t w, size_t h,
-                       size_t elem) {
-    a->n = 0;
-    a->overflow = 0;
+static void set_access(ooc_access_t *a, const char *name, CUdeviceptr d, size_t pitch, size_t w,
+                       size_t h, size_t elem) {
+    op_start(a, OOC_OP_MEMSET, name, w * h * elem);
+    /* A 2D set with gaps between rows leaves the gaps as they were. */
+    unsigned use = (h == 1 || pitch == w * elem) ? OOC_USE_W : OOC_USE_RW;
     if (w && h)
-        ooc_mem_note_range(a, (uintptr_t)d, (h - 1) * pitch + w * elem);
+        ooc_mem_note_range(a, (uintptr_t)d, (h - 1) * pitch + w * elem, use);
 }
 
 #define SET1(sym, pfn, ptds, elem, VT)                                                             \
@@ -417,7 +452,7 @@ static void set_access(ooc_access_t *a, CUdeviceptr d, size_t pitch, size_t w, s
         if (!managing())                                                                           \
             return ooc_real.sym(d, v, n);                                                          \
         ooc_access_t a;                                                                            \
-        set_access(&a, d, n *elem, n, 1, elem);                                                    \
+        set_access(&a, #sym, d, n *elem, n, 1, elem);                                              \
         RUN_OP(&a, NULL, ptds, ooc_real.sym(d, v, n));                                             \
     }                                                                                              \
     OOC_EXPORT_HOOK(sym, pfn)
@@ -435,7 +470,7 @@ SET1(cuMemsetD32_v2_ptds, PFN_cuMemsetD32_v7000_ptds, 1, 4, unsigned int);
         if (!managing())                                                                           \
             return ooc_real.sym(d, v, n, s);                                                       \
         ooc_access_t a;                                                                            \
-        set_access(&a, d, n *elem, n, 1, elem);                                                    \
+        set_access(&a, #sym, d, n *elem, n, 1, elem);                                              \
         RUN_OP(&a, s, ptds, ooc_real.sym(d, v, n, s));                                             \
     }                                                                                              \
     OOC_EXPORT_HOOK(sym, pfn)
@@ -453,7 +488,7 @@ SET1_ASYNC(cuMemsetD32Async_ptsz, PFN_cuMemsetD32Async_v7000_ptsz, 1, 4, unsigne
         if (!managing())                                                                           \
             return ooc_real.sym(d, pitch, v, w, h);                                                \
         ooc_access_t a;                                                                            \
-        set_access(&a, d, pitch, w, h, elem);                                                      \
+        set_access(&a, #sym, d, pitch, w, h, elem);                                                \
         RUN_OP(&a, NULL, ptds, ooc_real.sym(d, pitch, v, w, h));                                   \
     }                                                                                              \
     OOC_EXPORT_HOOK(sym, pfn)
@@ -469,7 +504,7 @@ SET2(cuMemsetD2D32_v2_ptds, PFN_cuMemsetD2D32_v7000_ptds, 1, 4, unsigned int);
         if (!managing())                                                                           \
             return ooc_real.sym(d, pitch, v, w, h, s);                                             \
         ooc_access_t a;                                                                            \
-        set_access(&a, d, pitch, w, h, elem);                                                      \
+        set_access(&a, #sym, d, pitch, w, h, elem);                                                \
         RUN_OP(&a, s, ptds, ooc_real.sym(d, pitch, v, w, h, s));                                   \
     }                                                                                              \
     OOC_EXPORT_HOOK(sym, pfn)

@@ -49,12 +49,12 @@ static void config_once_fn(void) {
     }
     const ooc_options_t *o = ooc_options();
     int mode = o->mode;
-    if (mode == OOC_MODE_RECORD || mode == OOC_MODE_AUTO) {
+    if (mode == OOC_MODE_AUTO) {
+        /* Replay is not written yet: auto records the profile and goes on in demand mode. */
         if (was_set("OOC_MODE"))
-            OOC_LOG_W("OOC_MODE=%s: recording and replay are not implemented yet; running in "
-                      "demand mode",
-                      ooc_mode_name(mode));
-        mode = OOC_MODE_DEMAND;
+            OOC_LOG_W("OOC_MODE=auto: replay is not implemented yet; recording the profile, "
+                      "then running in demand mode (as OOC_MODE=record)");
+        mode = OOC_MODE_RECORD;
     }
     pthread_atfork(NULL, NULL, on_fork_child);
     atomic_store(&ooc_mode_now, mode);
@@ -69,6 +69,7 @@ const ooc_options_t *ooc_opts(void) {
 }
 
 static void at_exit(void) {
+    ooc_record_finish();
     if (ooc_options()->stats)
         ooc_stats_print(2);
     ooc_mem_shutdown();
@@ -186,6 +187,8 @@ static CUresult device_setup(void) {
     if (ooc_mem_init(budget, chunk, dev, ctx, safe ? &safe_loc : NULL) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     atexit(at_exit);
+    if (atomic_load(&ooc_mode_now) == OOC_MODE_RECORD)
+        ooc_record_start();
     char line[512], sb[32], st[32], sc[32];
     int n = snprintf(line, sizeof line,
                      "ooc[%d] ooc-shim: device %s, budget %s of %s, chunk %s, mode %s, safe mode "

@@ -43,6 +43,8 @@ typedef struct phys {
 typedef struct buf {
     uintptr_t addr;
     size_t size;
+    uint64_t id;     /* serial number, never reused */
+    uint64_t opmark; /* op serial that listed it in op_bufs */
     int small;
     UT_hash_handle hh;
 } buf_t;
@@ -133,6 +135,9 @@ static struct {
     uint64_t serial;
     chunk_t **op_chunks;
     size_t nop, cap_op;
+    ooc_opbuf_t *op_bufs;
+    size_t nopb, cap_opb;
+    uint64_t next_id;
 } M;
 
 static uintptr_t chunk_addr(const chunk_t *c) {
@@ -710,10 +715,13 @@ void ooc_mem_shutdown(void) {
     ooc_real.cuCtxSynchronize();
     chunk_t *c, *tmp;
     HASH_ITER(hh, M.chunks, c, tmp) {
-        if (c->state == C_RESIDENT)
-            unmap_chunk(c);
-        else
+        if (c->state == C_RESIDENT && unmap_chunk(c) != CUDA_SUCCESS) {
+            /* After a sticky device error nothing can be unmapped; free our side anyway. */
+            ooc_real.cuMemRelease(c->phys->h);
+            free(c->phys);
+        } else if (c->state != C_RESIDENT) {
             unalias_chunk(c);
+        }
         chunk_delete(c);
     }
     buf_t *b, *bt;
@@ -738,6 +746,7 @@ void ooc_mem_shutdown(void) {
     free(M.free_runs);
     free(M.dying);
     free(M.op_chunks);
+    free(M.op_bufs);
     ooc_real.cuCtxSetCurrent(prev);
     memset(&M, 0, sizeof M);
     pthread_mutex_unlock(&mem_lock);
@@ -834,7 +843,7 @@ static CUresult alloc_large(buf_t *b, size_t size) {
     return CUDA_SUCCESS;
 }
 
-CUresult ooc_mem_alloc(CUdeviceptr *out, size_t size) {
+CUresult ooc_mem_alloc(CUdeviceptr *out, size_t size, uint64_t *id) {
     if (!out || size == 0)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&mem_lock);
@@ -866,11 +875,14 @@ CUresult ooc_mem_alloc(CUdeviceptr *out, size_t size) {
                                : (((size + M.chunk - 1) >> M.shift) << M.shift);
     ooc_stats_alloc(size, mapped);
     *out = (CUdeviceptr)b->addr;
+    b->id = ++M.next_id;
+    if (id)
+        *id = b->id;
     pthread_mutex_unlock(&mem_lock);
     return CUDA_SUCCESS;
 }
 
-CUresult ooc_mem_free(CUdeviceptr p, CUstream stream) {
+CUresult ooc_mem_free(CUdeviceptr p, CUstream stream, uint64_t *id) {
     pthread_mutex_lock(&mem_lock);
     uintptr_t a = (uintptr_t)p;
     buf_t *b;
@@ -880,6 +892,8 @@ CUresult ooc_mem_free(CUdeviceptr p, CUstream stream) {
         return CUDA_ERROR_INVALID_VALUE;
     }
     HASH_DEL(M.bufs, b);
+    if (id)
+        *id = b->id;
     uint64_t first = (b->addr - M.va_base) >> M.shift;
     if (b->small) {
         chunk_t *c = chunk_find(first);
@@ -929,27 +943,60 @@ int ooc_mem_lookup(uintptr_t p, uintptr_t *base, size_t *size) {
 
 /* Appends a query for [p, p + n) (n == 0: the buffer containing p); resolved to buffers by
  * ooc_mem_begin under its lock, so that noting takes no lock. */
-static void note(ooc_access_t *a, uintptr_t p, size_t n) {
-    for (unsigned i = 0; i < a->n; i++)
-        if (a->refs[i].lo == p && a->refs[i].hi == p + n)
+static void note(ooc_access_t *a, uintptr_t p, size_t n, unsigned use) {
+    for (unsigned i = 0; i < a->n; i++) {
+        if (a->refs[i].lo == p && a->refs[i].hi == p + n) {
+            a->refs[i].use |= use;
             return;
+        }
+    }
     if (a->n == OOC_MAX_REFS) {
         a->overflow = 1;
         return;
     }
     a->refs[a->n].lo = p;
     a->refs[a->n].hi = p + n;
+    a->refs[a->n].use = use;
     a->n++;
 }
 
 void ooc_mem_note(ooc_access_t *a, uintptr_t p) {
     if (ooc_mem_owns(p))
-        note(a, p, 0);
+        note(a, p, 0, OOC_USE_RW);
 }
 
-void ooc_mem_note_range(ooc_access_t *a, uintptr_t p, size_t n) {
+void ooc_mem_note_range(ooc_access_t *a, uintptr_t p, size_t n, unsigned use) {
     if (ooc_mem_owns(p) && n)
-        note(a, p, n);
+        note(a, p, n, use);
+}
+
+/* Lists b for the current op (once), with how the query [lo, hi) uses it. */
+static int opbuf_add(buf_t *b, uintptr_t lo, uintptr_t hi, unsigned use) {
+    /* A write that does not cover the whole buffer keeps the rest: read-write for the planner. */
+    if (use == OOC_USE_W && (lo > b->addr || hi < b->addr + b->size))
+        use = OOC_USE_RW;
+    if (b->opmark == M.serial) {
+        for (size_t i = 0; i < M.nopb; i++)
+            if (M.op_bufs[i].id == b->id)
+                M.op_bufs[i].use |= use;
+        return 0;
+    }
+    if (M.nopb == M.cap_opb) {
+        size_t nc = M.cap_opb ? M.cap_opb * 2 : 32;
+        ooc_opbuf_t *n = realloc(M.op_bufs, nc * sizeof *n);
+        if (!n)
+            return -1;
+        M.op_bufs = n;
+        M.cap_opb = nc;
+    }
+    b->opmark = M.serial;
+    M.op_bufs[M.nopb++] = (ooc_opbuf_t){.id = b->id, .bytes = b->size, .use = use};
+    return 0;
+}
+
+size_t ooc_mem_op_buffers(const ooc_opbuf_t **out) {
+    *out = M.op_bufs;
+    return M.nopb;
 }
 
 /* ---- residency ------------------------------------------------------------------------------ */
@@ -991,6 +1038,7 @@ CUresult ooc_mem_begin(const ooc_access_t *a, CUstream stream, int per_thread) {
     pthread_mutex_lock(&mem_lock);
     M.serial++;
     M.nop = 0;
+    M.nopb = 0;
     if (a->overflow) {
         OOC_LOG_E("an operation references more than %d buffers; the shim cannot make them all "
                   "resident",
@@ -1003,6 +1051,8 @@ CUresult ooc_mem_begin(const ooc_access_t *a, CUstream stream, int per_thread) {
         uintptr_t p = a->refs[i].lo, end = a->refs[i].hi > p ? a->refs[i].hi : p + 1;
         buf_t *b;
         while (p < end && (b = lookup(p)) != NULL) {
+            if (opbuf_add(b, a->refs[i].lo, a->refs[i].hi, a->refs[i].use) != 0)
+                return CUDA_ERROR_OUT_OF_MEMORY;
             uint64_t c0 = (b->addr - M.va_base) >> M.shift;
             uint64_t c1 = (b->addr + b->size - 1 - M.va_base) >> M.shift;
             for (uint64_t idx = c0; idx <= c1; idx++) {
@@ -1222,6 +1272,106 @@ void ooc_mem_report_fault(CUresult r) {
               "memory); safe mode %s. %zu buffers were swapped out without a host alias%s%s",
               M.safe ? "is on, so the fault is not one of those" : "is off", n, n ? ": " : "",
               list);
+}
+
+void ooc_mem_geometry(uint64_t *chunk_bytes, uint64_t *budget_bytes) {
+    pthread_mutex_lock(&mem_lock);
+    *chunk_bytes = M.chunk;
+    *budget_bytes = M.budget_bytes;
+    pthread_mutex_unlock(&mem_lock);
+}
+
+/* One timed batch: `reps` copies of `bytes` between slot s and the device chunk at dev, on
+ * stream st, host-to-device when h2d. Caller holds mem_lock. */
+static CUresult bw_copies(CUstream st, hslot_t *s, CUdeviceptr dev, uint64_t bytes, int reps,
+                          int h2d) {
+    CUresult r = CUDA_SUCCESS;
+    for (int i = 0; i < reps && r == CUDA_SUCCESS; i++) {
+        if (M.safe)
+            r = h2d ? ooc_real.cuMemcpyDtoDAsync_v2(dev, s->va, bytes, st)
+                    : ooc_real.cuMemcpyDtoDAsync_v2(s->va, dev, bytes, st);
+        else
+            r = h2d ? ooc_real.cuMemcpyHtoDAsync_v2(dev, s->p, bytes, st)
+                    : ooc_real.cuMemcpyDtoHAsync_v2(s->p, dev, bytes, st);
+    }
+    return r;
+}
+
+CUresult ooc_mem_measure_bw(uint64_t bytes, double *h2d_bps, double *d2h_bps, double *bidir_bps) {
+    pthread_mutex_lock(&mem_lock);
+    if (bytes > M.chunk)
+        bytes = M.chunk;
+    int reps = (int)((8 * M.chunk) / bytes);
+    if (reps < 4)
+        reps = 4;
+    M.serial++;
+    CUresult r = need_phys(1);
+    uint64_t idx = 0;
+    int have_va = r == CUDA_SUCCESS && va_take(1, &idx) == 0;
+    chunk_t scratch;
+    memset(&scratch, 0, sizeof scratch);
+    scratch.idx = idx;
+    if (r == CUDA_SUCCESS && !have_va)
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    int mapped = r == CUDA_SUCCESS && (r = map_chunk(&scratch)) == CUDA_SUCCESS;
+    hslot_t *s1 = mapped ? host_slot() : NULL, *s2 = s1 ? host_slot() : NULL;
+    CUstream st2 = NULL;
+    CUevent ev[4] = {NULL, NULL, NULL, NULL};
+    if (mapped && (!s1 || !s2))
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    if (r == CUDA_SUCCESS)
+        r = ooc_real.cuStreamCreate(&st2, CU_STREAM_NON_BLOCKING);
+    for (int i = 0; i < 4 && r == CUDA_SUCCESS; i++)
+        r = ooc_real.cuEventCreate(&ev[i], CU_EVENT_DEFAULT);
+    CUdeviceptr dev = (CUdeviceptr)chunk_addr(&scratch);
+    float ms[3] = {0, 0, 0};
+    for (int dir = 0; dir < 2 && r == CUDA_SUCCESS; dir++) {
+        /* One direction at a time: dir 0 host to device, dir 1 device to host. */
+        if ((r = ooc_real.cuEventRecord(ev[0], M.swap)) == CUDA_SUCCESS &&
+            (r = bw_copies(M.swap, s1, dev, bytes, reps, dir == 0)) == CUDA_SUCCESS &&
+            (r = ooc_real.cuEventRecord(ev[1], M.swap)) == CUDA_SUCCESS &&
+            (r = ooc_real.cuEventSynchronize(ev[1])) == CUDA_SUCCESS)
+            r = ooc_real.cuEventElapsedTime(&ms[dir], ev[0], ev[1]);
+    }
+    if (r == CUDA_SUCCESS) {
+        /* Both at once: the device-to-host stream starts when the host-to-device one does. */
+        float a = 0, b = 0;
+        if ((r = ooc_real.cuEventRecord(ev[0], M.swap)) == CUDA_SUCCESS &&
+            (r = ooc_real.cuStreamWaitEvent(st2, ev[0], 0)) == CUDA_SUCCESS &&
+            (r = bw_copies(M.swap, s1, dev, bytes, reps, 1)) == CUDA_SUCCESS &&
+            (r = bw_copies(st2, s2, dev, bytes, reps, 0)) == CUDA_SUCCESS &&
+            (r = ooc_real.cuEventRecord(ev[1], M.swap)) == CUDA_SUCCESS &&
+            (r = ooc_real.cuEventRecord(ev[2], st2)) == CUDA_SUCCESS &&
+            (r = ooc_real.cuEventSynchronize(ev[1])) == CUDA_SUCCESS &&
+            (r = ooc_real.cuEventSynchronize(ev[2])) == CUDA_SUCCESS &&
+            (r = ooc_real.cuEventElapsedTime(&a, ev[0], ev[1])) == CUDA_SUCCESS &&
+            (r = ooc_real.cuEventElapsedTime(&b, ev[0], ev[2])) == CUDA_SUCCESS)
+            ms[2] = a > b ? a : b;
+    }
+    /* Nothing may still run on the scratch chunk when it is unmapped. */
+    ooc_real.cuStreamSynchronize(M.swap);
+    if (st2) {
+        ooc_real.cuStreamSynchronize(st2);
+        ooc_real.cuStreamDestroy_v2(st2);
+    }
+    for (int i = 0; i < 4; i++)
+        if (ev[i])
+            ooc_real.cuEventDestroy_v2(ev[i]);
+    host_slot_put(s1);
+    host_slot_put(s2);
+    if (mapped)
+        unmap_chunk(&scratch);
+    if (have_va)
+        va_give(idx, 1);
+    pthread_mutex_unlock(&mem_lock);
+    if (r != CUDA_SUCCESS)
+        return r;
+    double total = (double)bytes * reps;
+    /* A timer that reads 0 (too fast to see) would make an infinite bandwidth: floor at 1 us. */
+    *h2d_bps = total / ((ms[0] > 1e-3f ? ms[0] : 1e-3f) * 1e-3);
+    *d2h_bps = total / ((ms[1] > 1e-3f ? ms[1] : 1e-3f) * 1e-3);
+    *bidir_bps = 2 * total / ((ms[2] > 1e-3f ? ms[2] : 1e-3f) * 1e-3);
+    return CUDA_SUCCESS;
 }
 
 void ooc_mem_info(uint64_t *budget, uint64_t *resident) {

@@ -53,6 +53,8 @@
     X(cuEventSynchronize, PFN_cuEventSynchronize_v2000)                                            \
     X(cuEventDestroy_v2, PFN_cuEventDestroy_v4000)                                                 \
     X(cuFuncGetParamInfo, PFN_cuFuncGetParamInfo_v12040)                                           \
+    X(cuFuncGetName, PFN_cuFuncGetName_v12030)                                                     \
+    X(cuEventElapsedTime, PFN_cuEventElapsedTime_v2000)                                            \
     X(cuGetErrorName, PFN_cuGetErrorName_v6000)
 
 typedef struct ooc_real {
@@ -103,19 +105,41 @@ CUresult ooc_device_init(void);
 
 /* ---- mem.c: buffers, chunks and residency ---------------------------------------------------- */
 
+/* How an op uses a range (the planner's OOC_ACCESS_* values). */
+#define OOC_USE_R  1u
+#define OOC_USE_W  2u
+#define OOC_USE_RW 3u
+
 /* What an op may touch, as noted: [lo, hi), or the buffer containing lo when hi == lo. */
-typedef struct ooc_ref {
+typedef struct ooc_query {
     uintptr_t lo, hi;
-} ooc_ref_t;
+    unsigned use; /* OOC_USE_*: a kernel's parameters are RW, a copy's source R */
+} ooc_query_t;
 
 #define OOC_MAX_REFS 256
 
-/* What one operation touches, gathered by launch.c or the copy hooks. */
+/* The kinds of op (the planner's ooc_op_kind_t values). */
+enum { OOC_OP_KERNEL = 0, OOC_OP_MEMCPY = 1, OOC_OP_MEMSET = 2 };
+
+/* What one operation is and touches, gathered by launch.c or the copy hooks. */
 typedef struct ooc_access {
-    ooc_ref_t refs[OOC_MAX_REFS];
+    ooc_query_t refs[OOC_MAX_REFS];
     unsigned n;
     int overflow; /* more references than fit: all of them could not be made resident */
+    /* What the op is, for the recorder. */
+    int kind;         /* OOC_OP_* */
+    CUfunction fn;    /* kernels */
+    const char *name; /* copies and sets: the entry point's name */
+    unsigned grid[3], block[3];
+    size_t bytes; /* copies and sets */
 } ooc_access_t;
+
+/* A buffer the op being issued references (see ooc_mem_op_buffers). */
+typedef struct ooc_opbuf {
+    uint64_t id; /* the buffer's serial number (never reused) */
+    uint64_t bytes;
+    unsigned use; /* OOC_USE_*; W only when the op covers the whole buffer */
+} ooc_opbuf_t;
 
 /* Sets up the pool. `safe_loc`, when not NULL, is the host location of host-located VMM memory:
  * swapped chunks are then mapped at their own addresses to their host copies (safe mode). */
@@ -124,19 +148,23 @@ int ooc_mem_init(uint64_t budget_bytes, uint64_t chunk_bytes, CUdevice dev, CUco
 void ooc_mem_shutdown(void);
 
 /* Allocates `size` bytes at a stable address; on the device only when first used. */
-CUresult ooc_mem_alloc(CUdeviceptr *out, size_t size);
+CUresult ooc_mem_alloc(CUdeviceptr *out, size_t size, uint64_t *id);
 /* Frees a buffer without synchronising: its memory is reused after its users' work completes.
  * `stream` is the stream of a cuMemFreeAsync, or NULL. Returns CUDA_ERROR_INVALID_VALUE when
  * p is not the start of a live buffer of ours. */
-CUresult ooc_mem_free(CUdeviceptr p, CUstream stream);
+CUresult ooc_mem_free(CUdeviceptr p, CUstream stream, uint64_t *id);
 /* Is p inside the shim's reservation? (Cheap; no lock.) */
 int ooc_mem_owns(uintptr_t p);
 /* The live buffer containing p: its start and size; -1 if none. */
 int ooc_mem_lookup(uintptr_t p, uintptr_t *base, size_t *size);
-/* Notes the buffer containing p (if ours) in the access set; takes no lock. */
+/* Notes the buffer containing p (if ours) in the access set, used read-write; takes no lock. */
 void ooc_mem_note(ooc_access_t *a, uintptr_t p);
-/* Notes every buffer of ours that [p, p + n) overlaps; takes no lock. */
-void ooc_mem_note_range(ooc_access_t *a, uintptr_t p, size_t n);
+/* Notes every buffer of ours that [p, p + n) overlaps, used as `use` (OOC_USE_*); no lock. */
+void ooc_mem_note_range(ooc_access_t *a, uintptr_t p, size_t n, unsigned use);
+
+/* The buffers the op between ooc_mem_begin and ooc_mem_end references, each once, in the order
+ * of its queries; valid until ooc_mem_end. */
+size_t ooc_mem_op_buffers(const ooc_opbuf_t **out);
 
 /* Makes every chunk the access set touches resident before an op on `stream` (whose NULL means
  * the per-thread stream when per_thread is set). The residency lock is held on return, whatever
@@ -160,6 +188,39 @@ void ooc_mem_report_fault(CUresult r);
 
 /* Budget, used and peak bytes, for cuMemGetInfo. */
 void ooc_mem_info(uint64_t *budget, uint64_t *resident);
+
+/* Measures the bandwidth of the swap path (pinned or host-located memory to and from device
+ * chunks) at copies of `bytes` bytes (at most one chunk), repeated: bytes per second one way each,
+ * and in total with both directions at once. Borrows one physical chunk (swapping one out if the
+ * pool is full). Returns CUDA_SUCCESS or the driver's error. Thread-safe. */
+CUresult ooc_mem_measure_bw(uint64_t bytes, double *h2d_bps, double *d2h_bps, double *bidir_bps);
+
+/* The chunk size and the budget in force. */
+void ooc_mem_geometry(uint64_t *chunk_bytes, uint64_t *budget_bytes);
+
+/* ---- record.c: the recorder ----------------------------------------------------------------- */
+
+/* Starts recording (OOC_MODE=record): from now on every op, allocation and free is logged until
+ * the profile is written. Called once, at device set-up. */
+void ooc_record_start(void);
+/* Is the recorder logging? (One relaxed atomic load.) */
+int ooc_record_on(void);
+/* Allocation and free of buffer `id` (ooc_mem_alloc's serial number). Thread-safe. */
+void ooc_record_alloc(uint64_t id, uint64_t bytes);
+void ooc_record_free(uint64_t id);
+/* Around an op's issue, inside ooc_mem_begin/ooc_mem_end (the residency lock is held, which
+ * orders ops): op_begin records the start event on the op's stream and returns a token;
+ * op_end logs the op and its buffers and returns 1 when the profile is complete, in which case
+ * the caller calls ooc_record_finish after ooc_mem_end. */
+int ooc_record_op_begin(CUstream stream, int per_thread);
+int ooc_record_op_end(int token, const ooc_access_t *a, CUstream stream, int per_thread,
+                      int issued);
+/* The public marker: an iteration ends here (exported; see record.c). */
+OOC_EXPORT void ooc_mark_iteration(void);
+
+/* Writes the profile (once) and stops recording. Also called at exit: a program that ended
+ * before enough iterations gets the profile of what was found, or a line saying why not. */
+void ooc_record_finish(void);
 
 /* ---- launch.c: what a kernel touches ------------------------------------------------------- */
 

@@ -4,8 +4,9 @@
  * Each test runs build/workloads/<name> as a child with LD_LIBRARY_PATH at the simulated driver
  * (tu_build_path("fakecuda")) and compares what it prints: the same checksum across repeated
  * runs, inline and threaded scheduling, jitter seeds, warm-up extras; the op count against the
- * driver's own statistics; and the large workload's out-of-memory failure at its stated
- * capacity. The loop index _i selects the workload. */
+ * driver's own statistics; the large workload's out-of-memory failure at its stated capacity;
+ * and cnn's --blocks option (its footprint and op count per identity block, its checks). The
+ * loop index _i selects the workload. */
 #include <check.h>
 #include <limits.h>
 #include <stdio.h>
@@ -17,6 +18,7 @@
 
 static const char *const workloads[] = {"mlp", "cnn", "large"};
 #define NWORKLOADS  3
+#define CNN_IDX     1
 #define LARGE_IDX   2
 #define LARGE_CAP   "33554432" /* large.c's stated default capacity, 32 MiB */
 #define UNLIMITED   "FAKECUDA_MEM_BYTES=1073741824"
@@ -165,6 +167,15 @@ START_TEST(test_warmup_extras_keep_checksum) {
 }
 END_TEST
 
+/* cnn's ops_per_iteration with --blocks n: 57 for the stem, the strided block with its shortcut,
+ * the head and their SGD steps, and 24 for each identity block (7 forward: two convs, two batch
+ * norms, two ReLUs, the skip's add; 11 backward: two ReLU backwards, the skip's copy, two batch
+ * norm backwards, and per conv a memset of the weight gradient, backward-filter and
+ * backward-data; 6 SGD steps: two conv weights, two BN scales and biases). */
+static unsigned long long cnn_ops(int blocks) {
+    return 57 + 24ull * (unsigned long long)blocks;
+}
+
 /* Sum of kernel launches, memcpys and memsets in a FAKECUDA_STATS file. */
 static unsigned long long stats_ops(const char *path) {
     FILE *f = fopen(path, "r");
@@ -178,16 +189,21 @@ static unsigned long long stats_ops(const char *path) {
     return sum;
 }
 
-START_TEST(test_ops_per_iteration_matches_driver) {
+/* Asserts that workload `name`, run with the extra arguments (NULL or a NULL-terminated list of
+ * at most 8), reports as ops_per_iteration what the driver counted in its third iteration;
+ * returns that count. */
+static unsigned long long expect_ops_match_driver(const char *name, const char *const *extra) {
     unsigned long long total[2];
     result_t r[2];
     for (int k = 0; k < 2; k++) {
         char path[64], stats[96];
         snprintf(path, sizeof path, "/tmp/ooc-wl-stats-%d-%d", (int)getpid(), k);
         snprintf(stats, sizeof stats, "FAKECUDA_STATS=%s", path);
-        const char *args[] = {"--iters", k == 0 ? "2" : "3", "--mark", NULL};
+        const char *args[12] = {"--iters", k == 0 ? "2" : "3", "--mark"};
+        for (int a = 0; extra && extra[a] && a < 8; a++)
+            args[3 + a] = extra[a];
         const char *env[] = {stats, NULL};
-        run(workloads[_i], args, env, &r[k]);
+        run(name, args, env, &r[k]);
         expect_ok(args[1], &r[k]);
         total[k] = stats_ops(path);
         unlink(path);
@@ -197,8 +213,14 @@ START_TEST(test_ops_per_iteration_matches_driver) {
                   "driver saw %llu ops in one iteration, "
                   "workload says %llu",
                   total[1] - total[0], r[0].ops);
+    unsigned long long ops = r[0].ops;
     result_free(&r[0]);
     result_free(&r[1]);
+    return ops;
+}
+
+START_TEST(test_ops_per_iteration_matches_driver) {
+    expect_ops_match_driver(workloads[_i], NULL);
 }
 END_TEST
 
@@ -239,6 +261,9 @@ START_TEST(test_help_documents_options) {
     if (_i == LARGE_IDX)
         ck_assert_msg(strstr(r.out, "FAKECUDA_MEM_BYTES=" LARGE_CAP) != NULL,
                       "large --help does not state its capacity");
+    if (_i == CNN_IDX)
+        ck_assert_msg(strstr(r.out, "--blocks N (1..16, default 1)") != NULL,
+                      "cnn --help does not document --blocks");
     run(workloads[_i], bad, NULL, &e);
     ck_assert_int_eq(e.status, 1);
     result_free(&r);
@@ -280,6 +305,96 @@ START_TEST(test_small_workloads_fit_the_large_capacity) {
 }
 END_TEST
 
+/* cnn --blocks N (_i + 2: 2 and 3) gives one checksum inline, threaded and under jitter, with and
+ * without the autotuning extras. */
+START_TEST(test_cnn_blocks_are_deterministic) {
+    char n[16];
+    snprintf(n, sizeof n, "%d", _i + 2);
+    const char *args[] = {"--blocks", n, NULL};
+    const char *warm[] = {"--blocks", n, "--warmup-differs", NULL};
+    static const char *const inl[] = {"FAKECUDA_SCHED=inline", NULL};
+    static const char *const thr[] = {"FAKECUDA_SCHED=threaded", NULL};
+    static const char *const jit[] = {"FAKECUDA_SCHED=threaded", "FAKECUDA_JITTER_US=20",
+                                      "FAKECUDA_SEED=5", NULL};
+    result_t a, b, c, d, one;
+    run("cnn", args, inl, &a);
+    run("cnn", args, thr, &b);
+    run("cnn", args, jit, &c);
+    run("cnn", warm, jit, &d);
+    run("cnn", NULL, inl, &one);
+    expect_ok("inline", &a);
+    expect_ok("threaded", &b);
+    expect_ok("jitter", &c);
+    expect_ok("--warmup-differs", &d);
+    expect_ok("--blocks 1", &one);
+    expect_same("threaded", &a, &b);
+    expect_same("jitter", &a, &c);
+    expect_same("--warmup-differs", &a, &d);
+    ck_assert_uint_eq(a.ops, d.ops);
+    ck_assert_msg(strcmp(a.checksum, one.checksum) != 0, "--blocks %s trains like --blocks 1", n);
+    result_free(&a);
+    result_free(&b);
+    result_free(&c);
+    result_free(&d);
+    result_free(&one);
+}
+END_TEST
+
+/* --blocks 1 is the default; each further block adds the same footprint (its activations and
+ * parameters) and 24 ops per iteration. */
+START_TEST(test_cnn_footprint_grows_with_blocks) {
+    result_t def, r[4];
+    run("cnn", NULL, NULL, &def);
+    expect_ok("default", &def);
+    for (int k = 0; k < 4; k++) {
+        char n[16];
+        snprintf(n, sizeof n, "%d", k + 1);
+        const char *args[] = {"--blocks", n, NULL};
+        run("cnn", args, NULL, &r[k]);
+        expect_ok(n, &r[k]);
+        ck_assert_msg(r[k].ops == cnn_ops(k + 1), "--blocks %s: %llu ops per iteration, not %llu",
+                      n, r[k].ops, cnn_ops(k + 1));
+    }
+    expect_same("--blocks 1", &def, &r[0]);
+    ck_assert_uint_eq(def.peak, r[0].peak);
+    ck_assert_uint_eq(def.ops, r[0].ops);
+    unsigned long long step = r[1].peak - r[0].peak;
+    ck_assert_msg(r[1].peak > r[0].peak, "peak %llu at 2 blocks, %llu at 1", r[1].peak, r[0].peak);
+    for (int k = 2; k < 4; k++)
+        ck_assert_msg(r[k].peak - r[k - 1].peak == step, "peak %llu at %d blocks, %llu at %d",
+                      r[k].peak, k + 1, r[k - 1].peak, k);
+    /* Each block keeps at least its four activations (batch x 16 x 16 x 16 floats) live. */
+    ck_assert_uint_ge(step, 4ull * 8 * 16 * 16 * 16 * sizeof(float));
+    result_free(&def);
+    for (int k = 0; k < 4; k++)
+        result_free(&r[k]);
+}
+END_TEST
+
+START_TEST(test_cnn_blocks_ops_match_driver) {
+    static const char *const args[] = {"--blocks", "16", NULL};
+    ck_assert_uint_eq(expect_ops_match_driver("cnn", args), cnn_ops(16));
+}
+END_TEST
+
+/* A --blocks value outside 1..16 or not an integer stops the program with status 2 and a
+ * message that names the option, the value and the range. */
+START_TEST(test_cnn_rejects_bad_blocks) {
+    static const char *const bad[] = {"0", "17", "x", "-1", "4x", ""};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        const char *args[] = {"--blocks", bad[k], NULL};
+        char want[64];
+        snprintf(want, sizeof want, "--blocks %s: expected an integer from 1 to 16", bad[k]);
+        result_t r;
+        run("cnn", args, NULL, &r);
+        ck_assert_msg(r.status == 2, "--blocks '%s': status %d", bad[k], r.status);
+        ck_assert_msg(strstr(r.err, want) != NULL, "--blocks '%s': stderr:\n%s", bad[k], r.err);
+        ck_assert_ptr_null(strstr(r.out, "checksum: "));
+        result_free(&r);
+    }
+}
+END_TEST
+
 Suite *suite_workloads(void);
 Suite *suite_workloads(void) {
     Suite *s = suite_create("workloads");
@@ -302,6 +417,13 @@ Suite *suite_workloads(void) {
     tcase_add_test(tc, test_large_runs_out_of_memory_at_its_capacity);
     tcase_add_test(tc, test_large_footprint_is_4_to_8_times_capacity);
     tcase_add_loop_test(tc, test_small_workloads_fit_the_large_capacity, 0, LARGE_IDX);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("cnn-blocks");
+    tcase_set_timeout(tc, 240);
+    tcase_add_loop_test(tc, test_cnn_blocks_are_deterministic, 0, 2);
+    tcase_add_test(tc, test_cnn_footprint_grows_with_blocks);
+    tcase_add_test(tc, test_cnn_blocks_ops_match_driver);
+    tcase_add_test(tc, test_cnn_rejects_bad_blocks);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,0 +1,529 @@
+/* SPDX-License-Identifier: MIT */
+/* record.c: the recorder: logs every op, allocation and free from the first one, finds the
+ * training iteration in that log (iterdet.c), and writes the profile of the last recorded
+ * iteration (profiles/FORMAT.md) once OOC_PROFILE_ITERS matching iterations after the warm-up
+ * have been seen.
+ *
+ * An op is logged with its stream, kind, name, launch shape, the buffers it references (from
+ * mem.c, with how it uses them) and its duration, measured by a pair of events recorded around
+ * it on its own stream (so the time the host spent making its buffers resident is not in it).
+ * Event pairs come from a ring: when the ring wraps, the oldest pair's time is read (waiting for
+ * it if it has not run yet) and the pair reused. A profile op's duration is the median over the
+ * recorded iterations. Allocation call sites are taken with libunwind (8 frames) and named with
+ * dladdr when the profile is written.
+ *
+ * Locking: rec_lock guards everything here. Ops are logged inside ooc_mem_begin/ooc_mem_end,
+ * so they arrive in issue order; ooc_record_finish runs outside the residency lock because it
+ * measures the copy bandwidth through mem.c. */
+#define UNW_LOCAL_ONLY
+#include "shim.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <libunwind.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "iterdet.h"
+#include "ooc_planner.h"
+
+#define uthash_nonfatal_oom(obj) (rec_oom = 1)
+static int rec_oom;
+#include <uthash.h>
+
+#define SITE_DEPTH 8
+#define EV_RING    4096
+#define MAX_OPS    ((size_t)4 << 20) /* give up beyond this many ops without a profile */
+
+typedef struct rbuf {
+    uint64_t id;
+    uint64_t bytes;
+    int64_t alloc_pos; /* ops logged before it was allocated */
+    int64_t free_pos;  /* ops logged before it was freed; -1 while live */
+    void *ips[SITE_DEPTH];
+    int nips;
+    int64_t pid; /* its id in the profile being built; -1 outside build() */
+    UT_hash_handle hh;
+} rbuf_t;
+
+typedef struct rop {
+    uint32_t stream;
+    uint8_t kind;
+    const char *name; /* interned: lives as long as the recorder */
+    unsigned grid[3], block[3];
+    uint64_t bytes;
+    uint64_t ref_off;
+    uint32_t nref;
+    int64_t dur_ns; /* -1 until read */
+} rop_t;
+
+typedef struct rref {
+    uint64_t id;
+    uint8_t use;
+} rref_t;
+
+typedef struct fname {
+    CUfunction f;
+    char *name;
+    UT_hash_handle hh;
+} fname_t;
+
+static pthread_mutex_t rec_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic int rec_state; /* 0 off, 1 recording, 2 done */
+
+static struct {
+    rop_t *ops;
+    size_t nops, cap_ops;
+    rref_t *refs;
+    size_t nrefs, cap_refs;
+    rbuf_t *bufs;
+    fname_t *fnames;
+    CUstream streams[64];
+    unsigned nstreams;
+    ooc_iterdet_t *det;
+    ooc_iterdet_event_t ev;
+    int want;
+    CUevent ev0[EV_RING], ev1[EV_RING];
+    int64_t ev_op[EV_RING]; /* the op a pair timed, -1 when free */
+    unsigned ev_next;
+    int pending; /* op_end saw enough iterations: finish after the residency lock is gone */
+    int give_up; /* the log grew too long, or memory ran out */
+    CUcontext ctx;
+} R;
+
+int ooc_record_on(void) {
+    return atomic_load_explicit(&rec_state, memory_order_relaxed) == 1;
+}
+
+void ooc_record_start(void) {
+    pthread_mutex_lock(&rec_lock);
+    if (atomic_load(&rec_state) == 0) {
+        ooc_iterdet_t *d = NULL;
+        if (ooc_iterdet_new(NULL, &d) != 0) {
+            OOC_LOG_E("recording is off: the iteration detector could not be created");
+            pthread_mutex_unlock(&rec_lock);
+            return;
+        }
+        R.det = d;
+        R.want = ooc_opts()->profile_iters;
+        for (int i = 0; i < EV_RING; i++)
+            R.ev_op[i] = -1;
+        ooc_real.cuCtxGetCurrent(&R.ctx);
+        atomic_store(&rec_state, 1);
+    }
+    pthread_mutex_unlock(&rec_lock);
+}
+
+/* ---- buffers --------------------------------------------------------------------------------- */
+
+void ooc_record_alloc(uint64_t id, uint64_t bytes) {
+    rbuf_t *b = calloc(1, sizeof *b);
+    if (!b)
+        return;
+    b->id = id;
+    b->bytes = bytes;
+    b->free_pos = -1;
+    b->pid = -1;
+    b->nips = unw_backtrace(b->ips, SITE_DEPTH);
+    pthread_mutex_lock(&rec_lock);
+    if (!ooc_record_on()) {
+        pthread_mutex_unlock(&rec_lock);
+        free(b);
+        return;
+    }
+    b->alloc_pos = (int64_t)R.nops;
+    rec_oom = 0;
+    HASH_ADD(hh, R.bufs, id, sizeof b->id, b);
+    if (rec_oom) {
+        free(b);
+        R.give_up = 1;
+    }
+    pthread_mutex_unlock(&rec_lock);
+}
+
+void ooc_record_free(uint64_t id) {
+    pthread_mutex_lock(&rec_lock);
+    rbuf_t *b;
+    HASH_FIND(hh, R.bufs, &id, sizeof id, b);
+    if (b)
+        b->free_pos = (int64_t)R.nops;
+    pthread_mutex_unlock(&rec_lock);
+}
+
+/* ---- ops ------------------------------------------------------------------------------------- */
+
+static uint32_t stream_id(CUstream s) {
+    if (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD)
+        return 0;
+    for (unsigned i = 0; i < R.nstreams; i++)
+        if (R.streams[i] == s)
+            return i + 1;
+    if (R.nstreams < 64)
+        R.streams[R.nstreams++] = s;
+    return R.nstreams; /* beyond 64 streams, the last id is shared */
+}
+
+/* The kernel's name, asked once per function; "kernel" when the driver cannot say. */
+static const char *fn_name(CUfunction f) {
+    fname_t *e;
+    HASH_FIND_PTR(R.fnames, &f, e);
+    if (e)
+        return e->name;
+    const char *n = NULL;
+    if (!ooc_real.cuFuncGetName || ooc_real.cuFuncGetName(&n, f) != CUDA_SUCCESS || !n)
+        n = "kernel";
+    e = calloc(1, sizeof *e);
+    char *copy = e ? strdup(n) : NULL;
+    if (!copy) {
+        free(e);
+        return "kernel";
+    }
+    e->f = f;
+    e->name = copy;
+    rec_oom = 0;
+    HASH_ADD_PTR(R.fnames, f, e);
+    if (rec_oom) {
+        free(copy);
+        free(e);
+        return "kernel";
+    }
+    return e->name;
+}
+
+/* Reads the time of the pair at slot i into its op (waiting for it). Caller holds rec_lock. */
+static void harvest(unsigned i) {
+    if (R.ev_op[i] < 0)
+        return;
+    float ms = 0;
+    if (ooc_real.cuEventSynchronize(R.ev1[i]) == CUDA_SUCCESS &&
+        ooc_real.cuEventElapsedTime(&ms, R.ev0[i], R.ev1[i]) == CUDA_SUCCESS)
+        R.ops[R.ev_op[i]].dur_ns = (int64_t)((double)ms * 1e6);
+    R.ev_op[i] = -1;
+}
+
+int ooc_record_op_begin(CUstream stream, int per_thread) {
+    pthread_mutex_lock(&rec_lock);
+    unsigned i = R.ev_next;
+    harvest(i);
+    CUstream s = (per_thread && stream == NULL) ? CU_STREAM_PER_THREAD : stream;
+    CUresult r = CUDA_SUCCESS;
+    if (!R.ev0[i] && (r = ooc_real.cuEventCreate(&R.ev0[i], CU_EVENT_DEFAULT)) == CUDA_SUCCESS)
+        r = ooc_real.cuEventCreate(&R.ev1[i], CU_EVENT_DEFAULT);
+    if (r == CUDA_SUCCESS)
+        r = ooc_real.cuEventRecord(R.ev0[i], s);
+    pthread_mutex_unlock(&rec_lock);
+    return r == CUDA_SUCCESS ? (int)i : -1;
+}
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap)
+        return 0;
+    size_t nc = *cap ? *cap * 2 : 1024;
+    while (nc < need)
+        nc *= 2;
+    void *n = realloc(*p, nc * elem);
+    if (!n)
+        return -1;
+    *p = n;
+    *cap = nc;
+    return 0;
+}
+
+/* The detector's signature of an op: what it runs, its shape, and its buffers' sizes. */
+static uint64_t signature(const rop_t *o, const ooc_opbuf_t *b, size_t nb) {
+    uint64_t h = 1469598103934665603ull;
+#define MIX(v) (h = (h ^ (uint64_t)(v)) * 1099511628211ull)
+    MIX(o->kind);
+    MIX((uintptr_t)o->name);
+    for (int i = 0; i < 3; i++) {
+        MIX(o->grid[i]);
+        MIX(o->block[i]);
+    }
+    MIX(o->bytes);
+    for (size_t i = 0; i < nb; i++)
+        MIX(b[i].bytes);
+#undef MIX
+    return h;
+}
+
+int ooc_record_op_end(int token, const ooc_access_t *a, CUstream stream, int per_thread,
+                      int issued) {
+    CUstream s = (per_thread && stream == NULL) ? CU_STREAM_PER_THREAD : stream;
+    pthread_mutex_lock(&rec_lock);
+    if (!issued || !ooc_record_on() || R.give_up) {
+        pthread_mutex_unlock(&rec_lock);
+        return 0;
+    }
+    const ooc_opbuf_t *b;
+    size_t nb = ooc_mem_op_buffers(&b);
+    if (R.nops >= MAX_OPS || grow((void **)&R.ops, &R.cap_ops, R.nops + 1, sizeof *R.ops) != 0 ||
+        grow((void **)&R.refs, &R.cap_refs, R.nrefs + nb, sizeof *R.refs) != 0) {
+        R.give_up = 1;
+        pthread_mutex_unlock(&rec_lock);
+        OOC_LOG_W("recording stopped: no iteration was found in the first %zu operations; the "
+                  "shim stays in demand mode",
+                  R.nops);
+        return 0;
+    }
+    rop_t *o = &R.ops[R.nops];
+    memset(o, 0, sizeof *o);
+    o->stream = stream_id(s);
+    o->kind = (uint8_t)a->kind;
+    o->name = a->kind == OOC_OP_KERNEL ? fn_name(a->fn) : a->name;
+    memcpy(o->grid, a->grid, sizeof o->grid);
+    memcpy(o->block, a->block, sizeof o->block);
+    o->bytes = a->bytes;
+    o->ref_off = R.nrefs;
+    o->nref = (uint32_t)nb;
+    o->dur_ns = -1;
+    ooc_iterdet_ref_t dref[64];
+    unsigned nd = 0;
+    for (size_t i = 0; i < nb; i++) {
+        R.refs[R.nrefs + i] = (rref_t){.id = b[i].id, .use = (uint8_t)b[i].use};
+        rbuf_t *rb;
+        HASH_FIND(hh, R.bufs, &b[i].id, sizeof b[i].id, rb);
+        if (nd < 64)
+            dref[nd++] =
+                (ooc_iterdet_ref_t){.id = b[i].id, .alloc_op = rb ? rb->alloc_pos - 1 : -1};
+    }
+    R.nrefs += nb;
+    if (token >= 0 && ooc_real.cuEventRecord(R.ev1[token], s) == CUDA_SUCCESS) {
+        R.ev_op[token] = (int64_t)R.nops;
+        R.ev_next = (R.ev_next + 1) % EV_RING;
+    }
+    R.nops++;
+    ooc_iterdet_op(R.det, signature(o, b, nb), dref, nd, &R.ev);
+    int done = R.ev.source != OOC_ITERDET_NONE && R.ev.iters >= R.want && R.ev.period > 0;
+    if (done)
+        R.pending = 1;
+    pthread_mutex_unlock(&rec_lock);
+    return done;
+}
+
+/* ---- the marker ------------------------------------------------------------------------------ */
+
+/* The user's iteration marker (Python: ctypes.CDLL(None).ooc_mark_iteration()). An iteration
+ * ends here; once called, only markers delimit iterations. Cheap; a no-op unless recording. */
+OOC_EXPORT void ooc_mark_iteration(void) {
+    if (!ooc_record_on())
+        return;
+    pthread_mutex_lock(&rec_lock);
+    ooc_iterdet_mark(R.det, &R.ev);
+    int done = R.ev.source != OOC_ITERDET_NONE && R.ev.iters >= R.want && R.ev.period > 0;
+    pthread_mutex_unlock(&rec_lock);
+    if (done)
+        ooc_record_finish();
+}
+
+/* ---- the profile ----------------------------------------------------------------------------- */
+
+/* "module!symbol+0x1f < ..." for the first frames outside the shim, or "-". */
+static void site_of(const rbuf_t *b, char *out, size_t n) {
+    Dl_info self;
+    size_t len = 0;
+    out[0] = 0;
+    if (!dladdr((void *)site_of, &self))
+        self.dli_fbase = NULL;
+    int shown = 0;
+    for (int i = 0; i < b->nips && shown < 3; i++) {
+        Dl_info di;
+        if (!dladdr(b->ips[i], &di) || di.dli_fbase == self.dli_fbase)
+            continue;
+        const char *mod = di.dli_fname ? strrchr(di.dli_fname, '/') : NULL;
+        mod = mod ? mod + 1 : (di.dli_fname ? di.dli_fname : "?");
+        int k;
+        if (di.dli_sname)
+            k = snprintf(out + len, n - len, "%s%s!%s+%#lx", shown ? " < " : "", mod, di.dli_sname,
+                         (unsigned long)((char *)b->ips[i] - (char *)di.dli_saddr));
+        else
+            k = snprintf(out + len, n - len, "%s%s+%#lx", shown ? " < " : "", mod,
+                         (unsigned long)((char *)b->ips[i] - (char *)di.dli_fbase));
+        if (k < 0 || (size_t)k >= n - len)
+            break;
+        len += (size_t)k;
+        shown++;
+    }
+    if (!len)
+        snprintf(out, n, "-");
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int mkdirs(const char *path) {
+    char tmp[OOC_PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(tmp, 0777) != 0 && errno != EEXIST)
+                return -1;
+            *p = '/';
+        }
+    }
+    return mkdir(tmp, 0777) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+static void program_line(char *out, size_t n) {
+    FILE *f = fopen("/proc/self/cmdline", "r");
+    size_t len = f ? fread(out, 1, n - 1, f) : 0;
+    if (f)
+        fclose(f);
+    out[len] = 0;
+    for (size_t i = 0; i + 1 < len; i++)
+        if (out[i] == 0 || out[i] == '\t' || out[i] == '\n')
+            out[i] = ' ';
+    if (!len)
+        snprintf(out, n, "-");
+}
+
+static int by_id(const void *a, const void *b) {
+    const rbuf_t *x = *(rbuf_t *const *)a, *y = *(rbuf_t *const *)b;
+    return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Builds the profile of the iteration [first, first + period) with durations the median of
+ * the `iters` iterations that end with it. Caller holds rec_lock. NULL when out of memory. */
+static ooc_profile_t *build(int64_t first, int64_t period, int64_t iters) {
+    ooc_profile_t *p = ooc_profile_new();
+    int64_t *durs = malloc((size_t)(iters > 0 ? iters : 1) * sizeof *durs);
+    size_t nb = HASH_COUNT(R.bufs), nlive = 0;
+    rbuf_t **live = malloc((nb ? nb : 1) * sizeof *live);
+    ooc_ref_t *prefs = NULL;
+    int ok = p && durs && live;
+    int64_t end = first + period;
+    /* Every buffer that exists at some point of the iteration, in allocation order. */
+    for (rbuf_t *b = R.bufs; ok && b; b = b->hh.next)
+        if (b->alloc_pos < end && (b->free_pos < 0 || b->free_pos > first))
+            live[nlive++] = b;
+    if (ok)
+        qsort(live, nlive, sizeof *live, by_id);
+    char site[256];
+    for (size_t i = 0; ok && i < nlive; i++) {
+        rbuf_t *b = live[i];
+        int64_t a = b->alloc_pos >= first ? b->alloc_pos - first : -1;
+        int64_t f = (b->free_pos >= 0 && b->free_pos <= end) ? b->free_pos - 1 - first : -1;
+        site_of(b, site, sizeof site);
+        ok = ooc_profile_add_buffer(p, b->bytes, a, f, a < 0 && f < 0, site, NULL, 0) >= 0;
+        b->pid = (int64_t)i;
+    }
+    uint32_t maxref = 0;
+    for (int64_t k = first; k < end; k++)
+        if (R.ops[k].nref > maxref)
+            maxref = R.ops[k].nref;
+    prefs = malloc((maxref ? maxref : 1) * sizeof *prefs);
+    ok = ok && prefs;
+    char shape[128];
+    for (int64_t k = first; ok && k < end; k++) {
+        const rop_t *o = &R.ops[k];
+        int64_t nd = 0;
+        for (int64_t it = 0; it < iters; it++) {
+            int64_t j = k - it * period;
+            if (j >= 0 && R.ops[j].dur_ns >= 0)
+                durs[nd++] = R.ops[j].dur_ns;
+        }
+        qsort(durs, (size_t)nd, sizeof *durs, cmp_i64);
+        uint64_t dur = nd ? (uint64_t)durs[nd / 2] : 0;
+        if (o->kind == OOC_OP_KERNEL)
+            snprintf(shape, sizeof shape, "grid=(%u,%u,%u);block=(%u,%u,%u)", o->grid[0],
+                     o->grid[1], o->grid[2], o->block[0], o->block[1], o->block[2]);
+        else
+            snprintf(shape, sizeof shape, "bytes=%llu", (unsigned long long)o->bytes);
+        uint32_t n = 0;
+        for (uint32_t r = 0; r < o->nref; r++) {
+            const rref_t *rr = &R.refs[o->ref_off + r];
+            rbuf_t *b;
+            HASH_FIND(hh, R.bufs, &rr->id, sizeof rr->id, b);
+            if (!b || b->pid < 0)
+                continue; /* not a buffer of this iteration (cannot happen) */
+            prefs[n++] = (ooc_ref_t){.buf = (int32_t)b->pid, .access = rr->use};
+        }
+        ok = ooc_profile_add_op(p, (int32_t)o->stream, (ooc_op_kind_t)o->kind, o->name, shape, dur,
+                                prefs, n) >= 0;
+    }
+    for (size_t i = 0; i < nlive; i++)
+        live[i]->pid = -1;
+    free(prefs);
+    free(live);
+    free(durs);
+    if (!ok) {
+        ooc_profile_free(p);
+        return NULL;
+    }
+    return p;
+}
+
+void ooc_record_finish(void) {
+    pthread_mutex_lock(&rec_lock);
+    if (atomic_load(&rec_state) != 1) {
+        pthread_mutex_unlock(&rec_lock);
+        return;
+    }
+    atomic_store(&rec_state, 2);
+    ooc_iterdet_event_t ev = R.ev;
+    if (ev.source == OOC_ITERDET_NONE || ev.iters < 1 || ev.period <= 0) {
+        pthread_mutex_unlock(&rec_lock);
+        OOC_LOG_W("no profile written: no repeating iteration was found in %zu operations (call "
+                  "ooc_mark_iteration() after each iteration to mark them)",
+                  R.nops);
+        return;
+    }
+    for (unsigned i = 0; i < EV_RING; i++)
+        harvest(i);
+    int64_t first = ev.last_op, period = ev.period;
+    ooc_profile_t *p = build(first, period, ev.iters);
+    pthread_mutex_unlock(&rec_lock);
+    if (!p) {
+        OOC_LOG_E("no profile written: out of memory");
+        return;
+    }
+    uint64_t chunk, budget;
+    ooc_mem_geometry(&chunk, &budget);
+    double h2d = 0, d2h = 0, bi = 0;
+    if (ooc_mem_measure_bw(chunk, &h2d, &d2h, &bi) == CUDA_SUCCESS) {
+        p->h2d_bps = h2d;
+        p->d2h_bps = d2h;
+        p->bidir_bps = bi;
+    } else {
+        OOC_LOG_W("the copy bandwidth could not be measured; the profile keeps the defaults");
+    }
+    char prog[1024], dev[128] = "-", dir[OOC_PATH_MAX], err[256];
+    program_line(prog, sizeof prog);
+    CUdevice d;
+    size_t total = 0;
+    if (ooc_real.cuCtxGetDevice(&d) == CUDA_SUCCESS) {
+        ooc_real.cuDeviceGetName(dev, sizeof dev, d);
+        ooc_real.cuDeviceTotalMem_v2(&total, d);
+    }
+    ooc_profile_set_str(&p->program, prog);
+    ooc_profile_set_str(&p->device, dev);
+    p->device_mem_bytes = total;
+    p->budget_bytes = budget;
+    p->chunk_bytes = chunk;
+    p->iterations = (uint32_t)ev.iters;
+    if (ooc_options_profile_dir(ooc_opts(), dir, sizeof dir) != 0 || mkdirs(dir) != 0) {
+        OOC_LOG_E("no profile written: cannot create the directory %s: %s", dir, strerror(errno));
+    } else if (ooc_profile_validate(p, err, sizeof err) != 0) {
+        OOC_LOG_E("no profile written: the recorded iteration is inconsistent: %s", err);
+    } else if (ooc_profile_write(p, dir, err, sizeof err) != 0) {
+        OOC_LOG_E("no profile written to %s: %s", dir, err);
+    } else {
+        char line[OOC_PATH_MAX + 256];
+        int n =
+            snprintf(line, sizeof line,
+                     "ooc[%d] ooc-shim: profile recorded in %s: %u ops, %u buffers per "
+                     "iteration (%s, %lld iterations matched after the warm-up)\n",
+                     (int)getpid(), dir, p->nops, p->nbufs,
+                     ev.source == OOC_ITERDET_MARKER ? "marked" : "detected", (long long)ev.iters);
+        if (n > 0 && ooc_log_level() >= OOC_LOG_WARN) {
+            ssize_t w = write(2, line, (size_t)(n < (int)sizeof line ? n : (int)sizeof line - 1));
+            (void)w;
+        }
+    }
+    ooc_profile_free(p);
+}
