@@ -19,6 +19,10 @@ static int managing(void) {
 #define RUN_OP(a, stream, ptds, call)                                                              \
     do {                                                                                           \
         int rec_ = ooc_record_on(), fin_ = 0;                                                      \
+        if (rec_ && ooc_record_pending()) {                                                        \
+            ooc_record_finish();                                                                   \
+            rec_ = 0;                                                                              \
+        }                                                                                          \
         CUresult r_ = ooc_mem_begin((a), (stream), (ptds));                                        \
         if (r_ == CUDA_SUCCESS) {                                                                  \
             int tok_ = rec_ ? ooc_record_op_begin((stream), (ptds)) : -1;                          \

@@ -89,8 +89,9 @@ static struct {
     CUevent ev0[EV_RING], ev1[EV_RING];
     int64_t ev_op[EV_RING]; /* the op a pair timed, -1 when free */
     unsigned ev_next;
-    int pending; /* op_end saw enough iterations: finish after the residency lock is gone */
-    int give_up; /* the log grew too long, or memory ran out */
+    _Atomic int pending; /* enough iterations: finish before the next op (frees and allocations
+                            before it still belong to the iteration) */
+    int give_up;         /* the log grew too long, or memory ran out */
     CUcontext ctx;
 } R;
 
@@ -296,11 +297,14 @@ int ooc_record_op_end(int token, const ooc_access_t *a, CUstream stream, int per
     }
     R.nops++;
     ooc_iterdet_op(R.det, signature(o, b, nb), dref, nd, &R.ev);
-    int done = R.ev.source != OOC_ITERDET_NONE && R.ev.iters >= R.want && R.ev.period > 0;
-    if (done)
-        R.pending = 1;
+    if (R.ev.source != OOC_ITERDET_NONE && R.ev.iters >= R.want && R.ev.period > 0)
+        atomic_store(&R.pending, 1);
     pthread_mutex_unlock(&rec_lock);
-    return done;
+    return 0;
+}
+
+int ooc_record_pending(void) {
+    return atomic_load_explicit(&R.pending, memory_order_relaxed);
 }
 
 /* ---- the marker ------------------------------------------------------------------------------ */
@@ -312,10 +316,9 @@ OOC_EXPORT void ooc_mark_iteration(void) {
         return;
     pthread_mutex_lock(&rec_lock);
     ooc_iterdet_mark(R.det, &R.ev);
-    int done = R.ev.source != OOC_ITERDET_NONE && R.ev.iters >= R.want && R.ev.period > 0;
+    if (R.ev.source != OOC_ITERDET_NONE && R.ev.iters >= R.want && R.ev.period > 0)
+        atomic_store(&R.pending, 1);
     pthread_mutex_unlock(&rec_lock);
-    if (done)
-        ooc_record_finish();
 }
 
 /* ---- the profile ----------------------------------------------------------------------------- */

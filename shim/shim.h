@@ -215,6 +215,10 @@ void ooc_record_free(uint64_t id);
 int ooc_record_op_begin(CUstream stream, int per_thread);
 int ooc_record_op_end(int token, const ooc_access_t *a, CUstream stream, int per_thread,
                       int issued);
+/* Has the recorder seen enough iterations? Then the caller calls ooc_record_finish before
+ * the next op (outside the residency lock). */
+int ooc_record_pending(void);
+
 /* The public marker: an iteration ends here (exported; see record.c). */
 OOC_EXPORT void ooc_mark_iteration(void);
 

@@ -87,6 +87,8 @@ void wl_ops_add(uint64_t n);
 /* Ops issued while paused are not counted (the warm-up extras, set-up and tear-down). */
 void wl_ops_pause(int paused);
 uint64_t wl_ops(void);
+/* Writes "iter I OPS" to the WL_ALLOC_LOG file, when there is one (wl_iter_begin calls it). */
+void wl_alloc_log_iter(int it);
 
 CUstream wl_stream_create(void);
 void wl_stream_destroy(CUstream s);

@@ -116,7 +116,31 @@ void wl_cuda_fini(void) {
     wl_check(wl_cu.DevicePrimaryCtxRelease(dev), "cuDevicePrimaryCtxRelease_v2");
 }
 
+/* WL_ALLOC_LOG=path: every allocation and free, with the ops counted so far, for tests that
+ * check what a recorder saw ("alloc OPS BYTES PTR", "free OPS PTR", "iter I OPS"). */
+static FILE *alloc_log_file(void) {
+    static int opened;
+    static FILE *f;
+    if (!opened) {
+        opened = 1;
+        const char *path = getenv("WL_ALLOC_LOG");
+        if (path && *path && !(f = fopen(path, "w")))
+            die("WL_ALLOC_LOG", "cannot open the file");
+    }
+    return f;
+}
+
+void wl_alloc_log_iter(int it) {
+    FILE *f = alloc_log_file();
+    if (f)
+        fprintf(f, "iter\t%d\t%llu\n", it, (unsigned long long)ops);
+}
+
 static void track(CUdeviceptr p, size_t bytes) {
+    FILE *f = alloc_log_file();
+    if (f)
+        fprintf(f, "alloc\t%llu\t%zu\t%llx\n", (unsigned long long)ops, bytes,
+                (unsigned long long)p);
     if (nallocs == cap_allocs) {
         cap_allocs = cap_allocs ? 2 * cap_allocs : 64;
         allocs = realloc(allocs, cap_allocs * sizeof *allocs);
@@ -130,6 +154,9 @@ static void track(CUdeviceptr p, size_t bytes) {
 }
 
 static void untrack(CUdeviceptr p, const char *fn) {
+    FILE *f = alloc_log_file();
+    if (f)
+        fprintf(f, "free\t%llu\t%llx\n", (unsigned long long)ops, (unsigned long long)p);
     for (size_t i = nallocs; i-- > 0;) {
         if (allocs[i].p == p) {
             live_bytes -= allocs[i].bytes;

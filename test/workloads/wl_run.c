@@ -132,7 +132,7 @@ void wl_batch(int it, int batch, int dim, int classes, float *x, int32_t *labels
 }
 
 void wl_iter_begin(int it) {
-    (void)it;
+    wl_alloc_log_iter(it);
     iter_ops_start = wl_ops();
 }
 

@@ -1,0 +1,290 @@
+/* SPDX-License-Identifier: MIT */
+/* check_record.c: OOC_MODE=record on the simulated device: the workloads still print their
+ * oracle checksums, the profile appears and reads back, one iteration holds exactly the ops the
+ * workload counts per iteration, and (with markers, whose iteration is the workload's own) every
+ * buffer the workload allocates or frees in an iteration appears with its size and lifetime.
+ *
+ * The workload's own account comes from WL_ALLOC_LOG (test/workloads/wl_cuda.c): each allocation
+ * and free with the ops counted so far. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ooc_planner.h"
+#include "testutil.h"
+
+Suite *suite_record(void);
+
+static const char *preload(void) {
+    static char buf[8192];
+    char asan[4096] = "";
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[4096];
+    while (f && fgets(line, sizeof line, f)) {
+        char *p = strstr(line, "/libasan.so");
+        if (p) {
+            char *start = strchr(line, '/');
+            line[strcspn(line, "\n")] = '\0';
+            snprintf(asan, sizeof asan, "%s:", start);
+            break;
+        }
+    }
+    if (f)
+        fclose(f);
+    char cwd[2048];
+    if (!getcwd(cwd, sizeof cwd))
+        cwd[0] = '\0';
+    snprintf(buf, sizeof buf, "LD_PRELOAD=%s%s/%s", asan, cwd, tu_build_path("libooc_shim.so"));
+    return buf;
+}
+
+static const char *libpath(void) {
+    static char buf[4096];
+    snprintf(buf, sizeof buf, "LD_LIBRARY_PATH=%s", tu_build_path("fakecuda"));
+    return buf;
+}
+
+typedef struct run {
+    int status;
+    char checksum[64];
+    long long ops_per_iter;
+    char dir[64], log[96];
+    tu_proc_t p;
+} run_t;
+
+/* Runs build/workloads/<name> args... --iters 6 with or without the shim (recording into a
+ * fresh directory, 2 iterations after the warm-up), with the allocation log. */
+static void run(run_t *r, const char *name, int shim, const char *const *args) {
+    memset(r, 0, sizeof *r);
+    snprintf(r->dir, sizeof r->dir, "/tmp/ooc-rec-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(r->dir));
+    snprintf(r->log, sizeof r->log, "%s/alloc.log", r->dir);
+    char dirv[128], logv[128];
+    snprintf(dirv, sizeof dirv, "OOC_PROFILE_DIR=%s/profile", r->dir);
+    snprintf(logv, sizeof logv, "WL_ALLOC_LOG=%s", r->log);
+    const char *env[] = {libpath(),
+                         logv,
+                         dirv,
+                         "OOC_MODE=record",
+                         "OOC_PROFILE_ITERS=2",
+                         "OOC_BUDGET=1G",
+                         shim ? preload() : NULL,
+                         NULL};
+    const char *argv[16];
+    int n = 0;
+    argv[n++] = tu_build_path(name);
+    argv[n++] = "--iters";
+    argv[n++] = "6";
+    for (; args && *args && n < 15; args++)
+        argv[n++] = *args;
+    argv[n] = NULL;
+    ck_assert_int_eq(tu_run(argv, env, 120, &r->p), 0);
+    r->status = r->p.status;
+    char buf[64];
+    if (tu_field(r->p.out, "checksum", buf, sizeof buf))
+        snprintf(r->checksum, sizeof r->checksum, "%s", buf);
+    if (tu_field(r->p.out, "ops_per_iteration", buf, sizeof buf))
+        r->ops_per_iter = atoll(buf);
+}
+
+static void run_done(run_t *r) {
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", r->dir);
+    ck_assert_int_eq(system(cmd), 0);
+    tu_proc_free(&r->p);
+}
+
+/* One buffer event of the workload's iteration: size, alloc_idx, free_idx (as the profile). */
+typedef struct life {
+    unsigned long long bytes;
+    long long a, f;
+} life_t;
+
+static int cmp_life(const void *x, const void *y) {
+    const life_t *p = x, *q = y;
+    if (p->bytes != q->bytes)
+        return p->bytes < q->bytes ? -1 : 1;
+    if (p->a != q->a)
+        return p->a < q->a ? -1 : 1;
+    return (p->f > q->f) - (p->f < q->f);
+}
+
+/* The buffers the workload allocated or freed in iteration `it`, as profile lifetimes. */
+static size_t workload_lives(const char *path, int it, life_t *out, size_t cap) {
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    char line[256];
+    int cur = -1;
+    long long start = -1, end = -1;
+    /* First pass: where iteration it starts and ends (in ops). */
+    while (fgets(line, sizeof line, f)) {
+        int i;
+        long long ops;
+        if (sscanf(line, "iter\t%d\t%lld", &i, &ops) == 2) {
+            if (i == it)
+                start = ops;
+            if (i == it + 1)
+                end = ops;
+        }
+    }
+    ck_assert_int_ge(start, 0);
+    ck_assert_int_gt(end, start);
+    rewind(f);
+    struct {
+        unsigned long long p, bytes;
+        long long a;
+        int in;
+    } live[4096];
+    size_t nlive = 0, n = 0;
+    while (fgets(line, sizeof line, f)) {
+        int i;
+        long long ops;
+        unsigned long long bytes, p;
+        if (sscanf(line, "iter\t%d\t%lld", &i, &ops) == 2) {
+            cur = i;
+        } else if (sscanf(line, "alloc\t%lld\t%llu\t%llx", &ops, &bytes, &p) == 3) {
+            ck_assert_uint_lt(nlive, 4096);
+            live[nlive].p = p;
+            live[nlive].bytes = bytes;
+            live[nlive].a = cur == it ? ops - start : -1;
+            live[nlive].in = cur == it;
+            nlive++;
+        } else if (sscanf(line, "free\t%lld\t%llx", &ops, &p) == 2) {
+            for (size_t k = nlive; k-- > 0;) {
+                if (live[k].p != p)
+                    continue;
+                if (cur == it || live[k].in) {
+                    ck_assert_uint_lt(n, cap);
+                    out[n++] = (life_t){live[k].bytes, live[k].a, cur == it ? ops - 1 - start : -1};
+                }
+                live[k] = live[--nlive];
+                break;
+            }
+        }
+    }
+    for (size_t k = 0; k < nlive; k++)
+        if (live[k].in) /* allocated in it, never freed */
+            out[n++] = (life_t){live[k].bytes, live[k].a, -1};
+    fclose(f);
+    return n;
+}
+
+/* Records `name`, checks checksum, op count and the profile; with `marked`, the lifetimes. */
+static void check_record(const char *name, const char *const *args, int marked) {
+    run_t ref, r;
+    run(&ref, name, 0, args);
+    ck_assert_int_eq(ref.status, 0);
+    run(&r, name, 1, args);
+    ck_assert_msg(r.status == 0, "%s: status %d\n%s", name, r.status, r.p.err);
+    ck_assert_str_eq(r.checksum, ref.checksum);
+    ck_assert_msg(strstr(r.p.err, "profile recorded in"), "%s: no profile line:\n%s", name,
+                  r.p.err);
+    ck_assert_ptr_nonnull(strstr(r.p.err, marked ? "(marked," : "(detected,"));
+    char dir[128], err[512];
+    snprintf(dir, sizeof dir, "%s/profile", r.dir);
+    ooc_profile_t *p = NULL;
+    ck_assert_msg(ooc_profile_read(dir, &p, err, sizeof err) == 0, "%s: %s", name, err);
+    ck_assert_msg((long long)p->nops == r.ops_per_iter,
+                  "%s: %u ops in the profile, the workload "
+                  "counts %lld",
+                  name, p->nops, r.ops_per_iter);
+    ck_assert_int_eq(p->iterations, 2);
+    ck_assert(p->h2d_bps > 0 && p->d2h_bps > 0 && p->bidir_bps > 0);
+    for (uint32_t i = 0; i < p->nops; i++)
+        ck_assert_msg(p->ops[i].duration_ns > 0, "%s: op %u has no duration", name, i);
+    /* Per-iteration buffers: with markers the profile's iteration is the workload's. */
+    life_t want[4096], got[4096];
+    size_t nw = workload_lives(ref.log, 2, want, 4096), ng = 0;
+    unsigned long long want_bytes = 0, got_bytes = 0;
+    for (uint32_t b = 0; b < p->nbufs; b++) {
+        const ooc_buffer_t *bb = &p->bufs[b];
+        if (bb->persistent)
+            continue;
+        got[ng++] = (life_t){bb->bytes, bb->alloc_idx, bb->free_idx};
+        got_bytes += bb->bytes;
+    }
+    for (size_t i = 0; i < nw; i++)
+        want_bytes += want[i].bytes;
+    ck_assert_msg(ng == nw, "%s: %zu per-iteration buffers in the profile, the workload has %zu",
+                  name, ng, nw);
+    ck_assert_uint_eq(got_bytes, want_bytes);
+    if (marked) {
+        qsort(want, nw, sizeof *want, cmp_life);
+        qsort(got, ng, sizeof *got, cmp_life);
+        for (size_t i = 0; i < nw; i++)
+            ck_assert_msg(cmp_life(&want[i], &got[i]) == 0,
+                          "%s: buffer %zu: workload %llu bytes [%lld, %lld], profile %llu bytes "
+                          "[%lld, %lld]",
+                          name, i, want[i].bytes, want[i].a, want[i].f, got[i].bytes, got[i].a,
+                          got[i].f);
+    }
+    ooc_profile_free(p);
+    run_done(&ref);
+    run_done(&r);
+}
+
+START_TEST(test_record_mlp_detects_its_iteration) {
+    static const char *const args[] = {"--layers", "12", NULL};
+    check_record("workloads/mlp", args, 0);
+}
+END_TEST
+
+START_TEST(test_record_cnn_detects_its_iteration) {
+    static const char *const args[] = {"--blocks", "2", NULL};
+    check_record("workloads/cnn", args, 0);
+}
+END_TEST
+
+START_TEST(test_record_large_detects_its_iteration) {
+    check_record("workloads/large", NULL, 0);
+}
+END_TEST
+
+START_TEST(test_record_with_markers_has_every_buffer_and_lifetime) {
+    static const char *const mlp[] = {"--layers", "12", "--mark", NULL};
+    static const char *const cnn[] = {"--blocks", "2", "--mark", NULL};
+    static const char *const large[] = {"--mark", NULL};
+    check_record("workloads/mlp", mlp, 1);
+    check_record("workloads/cnn", cnn, 1);
+    check_record("workloads/large", large, 1);
+}
+END_TEST
+
+START_TEST(test_record_survives_a_differing_first_iteration_and_short_last_batch) {
+    static const char *const cnn[] = {"--blocks",     "2", "--warmup-differs",
+                                      "--last-batch", "3", NULL};
+    static const char *const mlp[] = {"--warmup-differs", "--last-batch", "5", NULL};
+    check_record("workloads/cnn", cnn, 0);
+    check_record("workloads/mlp", mlp, 0);
+}
+END_TEST
+
+/* A program too short to repeat gets no profile, a line that says why, and its checksum. */
+START_TEST(test_record_without_an_iteration_says_so) {
+    const char *argv[] = {tu_build_path("workloads/mlp"), "--iters", "1", NULL};
+    const char *env[] = {libpath(), preload(), "OOC_MODE=record", "OOC_PROFILE_DIR=/tmp/ooc-none",
+                         NULL};
+    tu_proc_t p;
+    ck_assert_int_eq(tu_run(argv, env, 60, &p), 0);
+    ck_assert_int_eq(p.status, 0);
+    ck_assert_ptr_nonnull(strstr(p.err, "no profile written: no repeating iteration was found"));
+    ck_assert_int_ne(access("/tmp/ooc-none/ops.tsv", F_OK), 0);
+    tu_proc_free(&p);
+}
+END_TEST
+
+Suite *suite_record(void) {
+    Suite *s = suite_create("record");
+    TCase *t = tcase_create("record");
+    tcase_set_timeout(t, 300);
+    tcase_add_test(t, test_record_mlp_detects_its_iteration);
+    tcase_add_test(t, test_record_cnn_detects_its_iteration);
+    tcase_add_test(t, test_record_large_detects_its_iteration);
+    tcase_add_test(t, test_record_with_markers_has_every_buffer_and_lifetime);
+    tcase_add_test(t, test_record_survives_a_differing_first_iteration_and_short_last_batch);
+    tcase_add_test(t, test_record_without_an_iteration_says_so);
+    suite_add_tcase(s, t);
+    return s;
+}
