@@ -275,6 +275,22 @@ START_TEST(test_record_without_an_iteration_says_so) {
 }
 END_TEST
 
+/* The committed recorded profiles read back and validate (the format they were written in is
+ * the one the planner reads today). */
+START_TEST(test_committed_recorded_profiles_read_back) {
+    static const char *const names[] = {"mlp", "cnn", "large"};
+    for (int i = 0; i < 3; i++) {
+        char dir[128], err[512];
+        snprintf(dir, sizeof dir, "profiles/recorded/%s", names[i]);
+        ooc_profile_t *p = NULL;
+        ck_assert_msg(ooc_profile_read(dir, &p, err, sizeof err) == 0, "%s: %s", dir, err);
+        ck_assert_msg(ooc_profile_validate(p, err, sizeof err) == 0, "%s: %s", dir, err);
+        ck_assert_uint_gt(p->nops, 100);
+        ooc_profile_free(p);
+    }
+}
+END_TEST
+
 Suite *suite_record(void) {
     Suite *s = suite_create("record");
     TCase *t = tcase_create("record");
@@ -285,6 +301,7 @@ Suite *suite_record(void) {
     tcase_add_test(t, test_record_with_markers_has_every_buffer_and_lifetime);
     tcase_add_test(t, test_record_survives_a_differing_first_iteration_and_short_last_batch);
     tcase_add_test(t, test_record_without_an_iteration_says_so);
+    tcase_add_test(t, test_committed_recorded_profiles_read_back);
     suite_add_tcase(s, t);
     return s;
 }
