@@ -204,7 +204,25 @@ fuzz: $(FUZZ_DIR)/fuzz_profile $(FUZZ_DIR)/fuzz_plan $(PL_CLI)
 	$(Q)$(FUZZ_DIR)/fuzz_plan -max_total_time=$(FUZZ_SECONDS) -timeout=10 -rss_limit_mb=2048 \
 	    -print_final_stats=1 $(FUZZ_DIR)/corpus-plan $(FUZZ_DIR)/seeds-plan
 
-.PHONY: bench-planner fuzz
+# `make report`: scripts/ooc-report's pictures of a committed profile and of a plan for it, in
+# $(B)/report/ (REPORT_PROFILE at REPORT_BUDGET, where the plan swaps and recomputes). Needs
+# python3-matplotlib: scripts/install-deps --report installs it when missing (as root).
+REPORT_PROFILE ?= profiles/synthetic/resnet50-batch256
+REPORT_BUDGET  ?= 8G
+REPORT_DIR     := $(B)/report
+
+report: $(PL_CLI)
+	$(Q)scripts/ooc-report --check-deps 2>/dev/null || scripts/install-deps --report || true
+	$(Q)scripts/ooc-report --check-deps || { \
+	    echo "make report: python3-matplotlib is missing; run: sudo apt-get install -y python3-matplotlib" >&2; \
+	    exit 1; }
+	$(Q)mkdir -p $(REPORT_DIR)
+	$(Q)$(PL_CLI) --policy auto --budget $(REPORT_BUDGET) --out $(REPORT_DIR)/plan.tsv \
+	    $(REPORT_PROFILE)
+	$(Q)OOC_BUILD=$(B) scripts/ooc-report $(REPORT_PROFILE) --plan $(REPORT_DIR)/plan.tsv \
+	    --out $(REPORT_DIR) --format png,svg
+
+.PHONY: bench-planner fuzz report
 
 # ---- end of planner extras ---------------------------------------------------------------------
 

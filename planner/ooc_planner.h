@@ -70,8 +70,8 @@ typedef struct ooc_profile {
     char *program;
     char *device;
     uint64_t device_mem_bytes;
-    uint64_t budget_bytes;
-    uint64_t chunk_bytes;
+    uint64_t budget_bytes;              /* the plan's; in core, the one given (for comparison) */
+    uint64_t chunk_bytes;               /* the model's chunk size */
     double h2d_bps, d2h_bps, bidir_bps; /* bytes per second; bidir is the sum of both directions */
     uint32_t iterations;
     uint32_t nops, nbufs, nrefs, nprods;
@@ -123,7 +123,7 @@ const char *ooc_kind_name(ooc_op_kind_t k);
  * shared slab chunk and occupies its size rounded up to 256 bytes. */
 typedef struct ooc_model {
     const ooc_profile_t *prof; /* borrowed; must outlive the model */
-    uint64_t chunk_bytes;
+    uint64_t chunk_bytes;      /* the model's chunk size */
     uint32_t n, nb;
     uint64_t *fp;          /* per buffer: device footprint in bytes */
     uint32_t *use_off;     /* per buffer: first entry in uses */
@@ -276,7 +276,7 @@ int ooc_trace_check(const ooc_model_t *m, const ooc_plan_t *pl, const ooc_trace_
 /* ---- policies (planner/policy.c, window.c, pooch.c, auto.c) ---------------------------------- */
 
 typedef struct ooc_policy_opts {
-    uint64_t budget_bytes;
+    uint64_t budget_bytes; /* the plan's; in core, the one given (for comparison) */
     uint64_t window_bytes; /* window policy: the schedule-window; 0: tuned by simulation */
 } ooc_policy_opts_t;
 
@@ -289,5 +289,79 @@ extern const char *const ooc_policy_names[];
  * policy. Deterministic. */
 int ooc_policy_plan(const ooc_model_t *m, const char *policy, const ooc_policy_opts_t *o,
                     ooc_plan_t **out, char *err, size_t errlen);
+
+/* ---- timelines and the Chrome trace (planner/timeline.c, planner/trace_json.c) --------------- */
+
+/* One iteration as rows: what each engine runs when, and every change of mapped device memory.
+ * A timeline is either in-core (the profile's ops back to back in issue order on one compute
+ * engine, every buffer mapped from its allocation to its free: the iteration without the shim)
+ * or simulated (a plan's ooc_sim_run trace). Times are whole nanoseconds from the iteration's
+ * start. The TSV form is specified in profiles/FORMAT.md ("A timeline"). */
+typedef enum {
+    OOC_ENG_COMPUTE = 0, /* ops and recomputations, one at a time */
+    OOC_ENG_H2D,         /* host-to-device copies (swap-ins), one at a time */
+    OOC_ENG_D2H,         /* device-to-host copies (swap-outs), one at a time */
+    OOC_ENG_MEMORY,      /* not an engine: a change of mapped device memory */
+    OOC_ENG_COUNT
+} ooc_engine_t;
+
+typedef enum {
+    OOC_TL_OP = 0,    /* compute: op `op` runs */
+    OOC_TL_RECOMPUTE, /* compute: `buf` is rebuilt before op `op` by re-launching its producers */
+    OOC_TL_SWAPIN,    /* h2d: the copy of `buf` for the swap-in before op `op` */
+    OOC_TL_SWAPOUT,   /* d2h: the copy of `buf` for the swap-out after op `op` */
+    OOC_TL_MAP,       /* memory: `buf`'s footprint is mapped; `op`: where the compute engine is */
+    OOC_TL_UNMAP,     /* memory: `buf`'s footprint is released */
+    OOC_TL_COUNT
+} ooc_tl_action_t;
+
+typedef struct ooc_tl_row {
+    uint64_t start_ns, end_ns; /* [start, end); equal for memory rows */
+    int32_t op, buf;           /* -1 when none */
+    uint8_t engine, action;    /* ooc_engine_t, ooc_tl_action_t */
+    uint64_t bytes;            /* the buffer's size (copies, recomputes) or footprint (memory) */
+    uint64_t in_use_bytes;     /* memory rows: the bytes mapped after the change; others: 0 */
+} ooc_tl_row_t;
+
+typedef struct ooc_timeline {
+    int simulated;         /* 0: in core; 1: a plan's simulation */
+    char policy[32];       /* the plan's policy; "incore" for an in-core timeline */
+    uint64_t budget_bytes; /* the plan's; in core, the one given (for comparison) */
+    uint64_t chunk_bytes;  /* the model's chunk size */
+    uint64_t time_ns;      /* the iteration's end: every engine idle */
+    uint64_t peak_bytes;   /* the largest in_use_bytes */
+    uint32_t nops, nbufs;  /* those of the profile it describes */
+    ooc_tl_row_t *rows;    /* by start_ns; rows that start together keep the order of events */
+    size_t nrows, cap;
+} ooc_timeline_t;
+
+/* Builds the in-core timeline of the model's profile into *out (which the caller releases with
+ * ooc_timeline_free, also after a failure). budget_bytes is only recorded (the budget line of
+ * the pictures); memory may exceed it. Returns 0 or OOC_ENOMEM. */
+int ooc_timeline_incore(const ooc_model_t *m, uint64_t budget_bytes, ooc_timeline_t *out);
+/* Builds the timeline of a simulation: `tr` must be the complete trace that ooc_sim_run wrote
+ * for plan `pl` on model `m` with a feasible result. Each copy is attributed to the plan's
+ * action that caused it. Returns 0, OOC_ENOMEM, or OOC_EINVAL when the trace is incomplete or
+ * does not belong to the plan (the message says where). *out as for ooc_timeline_incore. */
+int ooc_timeline_simulated(const ooc_model_t *m, const ooc_plan_t *pl, const ooc_trace_t *tr,
+                           ooc_timeline_t *out, char *err, size_t errlen);
+void ooc_timeline_free(ooc_timeline_t *t);
+/* Writes the TSV form. Returns 0 or OOC_EIO. */
+int ooc_timeline_write(const ooc_timeline_t *t, FILE *f);
+int ooc_timeline_write_file(const ooc_timeline_t *t, const char *path, char *err, size_t errlen);
+const char *ooc_engine_name(ooc_engine_t e);
+const char *ooc_tl_action_name(ooc_tl_action_t a);
+
+/* Writes a Chrome trace (the JSON object format of chrome://tracing and Perfetto) of timeline t
+ * of profile p: for an in-core timeline one track per recorded stream, for a simulated one a
+ * compute, a host-to-device and a device-to-host track; and the counters "device memory in use"
+ * and "device memory budget" (bytes). When t is NULL, the in-core timeline of p at its
+ * chunk_bytes and budget_bytes is built and written (what the shim writes as trace.json). Every
+ * string is escaped; bytes that are not UTF-8 become U+FFFD. Returns 0, OOC_ENOMEM, OOC_EINVAL
+ * (t does not describe p) or OOC_EIO, with a message. */
+int ooc_trace_json_write(const ooc_profile_t *p, const ooc_timeline_t *t, FILE *f, char *err,
+                         size_t errlen);
+int ooc_trace_json_write_file(const ooc_profile_t *p, const ooc_timeline_t *t, const char *path,
+                              char *err, size_t errlen);
 
 #endif

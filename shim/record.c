@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* record.c: the recorder: logs every op, allocation and free from the first one, finds the
  * training iteration in that log (iterdet.c), and writes the profile of the last recorded
- * iteration (profiles/FORMAT.md) once OOC_PROFILE_ITERS matching iterations after the warm-up
- * have been seen.
+ * iteration (profiles/FORMAT.md, with its Chrome trace) once OOC_PROFILE_ITERS matching
+ * iterations after the warm-up have been seen.
  *
  * An op is logged with its stream, kind, name, launch shape, the buffers it references (from
  * mem.c, with how it uses them) and its duration, measured by a pair of events recorded around
@@ -516,6 +516,10 @@ void ooc_record_finish(void) {
     } else if (ooc_profile_write(p, dir, err, sizeof err) != 0) {
         OOC_LOG_E("no profile written to %s: %s", dir, err);
     } else {
+        char path[OOC_PATH_MAX + 16];
+        snprintf(path, sizeof path, "%s/trace.json", dir);
+        if (ooc_trace_json_write_file(p, NULL, path, err, sizeof err) != 0)
+            OOC_LOG_W("the profile's Chrome trace was not written: %s", err);
         char line[OOC_PATH_MAX + 256];
         int n =
             snprintf(line, sizeof line,

@@ -191,6 +191,9 @@ static void check_record(const char *name, const char *const *args, int marked) 
                   "counts %lld",
                   name, p->nops, r.ops_per_iter);
     ck_assert_int_eq(p->iterations, 2);
+    char trace[160];
+    snprintf(trace, sizeof trace, "%s/trace.json", dir);
+    ck_assert_msg(access(trace, R_OK) == 0, "%s: no trace.json", name);
     ck_assert(p->h2d_bps > 0 && p->d2h_bps > 0 && p->bidir_bps > 0);
     for (uint32_t i = 0; i < p->nops; i++)
         ck_assert_msg(p->ops[i].duration_ns > 0, "%s: op %u has no duration", name, i);
