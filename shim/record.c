@@ -487,11 +487,23 @@ void ooc_record_finish(void) {
     }
     uint64_t chunk, budget;
     ooc_mem_geometry(&chunk, &budget);
-    double h2d = 0, d2h = 0, bi = 0;
-    if (ooc_mem_measure_bw(chunk, &h2d, &d2h, &bi) == CUDA_SUCCESS) {
-        p->h2d_bps = h2d;
-        p->d2h_bps = d2h;
-        p->bidir_bps = bi;
+    /* Three copy sizes, the largest (one chunk: what a swap moves) last; meta.tsv takes it. */
+    double bw[3][4];
+    int nbw = 0;
+    for (uint64_t size = chunk / 16 >= 4096 ? chunk / 16 : 4096; nbw < 3; size *= 4) {
+        if (size > chunk || nbw == 2)
+            size = chunk;
+        bw[nbw][0] = (double)size;
+        if (ooc_mem_measure_bw(size, &bw[nbw][1], &bw[nbw][2], &bw[nbw][3]) != CUDA_SUCCESS)
+            break;
+        nbw++;
+        if (size == chunk)
+            break;
+    }
+    if (nbw > 0) {
+        p->h2d_bps = bw[nbw - 1][1];
+        p->d2h_bps = bw[nbw - 1][2];
+        p->bidir_bps = bw[nbw - 1][3];
     } else {
         OOC_LOG_W("the copy bandwidth could not be measured; the profile keeps the defaults");
     }
@@ -520,6 +532,14 @@ void ooc_record_finish(void) {
         snprintf(path, sizeof path, "%s/trace.json", dir);
         if (ooc_trace_json_write_file(p, NULL, path, err, sizeof err) != 0)
             OOC_LOG_W("the profile's Chrome trace was not written: %s", err);
+        snprintf(path, sizeof path, "%s/bandwidth.tsv", dir);
+        FILE *f = nbw > 0 ? fopen(path, "w") : NULL;
+        if (f) {
+            fprintf(f, "#ooc-profile\tbandwidth\t1\nbytes\th2d_bps\td2h_bps\tbidir_bps\n");
+            for (int i = 0; i < nbw; i++)
+                fprintf(f, "%.0f\t%.6g\t%.6g\t%.6g\n", bw[i][0], bw[i][1], bw[i][2], bw[i][3]);
+            fclose(f);
+        }
         char line[OOC_PATH_MAX + 256];
         int n =
             snprintf(line, sizeof line,

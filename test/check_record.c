@@ -194,6 +194,15 @@ static void check_record(const char *name, const char *const *args, int marked) 
     char trace[160];
     snprintf(trace, sizeof trace, "%s/trace.json", dir);
     ck_assert_msg(access(trace, R_OK) == 0, "%s: no trace.json", name);
+    snprintf(trace, sizeof trace, "%s/bandwidth.tsv", dir);
+    FILE *bw = fopen(trace, "r");
+    ck_assert_msg(bw != NULL, "%s: no bandwidth.tsv", name);
+    char line[256];
+    int rows = 0;
+    while (fgets(line, sizeof line, bw))
+        rows++;
+    fclose(bw);
+    ck_assert_int_eq(rows, 2 + 3); /* header, columns, three copy sizes */
     ck_assert(p->h2d_bps > 0 && p->d2h_bps > 0 && p->bidir_bps > 0);
     for (uint32_t i = 0; i < p->nops; i++)
         ck_assert_msg(p->ops[i].duration_ns > 0, "%s: op %u has no duration", name, i);
