@@ -251,6 +251,7 @@ static void fault_loop(const char *api, int host_vmm) {
     const char *hv = host_vmm ? "FAKECUDA_HOST_VMM=1" : "FAKECUDA_HOST_VMM=0";
     const char *base[] = {stats,
                           hv,
+                          "OOC_MODE=demand",
                           "OOC_BUDGET=1M",
                           "OOC_CHUNK=64K",
                           "FAKECUDA_GRANULARITY=64K",
@@ -267,6 +268,7 @@ static void fault_loop(const char *api, int host_vmm) {
         snprintf(fail, sizeof fail, "FAKECUDA_FAIL=%s@%lld", api, n);
         const char *env[] = {stats,
                              hv,
+                             "OOC_MODE=demand",
                              fail,
                              "OOC_BUDGET=1M",
                              "OOC_CHUNK=64K",
