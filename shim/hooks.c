@@ -18,7 +18,7 @@ static int managing(void) {
 /* Runs `call` with the access set `a` resident on `stream`. */
 #define RUN_OP(a, stream, ptds, call)                                                              \
     do {                                                                                           \
-        int rec_ = ooc_record_on(), fin_ = 0;                                                      \
+        int rec_ = ooc_record_on();                                                                \
         if (rec_ && ooc_record_pending()) {                                                        \
             ooc_record_finish();                                                                   \
             rec_ = 0;                                                                              \
@@ -28,11 +28,9 @@ static int managing(void) {
             int tok_ = rec_ ? ooc_record_op_begin((stream), (ptds)) : -1;                          \
             r_ = (call);                                                                           \
             if (rec_)                                                                              \
-                fin_ = ooc_record_op_end(tok_, (a), (stream), (ptds), r_ == CUDA_SUCCESS);         \
+                ooc_record_op_end(tok_, (a), (stream), (ptds), r_ == CUDA_SUCCESS);                \
         }                                                                                          \
         ooc_mem_end((a), (stream), (ptds), r_ == CUDA_SUCCESS);                                    \
-        if (fin_)                                                                                  \
-            ooc_record_finish();                                                                   \
         if (r_ == CUDA_ERROR_ILLEGAL_ADDRESS)                                                      \
             ooc_mem_report_fault(r_);                                                              \
         return r_;                                                                                 \

@@ -1039,6 +1039,7 @@ CUresult ooc_mem_begin(const ooc_access_t *a, CUstream stream, int per_thread) {
     M.serial++;
     M.nop = 0;
     M.nopb = 0;
+    int list = ooc_record_on();
     if (a->overflow) {
         OOC_LOG_E("an operation references more than %d buffers; the shim cannot make them all "
                   "resident",
@@ -1051,7 +1052,7 @@ CUresult ooc_mem_begin(const ooc_access_t *a, CUstream stream, int per_thread) {
         uintptr_t p = a->refs[i].lo, end = a->refs[i].hi > p ? a->refs[i].hi : p + 1;
         buf_t *b;
         while (p < end && (b = lookup(p)) != NULL) {
-            if (opbuf_add(b, a->refs[i].lo, a->refs[i].hi, a->refs[i].use) != 0)
+            if (list && opbuf_add(b, a->refs[i].lo, a->refs[i].hi, a->refs[i].use) != 0)
                 return CUDA_ERROR_OUT_OF_MEMORY;
             uint64_t c0 = (b->addr - M.va_base) >> M.shift;
             uint64_t c1 = (b->addr + b->size - 1 - M.va_base) >> M.shift;

@@ -250,13 +250,13 @@ static uint64_t signature(const rop_t *o, const ooc_opbuf_t *b, size_t nb) {
     return h;
 }
 
-int ooc_record_op_end(int token, const ooc_access_t *a, CUstream stream, int per_thread,
-                      int issued) {
+void ooc_record_op_end(int token, const ooc_access_t *a, CUstream stream, int per_thread,
+                       int issued) {
     CUstream s = (per_thread && stream == NULL) ? CU_STREAM_PER_THREAD : stream;
     pthread_mutex_lock(&rec_lock);
     if (!issued || !ooc_record_on() || R.give_up) {
         pthread_mutex_unlock(&rec_lock);
-        return 0;
+        return;
     }
     const ooc_opbuf_t *b;
     size_t nb = ooc_mem_op_buffers(&b);
@@ -267,7 +267,7 @@ int ooc_record_op_end(int token, const ooc_access_t *a, CUstream stream, int per
         OOC_LOG_W("recording stopped: no iteration was found in the first %zu operations; the "
                   "shim stays in demand mode",
                   R.nops);
-        return 0;
+        return;
     }
     rop_t *o = &R.ops[R.nops];
     memset(o, 0, sizeof *o);
@@ -300,7 +300,6 @@ int ooc_record_op_end(int token, const ooc_access_t *a, CUstream stream, int per
     if (R.ev.source != OOC_ITERDET_NONE && R.ev.iters >= R.want && R.ev.period > 0)
         atomic_store(&R.pending, 1);
     pthread_mutex_unlock(&rec_lock);
-    return 0;
 }
 
 int ooc_record_pending(void) {

@@ -163,7 +163,8 @@ void ooc_mem_note(ooc_access_t *a, uintptr_t p);
 void ooc_mem_note_range(ooc_access_t *a, uintptr_t p, size_t n, unsigned use);
 
 /* The buffers the op between ooc_mem_begin and ooc_mem_end references, each once, in the order
- * of its queries; valid until ooc_mem_end. */
+ * of its queries; valid until ooc_mem_end. Listed only while the recorder is on (nobody else
+ * needs them, and the launch path should not pay for them). */
 size_t ooc_mem_op_buffers(const ooc_opbuf_t **out);
 
 /* Makes every chunk the access set touches resident before an op on `stream` (whose NULL means
@@ -210,11 +211,10 @@ void ooc_record_alloc(uint64_t id, uint64_t bytes);
 void ooc_record_free(uint64_t id);
 /* Around an op's issue, inside ooc_mem_begin/ooc_mem_end (the residency lock is held, which
  * orders ops): op_begin records the start event on the op's stream and returns a token;
- * op_end logs the op and its buffers and returns 1 when the profile is complete, in which case
- * the caller calls ooc_record_finish after ooc_mem_end. */
+ * op_end logs the op and its buffers, and marks the recording pending once it is complete. */
 int ooc_record_op_begin(CUstream stream, int per_thread);
-int ooc_record_op_end(int token, const ooc_access_t *a, CUstream stream, int per_thread,
-                      int issued);
+void ooc_record_op_end(int token, const ooc_access_t *a, CUstream stream, int per_thread,
+                       int issued);
 /* Has the recorder seen enough iterations? Then the caller calls ooc_record_finish before
  * the next op (outside the residency lock). */
 int ooc_record_pending(void);

@@ -17,35 +17,6 @@
 
 Suite *suite_record(void);
 
-static const char *preload(void) {
-    static char buf[8192];
-    char asan[4096] = "";
-    FILE *f = fopen("/proc/self/maps", "r");
-    char line[4096];
-    while (f && fgets(line, sizeof line, f)) {
-        char *p = strstr(line, "/libasan.so");
-        if (p) {
-            char *start = strchr(line, '/');
-            line[strcspn(line, "\n")] = '\0';
-            snprintf(asan, sizeof asan, "%s:", start);
-            break;
-        }
-    }
-    if (f)
-        fclose(f);
-    char cwd[2048];
-    if (!getcwd(cwd, sizeof cwd))
-        cwd[0] = '\0';
-    snprintf(buf, sizeof buf, "LD_PRELOAD=%s%s/%s", asan, cwd, tu_build_path("libooc_shim.so"));
-    return buf;
-}
-
-static const char *libpath(void) {
-    static char buf[4096];
-    snprintf(buf, sizeof buf, "LD_LIBRARY_PATH=%s", tu_build_path("fakecuda"));
-    return buf;
-}
-
 typedef struct run {
     int status;
     char checksum[64];
@@ -64,13 +35,13 @@ static void run(run_t *r, const char *name, int shim, const char *const *args) {
     char dirv[128], logv[128];
     snprintf(dirv, sizeof dirv, "OOC_PROFILE_DIR=%s/profile", r->dir);
     snprintf(logv, sizeof logv, "WL_ALLOC_LOG=%s", r->log);
-    const char *env[] = {libpath(),
+    const char *env[] = {tu_fakecuda_libpath(),
                          logv,
                          dirv,
                          "OOC_MODE=record",
                          "OOC_PROFILE_ITERS=2",
                          "OOC_BUDGET=1G",
-                         shim ? preload() : NULL,
+                         shim ? tu_shim_preload() : NULL,
                          NULL};
     const char *argv[16];
     int n = 0;
@@ -276,8 +247,8 @@ END_TEST
 /* A program too short to repeat gets no profile, a line that says why, and its checksum. */
 START_TEST(test_record_without_an_iteration_says_so) {
     const char *argv[] = {tu_build_path("workloads/mlp"), "--iters", "1", NULL};
-    const char *env[] = {libpath(), preload(), "OOC_MODE=record", "OOC_PROFILE_DIR=/tmp/ooc-none",
-                         NULL};
+    const char *env[] = {tu_fakecuda_libpath(), tu_shim_preload(), "OOC_MODE=record",
+                         "OOC_PROFILE_DIR=/tmp/ooc-none", NULL};
     tu_proc_t p;
     ck_assert_int_eq(tu_run(argv, env, 60, &p), 0);
     ck_assert_int_eq(p.status, 0);

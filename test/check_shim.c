@@ -16,36 +16,6 @@
 
 Suite *suite_shim(void);
 
-/* LD_PRELOAD for the shim of this build, with the sanitizer runtime first when we have one. */
-static const char *preload(void) {
-    static char buf[8192];
-    char asan[4096] = "";
-    FILE *f = fopen("/proc/self/maps", "r");
-    char line[4096];
-    while (f && fgets(line, sizeof line, f)) {
-        char *p = strstr(line, "/libasan.so");
-        if (p) {
-            char *start = strchr(line, '/');
-            line[strcspn(line, "\n")] = '\0';
-            snprintf(asan, sizeof asan, "%s:", start);
-            break;
-        }
-    }
-    if (f)
-        fclose(f);
-    char cwd[2048];
-    if (!getcwd(cwd, sizeof cwd))
-        cwd[0] = '\0';
-    snprintf(buf, sizeof buf, "LD_PRELOAD=%s%s/%s", asan, cwd, tu_build_path("libooc_shim.so"));
-    return buf;
-}
-
-static const char *libpath(void) {
-    static char buf[4096];
-    snprintf(buf, sizeof buf, "LD_LIBRARY_PATH=%s", tu_build_path("fakecuda"));
-    return buf;
-}
-
 typedef struct result {
     int status;
     char checksum[64];
@@ -70,9 +40,9 @@ static const char *workload_arg(const char *name, int i) {
 static result_t run_workload(const char *name, int shim, const char *const *extra) {
     const char *env[32];
     size_t n = 0;
-    env[n++] = libpath();
+    env[n++] = tu_fakecuda_libpath();
     if (shim)
-        env[n++] = preload();
+        env[n++] = tu_shim_preload();
     for (; extra && *extra && n < 31; extra++)
         env[n++] = *extra;
     env[n] = NULL;
@@ -183,7 +153,8 @@ START_TEST(test_intercepts_get_proc_address_dlsym_and_linked) {
     static const char *const modes[] = {"gpa", "dlsym", "linked"};
     for (int i = 0; i < 3; i++) {
         const char *argv[] = {tu_build_path("test/progs/probe"), modes[i], NULL};
-        const char *env[] = {libpath(), preload(), "FAKECUDA_MEM_BYTES=64M", "OOC_BUDGET=8M", NULL};
+        const char *env[] = {tu_fakecuda_libpath(), tu_shim_preload(), "FAKECUDA_MEM_BYTES=64M",
+                             "OOC_BUDGET=8M", NULL};
         tu_proc_t p;
         char total[64];
         ck_assert_int_eq(tu_run(argv, env, 30, &p), 0);
@@ -192,7 +163,7 @@ START_TEST(test_intercepts_get_proc_address_dlsym_and_linked) {
         ck_assert_msg(strcmp(total, "8388608") == 0, "%s: cuMemGetInfo not intercepted: %s",
                       modes[i], total);
         tu_proc_free(&p);
-        const char *env_plain[] = {libpath(), "FAKECUDA_MEM_BYTES=64M", NULL};
+        const char *env_plain[] = {tu_fakecuda_libpath(), "FAKECUDA_MEM_BYTES=64M", NULL};
         ck_assert_int_eq(tu_run(argv, env_plain, 30, &p), 0);
         ck_assert_ptr_nonnull(tu_field(p.out, "total", total, sizeof total));
         ck_assert_str_eq(total, "67108864");
@@ -329,8 +300,8 @@ END_TEST
  * device memory) with the simulated device's host-VMM support on or off. */
 static tu_proc_t run_stray(int host_vmm, const char *safe) {
     const char *argv[] = {tu_build_path("test/progs/stray"), NULL};
-    const char *env[] = {libpath(),
-                         preload(),
+    const char *env[] = {tu_fakecuda_libpath(),
+                         tu_shim_preload(),
                          host_vmm ? "FAKECUDA_HOST_VMM=1" : "FAKECUDA_HOST_VMM=0",
                          safe,
                          "FAKECUDA_GRANULARITY=64K",
@@ -384,9 +355,10 @@ END_TEST
  * buffers whose chunks were taken keep their bytes. */
 START_TEST(test_programs_own_vmm_memory_counts_against_the_budget) {
     const char *argv[] = {tu_build_path("test/progs/vmm_external"), NULL};
-    const char *env[] = {
-        libpath(),       preload(),         "FAKECUDA_MEM_BYTES=512K", "FAKECUDA_GRANULARITY=64K",
-        "OOC_CHUNK=64K", "OOC_BUDGET=512K", "OOC_MODE=demand",         NULL};
+    const char *env[] = {tu_fakecuda_libpath(),     tu_shim_preload(),
+                         "FAKECUDA_MEM_BYTES=512K", "FAKECUDA_GRANULARITY=64K",
+                         "OOC_CHUNK=64K",           "OOC_BUDGET=512K",
+                         "OOC_MODE=demand",         NULL};
     tu_proc_t p;
     ck_assert_int_eq(tu_run(argv, env, 30, &p), 0);
     ck_assert_msg(p.status == 0, "status %d\n%s%s", p.status, p.out, p.err);
@@ -394,7 +366,8 @@ START_TEST(test_programs_own_vmm_memory_counts_against_the_budget) {
     ck_assert_ptr_nonnull(strstr(p.err, "less than one chunk of the budget"));
     tu_proc_free(&p);
     /* Without the shim the same device cannot hold both. */
-    const char *plain[] = {libpath(), "FAKECUDA_MEM_BYTES=512K", "FAKECUDA_GRANULARITY=64K", NULL};
+    const char *plain[] = {tu_fakecuda_libpath(), "FAKECUDA_MEM_BYTES=512K",
+                           "FAKECUDA_GRANULARITY=64K", NULL};
     ck_assert_int_eq(tu_run(argv, plain, 30, &p), 0);
     ck_assert_int_eq(p.status, 3);
     tu_proc_free(&p);

@@ -181,3 +181,31 @@ char *tu_field(const char *text, const char *key, char *buf, size_t len) {
     buf[n] = '\0';
     return buf;
 }
+
+const char *tu_shim_preload(void) {
+    static char buf[8192];
+    char asan[4096] = "";
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[4096];
+    while (f && fgets(line, sizeof line, f)) {
+        if (strstr(line, "/libasan.so")) {
+            char *start = strchr(line, '/');
+            line[strcspn(line, "\n")] = '\0';
+            snprintf(asan, sizeof asan, "%s:", start);
+            break;
+        }
+    }
+    if (f)
+        fclose(f);
+    char cwd[2048];
+    if (!getcwd(cwd, sizeof cwd))
+        cwd[0] = '\0';
+    snprintf(buf, sizeof buf, "LD_PRELOAD=%s%s/%s", asan, cwd, tu_build_path("libooc_shim.so"));
+    return buf;
+}
+
+const char *tu_fakecuda_libpath(void) {
+    static char buf[4096];
+    snprintf(buf, sizeof buf, "LD_LIBRARY_PATH=%s", tu_build_path("fakecuda"));
+    return buf;
+}

@@ -12,6 +12,13 @@ const char *tu_build_dir(void);
 /* A path under the build directory, in a static buffer per call site slot (8 slots, rotating). */
 const char *tu_build_path(const char *rel);
 
+/* "LD_PRELOAD=<cwd>/<build>/libooc_shim.so" for a child, with the sanitizer runtime the runner
+ * itself uses put first (a sanitized shim needs it first in LD_PRELOAD). Static buffer. */
+const char *tu_shim_preload(void);
+
+/* "LD_LIBRARY_PATH=<build>/fakecuda": the simulated driver for a child. Static buffer. */
+const char *tu_fakecuda_libpath(void);
+
 /* The seed for a random test: OOC_TEST_SEED when set, else a fresh one; printed either way so a
  * failure can be replayed. */
 uint64_t tu_seed(const char *test_name);
