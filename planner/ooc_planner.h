@@ -119,8 +119,9 @@ const char *ooc_kind_name(ooc_op_kind_t k);
 /* ---- the derived model (planner/model.c) ----------------------------------------------------- */
 
 /* Facts derived once from a profile and a chunk size, shared by the simulator and the policies.
- * Footprint: a buffer of at least half a chunk occupies whole chunks; a smaller one lives in a
- * shared slab chunk and occupies its size rounded up to 256 bytes. */
+ * Footprint: a buffer of more than an eighth of a chunk occupies whole chunks (shim/mem.c places
+ * it so); a smaller one lives in a shared slab chunk and occupies its size rounded up to 256
+ * bytes. */
 typedef struct ooc_model {
     const ooc_profile_t *prof; /* borrowed; must outlive the model */
     uint64_t chunk_bytes;      /* the model's chunk size */

@@ -49,12 +49,9 @@ static void config_once_fn(void) {
     }
     const ooc_options_t *o = ooc_options();
     int mode = o->mode;
-    if (mode == OOC_MODE_AUTO) {
-        /* Replay is not written yet: auto records the profile and goes on in demand mode. */
-        if (was_set("OOC_MODE"))
-            OOC_LOG_W("OOC_MODE=auto: replay is not implemented yet; recording the profile, "
-                      "then running in demand mode (as OOC_MODE=record)");
-        mode = OOC_MODE_RECORD;
+    if (o->plan[0] && mode != OOC_MODE_AUTO) {
+        OOC_LOG_W("OOC_PLAN=%s is ignored: plans are replayed in OOC_MODE=auto, not %s", o->plan,
+                  ooc_mode_name(mode));
     }
     pthread_atfork(NULL, NULL, on_fork_child);
     atomic_store(&ooc_mode_now, mode);
@@ -69,7 +66,8 @@ const ooc_options_t *ooc_opts(void) {
 }
 
 static void at_exit(void) {
-    ooc_record_finish();
+    ooc_replay_stop();
+    ooc_record_finish_at_exit();
     if (ooc_options()->stats)
         ooc_stats_print(2);
     ooc_mem_shutdown();
@@ -187,8 +185,6 @@ static CUresult device_setup(void) {
     if (ooc_mem_init(budget, chunk, dev, ctx, safe ? &safe_loc : NULL) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     atexit(at_exit);
-    if (atomic_load(&ooc_mode_now) == OOC_MODE_RECORD)
-        ooc_record_start();
     char line[512], sb[32], st[32], sc[32];
     int n = snprintf(line, sizeof line,
                      "ooc[%d] ooc-shim: device %s, budget %s of %s, chunk %s, mode %s, safe mode "
@@ -200,6 +196,18 @@ static CUresult device_setup(void) {
     if (n > 0 && ooc_log_level() >= OOC_LOG_WARN) {
         ssize_t w = write(2, line, (size_t)(n < (int)sizeof line ? n : (int)sizeof line - 1));
         (void)w;
+    }
+    int mode = atomic_load(&ooc_mode_now);
+    if (mode == OOC_MODE_AUTO && o->plan[0]) {
+        if (ooc_replay_load(o->plan) != 0) {
+            static const char msg[] = "ooc: stopping: OOC_PLAN names a plan that cannot be "
+                                      "replayed (see above)\n";
+            ssize_t w = write(2, msg, sizeof msg - 1);
+            (void)w;
+            exit(1);
+        }
+    } else if (mode == OOC_MODE_RECORD || mode == OOC_MODE_AUTO) {
+        ooc_record_start();
     }
     return CUDA_SUCCESS;
 }

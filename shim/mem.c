@@ -35,6 +35,15 @@ enum { C_EMPTY, C_RESIDENT, C_SWAPPED };
 #define SLAB_ALIGN      256
 #define QUARANTINE_RUNS 64
 
+/* A pooled event with a reference count: chunks and host slots waiting on the same copy share
+ * one. Returned to the pool when the last reference is dropped (a later record does not disturb
+ * waits already enqueued: cuStreamWaitEvent captures the record it sees). */
+typedef struct evref {
+    CUevent e;
+    unsigned refs;
+    struct evref *next;
+} evref_t;
+
 typedef struct phys {
     CUmemGenericAllocationHandle h;
     struct phys *next;
@@ -81,7 +90,29 @@ typedef struct chunk {
     slab_t *slab;
     uint64_t pin; /* op serial that pinned it */
     int dying;
+    /* Replay (planned, asynchronous transfers): */
+    evref_t *in_ev;  /* a planned swap-in's copy: ops using the chunk wait for it on their stream */
+    evref_t *out_ev; /* retiring: a planned swap-out's copy was issued; unmapped once it is done */
+    int queued;      /* a planned swap-in is queued for the worker */
+    /* Dying: events after the work of every stream that may still use it (fenced = 1), so its
+     * memory can be taken back when they are done, without waiting for anything later. */
+    evref_t *fence[MAX_USERS];
+    unsigned nfence;
+    int fenced;
+    uint64_t when; /* the op serial when it began to die or retire */
 } chunk_t;
+
+/* A host slot that a copy still writes or reads: back to the pool once `ev` has completed. */
+typedef struct limbo {
+    hslot_t *slot;
+    evref_t *ev;
+} limbo_t;
+
+/* A planned swap-in for the worker: the buffer at addr, if it is still serial `id`. */
+typedef struct job {
+    uintptr_t addr;
+    uint64_t id;
+} job_t;
 
 /* A physical allocation the program made itself with the VMM API (NCCL does). */
 typedef struct ext {
@@ -135,9 +166,31 @@ static struct {
     uint64_t serial;
     chunk_t **op_chunks;
     size_t nop, cap_op;
+    chunk_t **op_tmp; /* scratch for planned swap-outs */
+    size_t cap_tmp;
+    struct {
+        CUstream s;
+        uint64_t serial;
+        evref_t *v; /* holds a reference */
+    } fcache[8];    /* the fence events recorded since the last op, per stream */
+    unsigned fc_next;
     ooc_opbuf_t *op_bufs;
     size_t nopb, cap_opb;
     uint64_t next_id;
+    /* Replay: pooled events, side streams, retiring chunks, host slots in flight, the worker. */
+    evref_t *ev_free;
+    evref_t **ev_all;
+    size_t nev_all, cap_ev_all;
+    CUstream h2d, d2h;
+    chunk_t **ret; /* retiring chunks, in swap-out order */
+    size_t nret, cap_ret;
+    limbo_t *limbo;
+    size_t nlimbo, cap_limbo;
+    job_t *jobs; /* a ring */
+    size_t job_head, njobs, cap_jobs;
+    pthread_t worker;
+    int worker_on, worker_stop;
+    pthread_cond_t work_cv;
 } M;
 
 static uintptr_t chunk_addr(const chunk_t *c) {
@@ -160,6 +213,68 @@ static void lru_push(chunk_t *c) {
     c->prev = &M.lru;
     M.lru.next->prev = c;
     M.lru.next = c;
+}
+
+/* ---- growing arrays and pooled events ------------------------------------------------------ */
+
+/* Makes room for `need` elements of `elem` bytes in *p; 0 or -1 when out of memory. */
+static int grow(void *p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap)
+        return 0;
+    size_t nc = *cap ? *cap * 2 : 64;
+    while (nc < need)
+        nc *= 2;
+    void *n = realloc(*(void **)p, nc * elem);
+    if (!n)
+        return -1;
+    *(void **)p = n;
+    *cap = nc;
+    return 0;
+}
+
+/* An event from the pool with one reference; NULL when none can be made. Caller holds mem_lock
+ * (or is the only thread, at shutdown). */
+static evref_t *ev_take(void) {
+    evref_t *v = M.ev_free;
+    if (v) {
+        M.ev_free = v->next;
+    } else {
+        if (grow(&M.ev_all, &M.cap_ev_all, M.nev_all + 1, sizeof *M.ev_all) != 0)
+            return NULL;
+        v = calloc(1, sizeof *v);
+        if (!v)
+            return NULL;
+        if (ooc_real.cuEventCreate(&v->e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+            free(v);
+            return NULL;
+        }
+        M.ev_all[M.nev_all++] = v;
+    }
+    v->refs = 1;
+    v->next = NULL;
+    return v;
+}
+
+static void ev_drop(evref_t *v) {
+    if (v && --v->refs == 0) {
+        v->next = M.ev_free;
+        M.ev_free = v;
+    }
+}
+
+/* Has the event's work completed? (Non-blocking; an error counts as done: the sticky error
+ * surfaces to the program on its own calls.) */
+static int ev_done(const evref_t *v) {
+    return ooc_real.cuEventQuery(v->e) != CUDA_ERROR_NOT_READY;
+}
+
+/* Puts c at the cold end: the first to be evicted. */
+static void lru_push_tail(chunk_t *c) {
+    lru_remove(c);
+    c->prev = M.lru.prev;
+    c->next = &M.lru;
+    M.lru.prev->next = c;
+    M.lru.prev = c;
 }
 
 /* ---- VA runs ------------------------------------------------------------------------------- */
@@ -300,17 +415,17 @@ static void host_slot_put(hslot_t *s) {
     }
 }
 
-/* Copies a chunk between the device and its host slot on the swap stream (not waited for). */
-static CUresult copy_out(chunk_t *c) {
+/* Copies a chunk between the device and its host slot on stream st (not waited for). */
+static CUresult copy_out(chunk_t *c, CUstream st) {
     if (M.safe)
-        return ooc_real.cuMemcpyDtoDAsync_v2(c->host->va, chunk_addr(c), M.chunk, M.swap);
-    return ooc_real.cuMemcpyDtoHAsync_v2(c->host->p, chunk_addr(c), M.chunk, M.swap);
+        return ooc_real.cuMemcpyDtoDAsync_v2(c->host->va, chunk_addr(c), M.chunk, st);
+    return ooc_real.cuMemcpyDtoHAsync_v2(c->host->p, chunk_addr(c), M.chunk, st);
 }
 
-static CUresult copy_in(chunk_t *c) {
+static CUresult copy_in(chunk_t *c, CUstream st) {
     if (M.safe)
-        return ooc_real.cuMemcpyDtoDAsync_v2(chunk_addr(c), c->host->va, M.chunk, M.swap);
-    return ooc_real.cuMemcpyHtoDAsync_v2(chunk_addr(c), c->host->p, M.chunk, M.swap);
+        return ooc_real.cuMemcpyDtoDAsync_v2(chunk_addr(c), c->host->va, M.chunk, st);
+    return ooc_real.cuMemcpyHtoDAsync_v2(chunk_addr(c), c->host->p, M.chunk, st);
 }
 
 /* Frees every host block; at shutdown, after every alias is unmapped. */
@@ -339,14 +454,11 @@ static CUresult wait_users(CUstream *users, unsigned n, int unknown) {
     if (unknown)
         return ooc_real.cuCtxSynchronize();
     for (unsigned i = 0; i < n; i++) {
-        CUevent e;
-        CUresult r = ooc_real.cuEventCreate(&e, CU_EVENT_DISABLE_TIMING);
-        if (r == CUDA_SUCCESS) {
-            r = ooc_real.cuEventRecord(e, users[i]);
-            if (r == CUDA_SUCCESS)
-                r = ooc_real.cuEventSynchronize(e);
-            ooc_real.cuEventDestroy_v2(e);
-        }
+        evref_t *v = ev_take();
+        CUresult r = v ? ooc_real.cuEventRecord(v->e, users[i]) : CUDA_ERROR_OUT_OF_MEMORY;
+        if (r == CUDA_SUCCESS)
+            r = ooc_real.cuEventSynchronize(v->e);
+        ev_drop(v);
         if (r != CUDA_SUCCESS) /* e.g. the stream was destroyed: wait for everything */
             return ooc_real.cuCtxSynchronize();
     }
@@ -388,12 +500,10 @@ static void stream_issued(CUstream s) {
     M.nstreams++;
 }
 
-/* Waits until the chunks can be unmapped: the work of their known users has completed and, in
- * safe mode, the work of every stream that issued an op since the oldest of them was mapped
- * (an access the shim could not see, through a pointer stored in device memory, may be in
- * flight on any of them). Caller holds mem_lock. */
-static CUresult wait_chunks(chunk_t *const *cs, size_t n) {
-    CUstream users[MAX_USERS + MAX_STREAMS];
+/* The streams whose work must complete before the chunks can be unmapped (users, at most
+ * MAX_USERS + MAX_STREAMS of them): see wait_chunks. Returns 1 when some cannot be named (then
+ * only a context synchronisation will do). Caller holds mem_lock. */
+static int gather_streams(chunk_t *const *cs, size_t n, CUstream *users, unsigned *nu_out) {
     unsigned nu = 0;
     int unknown = 0;
     uint64_t since = UINT64_MAX;
@@ -417,6 +527,18 @@ static CUresult wait_chunks(chunk_t *const *cs, size_t n) {
                 users[nu++] = M.streams[i].s;
         }
     }
+    *nu_out = nu;
+    return unknown;
+}
+
+/* Waits until the chunks can be unmapped: the work of their known users has completed and, in
+ * safe mode, the work of every stream that issued an op since the oldest of them was mapped
+ * (an access the shim could not see, through a pointer stored in device memory, may be in
+ * flight on any of them). Caller holds mem_lock. */
+static CUresult wait_chunks(chunk_t *const *cs, size_t n) {
+    CUstream users[MAX_USERS + MAX_STREAMS];
+    unsigned nu = 0;
+    int unknown = gather_streams(cs, n, users, &nu);
     return wait_users(users, nu, unknown);
 }
 
@@ -464,6 +586,8 @@ static CUresult unmap_chunk(chunk_t *c) {
     c->state = C_SWAPPED;
     c->nusers = 0;
     c->users_unknown = 0;
+    ev_drop(c->in_ev);
+    c->in_ev = NULL;
     M.resident--;
     ooc_stats_gauge_sub(OOC_STAT_resident_bytes, M.chunk);
     return CUDA_SUCCESS;
@@ -511,6 +635,8 @@ static CUresult chunk_bury(chunk_t *c) {
     CUresult r = c->state == C_RESIDENT ? unmap_chunk(c) : unalias_chunk(c);
     if (r != CUDA_SUCCESS)
         return r;
+    for (unsigned i = 0; i < c->nfence; i++)
+        ev_drop(c->fence[i]);
     host_slot_put(c->host);
     c->host = NULL;
     va_give(c->idx, 1);
@@ -518,8 +644,169 @@ static CUresult chunk_bury(chunk_t *c) {
     return CUDA_SUCCESS;
 }
 
+/* ---- planned transfers: retiring chunks and host slots in flight ------------------------------
+ */
+
+/* Keeps slot s out of the pool until ev's copy is done (takes a reference on ev). */
+static void limbo_put(hslot_t *s, evref_t *ev) {
+    if (!s)
+        return;
+    if (grow(&M.limbo, &M.cap_limbo, M.nlimbo + 1, sizeof *M.limbo) != 0) {
+        ooc_real.cuEventSynchronize(ev->e); /* no room to defer: wait for the copy now */
+        host_slot_put(s);
+        return;
+    }
+    ev->refs++;
+    M.limbo[M.nlimbo++] = (limbo_t){s, ev};
+}
+
+/* Returns to the pool the slots whose copies are done. */
+static void limbo_poll(void) {
+    size_t k = 0;
+    for (size_t i = 0; i < M.nlimbo; i++) {
+        if (ev_done(M.limbo[i].ev)) {
+            host_slot_put(M.limbo[i].slot);
+            ev_drop(M.limbo[i].ev);
+        } else {
+            M.limbo[k++] = M.limbo[i];
+        }
+    }
+    M.nlimbo = k;
+}
+
+static void ret_remove(chunk_t *c) {
+    for (size_t i = 0; i < M.nret; i++) {
+        if (M.ret[i] == c) {
+            memmove(&M.ret[i], &M.ret[i + 1], (M.nret - i - 1) * sizeof *M.ret);
+            M.nret--;
+            return;
+        }
+    }
+}
+
+/* A retiring chunk is used again before its swap-out was finished: it stays resident (its
+ * device bytes are current); its host slot goes back once the copy writing it is done. */
+static void retire_cancel(chunk_t *c) {
+    ret_remove(c);
+    add_user(c->users, &c->nusers, &c->users_unknown, M.d2h); /* the copy still reads it */
+    limbo_put(c->host, c->out_ev);
+    c->host = NULL;
+    ev_drop(c->out_ev);
+    c->out_ev = NULL;
+    ooc_stats_add(OOC_STAT_swap_cancels, 1);
+}
+
+/* The swap-out copy of c is done: its physical chunk returns to the pool and, in safe mode, its
+ * host copy is mapped at its address. Every user of c was waited for by the copy (a later user
+ * would have cancelled the swap-out); in safe mode the streams that may reach it unseen are
+ * waited for here. */
+static CUresult retire_finish(chunk_t *c) {
+    CUresult r = M.safe ? wait_chunks(&c, 1) : CUDA_SUCCESS;
+    if (r == CUDA_SUCCESS)
+        r = ooc_real.cuMemUnmap(chunk_addr(c), M.chunk) == CUDA_SUCCESS ? CUDA_SUCCESS
+                                                                        : CUDA_ERROR_UNKNOWN;
+    ret_remove(c);
+    ev_drop(c->out_ev);
+    c->out_ev = NULL;
+    if (r != CUDA_SUCCESS) {
+        /* Still mapped, bytes current: it stays resident; the finished host copy is dropped. */
+        host_slot_put(c->host);
+        c->host = NULL;
+        lru_push(c);
+        return r;
+    }
+    c->phys->next = M.phys_free;
+    M.phys_free = c->phys;
+    c->phys = NULL;
+    c->state = C_SWAPPED;
+    c->nusers = 0;
+    c->users_unknown = 0;
+    ev_drop(c->in_ev);
+    c->in_ev = NULL;
+    M.resident--;
+    ooc_stats_gauge_sub(OOC_STAT_resident_bytes, M.chunk);
+    if (M.safe)
+        alias_chunk(c);
+    return CUDA_SUCCESS;
+}
+
+/* Finishes the retiring chunks whose copies are done, oldest first (the device-to-host stream
+ * runs them in order); with `block`, waits for the oldest when none is. Returns how many. */
+static unsigned retire_poll(int block) {
+    unsigned n = 0;
+    while (M.nret) {
+        chunk_t *c = M.ret[0];
+        if (!ev_done(c->out_ev)) {
+            if (!block || n)
+                break;
+            ooc_real.cuEventSynchronize(c->out_ev->e);
+        }
+        retire_finish(c); /* leaves the list either way */
+        n++;
+    }
+    return n;
+}
+
+/* An event after the work issued so far on s (shared by the chunks freed between two ops). */
+static evref_t *fence_ev(CUstream s) {
+    for (unsigned i = 0; i < 8; i++) {
+        if (M.fcache[i].v && M.fcache[i].s == s && M.fcache[i].serial == M.serial) {
+            M.fcache[i].v->refs++;
+            return M.fcache[i].v;
+        }
+    }
+    evref_t *v = ev_take();
+    if (!v)
+        return NULL;
+    if (ooc_real.cuEventRecord(v->e, s) != CUDA_SUCCESS) {
+        ev_drop(v);
+        return NULL;
+    }
+    unsigned k = M.fc_next++ % 8;
+    ev_drop(M.fcache[k].v);
+    M.fcache[k].s = s;
+    M.fcache[k].serial = M.serial;
+    M.fcache[k].v = v;
+    v->refs++;
+    return v;
+}
+
+/* Fences a dying chunk: events after the work of every stream that may use it (no later op may:
+ * its buffer is freed). Unfenced when the streams cannot all be named. */
+static void fence_chunk(chunk_t *c) {
+    CUstream us[MAX_USERS + MAX_STREAMS];
+    unsigned nu = 0;
+    c->fenced = 0;
+    if (gather_streams(&c, 1, us, &nu) || nu > MAX_USERS)
+        return;
+    for (unsigned i = 0; i < nu; i++) {
+        evref_t *v = fence_ev(us[i]);
+        if (!v)
+            return;
+        c->fence[c->nfence++] = v;
+    }
+    c->fenced = 1;
+}
+
+static int fence_done(const chunk_t *c) {
+    if (!c->fenced)
+        return 0;
+    for (unsigned i = 0; i < c->nfence; i++)
+        if (!ev_done(c->fence[i]))
+            return 0;
+    return 1;
+}
+
 /* A chunk that no live buffer uses any more: its memory goes back once its users are done. */
 static void chunk_release(chunk_t *c, CUstream free_stream) {
+    if (c->out_ev) {
+        /* Freed while its swap-out runs: the copy is one more user to wait for. */
+        ret_remove(c);
+        add_user(c->users, &c->nusers, &c->users_unknown, M.d2h);
+        ev_drop(c->out_ev);
+        c->out_ev = NULL;
+    }
+    c->queued = 0;
     lru_remove(c);
     if (c == M.slab_cur)
         M.slab_cur = NULL;
@@ -542,19 +829,51 @@ static void chunk_release(chunk_t *c, CUstream free_stream) {
         M.cap_dying = nc;
     }
     c->dying = 1;
+    c->when = M.serial;
+    fence_chunk(c);
     M.dying[M.ndying++] = c;
 }
 
-/* Releases the memory of every dying chunk: waits for their users (all together). */
-static CUresult reap_dying(void) {
-    if (M.ndying == 0)
-        return CUDA_SUCCESS;
-    CUresult r = wait_chunks(M.dying, M.ndying);
-    while (r == CUDA_SUCCESS && M.ndying) {
-        r = chunk_bury(M.dying[M.ndying - 1]);
-        if (r == CUDA_SUCCESS)
-            M.ndying--;
+/* Releases the memory of the dying chunks whose fences are done. With `block`, when none is:
+ * waits for the oldest one's fence, or, when it has none, for the users of every unfenced one. */
+static CUresult reap_dying(int block) {
+    size_t k = 0;
+    unsigned freed = 0;
+    for (size_t i = 0; i < M.ndying; i++) {
+        chunk_t *c = M.dying[i];
+        if (fence_done(c) && chunk_bury(c) == CUDA_SUCCESS)
+            freed++;
+        else
+            M.dying[k++] = c;
     }
+    M.ndying = k;
+    if (freed || !block || !M.ndying)
+        return CUDA_SUCCESS;
+    chunk_t *c = M.dying[0];
+    if (c->fenced) {
+        for (unsigned i = 0; i < c->nfence; i++)
+            ooc_real.cuEventSynchronize(c->fence[i]->e);
+        CUresult r = chunk_bury(c);
+        if (r == CUDA_SUCCESS)
+            memmove(&M.dying[0], &M.dying[1], --M.ndying * sizeof *M.dying);
+        return r;
+    }
+    k = 0;
+    for (size_t i = 0; i < M.ndying; i++)
+        if (!M.dying[i]->fenced)
+            M.dying[k++] = M.dying[i]; /* gather the unfenced at the front */
+    size_t nun = k;
+    for (size_t i = 0; i < M.ndying; i++)
+        if (M.dying[i]->fenced)
+            M.dying[k++] = M.dying[i];
+    CUresult r = wait_chunks(M.dying, nun);
+    size_t left = 0;
+    for (size_t i = 0; i < M.ndying; i++) {
+        if (i < nun && r == CUDA_SUCCESS && chunk_bury(M.dying[i]) == CUDA_SUCCESS)
+            continue;
+        M.dying[left++] = M.dying[i];
+    }
+    M.ndying = left;
     return r;
 }
 
@@ -589,11 +908,24 @@ static CUresult need_phys(uint64_t want) {
         M.budget_chunks = M.phys_made;
         M.budget_bytes = M.phys_made * M.chunk + M.external_bytes;
     }
-    if (M.ndying) {
-        CUresult r = reap_dying();
-        if (r != CUDA_SUCCESS || M.phys_free)
-            return r;
+    /* Freed buffers and planned swap-outs whose work is done; else wait for the older. */
+    if (M.ndying)
+        reap_dying(0);
+    if (M.nret && !M.phys_free)
+        retire_poll(0);
+    while (!M.phys_free && (M.ndying || M.nret)) {
+        int dying_first =
+            M.ndying && (!M.nret || !M.dying[0]->fenced || M.dying[0]->when <= M.ret[0]->when);
+        if (dying_first) {
+            CUresult r = reap_dying(1);
+            if (r != CUDA_SUCCESS)
+                return r;
+        } else if (!retire_poll(1)) {
+            break;
+        }
     }
+    if (M.phys_free)
+        return CUDA_SUCCESS;
     /* Swap out the least recently used chunks that the current op does not need. */
     chunk_t *victims[64];
     unsigned nv = 0;
@@ -612,7 +944,7 @@ static CUresult need_phys(uint64_t want) {
         if (!victims[i]->host)
             r = CUDA_ERROR_OUT_OF_MEMORY;
         else
-            r = copy_out(victims[i]);
+            r = copy_out(victims[i], M.swap);
     }
     if (r == CUDA_SUCCESS)
         r = ooc_real.cuStreamSynchronize(M.swap);
@@ -708,13 +1040,30 @@ void ooc_mem_shutdown(void) {
         pthread_mutex_unlock(&mem_lock);
         return;
     }
+    if (M.worker_on) {
+        M.worker_stop = 1;
+        pthread_cond_signal(&M.work_cv);
+        pthread_mutex_unlock(&mem_lock);
+        pthread_join(M.worker, NULL);
+        pthread_mutex_lock(&mem_lock);
+        pthread_cond_destroy(&M.work_cv);
+    }
     /* The program may have dropped its context before exit: ours is the one we set up in. */
     CUcontext prev = NULL;
     ooc_real.cuCtxGetCurrent(&prev);
     ooc_real.cuCtxSetCurrent(M.ctx);
     ooc_real.cuCtxSynchronize();
+    for (size_t i = 0; i < M.nlimbo; i++) {
+        host_slot_put(M.limbo[i].slot);
+        ev_drop(M.limbo[i].ev);
+    }
+    for (unsigned i = 0; i < 8; i++)
+        ev_drop(M.fcache[i].v);
     chunk_t *c, *tmp;
     HASH_ITER(hh, M.chunks, c, tmp) {
+        ev_drop(c->in_ev);
+        ev_drop(c->out_ev);
+        c->in_ev = c->out_ev = NULL;
         if (c->state == C_RESIDENT && unmap_chunk(c) != CUDA_SUCCESS) {
             /* After a sticky device error nothing can be unmapped; free our side anyway. */
             ooc_real.cuMemRelease(c->phys->h);
@@ -742,6 +1091,19 @@ void ooc_mem_shutdown(void) {
     }
     host_blocks_free();
     ooc_real.cuStreamDestroy_v2(M.swap);
+    if (M.h2d)
+        ooc_real.cuStreamDestroy_v2(M.h2d);
+    if (M.d2h)
+        ooc_real.cuStreamDestroy_v2(M.d2h);
+    for (size_t i = 0; i < M.nev_all; i++) {
+        ooc_real.cuEventDestroy_v2(M.ev_all[i]->e);
+        free(M.ev_all[i]);
+    }
+    free(M.ev_all);
+    free(M.ret);
+    free(M.limbo);
+    free(M.jobs);
+    free(M.op_tmp);
     ooc_real.cuMemAddressFree((CUdeviceptr)M.va_base, M.va_size);
     free(M.free_runs);
     free(M.dying);
@@ -990,13 +1352,335 @@ static int opbuf_add(buf_t *b, uintptr_t lo, uintptr_t hi, unsigned use) {
         M.cap_opb = nc;
     }
     b->opmark = M.serial;
-    M.op_bufs[M.nopb++] = (ooc_opbuf_t){.id = b->id, .bytes = b->size, .use = use};
+    M.op_bufs[M.nopb++] = (ooc_opbuf_t){.id = b->id, .addr = b->addr, .bytes = b->size, .use = use};
     return 0;
 }
 
 size_t ooc_mem_op_buffers(const ooc_opbuf_t **out) {
     *out = M.op_bufs;
     return M.nopb;
+}
+
+/* ---- planned transfers (replay.c calls these with the residency lock held) ------------------ */
+
+/* The buffer (addr, id) if it is still live and owns whole chunks; NULL otherwise (freed, or a
+ * small buffer in a shared slab chunk, which is left to demand residency). */
+static buf_t *plan_buf(uintptr_t addr, uint64_t id) {
+    buf_t *b = lookup(addr);
+    return b && b->id == id && b->addr == addr && !b->small ? b : NULL;
+}
+
+static chunk_t *plan_chunk(const buf_t *b, uint64_t i) {
+    return chunk_find(((b->addr - M.va_base) >> M.shift) + i);
+}
+
+static uint64_t buf_chunks(const buf_t *b) {
+    return (b->size + M.chunk - 1) >> M.shift;
+}
+
+unsigned ooc_mem_l_swapout(uintptr_t addr, uint64_t id, CUstream s) {
+    buf_t *b = plan_buf(addr, id);
+    if (!b || !M.worker_on)
+        return 0;
+    uint64_t n = buf_chunks(b), k = 0;
+    if (grow(&M.op_tmp, &M.cap_tmp, n, sizeof *M.op_tmp) != 0)
+        return 0;
+    for (uint64_t i = 0; i < n; i++) {
+        chunk_t *c = plan_chunk(b, i);
+        if (c && c->state == C_RESIDENT && !c->dying && !c->out_ev)
+            M.op_tmp[k++] = c;
+    }
+    if (k == 0)
+        return 0;
+    /* The copy follows the work of every stream that may use the chunks, the op just issued on
+     * s included; when some cannot be named, demand residency will evict them later instead. */
+    CUstream users[MAX_USERS + MAX_STREAMS + 1];
+    unsigned nu = 0;
+    if (gather_streams(M.op_tmp, k, users, &nu))
+        return 0;
+    int unknown = 0;
+    add_user(users, &nu, &unknown, s);
+    evref_t *out = ev_take();
+    if (unknown || !out) {
+        ev_drop(out);
+        return 0;
+    }
+    CUresult r = CUDA_SUCCESS;
+    for (unsigned u = 0; u < nu && r == CUDA_SUCCESS; u++) {
+        evref_t *v = ev_take();
+        r = v ? ooc_real.cuEventRecord(v->e, users[u]) : CUDA_ERROR_OUT_OF_MEMORY;
+        if (r == CUDA_SUCCESS)
+            r = ooc_real.cuStreamWaitEvent(M.d2h, v->e, 0);
+        ev_drop(v);
+    }
+    for (uint64_t i = 0; i < k && r == CUDA_SUCCESS; i++)
+        if (M.op_tmp[i]->in_ev)
+            r = ooc_real.cuStreamWaitEvent(M.d2h, M.op_tmp[i]->in_ev->e, 0);
+    uint64_t done = 0;
+    for (; done < k && r == CUDA_SUCCESS; done++) {
+        chunk_t *c = M.op_tmp[done];
+        if (!(c->host = host_slot()))
+            break;
+        if ((r = copy_out(c, M.d2h)) != CUDA_SUCCESS) {
+            host_slot_put(c->host);
+            c->host = NULL;
+        }
+    }
+    if (done && ooc_real.cuEventRecord(out->e, M.d2h) != CUDA_SUCCESS) {
+        /* Without the event nothing can tell when the copies end: wait for them; the chunks stay
+         * resident and the slots go back. */
+        ooc_real.cuStreamSynchronize(M.d2h);
+        for (uint64_t i = 0; i < done; i++) {
+            host_slot_put(M.op_tmp[i]->host);
+            M.op_tmp[i]->host = NULL;
+        }
+        done = 0;
+    }
+    if (grow(&M.ret, &M.cap_ret, M.nret + done, sizeof *M.ret) != 0) {
+        ooc_real.cuStreamSynchronize(M.d2h);
+        for (uint64_t i = 0; i < done; i++) {
+            host_slot_put(M.op_tmp[i]->host);
+            M.op_tmp[i]->host = NULL;
+        }
+        done = 0;
+    }
+    for (uint64_t i = 0; i < done; i++) {
+        chunk_t *c = M.op_tmp[i];
+        out->refs++;
+        c->out_ev = out;
+        c->when = M.serial;
+        lru_remove(c);
+        M.ret[M.nret++] = c;
+    }
+    ev_drop(out);
+    if (done) {
+        ooc_stats_add(OOC_STAT_swap_outs, done);
+        ooc_stats_add(OOC_STAT_swap_out_bytes, done * M.chunk);
+        ooc_stats_add(OOC_STAT_planned_swap_outs, 1);
+        pthread_cond_signal(&M.work_cv);
+    }
+    return (unsigned)done;
+}
+
+unsigned ooc_mem_l_prefetch(uintptr_t addr, uint64_t id) {
+    buf_t *b = plan_buf(addr, id);
+    if (!b || !M.worker_on)
+        return 0;
+    unsigned q = 0;
+    for (uint64_t i = 0, n = buf_chunks(b); i < n; i++) {
+        chunk_t *c = plan_chunk(b, i);
+        if (!c)
+            continue;
+        if (c->out_ev) {
+            retire_cancel(c); /* still mapped with its bytes: nothing to copy */
+            lru_push(c);
+        } else if (c->state == C_SWAPPED && !c->queued) {
+            c->queued = 1;
+            q++;
+        }
+    }
+    if (!q)
+        return 0;
+    if (M.job_head && M.job_head + M.njobs == M.cap_jobs) {
+        memmove(M.jobs, M.jobs + M.job_head, M.njobs * sizeof *M.jobs);
+        M.job_head = 0;
+    }
+    if (grow(&M.jobs, &M.cap_jobs, M.job_head + M.njobs + 1, sizeof *M.jobs) != 0) {
+        for (uint64_t i = 0, n = buf_chunks(b); i < n; i++) {
+            chunk_t *c = plan_chunk(b, i);
+            if (c)
+                c->queued = 0;
+        }
+        return 0; /* demand residency will bring it in */
+    }
+    M.jobs[M.job_head + M.njobs++] = (job_t){addr, id};
+    pthread_cond_signal(&M.work_cv);
+    return q;
+}
+
+void ooc_mem_l_drop(uintptr_t addr, uint64_t id) {
+    buf_t *b = plan_buf(addr, id);
+    if (!b)
+        return;
+    for (uint64_t i = 0, n = buf_chunks(b); i < n; i++) {
+        chunk_t *c = plan_chunk(b, i);
+        if (c && c->state == C_RESIDENT && !c->dying && !c->out_ev)
+            lru_push_tail(c);
+    }
+}
+
+/* The worker, holding mem_lock: waits (without the lock) for the oldest swap-out's copy, and in
+ * safe mode for the streams that may still reach its chunk, then finishes what is done. */
+static void worker_wait_retiree(void) {
+    chunk_t *c = M.ret[0];
+    evref_t *v = c->out_ev;
+    v->refs++;
+    CUstream users[MAX_USERS + MAX_STREAMS];
+    unsigned nu = 0;
+    evref_t *pre[MAX_USERS + MAX_STREAMS];
+    unsigned npre = 0;
+    if (M.safe && !gather_streams(&c, 1, users, &nu)) {
+        /* Let the device catch up without the lock; retire_finish then waits for the rest. */
+        for (unsigned u = 0; u < nu; u++) {
+            evref_t *e = ev_take();
+            if (e && ooc_real.cuEventRecord(e->e, users[u]) == CUDA_SUCCESS)
+                pre[npre++] = e;
+            else
+                ev_drop(e);
+        }
+    }
+    pthread_mutex_unlock(&mem_lock);
+    ooc_real.cuEventSynchronize(v->e);
+    for (unsigned i = 0; i < npre; i++)
+        ooc_real.cuEventSynchronize(pre[i]->e);
+    pthread_mutex_lock(&mem_lock);
+    for (unsigned i = 0; i < npre; i++)
+        ev_drop(pre[i]);
+    ev_drop(v);
+    retire_poll(0);
+}
+
+/* The worker: the swap-in of one queued buffer, chunk by chunk, each copy on the host-to-device
+ * stream followed by its own event (ops that use the chunk wait for it on their streams). A
+ * chunk needs a free physical chunk: when there is none it waits for planned swap-outs to
+ * finish, and when none is under way it leaves the rest to demand residency rather than evict
+ * what the plan keeps. Caller holds mem_lock; it is released while waiting. */
+static void worker_swapin(job_t j) {
+    for (;;) {
+        buf_t *b = plan_buf(j.addr, j.id);
+        if (!b)
+            return;
+        uint64_t n = buf_chunks(b), i = 0;
+        chunk_t *c = NULL;
+        for (; i < n && !c; i++) {
+            chunk_t *x = plan_chunk(b, i);
+            if (x && x->queued)
+                c = x;
+        }
+        if (!c)
+            return;
+        if (c->state != C_SWAPPED) {
+            c->queued = 0;
+            continue;
+        }
+        if (!M.phys_free && M.phys_made >= M.budget_chunks && !M.ndying) {
+            if (M.nret) {
+                worker_wait_retiree();
+                continue;
+            }
+            for (i = 0; i < n; i++) {
+                chunk_t *x = plan_chunk(b, i);
+                if (x)
+                    x->queued = 0;
+            }
+            ooc_stats_add(OOC_STAT_prefetch_no_memory, 1);
+            return;
+        }
+        CUresult r = need_phys(1); /* a new physical chunk while under budget */
+        if (r == CUDA_SUCCESS && M.safe && c->aliased && (r = wait_chunks(&c, 1)) == CUDA_SUCCESS)
+            r = unalias_chunk(c);
+        if (r == CUDA_SUCCESS)
+            r = map_chunk(c);
+        if (r != CUDA_SUCCESS) {
+            c->queued = 0;
+            continue;
+        }
+        evref_t *v = ev_take();
+        r = copy_in(c, M.h2d);
+        if (r == CUDA_SUCCESS && v)
+            r = ooc_real.cuEventRecord(v->e, M.h2d);
+        else if (r == CUDA_SUCCESS)
+            r = ooc_real.cuStreamSynchronize(M.h2d);
+        if (r != CUDA_SUCCESS) {
+            /* The host copy stays; the physical chunk goes back (the copy may not have run). */
+            ooc_real.cuStreamSynchronize(M.h2d);
+            ev_drop(v);
+            if (ooc_real.cuMemUnmap(chunk_addr(c), M.chunk) == CUDA_SUCCESS) {
+                c->phys->next = M.phys_free;
+                M.phys_free = c->phys;
+                c->phys = NULL;
+                M.resident--;
+                ooc_stats_gauge_sub(OOC_STAT_resident_bytes, M.chunk);
+                if (M.safe)
+                    alias_chunk(c);
+            } else {
+                c->state = C_RESIDENT; /* mapped: demand residency cannot tell; keep the data */
+            }
+            c->queued = 0;
+            return;
+        }
+        c->state = C_RESIDENT;
+        c->queued = 0;
+        add_user(c->users, &c->nusers, &c->users_unknown, M.h2d);
+        if (v) {
+            c->in_ev = v;
+            limbo_put(c->host, v);
+        } else {
+            host_slot_put(c->host);
+        }
+        c->host = NULL;
+        lru_push(c);
+        ooc_stats_add(OOC_STAT_swap_ins, 1);
+        ooc_stats_add(OOC_STAT_swap_in_bytes, M.chunk);
+        ooc_stats_add(OOC_STAT_prefetches, 1);
+    }
+}
+
+static void *worker_main(void *arg) {
+    (void)arg;
+    ooc_real.cuCtxSetCurrent(M.ctx);
+    pthread_mutex_lock(&mem_lock);
+    while (!M.worker_stop) {
+        if (M.njobs) {
+            job_t j = M.jobs[M.job_head++];
+            if (--M.njobs == 0)
+                M.job_head = 0;
+            worker_swapin(j);
+            continue;
+        }
+        if (M.nlimbo)
+            limbo_poll();
+        if (M.nret) {
+            if (!retire_poll(0))
+                worker_wait_retiree();
+            continue;
+        }
+        pthread_cond_wait(&M.work_cv, &mem_lock);
+    }
+    pthread_mutex_unlock(&mem_lock);
+    return NULL;
+}
+
+int ooc_mem_replay_init(void) {
+    pthread_mutex_lock(&mem_lock);
+    int rc = 0;
+    if (M.ready && !M.worker_on) {
+        CUcontext prev = NULL;
+        ooc_real.cuCtxGetCurrent(&prev);
+        ooc_real.cuCtxSetCurrent(M.ctx);
+        if (ooc_real.cuStreamCreate(&M.h2d, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
+            ooc_real.cuStreamCreate(&M.d2h, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+            rc = -1;
+        } else {
+            pthread_cond_init(&M.work_cv, NULL);
+            if (pthread_create(&M.worker, NULL, worker_main, NULL) != 0) {
+                pthread_cond_destroy(&M.work_cv);
+                rc = -1;
+            }
+        }
+        if (rc != 0) {
+            if (M.h2d)
+                ooc_real.cuStreamDestroy_v2(M.h2d);
+            if (M.d2h)
+                ooc_real.cuStreamDestroy_v2(M.d2h);
+            M.h2d = M.d2h = NULL;
+        } else {
+            M.worker_on = 1;
+        }
+        ooc_real.cuCtxSetCurrent(prev);
+    }
+    pthread_mutex_unlock(&mem_lock);
+    return rc;
 }
 
 /* ---- residency ------------------------------------------------------------------------------ */
@@ -1033,13 +1717,11 @@ static CUresult make_resident(uint64_t missing);
 
 /* The host thread waits here while an op's chunks are made resident: that is the stall. */
 CUresult ooc_mem_begin(const ooc_access_t *a, CUstream stream, int per_thread) {
-    (void)stream;
-    (void)per_thread;
     pthread_mutex_lock(&mem_lock);
     M.serial++;
     M.nop = 0;
     M.nopb = 0;
-    int list = ooc_record_on();
+    int list = ooc_record_on() || ooc_replay_on();
     if (a->overflow) {
         OOC_LOG_E("an operation references more than %d buffers; the shim cannot make them all "
                   "resident",
@@ -1063,8 +1745,6 @@ CUresult ooc_mem_begin(const ooc_access_t *a, CUstream stream, int per_thread) {
                 c->pin = M.serial;
                 if (op_push(c) != 0)
                     return CUDA_ERROR_OUT_OF_MEMORY;
-                if (c->state != C_RESIDENT)
-                    missing++;
             }
             p = b->addr + b->size;
         }
@@ -1073,12 +1753,42 @@ CUresult ooc_mem_begin(const ooc_access_t *a, CUstream stream, int per_thread) {
         log_oom(M.nop);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    if (missing == 0)
-        return CUDA_SUCCESS;
-    ooc_stats_add(OOC_STAT_demand_ops, 1);
-    uint64_t t0 = now_ns();
-    CUresult rc = make_resident(missing);
-    ooc_stats_add(OOC_STAT_stall_ns, now_ns() - t0);
+    /* The plan's actions before this op (swap-ins queued for the worker) go first. */
+    if (list && ooc_replay_on())
+        ooc_replay_op_begin(a, M.op_bufs, M.nopb);
+    for (size_t i = 0; i < M.nop; i++) {
+        chunk_t *c = M.op_chunks[i];
+        if (c->out_ev) {
+            retire_cancel(c); /* used again before its swap-out finished */
+            lru_push(c);
+        }
+        if (c->queued) {
+            c->queued = 0; /* the worker has not got to it: bring it in now */
+            ooc_stats_add(OOC_STAT_prefetch_late, 1);
+        }
+        if (c->state != C_RESIDENT)
+            missing++;
+    }
+    CUresult rc = CUDA_SUCCESS;
+    if (missing) {
+        ooc_stats_add(OOC_STAT_demand_ops, 1);
+        uint64_t t0 = now_ns();
+        rc = make_resident(missing);
+        ooc_stats_add(OOC_STAT_stall_ns, now_ns() - t0);
+    }
+    /* Chunks a planned swap-in brought: the op's stream waits for their copies. */
+    CUstream s = (per_thread && stream == NULL) ? CU_STREAM_PER_THREAD : stream;
+    for (size_t i = 0; i < M.nop && rc == CUDA_SUCCESS; i++) {
+        chunk_t *c = M.op_chunks[i];
+        if (!c->in_ev)
+            continue;
+        if (ev_done(c->in_ev)) {
+            ev_drop(c->in_ev);
+            c->in_ev = NULL;
+        } else {
+            rc = ooc_real.cuStreamWaitEvent(s, c->in_ev->e, 0);
+        }
+    }
     return rc;
 }
 
@@ -1102,6 +1812,37 @@ static CUresult unalias_op_chunks(void) {
 }
 
 /* Maps (and swaps in) the op's chunks that are not resident. Caller holds mem_lock. */
+/* The op's chunks swapped in by make_resident (resident, host slot still attached): one event
+ * after their copies, which the op's stream waits for (ooc_mem_begin) while the host goes on;
+ * their slots go back once it has completed. Without an event, the host waits for the copies. */
+static CUresult swapins_issued(void) {
+    evref_t *v = ev_take();
+    CUresult r = v ? ooc_real.cuEventRecord(v->e, M.swap) : CUDA_ERROR_OUT_OF_MEMORY;
+    if (r != CUDA_SUCCESS) {
+        ev_drop(v);
+        v = NULL;
+        if ((r = ooc_real.cuStreamSynchronize(M.swap)) != CUDA_SUCCESS)
+            return r;
+    }
+    for (size_t i = 0; i < M.nop; i++) {
+        chunk_t *c = M.op_chunks[i];
+        if (c->state != C_RESIDENT || !c->host || c->out_ev)
+            continue;
+        if (v) {
+            limbo_put(c->host, v);
+            ev_drop(c->in_ev);
+            v->refs++;
+            c->in_ev = v;
+            add_user(c->users, &c->nusers, &c->users_unknown, M.swap);
+        } else {
+            host_slot_put(c->host);
+        }
+        c->host = NULL;
+    }
+    ev_drop(v);
+    return CUDA_SUCCESS;
+}
+
 static CUresult make_resident(uint64_t missing) {
     int swapped_in = 0;
     CUresult r = M.safe ? unalias_op_chunks() : CUDA_SUCCESS;
@@ -1116,10 +1857,13 @@ static CUresult make_resident(uint64_t missing) {
             log_oom(M.nop);
         if (r == CUDA_SUCCESS)
             r = map_chunk(c);
-        if (r != CUDA_SUCCESS)
+        if (r != CUDA_SUCCESS) {
+            if (swapped_in)
+                swapins_issued();
             return r;
+        }
         if (c->state == C_SWAPPED) {
-            r = copy_in(c);
+            r = copy_in(c, M.swap);
             if (r != CUDA_SUCCESS) {
                 /* Keep the host copy; give the physical chunk back (nothing used it yet). */
                 if (ooc_real.cuMemUnmap(chunk_addr(c), M.chunk) == CUDA_SUCCESS) {
@@ -1131,6 +1875,8 @@ static CUresult make_resident(uint64_t missing) {
                     if (M.safe)
                         alias_chunk(c);
                 }
+                if (swapped_in)
+                    swapins_issued();
                 return r;
             }
             swapped_in = 1;
@@ -1141,16 +1887,7 @@ static CUresult make_resident(uint64_t missing) {
         lru_push(c);
         missing--;
     }
-    if (swapped_in) {
-        r = ooc_real.cuStreamSynchronize(M.swap);
-        if (r != CUDA_SUCCESS)
-            return r;
-        for (size_t i = 0; i < M.nop; i++) {
-            host_slot_put(M.op_chunks[i]->host);
-            M.op_chunks[i]->host = NULL;
-        }
-    }
-    return CUDA_SUCCESS;
+    return swapped_in ? swapins_issued() : CUDA_SUCCESS;
 }
 
 void ooc_mem_end(const ooc_access_t *a, CUstream stream, int per_thread, int issued) {
@@ -1164,6 +1901,8 @@ void ooc_mem_end(const ooc_access_t *a, CUstream stream, int per_thread, int iss
                 lru_push(c);
         }
         stream_issued(s);
+        if (ooc_replay_on())
+            ooc_replay_op_end(s); /* the plan's swap-outs after this op */
     }
     M.nop = 0;
     pthread_mutex_unlock(&mem_lock);
@@ -1380,4 +2119,19 @@ void ooc_mem_info(uint64_t *budget, uint64_t *resident) {
     *budget = M.budget_bytes;
     *resident = M.resident * M.chunk + M.external_bytes;
     pthread_mutex_unlock(&mem_lock);
+}
+
+uint64_t ooc_mem_slab_chunks(void) {
+    pthread_mutex_lock(&mem_lock);
+    uint64_t n = 0;
+    for (chunk_t *c = M.chunks; c; c = c->hh.next)
+        n += c->slab != NULL;
+    pthread_mutex_unlock(&mem_lock);
+    return n;
+}
+
+void ooc_mem_l_each_buffer(void (*fn)(uint64_t id, uintptr_t addr, uint64_t bytes, void *ctx),
+                           void *ctx) {
+    for (buf_t *b = M.bufs; b; b = b->hh.next)
+        fn(b->id, b->addr, b->size, ctx);
 }

@@ -99,8 +99,9 @@ static const ooc_option_desc_t table[] = {
      .type = OOC_OPT_PATH,
      .def = "none",
      .accepted = "a path to a saved plan file",
-     .doc = "Replay this plan instead of recording; a mismatch with the live ops falls back to "
-            "demand mode.",
+     .doc = "In OOC_MODE=auto, replay this saved plan (its profile is the directory the file is "
+            "in) instead of recording; ops that do not match it run on demand, and repeated "
+            "mismatch records anew.",
      .offset = OFF(plan),
      .dynamic = 1},
     {.name = "OOC_LOG",

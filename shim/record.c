@@ -194,6 +194,13 @@ static const char *fn_name(CUfunction f) {
     return e->name;
 }
 
+const char *ooc_record_fn_name(CUfunction f) {
+    pthread_mutex_lock(&rec_lock);
+    const char *n = fn_name(f);
+    pthread_mutex_unlock(&rec_lock);
+    return n;
+}
+
 /* Reads the time of the pair at slot i into its op (waiting for it). Caller holds rec_lock. */
 static void harvest(unsigned i) {
     if (R.ev_op[i] < 0)
@@ -311,6 +318,8 @@ int ooc_record_pending(void) {
 /* The user's iteration marker (Python: ctypes.CDLL(None).ooc_mark_iteration()). An iteration
  * ends here; once called, only markers delimit iterations. Cheap; a no-op unless recording. */
 OOC_EXPORT void ooc_mark_iteration(void) {
+    if (ooc_replay_on())
+        ooc_replay_mark();
     if (!ooc_record_on())
         return;
     pthread_mutex_lock(&rec_lock);
@@ -460,7 +469,7 @@ static ooc_profile_t *build(int64_t first, int64_t period, int64_t iters) {
     return p;
 }
 
-void ooc_record_finish(void) {
+static void finish(int at_exit) {
     pthread_mutex_lock(&rec_lock);
     if (atomic_load(&rec_state) != 1) {
         pthread_mutex_unlock(&rec_lock);
@@ -479,6 +488,8 @@ void ooc_record_finish(void) {
         harvest(i);
     int64_t first = ev.last_op, period = ev.period;
     ooc_profile_t *p = build(first, period, ev.iters);
+    /* The op the program issues next, as a position in the iteration. */
+    uint32_t next_pos = (uint32_t)(((int64_t)R.nops - first) % period);
     pthread_mutex_unlock(&rec_lock);
     if (!p) {
         OOC_LOG_E("no profile written: out of memory");
@@ -550,6 +561,69 @@ void ooc_record_finish(void) {
             ssize_t w = write(2, line, (size_t)(n < (int)sizeof line ? n : (int)sizeof line - 1));
             (void)w;
         }
+        if (!at_exit && atomic_load(&ooc_mode_now) == OOC_MODE_AUTO) {
+            ooc_replay_plan(p, dir, next_pos); /* takes p */
+            return;
+        }
     }
     ooc_profile_free(p);
+}
+
+void ooc_record_finish(void) {
+    finish(0);
+}
+
+void ooc_record_finish_at_exit(void) {
+    finish(1);
+}
+
+/* Takes a live buffer as existing before the first op of the new recording. */
+static void seed(uint64_t id, uintptr_t addr, uint64_t bytes, void *ctx) {
+    (void)addr;
+    (void)ctx;
+    rbuf_t *b = calloc(1, sizeof *b);
+    if (!b) {
+        R.give_up = 1;
+        return;
+    }
+    b->id = id;
+    b->bytes = bytes;
+    b->free_pos = -1;
+    b->pid = -1;
+    rec_oom = 0;
+    HASH_ADD(hh, R.bufs, id, sizeof b->id, b);
+    if (rec_oom) {
+        free(b);
+        R.give_up = 1;
+    }
+}
+
+void ooc_record_restart_l(void) {
+    pthread_mutex_lock(&rec_lock);
+    ooc_iterdet_t *d = NULL;
+    if (atomic_load(&rec_state) == 1 || ooc_iterdet_new(NULL, &d) != 0) {
+        pthread_mutex_unlock(&rec_lock);
+        return;
+    }
+    ooc_iterdet_free(R.det);
+    R.det = d;
+    R.want = ooc_opts()->profile_iters;
+    if (!R.ctx)
+        ooc_real.cuCtxGetCurrent(&R.ctx);
+    rbuf_t *b, *bt;
+    HASH_ITER(hh, R.bufs, b, bt) {
+        HASH_DEL(R.bufs, b);
+        free(b);
+    }
+    R.nops = 0;
+    R.nrefs = 0;
+    memset(&R.ev, 0, sizeof R.ev);
+    for (int i = 0; i < EV_RING; i++)
+        R.ev_op[i] = -1;
+    R.ev_next = 0;
+    atomic_store(&R.pending, 0);
+    R.give_up = 0;
+    ooc_mem_l_each_buffer(seed, NULL);
+    atomic_store(&rec_state, 1);
+    pthread_mutex_unlock(&rec_lock);
 }

@@ -21,6 +21,7 @@
 #include "log.h"
 #include "ooc.h"
 #include "options.h"
+#include "ooc_planner.h"
 #include "stats.h"
 
 /* ---- real.c: the real driver ------------------------------------------------------------------
@@ -51,6 +52,7 @@
     X(cuEventCreate, PFN_cuEventCreate_v2000)                                                      \
     X(cuEventRecord, PFN_cuEventRecord_v2000)                                                      \
     X(cuEventSynchronize, PFN_cuEventSynchronize_v2000)                                            \
+    X(cuEventQuery, PFN_cuEventQuery_v2000)                                                        \
     X(cuEventDestroy_v2, PFN_cuEventDestroy_v4000)                                                 \
     X(cuFuncGetParamInfo, PFN_cuFuncGetParamInfo_v12040)                                           \
     X(cuFuncGetName, PFN_cuFuncGetName_v12030)                                                     \
@@ -137,6 +139,7 @@ typedef struct ooc_access {
 /* A buffer the op being issued references (see ooc_mem_op_buffers). */
 typedef struct ooc_opbuf {
     uint64_t id; /* the buffer's serial number (never reused) */
+    uintptr_t addr;
     uint64_t bytes;
     unsigned use; /* OOC_USE_*; W only when the op covers the whole buffer */
 } ooc_opbuf_t;
@@ -199,6 +202,28 @@ CUresult ooc_mem_measure_bw(uint64_t bytes, double *h2d_bps, double *d2h_bps, do
 /* The chunk size and the budget in force. */
 void ooc_mem_geometry(uint64_t *chunk_bytes, uint64_t *budget_bytes);
 
+/* Chunks in use as shared slabs for small buffers (memory a plan cannot place). */
+uint64_t ooc_mem_slab_chunks(void);
+
+/* Planned transfers, for replay.c. ooc_mem_replay_init starts the host-to-device and
+ * device-to-host streams and the worker thread (0, or -1 when they cannot be made). The
+ * ooc_mem_l_* functions are called with the residency lock held, from ooc_replay_op_begin and
+ * ooc_replay_op_end; they act on the buffer at addr only while it is still serial `id` and owns
+ * whole chunks (small buffers are left to demand residency), and never block:
+ * - swapout: after the op just issued on s, copy the buffer's resident chunks to host on the
+ *   device-to-host stream; the worker unmaps them when the copy is done. Returns chunks moved.
+ * - prefetch: queue the swap-in of its swapped chunks for the worker (mapping and the copy on the
+ *   host-to-device stream); ops that use them wait for the copies on their streams. A chunk whose
+ *   swap-out is still under way simply stays. Returns chunks queued.
+ * - drop: the buffer is dead until freed: its chunks are the first to evict. */
+int ooc_mem_replay_init(void);
+unsigned ooc_mem_l_swapout(uintptr_t addr, uint64_t id, CUstream s);
+unsigned ooc_mem_l_prefetch(uintptr_t addr, uint64_t id);
+void ooc_mem_l_drop(uintptr_t addr, uint64_t id);
+/* Calls fn for every live buffer (for a new recording). Caller holds the residency lock. */
+void ooc_mem_l_each_buffer(void (*fn)(uint64_t id, uintptr_t addr, uint64_t bytes, void *ctx),
+                           void *ctx);
+
 /* ---- record.c: the recorder ----------------------------------------------------------------- */
 
 /* Starts recording (OOC_MODE=record): from now on every op, allocation and free is logged until
@@ -222,13 +247,43 @@ int ooc_record_pending(void);
 /* The public marker: an iteration ends here (exported; see record.c). */
 OOC_EXPORT void ooc_mark_iteration(void);
 
-/* Writes the profile (once) and stops recording. Also called at exit: a program that ended
+/* Writes the profile (once) and stops recording; in OOC_MODE=auto, hands it to the planner and
+ * replays the plan. Also called at exit (at_exit = 1: nothing is planned): a program that ended
  * before enough iterations gets the profile of what was found, or a line saying why not. */
 void ooc_record_finish(void);
+void ooc_record_finish_at_exit(void);
+/* Starts a new recording (OOC_MODE=auto, after repeated divergence): every live buffer is
+ * taken as existing before the first op. Caller holds the residency lock. */
+void ooc_record_restart_l(void);
+/* The name of a kernel (cached; "kernel" when the driver cannot say). Thread-safe. */
+const char *ooc_record_fn_name(CUfunction f);
+
+/* ---- replay.c: the plan, followed op by op ---------------------------------------------------- */
+
+/* Is a plan being replayed? (One relaxed atomic load.) */
+int ooc_replay_on(void);
+/* Plans the recorded profile p (owned from now on) under the budget with OOC_POLICY and
+ * OOC_WINDOW, writes dir/plan.tsv, logs the summary and replays it from op `pos` of the
+ * iteration (the next op the program issues). Without a feasible plan the shim stays in demand
+ * mode and says why. Called outside the residency lock. */
+void ooc_replay_plan(ooc_profile_t *p, const char *dir, uint32_t pos);
+/* Replays the saved plan OOC_PLAN (its profile is the directory the file is in). Returns 0, or
+ * -1 after logging why the files cannot be used. */
+int ooc_replay_load(const char *plan_path);
+/* Around each op, with the residency lock held: begin matches the op against the plan (its
+ * signature and its buffers) and issues the plan's actions before it; end, once the op was
+ * issued on s, those after it. */
+void ooc_replay_op_begin(const ooc_access_t *a, const ooc_opbuf_t *b, size_t nb);
+void ooc_replay_op_end(CUstream s);
+/* The program's iteration marker. */
+void ooc_replay_mark(void);
+/* Stops replaying (at exit). */
+void ooc_replay_stop(void);
 
 /* ---- launch.c: what a kernel touches ------------------------------------------------------- */
 
 /* Adds every buffer a launch's parameters point into. */
 void ooc_launch_access(CUfunction f, void **params, void **extra, ooc_access_t *a);
+
 
 #endif

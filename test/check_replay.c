@@ -1,0 +1,318 @@
+/* SPDX-License-Identifier: MIT */
+/* check_replay.c: OOC_MODE=auto records, plans and replays the plan, and the programs stay
+ * correct throughout: the same checksum, bit for bit, as without the shim on an unlimited
+ * device, at budgets far below their footprint, under inline and threaded scheduling with
+ * jitter, when the iteration changes shape, and when the plan replayed is wrong on purpose.
+ * Each run also shows (OOC_STATS) that the plan was really followed. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+Suite *suite_replay(void);
+
+typedef struct run {
+    int status;
+    char checksum[64];
+    unsigned long long peak;
+    char *err;
+} run_t;
+
+/* Runs build/<name> with argv `args` (NULL-terminated) and the extra environment. */
+static run_t run(const char *name, const char *const *args, int shim, const char *const *extra) {
+    const char *env[40], *argv[24];
+    size_t n = 0, a = 0;
+    env[n++] = tu_fakecuda_libpath();
+    if (shim)
+        env[n++] = tu_shim_preload();
+    for (; extra && *extra && n < 39; extra++)
+        env[n++] = *extra;
+    env[n] = NULL;
+    argv[a++] = tu_build_path(name);
+    for (; args && *args && a < 23; args++)
+        argv[a++] = *args;
+    argv[a] = NULL;
+    tu_proc_t p;
+    run_t r;
+    memset(&r, 0, sizeof r);
+    ck_assert_int_eq(tu_run(argv, env, 300, &p), 0);
+    r.status = p.status;
+    char buf[64];
+    if (tu_field(p.out, "checksum", buf, sizeof buf))
+        snprintf(r.checksum, sizeof r.checksum, "%s", buf);
+    if (tu_field(p.out, "peak_device_bytes", buf, sizeof buf))
+        r.peak = strtoull(buf, NULL, 10);
+    r.err = p.err;
+    free(p.out);
+    return r;
+}
+
+/* The number at the end of the statistics row whose label starts with `label`; -1 if none. */
+static long long stat_of(const char *err, const char *label) {
+    const char *p = strstr(err, label);
+    if (!p)
+        return -1;
+    const char *eol = strchr(p, '\n');
+    size_t len = eol ? (size_t)(eol - p) : strlen(p);
+    char line[256];
+    snprintf(line, sizeof line, "%.*s", (int)(len < 255 ? len : 255), p);
+    char *sp = strrchr(line, ' ');
+    return sp ? strtoll(sp + 1, NULL, 10) : -1;
+}
+
+static int count_of(const char *text, const char *needle) {
+    int n = 0;
+    for (const char *p = strstr(text, needle); p; p = strstr(p + 1, needle))
+        n++;
+    return n;
+}
+
+typedef struct cfg {
+    const char *name;
+    const char *args[8]; /* workload arguments, NULL-terminated */
+    unsigned div;        /* budget = peak / div */
+    const char *sched;
+    unsigned seed; /* jitter seed; 0: no jitter */
+    int safe_off;  /* no host-located VMM memory: safe mode off */
+} cfg_t;
+
+/* The oracle's checksum and peak for cfg's workload and arguments. */
+static run_t oracle(const cfg_t *c) {
+    static const char *const env[] = {"FAKECUDA_SCHED=inline", NULL};
+    run_t r = run(c->name, c->args, 0, env);
+    ck_assert_msg(r.status == 0, "oracle %s failed: %s", c->name, r.err);
+    ck_assert_str_ne(r.checksum, "");
+    return r;
+}
+
+/* Runs cfg under OOC_MODE=auto (plus `more` environment) and checks the checksum against the
+ * oracle; returns the run (err holds the log and the statistics). */
+static run_t check_auto(const cfg_t *c, const char *const *more) {
+    run_t ref = oracle(c);
+    char cap[64], budget[64], sch[64], jit[64], seed[64], dir[64];
+    unsigned long long b = ref.peak / c->div;
+    snprintf(cap, sizeof cap, "FAKECUDA_MEM_BYTES=%llu", b);
+    snprintf(budget, sizeof budget, "OOC_BUDGET=%llu", b);
+    snprintf(sch, sizeof sch, "FAKECUDA_SCHED=%s", c->sched);
+    snprintf(jit, sizeof jit, "FAKECUDA_JITTER_US=%u", c->seed ? 20u : 0u);
+    snprintf(seed, sizeof seed, "FAKECUDA_SEED=%u", c->seed ? c->seed : 1u);
+    snprintf(dir, sizeof dir, "/tmp/ooc-replay-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char pdir[96];
+    snprintf(pdir, sizeof pdir, "OOC_PROFILE_DIR=%s", dir);
+    int small = ref.peak < (64ull << 20);
+    const char *defs[] = {c->safe_off ? "FAKECUDA_HOST_VMM=0" : "FAKECUDA_HOST_VMM=1",
+                          cap,
+                          budget,
+                          sch,
+                          jit,
+                          seed,
+                          pdir,
+                          "OOC_MODE=auto",
+                          "OOC_STATS=1",
+                          small ? "OOC_CHUNK=64K" : "OOC_CHUNK=2M",
+                          small ? "FAKECUDA_GRANULARITY=64K" : "FAKECUDA_GRANULARITY=2M"};
+    /* `more` first; a default whose variable it sets is left out. */
+    const char *env[32];
+    size_t n = 0;
+    for (; more && *more && n < 20; more++)
+        env[n++] = *more;
+    size_t nmore = n;
+    for (size_t d = 0; d < sizeof defs / sizeof defs[0]; d++) {
+        size_t klen = (size_t)(strchr(defs[d], '=') - defs[d]);
+        int dup = 0;
+        for (size_t k = 0; k < nmore; k++)
+            dup |= strncmp(env[k], defs[d], klen + 1) == 0;
+        if (!dup)
+            env[n++] = defs[d];
+    }
+    env[n] = NULL;
+    run_t r = run(c->name, c->args, 1, env);
+    ck_assert_msg(r.status == 0, "%s at 1/%u (%s, seed %u): status %d\n%s", c->name, c->div,
+                  c->sched, c->seed, r.status, r.err);
+    ck_assert_msg(strcmp(r.checksum, ref.checksum) == 0,
+                  "%s at 1/%u (%s, seed %u): checksum %s, oracle %s\n%s", c->name, c->div,
+                  c->sched, c->seed, r.checksum, ref.checksum, r.err);
+    free(ref.err);
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+    return r;
+}
+
+/* The run replayed a plan: it was made, ops ran as planned, transfers went ahead of use. */
+static void assert_replayed(const cfg_t *c, const run_t *r) {
+    ck_assert_msg(strstr(r->err, "ooc-shim: plan (auto)") != NULL, "%s: no plan line:\n%s",
+                  c->name, r->err);
+    long long planned = stat_of(r->err, "operations run as planned");
+    long long outs = stat_of(r->err, "planned swap-outs (buffers)");
+    long long ahead = stat_of(r->err, "planned swap-ins issued ahead");
+    ck_assert_msg(planned > 0 && outs > 0 && ahead > 0,
+                  "%s: the plan was not followed (planned ops %lld, planned swap-outs %lld, "
+                  "swap-ins ahead %lld)\n%s",
+                  c->name, planned, outs, ahead, r->err);
+}
+
+/* Ten iterations: the warm-up, three recorded, six or so replayed. */
+#define CFG(nm, ...) {.name = nm, .args = {"--iters", "10", __VA_ARGS__}}
+
+START_TEST(test_auto_replays_every_workload_at_quarter_budget) {
+    cfg_t cs[] = {CFG("workloads/mlp", "--layers", "12"), CFG("workloads/cnn", "--blocks", "3"),
+                  CFG("workloads/large", NULL)};
+    static const char *const scheds[] = {"threaded", "inline"};
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        for (int s = 0; s < 2; s++) {
+            cs[i].div = 4;
+            cs[i].sched = scheds[s];
+            run_t r = check_auto(&cs[i], NULL);
+            assert_replayed(&cs[i], &r);
+            /* A clean run diverges at most once: at its end, when the program stops iterating. */
+            ck_assert_msg(stat_of(r.err, "divergences from the plan") <= 1,
+                          "%s: divergences in a clean run\n%s", cs[i].name, r.err);
+            ck_assert_int_eq(stat_of(r.err, "re-recordings after divergence"), 0);
+            free(r.err);
+        }
+    }
+}
+END_TEST
+
+START_TEST(test_auto_replays_large_at_eighth_budget) {
+    cfg_t c = CFG("workloads/large", NULL);
+    c.div = 8;
+    static const char *const scheds[] = {"threaded", "inline"};
+    for (int s = 0; s < 2; s++) {
+        c.sched = scheds[s];
+        run_t r = check_auto(&c, NULL);
+        assert_replayed(&c, &r);
+        free(r.err);
+    }
+    c.sched = "threaded";
+    c.safe_off = 1; /* pinned host slots, no host alias */
+    run_t r = check_auto(&c, NULL);
+    assert_replayed(&c, &r);
+    free(r.err);
+}
+END_TEST
+
+START_TEST(test_auto_is_correct_with_jitter) {
+    unsigned seed = (unsigned)(tu_seed("test_auto_is_correct_with_jitter") % 1000) + 1;
+    cfg_t cs[] = {CFG("workloads/mlp", "--layers", "12"), CFG("workloads/cnn", "--blocks", "3"),
+                  CFG("workloads/large", NULL)};
+    for (unsigned k = 0; k < 2; k++) {
+        for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+            cs[i].div = i == 2 ? 8 : 4;
+            cs[i].sched = "threaded";
+            cs[i].seed = seed + 7 * k + (unsigned)i;
+            cs[i].safe_off = (int)k;
+            run_t r = check_auto(&cs[i], NULL);
+            assert_replayed(&cs[i], &r);
+            free(r.err);
+        }
+    }
+}
+END_TEST
+
+/* A short last batch: the last iteration has other shapes; it runs on demand, correctly. */
+START_TEST(test_auto_short_last_batch) {
+    cfg_t c = CFG("workloads/large", "--last-batch", "2");
+    c.div = 4;
+    c.sched = "threaded";
+    run_t r = check_auto(&c, NULL);
+    assert_replayed(&c, &r);
+    ck_assert_msg(stat_of(r.err, "divergences from the plan") >= 1,
+                  "the short last batch was not seen as a divergence\n%s", r.err);
+    free(r.err);
+}
+END_TEST
+
+/* Writes a copy of plan `src` into `dst` with every action moved `shift` ops later (mod nops):
+ * swap-outs right before uses, swap-ins of buffers that are resident, waits in the wrong place. */
+static void mangle_plan(const char *src, const char *dst, int shift, int nops) {
+    FILE *in = fopen(src, "r"), *out = fopen(dst, "w");
+    ck_assert_ptr_nonnull(in);
+    ck_assert_ptr_nonnull(out);
+    char line[512];
+    while (fgets(line, sizeof line, in)) {
+        char when[16], rest[480];
+        int op;
+        if (sscanf(line, "%15[a-z]\t%d\t%479[^\n]", when, &op, rest) == 3 &&
+            (strcmp(when, "before") == 0 || strcmp(when, "after") == 0))
+            fprintf(out, "%s\t%d\t%s\n", when, (op + shift) % nops, rest);
+        else
+            fputs(line, out);
+    }
+    fclose(in);
+    fclose(out);
+}
+
+/* OOC_PLAN replays a saved plan without recording; a plan that is wrong on purpose costs time,
+ * never data. */
+START_TEST(test_saved_plan_replays_and_a_wrong_plan_stays_correct) {
+    cfg_t c = CFG("workloads/large", NULL);
+    c.div = 4;
+    c.sched = "threaded";
+    char dir[64];
+    snprintf(dir, sizeof dir, "/tmp/ooc-plan-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char pdir[96], plan[128], bad[128], env_plan[160], env_bad[160];
+    snprintf(pdir, sizeof pdir, "OOC_PROFILE_DIR=%s", dir);
+    snprintf(plan, sizeof plan, "%s/plan.tsv", dir);
+    snprintf(bad, sizeof bad, "%s/wrong/plan.tsv", dir);
+    const char *const rec[] = {pdir, NULL};
+    run_t r = check_auto(&c, rec); /* check_auto removes its own directory, not this one */
+    free(r.err);
+    ck_assert_int_eq(access(plan, R_OK), 0);
+
+    snprintf(env_plan, sizeof env_plan, "OOC_PLAN=%s", plan);
+    const char *const saved[] = {env_plan, NULL};
+    r = check_auto(&c, saved);
+    ck_assert_msg(strstr(r.err, "profile recorded") == NULL, "recorded despite OOC_PLAN:\n%s",
+                  r.err);
+    ck_assert_ptr_nonnull(strstr(r.err, "from "));
+    long long planned = stat_of(r.err, "operations run as planned");
+    ck_assert_msg(planned > 500, "the saved plan was not followed (%lld ops)\n%s", planned, r.err);
+    free(r.err);
+
+    /* The same profile, with every action in the wrong place. */
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s/wrong' && cp '%s'/*.tsv '%s/wrong/'", dir, dir, dir);
+    ck_assert_int_eq(system(cmd), 0);
+    mangle_plan(plan, bad, 5, 118);
+    snprintf(env_bad, sizeof env_bad, "OOC_PLAN=%s", bad);
+    const char *const wrong[] = {env_bad, NULL};
+    r = check_auto(&c, wrong);
+    ck_assert_msg(stat_of(r.err, "operations run as planned") > 500, "not replayed\n%s", r.err);
+    free(r.err);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+START_TEST(test_unusable_plan_stops_start_up) {
+    static const char *const args[] = {"--iters", "2", NULL};
+    static const char *const env[] = {"OOC_PLAN=/nonexistent/ooc/plan.tsv", "OOC_MODE=auto",
+                                      "FAKECUDA_MEM_BYTES=64M", "OOC_BUDGET=32M", NULL};
+    run_t r = run("workloads/mlp", args, 1, env);
+    ck_assert_int_eq(r.status, 1);
+    ck_assert_msg(strstr(r.err, "OOC_PLAN=/nonexistent/ooc/plan.tsv") != NULL, "%s", r.err);
+    ck_assert_int_eq(count_of(r.err, "stopping"), 1);
+    free(r.err);
+}
+END_TEST
+
+Suite *suite_replay(void) {
+    Suite *s = suite_create("replay");
+    TCase *tc = tcase_create("replay");
+    tcase_set_timeout(tc, 900);
+    tcase_add_test(tc, test_auto_replays_every_workload_at_quarter_budget);
+    tcase_add_test(tc, test_auto_replays_large_at_eighth_budget);
+    tcase_add_test(tc, test_auto_is_correct_with_jitter);
+    tcase_add_test(tc, test_auto_short_last_batch);
+    tcase_add_test(tc, test_saved_plan_replays_and_a_wrong_plan_stays_correct);
+    tcase_add_test(tc, test_unusable_plan_stops_start_up);
+    suite_add_tcase(s, tc);
+    return s;
+}
