@@ -7,6 +7,9 @@ CUDA_HOME ?= /usr/local/cuda
 SANITIZE  ?=
 V         ?= 0
 
+# A plain `make` builds everything (the first rule below would otherwise be the default goal).
+.DEFAULT_GOAL := all
+
 ifeq ($(SANITIZE),)
 B := build
 else
@@ -153,10 +156,13 @@ demo: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)OOC_BUILD=$(B) scripts/demo
 
-# `make bench`: benchmarks (not tests): the hook overhead, side by side with and without the shim.
+# `make bench`: benchmarks (not tests): the hook overhead, side by side with and without the shim;
+# then the iteration time of the large workload in core, in demand mode and under the planned
+# replay, on the simulated device's timing model, against the planner's prediction.
 bench: deps
 	$(Q)$(MAKE) --no-print-directory all
 	$(Q)OOC_BUILD=$(B) scripts/bench-hooks
+	$(Q)OOC_BUILD=$(B) scripts/bench-replay
 
 valgrind: deps
 	$(Q)$(MAKE) --no-print-directory all $(T_RUNNER)

@@ -1605,6 +1605,114 @@ START_TEST(test_report_renders_pictures_of_a_plan) {
 }
 END_TEST
 
+/* Counts the lines of a file that start with `prefix` and contain `needle` (NULL: any). */
+static int count_lines(const char *path, const char *prefix, const char *needle) {
+    size_t len, plen = strlen(prefix);
+    char *t = slurp(path, &len);
+    int n = 0;
+    for (char *line = t; line && *line;) {
+        char *nl = strchr(line, '\n');
+        if (nl)
+            *nl = '\0';
+        if (strncmp(line, prefix, plen) == 0 && (!needle || strstr(line, needle)))
+            n++;
+        line = nl ? nl + 1 : NULL;
+    }
+    free(t);
+    return n;
+}
+
+typedef struct bufsum {
+    int shown, total, keep, swap, recomp, outs, ins, recomps;
+    char which[32];
+} bufsum_t;
+
+/* The report's summary line of the buffers picture. */
+static bufsum_t buffers_summary(const char *out) {
+    bufsum_t b;
+    memset(&b, 0, sizeof b);
+    const char *line = strstr(out, "ooc-report: buffers: ");
+    ck_assert_msg(line != NULL, "no buffers summary in:\n%s", out);
+    ck_assert_int_eq(sscanf(line,
+                            "ooc-report: buffers: %d of %d buffers drawn (%31[a-z ]): %d kept, %d "
+                            "swapped, %d recomputed; %d swap-outs, %d swap-ins, %d recomputations",
+                            &b.shown, &b.total, b.which, &b.keep, &b.swap, &b.recomp, &b.outs,
+                            &b.ins, &b.recomps),
+                     9);
+    return b;
+}
+
+#define RECORDED_LARGE "profiles/recorded/large"
+
+/* --plan draws the plan over the profile, buffer by buffer (buffers.png/svg): with --buffers 0
+ * every buffer has a row, its decision is the plan's, and every swap-out, swap-in and
+ * recomputation of the plan's simulated timeline is drawn; --buffers N keeps the N largest. */
+START_TEST(test_report_overlays_the_plan_on_each_buffer) {
+    if (!report_available())
+        return;
+    const char *d = tmpdir("report-buffers");
+    char plan[4200], out[4200], path[4400];
+    snprintf(plan, sizeof plan, "%s/plan.tsv", d);
+    snprintf(out, sizeof out, "%s/all", d);
+    tu_proc_t pr =
+        plan_cli((const char *[]){"--budget", "40M", "--out", plan, RECORDED_LARGE, NULL});
+    ck_assert_msg(pr.status == 0, "%s%s", pr.out, pr.err);
+    tu_proc_free(&pr);
+    pr = report((const char *[]){RECORDED_LARGE, "--plan", plan, "--buffers", "0", "--out", out,
+                                 "--format", "png,svg", NULL});
+    ck_assert_msg(pr.status == 0, "ooc-report failed:\n%s%s", pr.out, pr.err);
+    bufsum_t b = buffers_summary(pr.out);
+    tu_proc_free(&pr);
+    snprintf(path, sizeof path, "%s/buffers.png", out);
+    assert_png(path);
+    snprintf(path, sizeof path, "%s/buffers.svg", out);
+    assert_svg(path);
+    /* every buffer of the profile, with the plan's decision */
+    int nbufs = count_lines(RECORDED_LARGE "/buffers.tsv", "", NULL) - 2;
+    ck_assert_int_eq(b.total, nbufs);
+    ck_assert_int_eq(b.shown, nbufs);
+    ck_assert_str_eq(b.which, "all");
+    int plan_swap = count_lines(plan, "buffer\t", "\tswap\t");
+    int plan_recomp = count_lines(plan, "buffer\t", "\trecompute\t");
+    ck_assert_int_gt(plan_swap, 0);
+    ck_assert_int_eq(b.swap, plan_swap);
+    ck_assert_int_eq(b.recomp, plan_recomp);
+    ck_assert_int_eq(b.keep, nbufs - plan_swap - plan_recomp);
+    /* every transfer and recomputation of the simulated timeline that the report left beside */
+    snprintf(path, sizeof path, "%s/timeline.tsv", out);
+    ck_assert_int_gt(b.outs, 0);
+    ck_assert_int_eq(b.outs, count_lines(path, "d2h\t", NULL));
+    ck_assert_int_eq(b.ins, count_lines(path, "h2d\t", NULL));
+    ck_assert_int_eq(b.recomps, count_lines(path, "compute\t", "\trecompute\t"));
+
+    /* --buffers 5: the five largest (4 MiB each; equal sizes by id: 0, 1, 4, 5, 8) */
+    snprintf(out, sizeof out, "%s/five", d);
+    pr = report((const char *[]){RECORDED_LARGE, "--plan", plan, "--buffers", "5", "--out", out,
+                                 "--format", "svg", NULL});
+    ck_assert_msg(pr.status == 0, "ooc-report failed:\n%s%s", pr.out, pr.err);
+    b = buffers_summary(pr.out);
+    tu_proc_free(&pr);
+    ck_assert_int_eq(b.shown, 5);
+    ck_assert_int_eq(b.total, nbufs);
+    ck_assert_str_eq(b.which, "the largest");
+    ck_assert_int_eq(b.keep + b.swap + b.recomp, 5);
+    snprintf(path, sizeof path, "%s/buffers.svg", out);
+    assert_svg(path);
+    size_t len;
+    char *svg = slurp(path, &len);
+    static const char *const rows[] = {">#0 4.00 MiB", ">#1 4.00 MiB", ">#4 4.00 MiB",
+                                       ">#5 4.00 MiB", ">#8 4.00 MiB"};
+    for (int k = 0; k < 5; k++)
+        ck_assert_msg(strstr(svg, rows[k]) != NULL, "no row %s in %s", rows[k] + 1, path);
+    ck_assert_msg(strstr(svg, ">#2 ") == NULL, "buffer 2 (4 KiB) has a row in %s", path);
+    ck_assert_msg(strstr(svg, "the 5 largest of") != NULL, "%s: no title", path);
+    free(svg);
+    snprintf(path, sizeof path, "%s/buffers.png", out);
+    ck_assert_msg(access(path, F_OK) != 0, "%s written, but only svg was asked for", path);
+    rmdir_r(d);
+}
+END_TEST
+
 /* The last line of text (without its newline). */
 static const char *last_line(const char *text, char *buf, size_t len) {
     size_t n = strlen(text);
@@ -1656,6 +1764,23 @@ START_TEST(test_report_rejects_bad_input_in_one_line) {
     ck_assert_int_eq(pr.status, 2);
     ck_assert_msg(strstr(pr.err, "/nonexistent/plan.tsv"), "%s", pr.err);
     tu_proc_free(&pr);
+    /* --buffers: a count, and only with a plan */
+    static const char *const bad_counts[] = {"many", "-2", ""};
+    for (int k = 0; k < 3; k++) {
+        char want[64];
+        snprintf(want, sizeof want, "--buffers '%s'", bad_counts[k]);
+        pr = report((const char *[]){PLAN_REF, "--plan", "/nonexistent/plan.tsv", "--buffers",
+                                     bad_counts[k], "--out", d, NULL});
+        ck_assert_int_eq(pr.status, 2);
+        ck_assert_msg(strstr(pr.err, want), "%s", pr.err);
+        ck_assert_msg(strchr(pr.err, '\n') == pr.err + strlen(pr.err) - 1, "not one line: %s",
+                      pr.err);
+        tu_proc_free(&pr);
+    }
+    pr = report((const char *[]){PLAN_REF, "--buffers", "3", "--out", d, NULL});
+    ck_assert_int_eq(pr.status, 2);
+    ck_assert_msg(strstr(pr.err, "needs --plan"), "%s", pr.err);
+    tu_proc_free(&pr);
     rmdir_r(d);
 }
 END_TEST
@@ -1687,6 +1812,7 @@ Suite *suite_trace_json(void) {
     tcase_set_timeout(tr, 300);
     tcase_add_test(tr, test_report_renders_pictures_of_a_plan);
     tcase_add_test(tr, test_report_rejects_bad_input_in_one_line);
+    tcase_add_test(tr, test_report_overlays_the_plan_on_each_buffer);
     suite_add_tcase(s, tr);
     return s;
 }

@@ -5,8 +5,9 @@
  * (tu_build_path("fakecuda")) and compares what it prints: the same checksum across repeated
  * runs, inline and threaded scheduling, jitter seeds, warm-up extras; the op count against the
  * driver's own statistics; the large workload's out-of-memory failure at its stated capacity;
- * and cnn's --blocks option (its footprint and op count per identity block, its checks). The
- * loop index _i selects the workload. */
+ * cnn's --blocks option (its footprint and op count per identity block, its checks); and --time
+ * (one line of per-iteration wall times on stderr, stdout unchanged byte for byte). The loop
+ * index _i selects the workload. */
 #include <check.h>
 #include <limits.h>
 #include <stdio.h>
@@ -253,9 +254,9 @@ START_TEST(test_help_documents_options) {
     result_t r, e;
     run(workloads[_i], args, NULL, &r);
     ck_assert_int_eq(r.status, 0);
-    const char *opts[] = {"--iters",           "--seed",  "--batch", "--last-batch",
-                          "--warmup-differs",  "--mark",  "--help",  "peak_device_bytes",
-                          "ops_per_iteration", "checksum"};
+    const char *opts[] = {"--iters",           "--seed",   "--batch", "--last-batch",
+                          "--warmup-differs",  "--mark",   "--help",  "peak_device_bytes",
+                          "ops_per_iteration", "checksum", "--time",  "time: per-iteration ms:"};
     for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
         ck_assert_msg(strstr(r.out, opts[i]) != NULL, "--help does not mention %s", opts[i]);
     if (_i == LARGE_IDX)
@@ -268,6 +269,77 @@ START_TEST(test_help_documents_options) {
     ck_assert_int_eq(e.status, 1);
     result_free(&r);
     result_free(&e);
+}
+END_TEST
+
+/* Checks the --time line of a run of `iters` iterations: exactly one line on stderr, `iters`
+ * positive times, and the median of the iterations it names (4..iters-1, or all of them when
+ * there are 4 or fewer), recomputed here from the printed times. */
+static void expect_time_line(const char *err, int iters) {
+    const char *line = strstr(err, "time: per-iteration ms:");
+    ck_assert_msg(line != NULL, "no time line on stderr:\n%s", err);
+    ck_assert_msg(strstr(line + 1, "time: per-iteration ms:") == NULL, "two time lines:\n%s", err);
+    const char *p = line + strlen("time: per-iteration ms:");
+    double t[64];
+    int n = 0;
+    for (;;) {
+        char *end;
+        while (*p == ' ')
+            p++;
+        double v = strtod(p, &end);
+        if (end == p)
+            break;
+        ck_assert_int_lt(n, 64);
+        ck_assert_msg(v > 0.0, "iteration %d: %g ms", n, v);
+        t[n++] = v;
+        p = end;
+    }
+    ck_assert_msg(n == iters, "%d times for %d iterations: %s", n, iters, line);
+    int first, last;
+    double med;
+    ck_assert_msg(sscanf(p, "(median of iterations %d..%d: %lf)", &first, &last, &med) == 3,
+                  "no median in: %s", line);
+    ck_assert_int_eq(first, iters > 4 ? 4 : 0);
+    ck_assert_int_eq(last, iters - 1);
+    /* the median of t[first..last] (a few values: sort by insertion) */
+    double s[64];
+    int m = 0;
+    for (int i = first; i <= last; i++) {
+        int j = m++;
+        for (; j > 0 && s[j - 1] > t[i]; j--)
+            s[j] = s[j - 1];
+        s[j] = t[i];
+    }
+    double want = m % 2 ? s[m / 2] : (s[m / 2 - 1] + s[m / 2]) / 2;
+    ck_assert_msg(med > want - 0.0015 && med < want + 0.0015, "median %.3f, expected %.3f", med,
+                  want);
+    const char *nl = strchr(line, '\n');
+    ck_assert_msg(nl && nl[1] == '\0', "the time line is not the last line of stderr:\n%s", err);
+}
+
+/* --time prints one line of per-iteration wall times on stderr and changes nothing on stdout:
+ * the loss lines, the report and the checksum are the same bytes as without it. */
+START_TEST(test_time_reports_iterations_and_keeps_output) {
+    static const char *const plain[] = {"--iters", "6", NULL};
+    static const char *const timed[] = {"--iters", "6", "--time", NULL};
+    static const char *const timed_short[] = {"--time", "--iters", "3", NULL};
+    static const char *const thr[] = {"FAKECUDA_SCHED=threaded", NULL};
+    result_t a, b, c;
+    run(workloads[_i], plain, thr, &a);
+    run(workloads[_i], timed, thr, &b);
+    run(workloads[_i], timed_short, thr, &c);
+    expect_ok("without --time", &a);
+    expect_ok("--time", &b);
+    expect_ok("--time --iters 3", &c);
+    expect_same("--time", &a, &b);
+    ck_assert_msg(strcmp(a.out, b.out) == 0, "stdout differs with --time:\n%s\n---\n%s", a.out,
+                  b.out);
+    ck_assert_msg(strstr(a.err, "time:") == NULL, "a time line without --time:\n%s", a.err);
+    expect_time_line(b.err, 6);
+    expect_time_line(c.err, 3);
+    result_free(&a);
+    result_free(&b);
+    result_free(&c);
 }
 END_TEST
 
@@ -411,6 +483,7 @@ Suite *suite_workloads(void) {
     tcase_add_loop_test(tc, test_ops_per_iteration_matches_driver, 0, NWORKLOADS);
     tcase_add_loop_test(tc, test_output_ends_with_report, 0, NWORKLOADS);
     tcase_add_loop_test(tc, test_help_documents_options, 0, NWORKLOADS);
+    tcase_add_loop_test(tc, test_time_reports_iterations_and_keeps_output, 0, NWORKLOADS);
     suite_add_tcase(s, tc);
     tc = tcase_create("capacity");
     tcase_set_timeout(tc, 240);

@@ -502,6 +502,7 @@ int main(int argc, char **argv) {
         wl_iter_begin(it);
         train_step(&m, it, wl_batch_size(it), hx, hy);
     }
+    wl_iters_done();
 
     wl_ops_pause(1);
     uint64_t sum = wl_checksum(sm);

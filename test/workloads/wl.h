@@ -158,6 +158,7 @@ typedef struct wl_opts {
     int last_batch;     /* --last-batch B (0: same as batch) */
     int mark;           /* --mark */
     int warmup_differs; /* --warmup-differs */
+    int time;           /* --time */
 } wl_opts_t;
 
 /* What a program tells the option parser: its name, a paragraph for --help, defaults. */
@@ -180,14 +181,23 @@ int wl_batch_size(int it);
  * fixed random linear teacher, so the task is learnable and independent of scheduling. */
 void wl_batch(int it, int batch, int dim, int classes, float *x, int32_t *labels);
 
-/* Starts iteration it (resets the op count). */
+/* Starts iteration it (resets the op count). With --time it first synchronises the context
+ * (cuCtxSynchronize) and closes the wall time of iteration it - 1: an iteration's time runs from
+ * the synchronised start of it to the synchronised start of the next, so it holds every op,
+ * allocation and free the program issued for it. Without --time it makes no driver call. */
 void wl_iter_begin(int it);
 
 /* Ends iteration it: reads the loss scalar back (an op, synchronising stream s), prints the loss
  * line, records the op count and calls ooc_mark_iteration when --mark found it. */
 void wl_iter_end(int it, CUstream s, CUdeviceptr loss);
 
-/* Prints the three closing lines: peak_device_bytes, ops_per_iteration, checksum. */
+/* Ends the training loop, after the last iteration and before anything else (the checksum):
+ * with --time, synchronises the context and closes the last iteration's wall time. */
+void wl_iters_done(void);
+
+/* Prints the three closing lines: peak_device_bytes, ops_per_iteration, checksum; then, with
+ * --time, the line `time: per-iteration ms: T0 T1 ... (median of iterations K..N-1: M)` on
+ * stderr (K = 4 when there are more than 4 iterations, else 0). */
 void wl_report(uint64_t checksum);
 
 #endif

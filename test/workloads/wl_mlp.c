@@ -121,6 +121,7 @@ int wl_mlp_main(const wl_program_t *prog, const wl_mlp_spec_t *sp, int argc, cha
         wl_iter_begin(it);
         train_step(s, L, it, wl_batch_size(it), hx, hy);
     }
+    wl_iters_done();
 
     wl_ops_pause(1);
     uint64_t sum = wl_checksum(s);

@@ -4,7 +4,10 @@
  * Every workload takes the same options (documented by --help), prints one loss line per
  * iteration and ends its output with exactly three lines: peak_device_bytes, ops_per_iteration
  * and checksum. The data of an iteration depends only on the seed and the sample indices, never
- * on timing. Single-threaded. */
+ * on timing. With --time, each iteration's wall time is taken from the host (CLOCK_MONOTONIC)
+ * between context synchronisations at iteration boundaries and reported on stderr at the end;
+ * without it no synchronisation is added, so the default run issues exactly the same driver
+ * calls. Single-threaded. */
 #include "wl.h"
 
 #include <dlfcn.h>
@@ -12,12 +15,17 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static wl_opts_t opts;
 static void (*mark_fn)(void);
 static uint64_t iter_ops_start;
 static uint64_t steady_ops;
 static int steady_known;
+/* --time: iter_ms[i] is iteration i's wall time; lap_ns the synchronised start of the current. */
+static double *iter_ms;
+static int timed_iters;
+static uint64_t lap_ns;
 
 const wl_opts_t *wl_opts(void) {
     return &opts;
@@ -26,7 +34,7 @@ const wl_opts_t *wl_opts(void) {
 static void usage(const wl_program_t *p, FILE *f) {
     fprintf(f,
             "usage: %s [--iters N] [--seed S] [--batch B] [--last-batch B] [--mark]\n"
-            "       %*s [--warmup-differs] [--help]\n\n"
+            "       %*s [--warmup-differs] [--time] [--help]\n\n"
             "%s\n\n"
             "Options:\n"
             "  --iters N          training iterations (default %d)\n"
@@ -37,6 +45,12 @@ static void usage(const wl_program_t *p, FILE *f) {
             "                     has it (the ooc-shim marker, found with dlsym(RTLD_DEFAULT))\n"
             "  --warmup-differs   the first iteration also issues extra ops that do not change\n"
             "                     the results, as autotuning does\n"
+            "  --time             time each iteration on the host (CLOCK_MONOTONIC), with a\n"
+            "                     cuCtxSynchronize before the first iteration and after each\n"
+            "                     one, and print at the end, on stderr, one line\n"
+            "                     `time: per-iteration ms: T0 T1 ... (median of iterations\n"
+            "                     K..N-1: M)`, K = 4 when there are more than 4 iterations,\n"
+            "                     else 0; what is printed on stdout does not change\n"
             "  --help             print this text and exit\n\n"
             "Output: one line `iter I: batch B loss L` per iteration, then exactly\n"
             "  peak_device_bytes: N     peak of the program's own live device allocations\n"
@@ -80,6 +94,8 @@ void wl_parse_args(const wl_program_t *p, int argc, char **argv, wl_opts_t *o) {
             o->mark = 1;
         } else if (strcmp(a, "--warmup-differs") == 0) {
             o->warmup_differs = 1;
+        } else if (strcmp(a, "--time") == 0) {
+            o->time = 1;
         } else {
             fprintf(stderr, "%s: unknown option '%s'\n", p->name, a);
             usage(p, stderr);
@@ -92,6 +108,10 @@ void wl_parse_args(const wl_program_t *p, int argc, char **argv, wl_opts_t *o) {
     }
     if (o->mark)
         *(void **)&mark_fn = dlsym(RTLD_DEFAULT, "ooc_mark_iteration");
+    if (o->time && !(iter_ms = calloc((size_t)o->iters, sizeof *iter_ms))) {
+        fprintf(stderr, "error: %s: out of host memory\n", p->name);
+        exit(2);
+    }
     opts = *o;
 }
 
@@ -131,9 +151,32 @@ void wl_batch(int it, int batch, int dim, int classes, float *x, int32_t *labels
     }
 }
 
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* --time: waits for all the work issued so far, then closes the running iteration (if any) and
+ * starts the next lap. */
+static void time_lap(void) {
+    wl_check(wl_cu.CtxSynchronize(), "cuCtxSynchronize");
+    uint64_t t = now_ns();
+    if (lap_ns && timed_iters < opts.iters)
+        iter_ms[timed_iters++] = (double)(t - lap_ns) / 1e6;
+    lap_ns = t;
+}
+
 void wl_iter_begin(int it) {
+    if (opts.time)
+        time_lap();
     wl_alloc_log_iter(it);
     iter_ops_start = wl_ops();
+}
+
+void wl_iters_done(void) {
+    if (opts.time)
+        time_lap();
 }
 
 void wl_iter_end(int it, CUstream s, CUdeviceptr loss) {
@@ -156,9 +199,40 @@ void wl_iter_end(int it, CUstream s, CUdeviceptr loss) {
         mark_fn();
 }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The --time line on stderr, written with one fprintf of a buffer built first. */
+static void report_time(void) {
+    int n = timed_iters, k = n > 4 ? 4 : 0;
+    size_t cap = 64 + (size_t)n * 24, len = 0;
+    char *line = malloc(cap);
+    double *sorted = malloc(((size_t)n + 1) * sizeof *sorted);
+    if (!line || !sorted) {
+        fprintf(stderr, "error: %s: out of host memory\n", "--time");
+        exit(2);
+    }
+    len += (size_t)snprintf(line + len, cap - len, "time: per-iteration ms:");
+    for (int i = 0; i < n; i++)
+        len += (size_t)snprintf(line + len, cap - len, " %.3f", iter_ms[i]);
+    memcpy(sorted, iter_ms + k, (size_t)(n - k) * sizeof *sorted);
+    qsort(sorted, (size_t)(n - k), sizeof *sorted, cmp_double);
+    int m = n - k;
+    double med = m == 0 ? 0.0 : m % 2 ? sorted[m / 2] : (sorted[m / 2 - 1] + sorted[m / 2]) / 2;
+    fprintf(stderr, "%s (median of iterations %d..%d: %.3f)\n", line, k, n - 1, med);
+    free(sorted);
+    free(line);
+    free(iter_ms);
+    iter_ms = NULL;
+}
+
 void wl_report(uint64_t checksum) {
     printf("peak_device_bytes: %llu\n", (unsigned long long)wl_peak_bytes());
     printf("ops_per_iteration: %llu\n", (unsigned long long)steady_ops);
     printf("checksum: %016llx\n", (unsigned long long)checksum);
     fflush(stdout);
+    if (opts.time)
+        report_time();
 }
