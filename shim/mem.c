@@ -779,13 +779,29 @@ static void fence_chunk(chunk_t *c) {
     c->fenced = 0;
     if (gather_streams(&c, 1, us, &nu) || nu > MAX_USERS)
         return;
+    if (c->in_ev && nu == MAX_USERS)
+        return;
     for (unsigned i = 0; i < nu; i++) {
         evref_t *v = fence_ev(us[i]);
         if (!v)
             return;
         c->fence[c->nfence++] = v;
     }
+    if (c->in_ev) { /* the copy that brought it in is not one of its users' streams */
+        c->in_ev->refs++;
+        c->fence[c->nfence++] = c->in_ev;
+    }
     c->fenced = 1;
+}
+
+/* Waits for the copy that brought c in, if one may still run (before unmapping c without a
+ * fence that covers it). */
+static void settle_in(chunk_t *c) {
+    if (c->in_ev) {
+        ooc_real.cuEventSynchronize(c->in_ev->e);
+        ev_drop(c->in_ev);
+        c->in_ev = NULL;
+    }
 }
 
 static int fence_done(const chunk_t *c) {
@@ -821,6 +837,7 @@ static void chunk_release(chunk_t *c, CUstream free_stream) {
         chunk_t **n = realloc(M.dying, nc * sizeof *n);
         if (!n) {
             /* No room to defer: wait now rather than unmap under running work. */
+            settle_in(c);
             if (wait_chunks(&c, 1) == CUDA_SUCCESS)
                 chunk_bury(c);
             return;
@@ -867,6 +884,8 @@ static CUresult reap_dying(int block) {
         if (M.dying[i]->fenced)
             M.dying[k++] = M.dying[i];
     CUresult r = wait_chunks(M.dying, nun);
+    for (size_t i = 0; i < nun; i++)
+        settle_in(M.dying[i]);
     size_t left = 0;
     for (size_t i = 0; i < M.ndying; i++) {
         if (i < nun && r == CUDA_SUCCESS && chunk_bury(M.dying[i]) == CUDA_SUCCESS)
@@ -939,6 +958,8 @@ static CUresult need_phys(uint64_t want) {
     CUresult r = wait_chunks(victims, nv);
     if (r != CUDA_SUCCESS)
         return r;
+    for (unsigned i = 0; i < nv; i++)
+        settle_in(victims[i]); /* the copy out must not read what the copy in still writes */
     for (unsigned i = 0; i < nv && r == CUDA_SUCCESS; i++) {
         victims[i]->host = host_slot();
         if (!victims[i]->host)
@@ -1509,18 +1530,18 @@ void ooc_mem_l_drop(uintptr_t addr, uint64_t id) {
     }
 }
 
-/* The worker, holding mem_lock: waits (without the lock) for the oldest swap-out's copy, and in
- * safe mode for the streams that may still reach its chunk, then finishes what is done. */
-static void worker_wait_retiree(void) {
-    chunk_t *c = M.ret[0];
-    evref_t *v = c->out_ev;
-    v->refs++;
+/* The worker, holding mem_lock: waits without the lock for `v` (may be NULL) and, when `c` is
+ * not NULL in safe mode, for the work issued so far on the streams that may reach c unseen, so
+ * that the wait_chunks that follows under the lock has little left to wait for. The lock is
+ * released meanwhile: c may be gone on return. */
+static void worker_wait(evref_t *v, chunk_t *c) {
     CUstream users[MAX_USERS + MAX_STREAMS];
     unsigned nu = 0;
     evref_t *pre[MAX_USERS + MAX_STREAMS];
     unsigned npre = 0;
-    if (M.safe && !gather_streams(&c, 1, users, &nu)) {
-        /* Let the device catch up without the lock; retire_finish then waits for the rest. */
+    if (v)
+        v->refs++;
+    if (c && M.safe && !gather_streams(&c, 1, users, &nu)) {
         for (unsigned u = 0; u < nu; u++) {
             evref_t *e = ev_take();
             if (e && ooc_real.cuEventRecord(e->e, users[u]) == CUDA_SUCCESS)
@@ -1530,13 +1551,19 @@ static void worker_wait_retiree(void) {
         }
     }
     pthread_mutex_unlock(&mem_lock);
-    ooc_real.cuEventSynchronize(v->e);
+    if (v)
+        ooc_real.cuEventSynchronize(v->e);
     for (unsigned i = 0; i < npre; i++)
         ooc_real.cuEventSynchronize(pre[i]->e);
     pthread_mutex_lock(&mem_lock);
     for (unsigned i = 0; i < npre; i++)
         ev_drop(pre[i]);
     ev_drop(v);
+}
+
+/* The worker: waits for the oldest swap-out's copy, then finishes what is done. */
+static void worker_wait_retiree(void) {
+    worker_wait(M.ret[0]->out_ev, M.ret[0]);
     retire_poll(0);
 }
 
@@ -1546,6 +1573,7 @@ static void worker_wait_retiree(void) {
  * finish, and when none is under way it leaves the rest to demand residency rather than evict
  * what the plan keeps. Caller holds mem_lock; it is released while waiting. */
 static void worker_swapin(job_t j) {
+    uint64_t drained = UINT64_MAX; /* the chunk whose streams were waited for without the lock */
     for (;;) {
         buf_t *b = plan_buf(j.addr, j.id);
         if (!b)
@@ -1575,6 +1603,11 @@ static void worker_swapin(job_t j) {
             }
             ooc_stats_add(OOC_STAT_prefetch_no_memory, 1);
             return;
+        }
+        if (M.safe && c->aliased && drained != c->idx) {
+            drained = c->idx;
+            worker_wait(NULL, c); /* then look again: the lock was released */
+            continue;
         }
         CUresult r = need_phys(1); /* a new physical chunk while under budget */
         if (r == CUDA_SUCCESS && M.safe && c->aliased && (r = wait_chunks(&c, 1)) == CUDA_SUCCESS)
@@ -1611,7 +1644,6 @@ static void worker_swapin(job_t j) {
         }
         c->state = C_RESIDENT;
         c->queued = 0;
-        add_user(c->users, &c->nusers, &c->users_unknown, M.h2d);
         if (v) {
             c->in_ev = v;
             limbo_put(c->host, v);
@@ -1833,7 +1865,6 @@ static CUresult swapins_issued(void) {
             ev_drop(c->in_ev);
             v->refs++;
             c->in_ev = v;
-            add_user(c->users, &c->nusers, &c->users_unknown, M.swap);
         } else {
             host_slot_put(c->host);
         }

@@ -105,9 +105,9 @@ static int start(ooc_profile_t *p, ooc_plan_t *pl, uint32_t pos) {
         r->name = o->name;
         unsigned long long bytes = 0;
         if (o->kind == OOC_OP_KERNEL)
-            r->shape_ok = sscanf(o->shape, "grid=(%u,%u,%u);block=(%u,%u,%u)", &r->grid[0],
-                                 &r->grid[1], &r->grid[2], &r->block[0], &r->block[1],
-                                 &r->block[2]) == 6;
+            r->shape_ok =
+                sscanf(o->shape, "grid=(%u,%u,%u);block=(%u,%u,%u)", &r->grid[0], &r->grid[1],
+                       &r->grid[2], &r->block[0], &r->block[1], &r->block[2]) == 6;
         else
             r->shape_ok = sscanf(o->shape, "bytes=%llu", &bytes) == 1;
         r->bytes = bytes;
@@ -434,7 +434,8 @@ int ooc_replay_load(const char *plan_path) {
                  pl->nops, pl->nbufs, p->nops, p->nbufs);
         bad = why;
     } else if (pl->chunk_bytes != chunk) {
-        snprintf(why, sizeof why, "the plan is for chunks of %llu bytes; the shim's are %llu (set "
+        snprintf(why, sizeof why,
+                 "the plan is for chunks of %llu bytes; the shim's are %llu (set "
                  "OOC_CHUNK)",
                  (unsigned long long)pl->chunk_bytes, (unsigned long long)chunk);
         bad = why;

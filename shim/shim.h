@@ -258,7 +258,7 @@ void ooc_record_restart_l(void);
 /* The name of a kernel (cached; "kernel" when the driver cannot say). Thread-safe. */
 const char *ooc_record_fn_name(CUfunction f);
 
-/* ---- replay.c: the plan, followed op by op ---------------------------------------------------- */
+/* ---- replay.c: the plan, followed op by op --------------------------------------------------- */
 
 /* Is a plan being replayed? (One relaxed atomic load.) */
 int ooc_replay_on(void);
@@ -284,6 +284,5 @@ void ooc_replay_stop(void);
 
 /* Adds every buffer a launch's parameters point into. */
 void ooc_launch_access(CUfunction f, void **params, void **extra, ooc_access_t *a);
-
 
 #endif

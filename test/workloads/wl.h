@@ -156,6 +156,8 @@ typedef struct wl_opts {
     uint64_t seed;      /* --seed S */
     int batch;          /* --batch B */
     int last_batch;     /* --last-batch B (0: same as batch) */
+    int change_at;      /* --batch-from I:B: from iteration I on (0: never) ... */
+    int change_batch;   /* ... B samples per iteration */
     int mark;           /* --mark */
     int warmup_differs; /* --warmup-differs */
     int time;           /* --time */

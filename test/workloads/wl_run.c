@@ -34,13 +34,15 @@ const wl_opts_t *wl_opts(void) {
 static void usage(const wl_program_t *p, FILE *f) {
     fprintf(f,
             "usage: %s [--iters N] [--seed S] [--batch B] [--last-batch B] [--mark]\n"
-            "       %*s [--warmup-differs] [--time] [--help]\n\n"
+            "       %*s [--batch-from I:B] [--warmup-differs] [--time] [--help]\n\n"
             "%s\n\n"
             "Options:\n"
             "  --iters N          training iterations (default %d)\n"
             "  --seed S           seed of the weights and the synthetic data (default 1)\n"
             "  --batch B          samples per iteration (default %d)\n"
             "  --last-batch B     the final iteration uses B samples instead (a short last batch)\n"
+            "  --batch-from I:B   from iteration I on, B samples per iteration (a lasting change\n"
+            "                     of shape in the middle of training; B <= --batch)\n"
             "  --mark             after each iteration call ooc_mark_iteration() when the process\n"
             "                     has it (the ooc-shim marker, found with dlsym(RTLD_DEFAULT))\n"
             "  --warmup-differs   the first iteration also issues extra ops that do not change\n"
@@ -90,6 +92,17 @@ void wl_parse_args(const wl_program_t *p, int argc, char **argv, wl_opts_t *o) {
             o->batch = (int)parse_num(p, a, next, 1), i++;
         } else if (strcmp(a, "--last-batch") == 0) {
             o->last_batch = (int)parse_num(p, a, next, 1), i++;
+        } else if (strcmp(a, "--batch-from") == 0) {
+            char *colon = next ? strchr(next, ':') : NULL;
+            if (!colon) {
+                fprintf(stderr, "%s: --batch-from needs I:B (e.g. 5:2), got '%s'\n", p->name,
+                        next ? next : "");
+                exit(1);
+            }
+            char iter_s[32];
+            snprintf(iter_s, sizeof iter_s, "%.*s", (int)(colon - next), next);
+            o->change_at = (int)parse_num(p, a, iter_s, 1);
+            o->change_batch = (int)parse_num(p, a, colon + 1, 1), i++;
         } else if (strcmp(a, "--mark") == 0) {
             o->mark = 1;
         } else if (strcmp(a, "--warmup-differs") == 0) {
@@ -102,8 +115,11 @@ void wl_parse_args(const wl_program_t *p, int argc, char **argv, wl_opts_t *o) {
             exit(1);
         }
     }
-    if (o->batch > 65536 || o->last_batch > o->batch) {
-        fprintf(stderr, "%s: need --last-batch <= --batch <= 65536\n", p->name);
+    if (o->batch > 65536 || o->last_batch > o->batch || o->change_batch > o->batch) {
+        fprintf(stderr,
+                "%s: need --last-batch <= --batch, --batch-from's B <= --batch, and "
+                "--batch <= 65536\n",
+                p->name);
         exit(1);
     }
     if (o->mark)
@@ -116,7 +132,9 @@ void wl_parse_args(const wl_program_t *p, int argc, char **argv, wl_opts_t *o) {
 }
 
 int wl_batch_size(int it) {
-    return it == opts.iters - 1 && opts.last_batch ? opts.last_batch : opts.batch;
+    if (it == opts.iters - 1 && opts.last_batch)
+        return opts.last_batch;
+    return opts.change_at && it >= opts.change_at ? opts.change_batch : opts.batch;
 }
 
 static uint64_t mix64(uint64_t x) {
