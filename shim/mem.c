@@ -112,6 +112,7 @@ typedef struct limbo {
 typedef struct job {
     uintptr_t addr;
     uint64_t id;
+    evref_t *gate; /* start once it has completed (may be NULL) */
 } job_t;
 
 /* A physical allocation the program made itself with the VMM API (NCCL does). */
@@ -170,10 +171,11 @@ static struct {
     size_t cap_tmp;
     struct {
         CUstream s;
-        uint64_t serial;
+        uint64_t epoch;
         evref_t *v; /* holds a reference */
-    } fcache[8];    /* the fence events recorded since the last op, per stream */
+    } fcache[8];    /* events after the work issued so far, per stream, this epoch */
     unsigned fc_next;
+    uint64_t fc_epoch; /* advances whenever work is issued on a stream the shim follows */
     ooc_opbuf_t *op_bufs;
     size_t nopb, cap_opb;
     uint64_t next_id;
@@ -191,6 +193,7 @@ static struct {
     pthread_t worker;
     int worker_on, worker_stop;
     pthread_cond_t work_cv;
+    pthread_cond_t done_cv; /* the worker finished with a chunk (queued went to 0) */
 } M;
 
 static uintptr_t chunk_addr(const chunk_t *c) {
@@ -750,7 +753,7 @@ static unsigned retire_poll(int block) {
 /* An event after the work issued so far on s (shared by the chunks freed between two ops). */
 static evref_t *fence_ev(CUstream s) {
     for (unsigned i = 0; i < 8; i++) {
-        if (M.fcache[i].v && M.fcache[i].s == s && M.fcache[i].serial == M.serial) {
+        if (M.fcache[i].v && M.fcache[i].s == s && M.fcache[i].epoch == M.fc_epoch) {
             M.fcache[i].v->refs++;
             return M.fcache[i].v;
         }
@@ -765,7 +768,7 @@ static evref_t *fence_ev(CUstream s) {
     unsigned k = M.fc_next++ % 8;
     ev_drop(M.fcache[k].v);
     M.fcache[k].s = s;
-    M.fcache[k].serial = M.serial;
+    M.fcache[k].epoch = M.fc_epoch;
     M.fcache[k].v = v;
     v->refs++;
     return v;
@@ -986,6 +989,7 @@ static CUresult need_phys(uint64_t want) {
             alias_chunk(victims[i]);
         ooc_stats_add(OOC_STAT_swap_outs, 1);
         ooc_stats_add(OOC_STAT_swap_out_bytes, M.chunk);
+        ooc_stats_add(OOC_STAT_lru_evictions, 1);
     }
     return CUDA_SUCCESS;
 }
@@ -1068,6 +1072,7 @@ void ooc_mem_shutdown(void) {
         pthread_join(M.worker, NULL);
         pthread_mutex_lock(&mem_lock);
         pthread_cond_destroy(&M.work_cv);
+        pthread_cond_destroy(&M.done_cv);
     }
     /* The program may have dropped its context before exit: ours is the one we set up in. */
     CUcontext prev = NULL;
@@ -1483,7 +1488,7 @@ unsigned ooc_mem_l_swapout(uintptr_t addr, uint64_t id, CUstream s) {
     return (unsigned)done;
 }
 
-unsigned ooc_mem_l_prefetch(uintptr_t addr, uint64_t id) {
+unsigned ooc_mem_l_prefetch(uintptr_t addr, uint64_t id, CUstream s) {
     buf_t *b = plan_buf(addr, id);
     if (!b || !M.worker_on)
         return 0;
@@ -1514,7 +1519,7 @@ unsigned ooc_mem_l_prefetch(uintptr_t addr, uint64_t id) {
         }
         return 0; /* demand residency will bring it in */
     }
-    M.jobs[M.job_head + M.njobs++] = (job_t){addr, id};
+    M.jobs[M.job_head + M.njobs++] = (job_t){addr, id, fence_ev(s)};
     pthread_cond_signal(&M.work_cv);
     return q;
 }
@@ -1667,7 +1672,12 @@ static void *worker_main(void *arg) {
             job_t j = M.jobs[M.job_head++];
             if (--M.njobs == 0)
                 M.job_head = 0;
+            if (j.gate) {
+                worker_wait(j.gate, NULL); /* the plan's point, in device time */
+                ev_drop(j.gate);
+            }
             worker_swapin(j);
+            pthread_cond_broadcast(&M.done_cv);
             continue;
         }
         if (M.nlimbo)
@@ -1695,8 +1705,10 @@ int ooc_mem_replay_init(void) {
             rc = -1;
         } else {
             pthread_cond_init(&M.work_cv, NULL);
+            pthread_cond_init(&M.done_cv, NULL);
             if (pthread_create(&M.worker, NULL, worker_main, NULL) != 0) {
                 pthread_cond_destroy(&M.work_cv);
+                pthread_cond_destroy(&M.done_cv);
                 rc = -1;
             }
         }
@@ -1748,7 +1760,27 @@ static uint64_t now_ns(void) {
 static CUresult make_resident(uint64_t missing);
 
 /* The host thread waits here while an op's chunks are made resident: that is the stall. */
+/* Is a chunk that op `a` references queued for the worker? Caller holds mem_lock. */
+static int any_queued(const ooc_access_t *a) {
+    for (unsigned i = 0; i < a->n; i++) {
+        uintptr_t p = a->refs[i].lo, end = a->refs[i].hi > p ? a->refs[i].hi : p + 1;
+        buf_t *b;
+        while (p < end && (b = lookup(p)) != NULL) {
+            uint64_t c0 = (b->addr - M.va_base) >> M.shift;
+            uint64_t c1 = (b->addr + b->size - 1 - M.va_base) >> M.shift;
+            for (uint64_t idx = c0; idx <= c1; idx++) {
+                chunk_t *c = chunk_find(idx);
+                if (c && c->queued)
+                    return 1;
+            }
+            p = b->addr + b->size;
+        }
+    }
+    return 0;
+}
+
 CUresult ooc_mem_begin(const ooc_access_t *a, CUstream stream, int per_thread) {
+    CUstream s = (per_thread && stream == NULL) ? CU_STREAM_PER_THREAD : stream;
     pthread_mutex_lock(&mem_lock);
     M.serial++;
     M.nop = 0;
@@ -1785,19 +1817,32 @@ CUresult ooc_mem_begin(const ooc_access_t *a, CUstream stream, int per_thread) {
         log_oom(M.nop);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    /* Planned swap-ins of this op's chunks that the worker has not done yet: wait for it (the
+     * lock is released meanwhile, so everything is looked up again after). */
+    if (M.worker_on) {
+        size_t nq = 0;
+        for (size_t i = 0; i < M.nop; i++)
+            nq += M.op_chunks[i]->queued != 0;
+        if (nq) {
+            ooc_stats_add(OOC_STAT_prefetch_late, nq);
+            uint64_t t0 = now_ns();
+            while (any_queued(a))
+                pthread_cond_wait(&M.done_cv, &mem_lock);
+            ooc_stats_add(OOC_STAT_stall_ns, now_ns() - t0);
+            pthread_mutex_unlock(&mem_lock);
+            return ooc_mem_begin(a, stream, per_thread); /* once: nothing is queued now */
+        }
+    }
     /* The plan's actions before this op (swap-ins queued for the worker) go first. */
     if (list && ooc_replay_on())
-        ooc_replay_op_begin(a, M.op_bufs, M.nopb);
+        ooc_replay_op_begin(a, M.op_bufs, M.nopb, s);
     for (size_t i = 0; i < M.nop; i++) {
         chunk_t *c = M.op_chunks[i];
         if (c->out_ev) {
             retire_cancel(c); /* used again before its swap-out finished */
             lru_push(c);
         }
-        if (c->queued) {
-            c->queued = 0; /* the worker has not got to it: bring it in now */
-            ooc_stats_add(OOC_STAT_prefetch_late, 1);
-        }
+        c->queued = 0; /* queued by this op's own actions: bring it in now */
         if (c->state != C_RESIDENT)
             missing++;
     }
@@ -1809,7 +1854,6 @@ CUresult ooc_mem_begin(const ooc_access_t *a, CUstream stream, int per_thread) {
         ooc_stats_add(OOC_STAT_stall_ns, now_ns() - t0);
     }
     /* Chunks a planned swap-in brought: the op's stream waits for their copies. */
-    CUstream s = (per_thread && stream == NULL) ? CU_STREAM_PER_THREAD : stream;
     for (size_t i = 0; i < M.nop && rc == CUDA_SUCCESS; i++) {
         chunk_t *c = M.op_chunks[i];
         if (!c->in_ev)
@@ -1932,6 +1976,7 @@ void ooc_mem_end(const ooc_access_t *a, CUstream stream, int per_thread, int iss
                 lru_push(c);
         }
         stream_issued(s);
+        M.fc_epoch++;
         if (ooc_replay_on())
             ooc_replay_op_end(s); /* the plan's swap-outs after this op */
     }

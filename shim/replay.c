@@ -208,7 +208,7 @@ static void diverge(uint32_t i, const char *why) {
     }
 }
 
-void ooc_replay_op_begin(const ooc_access_t *a, const ooc_opbuf_t *b, size_t nb) {
+void ooc_replay_op_begin(const ooc_access_t *a, const ooc_opbuf_t *b, size_t nb, CUstream s) {
     pthread_mutex_lock(&rp_lock);
     if (!ooc_replay_on()) {
         pthread_mutex_unlock(&rp_lock);
@@ -258,7 +258,7 @@ void ooc_replay_op_begin(const ooc_access_t *a, const ooc_opbuf_t *b, size_t nb)
         const ooc_action_t *act = &P.pl->acts[k];
         const bind_t *x = &P.bind[act->buf];
         if (act->when == OOC_BEFORE && act->kind == OOC_ACT_SWAPIN && x->id)
-            ooc_mem_l_prefetch(x->addr, x->id);
+            ooc_mem_l_prefetch(x->addr, x->id, s);
         /* WAIT: ops wait for the copies of the chunks they use (mem.c). RECOMPUTE: see top. */
     }
     P.cur = (int32_t)i;

@@ -212,13 +212,15 @@ uint64_t ooc_mem_slab_chunks(void);
  * whole chunks (small buffers are left to demand residency), and never block:
  * - swapout: after the op just issued on s, copy the buffer's resident chunks to host on the
  *   device-to-host stream; the worker unmaps them when the copy is done. Returns chunks moved.
- * - prefetch: queue the swap-in of its swapped chunks for the worker (mapping and the copy on the
- *   host-to-device stream); ops that use them wait for the copies on their streams. A chunk whose
- *   swap-out is still under way simply stays. Returns chunks queued.
+ * - prefetch: queue the swap-in of its swapped chunks for the worker, which starts it when the
+ *   work issued so far on s is done (the plan's point in device time, not the host's, which runs
+ *   ahead): mapping, then the copy on the host-to-device stream. An op that uses a queued chunk
+ *   waits for the worker, then its stream waits for the copy. A chunk whose swap-out is still
+ *   under way simply stays. Returns chunks queued.
  * - drop: the buffer is dead until freed: its chunks are the first to evict. */
 int ooc_mem_replay_init(void);
 unsigned ooc_mem_l_swapout(uintptr_t addr, uint64_t id, CUstream s);
-unsigned ooc_mem_l_prefetch(uintptr_t addr, uint64_t id);
+unsigned ooc_mem_l_prefetch(uintptr_t addr, uint64_t id, CUstream s);
 void ooc_mem_l_drop(uintptr_t addr, uint64_t id);
 /* Calls fn for every live buffer (for a new recording). Caller holds the residency lock. */
 void ooc_mem_l_each_buffer(void (*fn)(uint64_t id, uintptr_t addr, uint64_t bytes, void *ctx),
@@ -273,7 +275,7 @@ int ooc_replay_load(const char *plan_path);
 /* Around each op, with the residency lock held: begin matches the op against the plan (its
  * signature and its buffers) and issues the plan's actions before it; end, once the op was
  * issued on s, those after it. */
-void ooc_replay_op_begin(const ooc_access_t *a, const ooc_opbuf_t *b, size_t nb);
+void ooc_replay_op_begin(const ooc_access_t *a, const ooc_opbuf_t *b, size_t nb, CUstream s);
 void ooc_replay_op_end(CUstream s);
 /* The program's iteration marker. */
 void ooc_replay_mark(void);

@@ -33,11 +33,12 @@
     X(planned_ops, COUNTER, COUNT, "operations run as planned")                                    \
     X(divergences, COUNTER, COUNT, "divergences from the plan")                                    \
     X(prefetches, COUNTER, COUNT, "planned swap-ins issued ahead (chunks)")                        \
-    X(prefetch_late, COUNTER, COUNT, "planned swap-ins done on demand (chunks)")                   \
+    X(prefetch_late, COUNTER, COUNT, "planned swap-ins an op waited for (chunks)")                 \
     X(prefetch_no_memory, COUNTER, COUNT, "planned swap-ins with no memory coming")                \
     X(planned_swap_outs, COUNTER, COUNT, "planned swap-outs (buffers)")                            \
     X(swap_cancels, COUNTER, COUNT, "swap-outs cancelled: used again first")                       \
     X(rerecords, COUNTER, COUNT, "re-recordings after divergence")                                 \
+    X(lru_evictions, COUNTER, COUNT, "chunks evicted on demand (LRU)")                             \
     X(allocs, COUNTER, COUNT, "allocations")                                                       \
     X(frees, COUNTER, COUNT, "frees")                                                              \
     X(launches, COUNTER, COUNT, "kernel launches")
