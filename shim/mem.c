@@ -705,12 +705,11 @@ static void retire_cancel(chunk_t *c) {
  * waited for here. */
 static CUresult retire_finish(chunk_t *c) {
     CUresult r = M.safe ? wait_chunks(&c, 1) : CUDA_SUCCESS;
-    if (r == CUDA_SUCCESS)
-        r = ooc_real.cuMemUnmap(chunk_addr(c), M.chunk) == CUDA_SUCCESS ? CUDA_SUCCESS
-                                                                        : CUDA_ERROR_UNKNOWN;
     ret_remove(c);
     ev_drop(c->out_ev);
     c->out_ev = NULL;
+    if (r == CUDA_SUCCESS)
+        r = unmap_chunk(c); /* keeps c->host: the finished copy is now the chunk's bytes */
     if (r != CUDA_SUCCESS) {
         /* Still mapped, bytes current: it stays resident; the finished host copy is dropped. */
         host_slot_put(c->host);
@@ -718,16 +717,6 @@ static CUresult retire_finish(chunk_t *c) {
         lru_push(c);
         return r;
     }
-    c->phys->next = M.phys_free;
-    M.phys_free = c->phys;
-    c->phys = NULL;
-    c->state = C_SWAPPED;
-    c->nusers = 0;
-    c->users_unknown = 0;
-    ev_drop(c->in_ev);
-    c->in_ev = NULL;
-    M.resident--;
-    ooc_stats_gauge_sub(OOC_STAT_resident_bytes, M.chunk);
     if (M.safe)
         alias_chunk(c);
     return CUDA_SUCCESS;
