@@ -3,6 +3,10 @@
  * what the operation touches, asks mem.c to make it resident on the operation's stream order,
  * calls the real function, and tells mem.c the operation was issued.
  *
+ * On a stream that is capturing a graph (graph.c), an operation does not run: its hook notes
+ * what it touches in the capture and calls the real function, nothing more. A graph launch is
+ * one operation that touches everything its graph does.
+ *
  * In OOC_MODE=off, before the device is set up, or for memory that is not ours, a hook forwards
  * the call unchanged. Driver errors pass through unchanged. Each hook is checked against its
  * cudaTypedefs.h type (shim.h) and exported under the driver's name (OOC_EXPORT_HOOK). */
@@ -15,9 +19,19 @@ static int managing(void) {
     return atomic_load_explicit(&ooc_mode_now, memory_order_relaxed) != OOC_MODE_OFF;
 }
 
-/* Runs `call` with the access set `a` resident on `stream`. */
+/* Runs `call` with the access set `a` resident on `stream`. While some stream captures (one
+ * relaxed load when none does), an op on a capturing stream is captured, not run: its access set
+ * goes to the capture and `call` is made as is. */
 #define RUN_OP(a, stream, ptds, call)                                                              \
     do {                                                                                           \
+        if (OOC_UNLIKELY(atomic_load_explicit(&ooc_graph_captures, memory_order_relaxed))) {       \
+            int cap_ = 0;                                                                          \
+            CUresult c_ = ooc_graph_capture_note((a), (stream), (ptds), &cap_);                    \
+            if (c_ != CUDA_SUCCESS)                                                                \
+                return c_;                                                                         \
+            if (cap_)                                                                              \
+                return (call);                                                                     \
+        }                                                                                          \
         int rec_ = ooc_record_on();                                                                \
         if (rec_ && ooc_record_pending()) {                                                        \
             ooc_record_finish();                                                                   \
@@ -43,6 +57,22 @@ static int managing(void) {
     } while (0)
 
 /* ---- allocation ------------------------------------------------------------------------------ */
+
+/* Graph memory nodes (cuMemAllocAsync and cuMemFreeAsync captured into a graph) are not
+ * supported: the shim's allocations are not ordered in a graph. Refused on a capturing stream
+ * (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, logged) rather than turned into something else. */
+static CUresult refuse_in_capture(const char *what, CUstream s, int ptds) {
+    if (OOC_LIKELY(!atomic_load_explicit(&ooc_graph_captures, memory_order_relaxed)))
+        return CUDA_SUCCESS;
+    int cap = 0;
+    CUresult r = ooc_graph_capture_note(NULL, s, ptds, &cap);
+    if (r == CUDA_SUCCESS && cap) {
+        OOC_LOG_E("%s on a capturing stream: graph memory nodes are not supported under the shim",
+                  what);
+        r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    return r;
+}
 
 static CUresult alloc(CUdeviceptr *p, size_t size) {
     CUresult r = ooc_device_init();
@@ -84,7 +114,8 @@ CUresult ooc_hook_cuMemAllocAsync(CUdeviceptr *p, size_t size, CUstream s) {
     NEED_REAL(cuMemAllocAsync);
     if (!managing())
         return ooc_real.cuMemAllocAsync(p, size, s);
-    return alloc(p, size);
+    CUresult r = refuse_in_capture("cuMemAllocAsync", s, 0);
+    return r == CUDA_SUCCESS ? alloc(p, size) : r;
 }
 OOC_EXPORT_HOOK(cuMemAllocAsync, PFN_cuMemAllocAsync_v11020);
 
@@ -92,7 +123,8 @@ CUresult ooc_hook_cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t size, CUstream s) 
     NEED_REAL(cuMemAllocAsync_ptsz);
     if (!managing())
         return ooc_real.cuMemAllocAsync_ptsz(p, size, s);
-    return alloc(p, size);
+    CUresult r = refuse_in_capture("cuMemAllocAsync", s, 1);
+    return r == CUDA_SUCCESS ? alloc(p, size) : r;
 }
 OOC_EXPORT_HOOK(cuMemAllocAsync_ptsz, PFN_cuMemAllocAsync_v11020_ptsz);
 
@@ -101,7 +133,8 @@ CUresult ooc_hook_cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t size, CUmemoryP
     NEED_REAL(cuMemAllocFromPoolAsync);
     if (!managing())
         return ooc_real.cuMemAllocFromPoolAsync(p, size, pool, s);
-    return alloc(p, size);
+    CUresult r = refuse_in_capture("cuMemAllocFromPoolAsync", s, 0);
+    return r == CUDA_SUCCESS ? alloc(p, size) : r;
 }
 OOC_EXPORT_HOOK(cuMemAllocFromPoolAsync, PFN_cuMemAllocFromPoolAsync_v11020);
 
@@ -110,7 +143,8 @@ CUresult ooc_hook_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t size, CUme
     NEED_REAL(cuMemAllocFromPoolAsync_ptsz);
     if (!managing())
         return ooc_real.cuMemAllocFromPoolAsync_ptsz(p, size, pool, s);
-    return alloc(p, size);
+    CUresult r = refuse_in_capture("cuMemAllocFromPoolAsync", s, 1);
+    return r == CUDA_SUCCESS ? alloc(p, size) : r;
 }
 OOC_EXPORT_HOOK(cuMemAllocFromPoolAsync_ptsz, PFN_cuMemAllocFromPoolAsync_v11020_ptsz);
 
@@ -137,7 +171,8 @@ CUresult ooc_hook_cuMemFreeAsync(CUdeviceptr p, CUstream s) {
     NEED_REAL(cuMemFreeAsync);
     if (!ooc_mem_owns((uintptr_t)p))
         return ooc_real.cuMemFreeAsync(p, s);
-    return free_ours(p, s);
+    CUresult r = refuse_in_capture("cuMemFreeAsync", s, 0);
+    return r == CUDA_SUCCESS ? free_ours(p, s) : r;
 }
 OOC_EXPORT_HOOK(cuMemFreeAsync, PFN_cuMemFreeAsync_v11020);
 
@@ -145,7 +180,8 @@ CUresult ooc_hook_cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) {
     NEED_REAL(cuMemFreeAsync_ptsz);
     if (!ooc_mem_owns((uintptr_t)p))
         return ooc_real.cuMemFreeAsync_ptsz(p, s);
-    return free_ours(p, s ? s : CU_STREAM_PER_THREAD);
+    CUresult r = refuse_in_capture("cuMemFreeAsync", s, 1);
+    return r == CUDA_SUCCESS ? free_ours(p, s ? s : CU_STREAM_PER_THREAD) : r;
 }
 OOC_EXPORT_HOOK(cuMemFreeAsync_ptsz, PFN_cuMemFreeAsync_v11020_ptsz);
 
@@ -515,3 +551,164 @@ SET2_ASYNC(cuMemsetD2D8Async, PFN_cuMemsetD2D8Async_v3020, 0, 1, unsigned char);
 SET2_ASYNC(cuMemsetD2D8Async_ptsz, PFN_cuMemsetD2D8Async_v7000_ptsz, 1, 1, unsigned char);
 SET2_ASYNC(cuMemsetD2D32Async, PFN_cuMemsetD2D32Async_v3020, 0, 4, unsigned int);
 SET2_ASYNC(cuMemsetD2D32Async_ptsz, PFN_cuMemsetD2D32Async_v7000_ptsz, 1, 4, unsigned int);
+
+/* ---- graphs ---------------------------------------------------------------------------------- */
+
+/* Begins a capture the shim follows from the moment it exists (graph.c's lock is held across the
+ * real call, so no op on the stream slips between them). */
+#define BEGIN_CAPTURE(sym, ptds, s, call)                                                          \
+    do {                                                                                           \
+        NEED_REAL(sym);                                                                            \
+        if (!managing())                                                                           \
+            return (call);                                                                         \
+        ooc_graph_lock();                                                                          \
+        CUresult r_ = ooc_graph_capture_room((s), (ptds));                                         \
+        if (r_ == CUDA_SUCCESS) {                                                                  \
+            r_ = (call);                                                                           \
+            if (r_ == CUDA_SUCCESS)                                                                \
+                ooc_graph_capture_started((s), (ptds));                                            \
+        }                                                                                          \
+        ooc_graph_unlock();                                                                        \
+        return r_;                                                                                 \
+    } while (0)
+
+CUresult ooc_hook_cuStreamBeginCapture(CUstream s) {
+    BEGIN_CAPTURE(cuStreamBeginCapture, 0, s, ooc_real.cuStreamBeginCapture(s));
+}
+OOC_EXPORT_HOOK(cuStreamBeginCapture, PFN_cuStreamBeginCapture_v10000);
+
+CUresult ooc_hook_cuStreamBeginCapture_ptsz(CUstream s) {
+    BEGIN_CAPTURE(cuStreamBeginCapture_ptsz, 1, s, ooc_real.cuStreamBeginCapture_ptsz(s));
+}
+OOC_EXPORT_HOOK(cuStreamBeginCapture_ptsz, PFN_cuStreamBeginCapture_v10000_ptsz);
+
+CUresult ooc_hook_cuStreamBeginCapture_v2(CUstream s, CUstreamCaptureMode mode) {
+    BEGIN_CAPTURE(cuStreamBeginCapture_v2, 0, s, ooc_real.cuStreamBeginCapture_v2(s, mode));
+}
+OOC_EXPORT_HOOK(cuStreamBeginCapture_v2, PFN_cuStreamBeginCapture_v10010);
+
+CUresult ooc_hook_cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode mode) {
+    BEGIN_CAPTURE(cuStreamBeginCapture_v2_ptsz, 1, s,
+                  ooc_real.cuStreamBeginCapture_v2_ptsz(s, mode));
+}
+OOC_EXPORT_HOOK(cuStreamBeginCapture_v2_ptsz, PFN_cuStreamBeginCapture_v10010_ptsz);
+
+/* Ends a capture: what its ops touch belongs to the graph. */
+#define END_CAPTURE(sym, ptds, s, g)                                                               \
+    do {                                                                                           \
+        NEED_REAL(sym);                                                                            \
+        if (!managing())                                                                           \
+            return ooc_real.sym((s), (g));                                                         \
+        ooc_graph_lock();                                                                          \
+        CUresult r_ = ooc_real.sym((s), (g));                                                      \
+        r_ = ooc_graph_capture_ended((s), (ptds), r_, (g));                                        \
+        ooc_graph_unlock();                                                                        \
+        return r_;                                                                                 \
+    } while (0)
+
+CUresult ooc_hook_cuStreamEndCapture(CUstream s, CUgraph *g) {
+    END_CAPTURE(cuStreamEndCapture, 0, s, g);
+}
+OOC_EXPORT_HOOK(cuStreamEndCapture, PFN_cuStreamEndCapture_v10000);
+
+CUresult ooc_hook_cuStreamEndCapture_ptsz(CUstream s, CUgraph *g) {
+    END_CAPTURE(cuStreamEndCapture_ptsz, 1, s, g);
+}
+OOC_EXPORT_HOOK(cuStreamEndCapture_ptsz, PFN_cuStreamEndCapture_v10000_ptsz);
+
+/* Instantiates: the executable graph gets what its graph touches. */
+#define INSTANTIATE(sym, e, g, call)                                                               \
+    do {                                                                                           \
+        NEED_REAL(sym);                                                                            \
+        if (!managing())                                                                           \
+            return (call);                                                                         \
+        ooc_graph_lock();                                                                          \
+        CUresult r_ = (call);                                                                      \
+        if (r_ == CUDA_SUCCESS && (e))                                                             \
+            r_ = ooc_graph_instantiated((g), *(e));                                                \
+        ooc_graph_unlock();                                                                        \
+        return r_;                                                                                 \
+    } while (0)
+
+CUresult ooc_hook_cuGraphInstantiate(CUgraphExec *e, CUgraph g, CUgraphNode *err, char *log,
+                                     size_t n) {
+    INSTANTIATE(cuGraphInstantiate, e, g, ooc_real.cuGraphInstantiate(e, g, err, log, n));
+}
+OOC_EXPORT_HOOK(cuGraphInstantiate, PFN_cuGraphInstantiate_v10000);
+
+CUresult ooc_hook_cuGraphInstantiate_v2(CUgraphExec *e, CUgraph g, CUgraphNode *err, char *log,
+                                        size_t n) {
+    INSTANTIATE(cuGraphInstantiate_v2, e, g, ooc_real.cuGraphInstantiate_v2(e, g, err, log, n));
+}
+OOC_EXPORT_HOOK(cuGraphInstantiate_v2, PFN_cuGraphInstantiate_v11000);
+
+CUresult ooc_hook_cuGraphInstantiateWithFlags(CUgraphExec *e, CUgraph g, unsigned long long f) {
+    INSTANTIATE(cuGraphInstantiateWithFlags, e, g, ooc_real.cuGraphInstantiateWithFlags(e, g, f));
+}
+OOC_EXPORT_HOOK(cuGraphInstantiateWithFlags, PFN_cuGraphInstantiateWithFlags_v11040);
+
+CUresult ooc_hook_cuGraphInstantiateWithParams(CUgraphExec *e, CUgraph g,
+                                               CUDA_GRAPH_INSTANTIATE_PARAMS *p) {
+    INSTANTIATE(cuGraphInstantiateWithParams, e, g, ooc_real.cuGraphInstantiateWithParams(e, g, p));
+}
+OOC_EXPORT_HOOK(cuGraphInstantiateWithParams, PFN_cuGraphInstantiateWithParams_v12000);
+
+CUresult ooc_hook_cuGraphInstantiateWithParams_ptsz(CUgraphExec *e, CUgraph g,
+                                                    CUDA_GRAPH_INSTANTIATE_PARAMS *p) {
+    INSTANTIATE(cuGraphInstantiateWithParams_ptsz, e, g,
+                ooc_real.cuGraphInstantiateWithParams_ptsz(e, g, p));
+}
+OOC_EXPORT_HOOK(cuGraphInstantiateWithParams_ptsz, PFN_cuGraphInstantiateWithParams_v12000_ptsz);
+
+CUresult ooc_hook_cuGraphExecDestroy(CUgraphExec e) {
+    NEED_REAL(cuGraphExecDestroy);
+    if (!managing())
+        return ooc_real.cuGraphExecDestroy(e);
+    ooc_graph_lock();
+    CUresult r = ooc_real.cuGraphExecDestroy(e);
+    if (r == CUDA_SUCCESS)
+        ooc_graph_exec_destroyed(e);
+    ooc_graph_unlock();
+    return r;
+}
+OOC_EXPORT_HOOK(cuGraphExecDestroy, PFN_cuGraphExecDestroy_v10000);
+
+CUresult ooc_hook_cuGraphDestroy(CUgraph g) {
+    NEED_REAL(cuGraphDestroy);
+    if (!managing())
+        return ooc_real.cuGraphDestroy(g);
+    ooc_graph_lock();
+    CUresult r = ooc_real.cuGraphDestroy(g);
+    if (r == CUDA_SUCCESS)
+        ooc_graph_destroyed(g);
+    ooc_graph_unlock();
+    return r;
+}
+OOC_EXPORT_HOOK(cuGraphDestroy, PFN_cuGraphDestroy_v10000);
+
+/* A graph launch is one operation on the launch stream that touches everything the graph does.
+ * The recorder logs it as one kernel-kind op (it names kernels by function: "kernel"). */
+static CUresult graph_launch(CUgraphExec e, CUstream s, int ptds) {
+    ooc_access_t a;
+    op_start(&a, OOC_OP_KERNEL, "cuGraphLaunch", 0);
+    CUresult r = ooc_graph_launch_access(e, &a);
+    if (r != CUDA_SUCCESS)
+        return r;
+    RUN_OP(&a, s, ptds, (ptds ? ooc_real.cuGraphLaunch_ptsz : ooc_real.cuGraphLaunch)(e, s));
+}
+
+CUresult ooc_hook_cuGraphLaunch(CUgraphExec e, CUstream s) {
+    NEED_REAL(cuGraphLaunch);
+    if (!managing())
+        return ooc_real.cuGraphLaunch(e, s);
+    return graph_launch(e, s, 0);
+}
+OOC_EXPORT_HOOK(cuGraphLaunch, PFN_cuGraphLaunch_v10000);
+
+CUresult ooc_hook_cuGraphLaunch_ptsz(CUgraphExec e, CUstream s) {
+    NEED_REAL(cuGraphLaunch_ptsz);
+    if (!managing())
+        return ooc_real.cuGraphLaunch_ptsz(e, s);
+    return graph_launch(e, s, 1);
+}
+OOC_EXPORT_HOOK(cuGraphLaunch_ptsz, PFN_cuGraphLaunch_v10000_ptsz);

@@ -57,7 +57,8 @@
     X(cuFuncGetParamInfo, PFN_cuFuncGetParamInfo_v12040)                                           \
     X(cuFuncGetName, PFN_cuFuncGetName_v12030)                                                     \
     X(cuEventElapsedTime, PFN_cuEventElapsedTime_v2000)                                            \
-    X(cuGetErrorName, PFN_cuGetErrorName_v6000)
+    X(cuGetErrorName, PFN_cuGetErrorName_v6000)                                                    \
+    X(cuStreamIsCapturing, PFN_cuStreamIsCapturing_v10000)
 
 typedef struct ooc_real {
 #define HOOK(base, ver, ptds, sym, pfn) pfn sym;
@@ -286,5 +287,50 @@ void ooc_replay_stop(void);
 
 /* Adds every buffer a launch's parameters point into. */
 void ooc_launch_access(CUfunction f, void **params, void **extra, ooc_access_t *a);
+
+/* ---- graph.c: stream capture and graph launches ---------------------------------------------- */
+
+/* Stream captures the shim follows (begun and not seen to end). An op's hook reads it (one
+ * relaxed load) and asks ooc_graph_capture_note only when it is not zero. */
+extern _Atomic unsigned ooc_graph_captures OOC_INTERNAL;
+
+/* The lock of graph.c's state. The hooks hold it across the real call that begins or ends a
+ * capture, instantiates or destroys, and call the functions below marked "locked" inside it. */
+void ooc_graph_lock(void);
+void ooc_graph_unlock(void);
+
+/* Locked, before a real cuStreamBeginCapture on `stream` (NULL with per_thread: the calling
+ * thread's per-thread stream): CUDA_SUCCESS when the capture can be followed, else
+ * CUDA_ERROR_OUT_OF_MEMORY (logged; the capture must not begin). Locked, after it succeeded:
+ * ooc_graph_capture_started follows the capture from now on. */
+CUresult ooc_graph_capture_room(CUstream stream, int per_thread);
+void ooc_graph_capture_started(CUstream stream, int per_thread);
+
+/* For an op about to be issued on `stream` with access set `a` (NULL: only asks): when the
+ * stream is capturing, notes the op's queries in the capture, sets *capturing and returns
+ * CUDA_SUCCESS; the caller then issues the op without making anything resident. *capturing is 0
+ * when the stream does not capture. Any other result (logged) is the op's: it is not issued.
+ * Takes the lock itself. Thread-safe. */
+CUresult ooc_graph_capture_note(const ooc_access_t *a, CUstream stream, int per_thread,
+                                int *capturing);
+
+/* Locked, after the real cuStreamEndCapture returned r and *graph: the capture's queries belong
+ * to the graph from now on. Returns r, or CUDA_ERROR_OUT_OF_MEMORY (logged) after destroying the
+ * graph when they could not be kept. */
+CUresult ooc_graph_capture_ended(CUstream stream, int per_thread, CUresult r, CUgraph *graph);
+
+/* Locked, after a real instantiation of `graph` succeeded: `exec` gets a copy of its queries.
+ * Returns CUDA_SUCCESS, or CUDA_ERROR_OUT_OF_MEMORY (logged) after destroying exec. */
+CUresult ooc_graph_instantiated(CUgraph graph, CUgraphExec exec);
+
+/* Locked, after a real destroy succeeded: forgets the graph's or executable graph's queries. */
+void ooc_graph_destroyed(CUgraph graph);
+void ooc_graph_exec_destroyed(CUgraphExec exec);
+
+/* Fills a's queries with the union of what executable graph `exec` touches (merged to fit
+ * OOC_MAX_REFS when it must be). Returns CUDA_SUCCESS (no queries, with a warning, for a graph
+ * not captured under the shim), or CUDA_ERROR_OUT_OF_MEMORY (logged) when the union does not fit
+ * one access set. Takes the lock itself. Thread-safe. */
+CUresult ooc_graph_launch_access(CUgraphExec exec, ooc_access_t *a);
 
 #endif

@@ -7,6 +7,7 @@
 #include <check.h>
 #include <cuda.h>
 #include <cudaTypedefs.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@
 
 Suite *suite_fakecuda(void);
 extern __typeof__(*(PFN_cuLaunchKernel_v7000_ptsz)0) cuLaunchKernel_ptsz;
+extern __typeof__(*(PFN_cuGraphLaunch_v10000_ptsz)0) cuGraphLaunch_ptsz;
 
 /* ---- test kernels (module "fctest") -------------------------------------------------------- */
 
@@ -754,6 +756,425 @@ START_TEST(test_many_threads_many_streams) {
 }
 END_TEST
 
+/* ---- the timing model of copies -------------------------------------------------------------- */
+
+/* Maps one granule of a new `type`-located handle at va (read-write); returns the handle. */
+static CUmemGenericAllocationHandle map_located(CUdeviceptr va, size_t g, CUmemLocationType type) {
+    CUmemAllocationProp prop = dev_prop();
+    prop.location.type = type;
+    CUmemGenericAllocationHandle h;
+    OK(cuMemCreate(&h, g, &prop, 0));
+    OK(cuMemMap(va, g, 0, h, 0));
+    set_rw(va, g);
+    return h;
+}
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static fakecuda_stats_t stats_now(void) {
+    fakecuda_stats_t st;
+    fakecuda_get_stats(&st);
+    return st;
+}
+
+/* A device-to-device copy to or from host-located VMM memory crosses the link: it is counted,
+ * and timed, as a device-to-host or host-to-device copy; between two host-located ranges it is
+ * host memory on both sides (no link). A range is classified by the mapping at its start. */
+START_TEST(test_copy_to_host_located_memory_crosses_the_link) {
+    open_device(inline_);
+    size_t g = 2u << 20, n = 4096;
+    CUdeviceptr va, dev;
+    OK(cuMemAddressReserve(&va, 4 * g, 0, 0, 0));
+    CUmemGenericAllocationHandle h[4] = {
+        map_located(va, g, CU_MEM_LOCATION_TYPE_HOST_NUMA),
+        map_located(va + g, g, CU_MEM_LOCATION_TYPE_DEVICE),
+        map_located(va + 2 * g, g, CU_MEM_LOCATION_TYPE_HOST),
+        map_located(va + 3 * g, g, CU_MEM_LOCATION_TYPE_HOST_NUMA),
+    };
+    OK(cuMemAlloc(&dev, n));
+    OK(cuMemsetD8(dev, 0x5a, n));
+    fakecuda_stats_t a = stats_now();
+    OK(cuMemcpyDtoD(va, dev, n)); /* device -> host-located: D2H */
+    fakecuda_stats_t b = stats_now();
+    ck_assert_uint_eq(b.bytes_d2h - a.bytes_d2h, n);
+    ck_assert_uint_eq(b.bytes_d2d - a.bytes_d2d, 0);
+    OK(cuMemcpyDtoDAsync(dev, va + 2 * g, n, NULL)); /* _HOST-located -> device: H2D */
+    OK(cuCtxSynchronize());
+    a = stats_now();
+    ck_assert_uint_eq(a.bytes_h2d - b.bytes_h2d, n);
+    ck_assert_uint_eq(a.bytes_d2d - b.bytes_d2d, 0);
+    OK(cuMemcpyDtoD(va + 3 * g, va, n)); /* host-located on both sides: no link */
+    b = stats_now();
+    ck_assert_uint_eq(b.bytes_h2d + b.bytes_d2h + b.bytes_d2d,
+                      a.bytes_h2d + a.bytes_d2h + a.bytes_d2d);
+    OK(cuMemcpyDtoD(va + g, dev, n)); /* device-located mapping: on the device */
+    a = stats_now();
+    ck_assert_uint_eq(a.bytes_d2d - b.bytes_d2d, n);
+    /* Straddling the host-located and the device-located mapping: by the start, D2H. */
+    OK(cuMemcpyDtoD(va + g - n / 2, dev, n));
+    b = stats_now();
+    ck_assert_uint_eq(b.bytes_d2h - a.bytes_d2h, n);
+    /* The bytes went where they should. */
+    unsigned char out[4096];
+    OK(cuMemcpyDtoH(out, va + 3 * g, n));
+    for (size_t i = 0; i < n; i++)
+        ck_assert_uint_eq(out[i], 0x5a);
+    OK(cuMemUnmap(va, 4 * g));
+    for (int i = 0; i < 4; i++)
+        OK(cuMemRelease(h[i]));
+    OK(cuMemAddressFree(va, 4 * g));
+    OK(cuMemFree(dev));
+}
+END_TEST
+
+/* With the timing model, a copy into host-located memory takes the link's time on the
+ * device-to-host engine, not the device memory's on the compute engine: it runs beside a long
+ * kernel instead of waiting for it. */
+START_TEST(test_link_copy_is_timed_on_the_link_engine) {
+    static const char *const env[] = {"FAKECUDA_SCHED",
+                                      "threaded",
+                                      "FAKECUDA_TIMING",
+                                      "1",
+                                      "FAKECUDA_HBM_GBPS",
+                                      "1000",
+                                      "FAKECUDA_D2H_GBPS",
+                                      "0.01",
+                                      "FAKECUDA_H2D_GBPS",
+                                      "0.01",
+                                      NULL};
+    open_device(env);
+    CUfunction fill = get_kernel("fill");
+    size_t g = 2u << 20, n = 1u << 20; /* 1 MiB at 0.01 GB/s: 105 ms */
+    CUdeviceptr va, dev, other;
+    OK(cuMemAddressReserve(&va, g, 0, 0, 0));
+    CUmemGenericAllocationHandle h = map_located(va, g, CU_MEM_LOCATION_TYPE_HOST_NUMA);
+    OK(cuMemAlloc(&dev, n));
+    OK(cuMemAlloc(&other, 64));
+    uint64_t t0 = now_ns();
+    OK(cuMemcpyDtoD(va, dev, n));
+    uint64_t d2h_ms = (now_ns() - t0) / 1000000;
+    ck_assert_msg(d2h_ms >= 90, "device -> host-located copy took %llu ms, not the link's 105",
+                  (unsigned long long)d2h_ms);
+    t0 = now_ns();
+    OK(cuMemcpyDtoD(dev, va, n));
+    uint64_t h2d_ms = (now_ns() - t0) / 1000000;
+    ck_assert_msg(h2d_ms >= 90, "host-located -> device copy took %llu ms",
+                  (unsigned long long)h2d_ms);
+    CUstream a, b;
+    OK(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
+    OK(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
+    launch_fill(fill, other, 1.0f, 16, 400000, a); /* holds the compute engine for 400 ms */
+    usleep(50000);
+    OK(cuMemcpyDtoDAsync(va, dev, n, b));
+    OK(cuStreamSynchronize(b));
+    ck_assert_msg(cuStreamQuery(a) == CUDA_ERROR_NOT_READY,
+                  "the link copy waited for the kernel: it ran on the compute engine");
+    OK(cuStreamSynchronize(a));
+    OK(cuMemUnmap(va, g));
+    OK(cuMemRelease(h));
+    OK(cuMemAddressFree(va, g));
+}
+END_TEST
+
+/* ---- stream capture and graphs --------------------------------------------------------------- */
+
+static void launch_add(CUfunction f, CUdeviceptr d, int n, CUstream s) {
+    void *args[] = {&d, &n};
+    OK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, args, NULL));
+}
+
+/* Captured work does not run; each launch of the graph runs all of it, in order, on the launch
+ * stream, and the statistics count it then. */
+START_TEST(test_graph_replays_captured_work_in_order) {
+    open_device(threaded);
+    CUfunction fill = get_kernel("fill"), add = get_kernel("addone");
+    CUstream s, t;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    OK(cuStreamCreate(&t, CU_STREAM_NON_BLOCKING));
+    int n = 64;
+    CUdeviceptr a, b;
+    float *pinned, host[64];
+    OK(cuMemAlloc(&a, (size_t)n * 4));
+    OK(cuMemAlloc(&b, (size_t)n * 4));
+    OK(cuMemHostAlloc((void **)&pinned, (size_t)n * 4, 0));
+    OK(cuMemsetD32(b, 0, (size_t)n));
+    OK(cuCtxSynchronize());
+    fakecuda_stats_t before = stats_now();
+    CUstreamCaptureStatus st;
+    OK(cuStreamIsCapturing(s, &st));
+    ck_assert_int_eq(st, CU_STREAM_CAPTURE_STATUS_NONE);
+    OK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    OK(cuStreamIsCapturing(s, &st));
+    ck_assert_int_eq(st, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+    OK(cuMemsetD32Async(a, 0, (size_t)n, s));      /* a = 0 */
+    launch_add(add, a, n, s);                      /* a = 1 */
+    launch_add(add, b, n, s);                      /* b += 1 */
+    OK(cuMemcpyDtoDAsync(a, b, (size_t)n * 4, s)); /* a = b */
+    launch_add(add, a, n, s);                      /* a = b + 1 */
+    OK(cuMemcpyDtoHAsync(pinned, a, (size_t)n * 4, s));
+    CUgraph gr;
+    OK(cuStreamEndCapture(s, &gr));
+    OK(cuStreamIsCapturing(s, &st));
+    ck_assert_int_eq(st, CU_STREAM_CAPTURE_STATUS_NONE);
+    OK(cuMemcpyDtoH(host, b, sizeof host)); /* nothing ran */
+    ck_assert_float_eq(host[0], 0.0f);
+    fakecuda_stats_t mid = stats_now();
+    ck_assert_uint_eq(mid.kernels_launched, before.kernels_launched);
+    ck_assert_uint_eq(mid.ops_captured - before.ops_captured, 6);
+    ck_assert_uint_eq(mid.graphs_live, 1);
+    CUgraphExec ex;
+    OK(cuGraphInstantiate(&ex, gr, 0));
+    OK(cuGraphDestroy(gr)); /* the executable graph lives on */
+    for (int i = 0; i < 3; i++)
+        OK(cuGraphLaunch(ex, i == 1 ? t : s));
+    launch_fill(fill, a, 0.0f, n, 0, s); /* ordinary work after the launches, on s */
+    OK(cuCtxSynchronize());
+    OK(cuMemcpyDtoH(host, b, sizeof host));
+    ck_assert_float_eq(host[n - 1], 3.0f);
+    ck_assert_float_eq(pinned[0], 4.0f); /* the last launch's a = b + 1 */
+    fakecuda_stats_t after = stats_now();
+    ck_assert_uint_eq(after.kernels_launched - mid.kernels_launched, 3 * 3 + 1);
+    ck_assert_uint_eq(after.memcpys - mid.memcpys, 3 * 2 + 1);
+    ck_assert_uint_eq(after.memsets - mid.memsets, 3);
+    ck_assert_uint_eq(after.graph_launches, 3);
+    ck_assert_uint_eq(after.graphs_live, 0);
+    ck_assert_uint_eq(after.graph_execs_live, 1);
+    OK(cuGraphExecDestroy(ex));
+    ck_assert_uint_eq(stats_now().graph_execs_live, 0);
+    OK(cuMemFreeHost(pinned));
+    OK(cuMemFree(a));
+    OK(cuMemFree(b));
+}
+END_TEST
+
+/* Launches of one executable graph are ordered, whatever streams they go to. */
+START_TEST(test_graph_launches_are_ordered_after_the_previous_one) {
+    open_device(threaded);
+    CUfunction fill = get_kernel("fill"), add = get_kernel("addone");
+    CUstream s1, s2, cap;
+    OK(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+    OK(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+    OK(cuStreamCreate(&cap, CU_STREAM_NON_BLOCKING));
+    int n = 16;
+    CUdeviceptr x;
+    OK(cuMemAlloc(&x, (size_t)n * 4));
+    OK(cuStreamBeginCapture(cap, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    launch_add(add, x, n, cap);
+    CUgraph gr;
+    OK(cuStreamEndCapture(cap, &gr));
+    CUgraphExec ex;
+    OK(cuGraphInstantiate(&ex, gr, 0));
+    launch_fill(fill, x, 0.0f, n, 100000, s1); /* 100 ms, then x = 0 */
+    OK(cuGraphLaunch(ex, s1));                 /* x = 1 */
+    OK(cuGraphLaunch(ex, s2));                 /* after the launch on s1: x = 2 */
+    OK(cuCtxSynchronize());
+    float host[16];
+    OK(cuMemcpyDtoH(host, x, sizeof host));
+    ck_assert_float_eq(host[0], 2.0f);
+    OK(cuGraphExecDestroy(ex));
+    OK(cuGraphDestroy(gr));
+}
+END_TEST
+
+/* What a capture cannot take fails and invalidates it, as on the driver. */
+START_TEST(test_capture_rules_are_enforced) {
+    open_device(threaded);
+    CUstream s, blocking;
+    CUevent e;
+    CUgraph gr = NULL;
+    CUdeviceptr a, b;
+    CUstreamCaptureStatus st;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    OK(cuStreamCreate(&blocking, CU_STREAM_DEFAULT));
+    OK(cuEventCreate(&e, 0));
+    OK(cuMemAlloc(&a, 256));
+    ck_assert_int_eq(cuStreamBeginCapture(NULL, CU_STREAM_CAPTURE_MODE_GLOBAL),
+                     CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    ck_assert_int_eq(cuStreamEndCapture(s, &gr), CUDA_ERROR_STREAM_CAPTURE_UNMATCHED);
+    /* A synchronisation of the capturing stream. */
+    OK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    ck_assert_int_eq(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL),
+                     CUDA_ERROR_ILLEGAL_STATE);
+    OK(cuMemsetD8Async(a, 1, 256, s));
+    ck_assert_int_eq(cuStreamSynchronize(s), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    OK(cuStreamIsCapturing(s, &st));
+    ck_assert_int_eq(st, CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+    ck_assert_int_eq(cuMemsetD8Async(a, 1, 256, s), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    ck_assert_int_eq(cuStreamEndCapture(s, &gr), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    ck_assert_ptr_null(gr);
+    /* No events in a capture (no fork and join), no pageable memory, no waits. */
+    static const char *const what[] = {"record", "wait", "pageable", "sync copy", "alloc async"};
+    char host[256];
+    for (int i = 0; i < 5; i++) {
+        OK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+        CUresult r = i == 0   ? cuEventRecord(e, s)
+                     : i == 1 ? cuStreamWaitEvent(s, e, 0)
+                     : i == 2 ? cuMemcpyHtoDAsync(a, host, 256, s)
+                     : i == 3 ? cuMemcpyDtoHAsync(host, a, 256, s)
+                              : cuMemAllocAsync(&b, 256, s);
+        ck_assert_msg(r == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "%s: %d", what[i], (int)r);
+        ck_assert_int_eq(cuStreamEndCapture(s, &gr), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    }
+    /* Potentially unsafe calls while a global capture is in progress; relaxed allows them. */
+    OK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    ck_assert_int_eq(cuMemAlloc(&b, 256), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    ck_assert_int_eq(cuStreamEndCapture(s, &gr), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    OK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    ck_assert_int_eq(cuCtxSynchronize(), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    ck_assert_int_eq(cuStreamEndCapture(s, &gr), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    OK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+    OK(cuMemAlloc(&b, 256));
+    OK(cuMemFree(b));
+    OK(cuStreamEndCapture(s, &gr));
+    OK(cuGraphDestroy(gr));
+    /* The legacy stream while a blocking stream captures: an implicit dependency. */
+    OK(cuStreamBeginCapture(blocking, CU_STREAM_CAPTURE_MODE_RELAXED));
+    ck_assert_int_eq(cuStreamIsCapturing(NULL, &st), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+    OK(cuStreamIsCapturing(blocking, &st));
+    ck_assert_int_eq(st, CU_STREAM_CAPTURE_STATUS_ACTIVE);
+    ck_assert_int_eq(cuMemsetD8(a, 2, 256), CUDA_ERROR_STREAM_CAPTURE_IMPLICIT);
+    ck_assert_int_eq(cuStreamEndCapture(blocking, &gr), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    OK(cuMemsetD8(a, 2, 256)); /* fine again */
+    OK(cuCtxSynchronize());
+    OK(cuMemFree(a));
+    OK(cuEventDestroy(e));
+    fakecuda_stats_t after = stats_now();
+    ck_assert_uint_eq(after.graphs_live, 0);
+}
+END_TEST
+
+/* A graph is replayed as ordinary work: memory unmapped since the capture faults when the graph
+ * runs, with the sticky error of a faulting kernel. */
+START_TEST(test_graph_on_unmapped_memory_faults) {
+    open_device(threaded);
+    CUfunction fill = get_kernel("fill");
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUmemAllocationProp prop = dev_prop();
+    CUdeviceptr va;
+    CUmemGenericAllocationHandle h;
+    OK(cuMemAddressReserve(&va, 2u << 20, 0, 0, 0));
+    OK(cuMemCreate(&h, 2u << 20, &prop, 0));
+    OK(cuMemMap(va, 2u << 20, 0, h, 0));
+    set_rw(va, 2u << 20);
+    OK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    launch_fill(fill, va, 1.0f, 16, 0, s);
+    CUgraph gr;
+    OK(cuStreamEndCapture(s, &gr));
+    CUgraphExec ex;
+    OK(cuGraphInstantiate(&ex, gr, 0));
+    OK(cuGraphLaunch(ex, s));
+    OK(cuStreamSynchronize(s));
+    OK(cuMemUnmap(va, 2u << 20));
+    OK(cuGraphLaunch_ptsz(ex, s));
+    ck_assert_int_eq(cuStreamSynchronize(s), CUDA_ERROR_ILLEGAL_ADDRESS);
+    ck_assert_uint_eq(stats_now().illegal_accesses, 1);
+    OK(cuGraphExecDestroy(ex)); /* destroying still works after the sticky error */
+    OK(cuGraphDestroy(gr));
+}
+END_TEST
+
+/* Strict mode sees the references of a launched graph's queued kernels. */
+START_TEST(test_strict_mode_aborts_on_unmap_under_a_queued_graph) {
+    open_device(threaded);
+    CUfunction fill = get_kernel("fill");
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUmemAllocationProp prop = dev_prop();
+    CUdeviceptr va, other;
+    CUmemGenericAllocationHandle h;
+    OK(cuMemAddressReserve(&va, 2u << 20, 0, 0, 0));
+    OK(cuMemCreate(&h, 2u << 20, &prop, 0));
+    OK(cuMemMap(va, 2u << 20, 0, h, 0));
+    set_rw(va, 2u << 20);
+    OK(cuMemAlloc(&other, 64));
+    OK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    launch_fill(fill, other, 0.0f, 16, 100000, s); /* keeps the stream busy */
+    launch_fill(fill, va, 1.0f, 16, 0, s);
+    CUgraph gr;
+    OK(cuStreamEndCapture(s, &gr));
+    CUgraphExec ex;
+    OK(cuGraphInstantiate(&ex, gr, 0));
+    OK(cuGraphLaunch(ex, s));
+    cuMemUnmap(va, 2u << 20); /* SIGABRT in strict mode */
+}
+END_TEST
+
+/* Every ABI resolves as on the driver; a graph launched into a capture is captured. */
+START_TEST(test_graph_entry_points_and_nested_capture) {
+    open_device(inline_);
+    CUfunction add = get_kernel("addone");
+    /* The ABIs of CUDA 10 and 11, which cuda.h no longer declares for programs. */
+    typedef CUresult (*begin_v1_fn)(CUstream);
+    typedef CUresult (*instantiate_v2_fn)(CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t);
+    void *fn, *v1, *v2;
+    CUdriverProcAddressQueryResult q;
+    OK(cuGetProcAddress_v2("cuGraphInstantiate", &fn, 13000, 0, &q));
+    ck_assert_ptr_eq(fn, (void *)&cuGraphInstantiateWithFlags);
+    OK(cuGetProcAddress_v2("cuGraphInstantiate", &v2, 11000, 0, &q));
+    ck_assert_ptr_eq(v2, dlsym(RTLD_DEFAULT, "cuGraphInstantiate_v2"));
+    OK(cuGetProcAddress_v2("cuGraphInstantiate", &fn, 10000, 0, &q));
+    ck_assert_ptr_eq(fn, dlsym(RTLD_DEFAULT, "cuGraphInstantiate"));
+    OK(cuGetProcAddress_v2("cuStreamBeginCapture", &v1, 10000, 0, &q));
+    ck_assert_ptr_eq(v1, dlsym(RTLD_DEFAULT, "cuStreamBeginCapture"));
+    OK(cuGetProcAddress_v2("cuStreamBeginCapture", &fn, 13000, 0, &q));
+    ck_assert_ptr_eq(fn, (void *)&cuStreamBeginCapture_v2);
+    begin_v1_fn begin_v1 = (begin_v1_fn)v1;
+    instantiate_v2_fn instantiate_v2 = (instantiate_v2_fn)v2;
+    OK(cuGetProcAddress_v2("cuGraphLaunch", &fn, 13000,
+                           CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &q));
+    ck_assert_ptr_eq(fn, (void *)&cuGraphLaunch_ptsz);
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    int n = 8;
+    CUdeviceptr x;
+    OK(cuMemAlloc(&x, (size_t)n * 4));
+    OK(cuMemsetD32(x, 0, (size_t)n));
+    /* The legacy one-argument capture (global mode) and the legacy instantiation. */
+    OK(begin_v1(s));
+    launch_add(add, x, n, s);
+    CUgraph inner, outer;
+    OK(cuStreamEndCapture(s, &inner));
+    CUgraphExec ein, eout;
+    CUgraphNode err = (CUgraphNode)(uintptr_t)1;
+    char log[16] = "x";
+    OK(instantiate_v2(&ein, inner, &err, log, sizeof log));
+    ck_assert_ptr_null(err);
+    ck_assert_str_eq(log, "");
+    OK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    OK(cuGraphLaunch(ein, s)); /* captured: x += 1 */
+    launch_add(add, x, n, s);  /* x += 1 */
+    OK(cuGraphLaunch(ein, s)); /* x += 1 */
+    OK(cuStreamEndCapture(s, &outer));
+    CUDA_GRAPH_INSTANTIATE_PARAMS p;
+    memset(&p, 0, sizeof p);
+    p.flags = CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD;
+    p.hUploadStream = s;
+    OK(cuGraphInstantiateWithParams(&eout, outer, &p));
+    ck_assert_int_eq(p.result_out, CUDA_GRAPH_INSTANTIATE_SUCCESS);
+    float host[8];
+    OK(cuMemcpyDtoH(host, x, sizeof host));
+    ck_assert_float_eq(host[0], 0.0f);
+    OK(cuGraphLaunch(eout, s));
+    OK(cuGraphLaunch(eout, s));
+    OK(cuStreamSynchronize(s));
+    OK(cuMemcpyDtoH(host, x, sizeof host));
+    ck_assert_float_eq(host[n - 1], 6.0f);
+    ck_assert_int_eq(cuGraphInstantiate(&eout, inner, CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH),
+                     CUDA_ERROR_INVALID_VALUE);
+    OK(cuGraphExecDestroy(ein));
+    OK(cuGraphExecDestroy(eout));
+    OK(cuGraphDestroy(inner));
+    OK(cuGraphDestroy(outer));
+    fakecuda_stats_t st = stats_now();
+    ck_assert_uint_eq(st.graphs_live + st.graph_execs_live, 0);
+}
+END_TEST
+
 Suite *suite_fakecuda(void) {
     Suite *s = suite_create("fakecuda");
     TCase *t = tcase_create("driver");
@@ -786,6 +1207,17 @@ Suite *suite_fakecuda(void) {
     tcase_add_test(t, test_fault_injection_fails_the_nth_call);
     tcase_add_test(t, test_stats_are_zero_after_teardown);
     tcase_add_test(t, test_many_threads_many_streams);
+    tcase_add_test(t, test_copy_to_host_located_memory_crosses_the_link);
+    tcase_add_test(t, test_link_copy_is_timed_on_the_link_engine);
     suite_add_tcase(s, t);
+    TCase *g = tcase_create("graphs");
+    tcase_set_timeout(g, 20);
+    tcase_add_test(g, test_graph_replays_captured_work_in_order);
+    tcase_add_test(g, test_graph_launches_are_ordered_after_the_previous_one);
+    tcase_add_test(g, test_capture_rules_are_enforced);
+    tcase_add_test(g, test_graph_on_unmapped_memory_faults);
+    tcase_add_test_raise_signal(g, test_strict_mode_aborts_on_unmap_under_a_queued_graph, SIGABRT);
+    tcase_add_test(g, test_graph_entry_points_and_nested_capture);
+    suite_add_tcase(s, g);
     return s;
 }

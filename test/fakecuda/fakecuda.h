@@ -76,6 +76,13 @@ typedef struct fakecuda_stats {
     uint64_t illegal_accesses;  /* accesses refused (sticky CUDA_ERROR_ILLEGAL_ADDRESS) */
     uint64_t strict_violations; /* unmap/free while queued work referenced the range */
     uint64_t injected_faults;
+    /* Kernel accesses (fakecuda_access) that reached host-located VMM memory mapped at a device
+     * address (a safe-mode alias of a swapped buffer, when the program is run under the shim). */
+    uint64_t kernel_host_accesses;
+    /* Graphs: captured with cuStreamBeginCapture/cuStreamEndCapture, instantiated, launched. */
+    uint64_t graphs_live, graph_execs_live;
+    uint64_t graph_launches; /* cuGraphLaunch calls that queued their graph */
+    uint64_t ops_captured;   /* kernels, copies, sets and host functions added to captures */
 } fakecuda_stats_t;
 
 FAKECUDA_API void fakecuda_get_stats(fakecuda_stats_t *out);

@@ -6,7 +6,25 @@
  * does for an unknown pointer) and again when the op runs (a range unmapped meanwhile is a
  * sticky CUDA_ERROR_ILLEGAL_ADDRESS). Pageable host memory behaves as on the driver: an async
  * copy from it is staged at call time, an async copy to it completes before the call returns.
- * Synchronous copies run on the default stream and wait; synchronous sets only queue. */
+ * Synchronous copies run on the default stream and wait; synchronous sets only queue.
+ *
+ * Timing model and statistics: a copy between two device-located ranges runs on the compute
+ * engine at FAKECUDA_HBM_GBPS (read and write: twice the bytes) and counts as bytes_d2d; a copy
+ * that crosses the link runs on the host-to-device or device-to-host engine at its bandwidth and
+ * counts as bytes_h2d or bytes_d2h. Device virtual addresses mapped to host-located physical
+ * memory (cuMemCreate with CU_MEM_LOCATION_TYPE_HOST or _HOST_NUMA) are host memory to the link:
+ * a device-to-device copy between device- and host-located memory crosses it, as on a GPU, and
+ * one between two host-located ranges does not touch it (like a host-to-host copy). A range
+ * that straddles mappings is classified by the mapping at its start, when the copy is issued.
+ *
+ * Stream capture: copies and sets of device memory, pinned host memory and host-located mappings
+ * are captured into the graph (each launch copies what the memory holds then). A captured device
+ * address must be a device address (allocated or reserved) when captured, and mapped with the
+ * access it needs when the graph runs (checked then, like a kernel's accesses): memory only
+ * needs to be there when the graph uses it. Each launch classifies its copies again, by the
+ * mappings of that time. A copy that involves pageable host memory, or a synchronous copy, on a
+ * capturing stream is refused (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) and invalidates the
+ * capture. */
 #include "fc_internal.h"
 
 #include <stdlib.h>
@@ -24,7 +42,8 @@ typedef struct copy_one {
     uintptr_t dst, src;
     size_t n;
     side_t dside, sside;
-    void *staged; /* pageable source copied at call time */
+    int dhost, shost; /* a device address mapped to host-located memory (at the range's start) */
+    void *staged;     /* pageable source copied at call time */
 } copy_one_t;
 
 typedef struct copy_payload {
@@ -57,16 +76,44 @@ static void dispose_copy(fc_op_t *op) {
     free(p);
 }
 
+static void account(fc_op_t *op, const copy_one_t *c);
+
+/* One launch of a captured copy, classified by where its memory is located now. A captured copy
+ * never has a staged source (pageable memory is refused in a capture). */
+static int clone_copy(fc_op_t *dst, const fc_op_t *src) {
+    const copy_payload_t *p = src->payload;
+    size_t bytes = sizeof *p + p->count * sizeof(copy_one_t);
+    copy_payload_t *q = malloc(bytes);
+    if (!q)
+        return -1;
+    memcpy(q, p, bytes);
+    dst->payload = q;
+    dst->engine = FC_ENG_NONE;
+    dst->model_ns = 0;
+    dst->b_h2d = dst->b_d2h = dst->b_d2d = 0;
+    for (size_t i = 0; i < q->count; i++) {
+        copy_one_t *c = &q->c[i];
+        c->staged = NULL;
+        c->dhost = c->dside == SIDE_DEVICE && fc_mem_is_host_located(c->dst);
+        c->shost = c->sside == SIDE_DEVICE && fc_mem_is_host_located(c->src);
+        account(dst, c);
+    }
+    return 0;
+}
+
 /* Validates one copy at call time and fills c. expect_d/expect_s: the side a typed copy
- * (HtoD...) requires, or -1 for any. */
+ * (HtoD...) requires, or -1 for any. `captured`: the copy goes into a graph, so its device
+ * ranges are checked when the graph runs. */
 static CUresult prepare(copy_one_t *c, uintptr_t dst, uintptr_t src, size_t n, int expect_d,
-                        int expect_s) {
+                        int expect_s, int captured) {
     c->dst = dst;
     c->src = src;
     c->n = n;
     c->staged = NULL;
     c->dside = side_of(dst);
     c->sside = side_of(src);
+    c->dhost = c->dside == SIDE_DEVICE && fc_mem_is_host_located(dst);
+    c->shost = c->sside == SIDE_DEVICE && fc_mem_is_host_located(src);
     if (!dst || !src)
         return CUDA_ERROR_INVALID_VALUE;
     if (expect_d == SIDE_DEVICE && c->dside != SIDE_DEVICE)
@@ -77,7 +124,7 @@ static CUresult prepare(copy_one_t *c, uintptr_t dst, uintptr_t src, size_t n, i
         return CUDA_ERROR_INVALID_VALUE;
     if (expect_s == SIDE_PAGEABLE && c->sside == SIDE_DEVICE)
         return CUDA_ERROR_INVALID_VALUE;
-    if (n == 0)
+    if (n == 0 || captured)
         return CUDA_SUCCESS;
     if (c->dside == SIDE_DEVICE && fc_mem_check(dst, n, FC_ACC_RW) != 0)
         return CUDA_ERROR_INVALID_VALUE;
@@ -86,28 +133,31 @@ static CUresult prepare(copy_one_t *c, uintptr_t dst, uintptr_t src, size_t n, i
     return CUDA_SUCCESS;
 }
 
+/* Which engine a copy uses, how long it holds it and which counter its bytes go to: by where
+ * each side's memory is located (see the header comment). */
 static void account(fc_op_t *op, const copy_one_t *c) {
-    int d_dev = c->dside == SIDE_DEVICE, s_dev = c->sside == SIDE_DEVICE;
+    int d_dev = c->dside == SIDE_DEVICE && !c->dhost, s_dev = c->sside == SIDE_DEVICE && !c->shost;
     double ns;
     if (d_dev && s_dev) {
         op->engine = FC_ENG_COMPUTE;
         ns = 2.0 * (double)c->n / g_fc.cfg.hbm_gbps;
-        FC_STAT(bytes_d2d, c->n);
+        op->b_d2d += c->n;
     } else if (d_dev) {
         op->engine = FC_ENG_H2D;
         ns = (double)c->n / g_fc.cfg.h2d_gbps;
-        FC_STAT(bytes_h2d, c->n);
+        op->b_h2d += c->n;
     } else if (s_dev) {
         op->engine = FC_ENG_D2H;
         ns = (double)c->n / g_fc.cfg.d2h_gbps;
-        FC_STAT(bytes_d2h, c->n);
+        op->b_d2h += c->n;
     } else {
         ns = 0;
     }
     op->model_ns += ns;
-    if (d_dev)
+    /* Strict mode watches every device address range, host-located mappings included. */
+    if (c->dside == SIDE_DEVICE)
         fc_op_ref(op, c->dst, c->dst + c->n);
-    if (s_dev)
+    if (c->sside == SIDE_DEVICE)
         fc_op_ref(op, c->src, c->src + c->n);
 }
 
@@ -118,6 +168,17 @@ static CUresult submit_copies(copy_payload_t *p, const char *what, CUstream h, i
     if (!s) {
         free(p);
         return CUDA_ERROR_INVALID_HANDLE;
+    }
+    int pageable = 0;
+    for (size_t i = 0; i < p->count; i++)
+        pageable |= p->c[i].dside == SIDE_PAGEABLE || p->c[i].sside == SIDE_PAGEABLE;
+    if (wait || pageable) {
+        /* A capture can take neither a wait nor memory that is only valid at this call. */
+        CUresult r = fc_capture_refuse(s, wait ? "a synchronous copy" : "a pageable-memory copy");
+        if (r != CUDA_SUCCESS) {
+            free(p);
+            return r;
+        }
     }
     for (size_t i = 0; i < p->count; i++) {
         copy_one_t *c = &p->c[i];
@@ -143,11 +204,13 @@ static CUresult submit_copies(copy_payload_t *p, const char *what, CUstream h, i
     }
     for (size_t i = 0; i < p->count; i++)
         account(op, &p->c[i]);
-    FC_STAT(memcpys, p->count);
-    uint64_t seq = fc_submit(s, op);
-    if (!seq)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    return wait ? fc_wait_seq(s, seq) : CUDA_SUCCESS;
+    op->n_memcpys = (uint32_t)p->count;
+    op->clone = clone_copy;
+    uint64_t seq;
+    CUresult r = fc_submit(s, op, &seq);
+    if (r != CUDA_SUCCESS)
+        return r;
+    return wait && seq ? fc_wait_seq(s, seq) : CUDA_SUCCESS;
 }
 
 static CUresult copy1(const char *what, uintptr_t dst, uintptr_t src, size_t n, int expect_d,
@@ -156,7 +219,7 @@ static CUresult copy1(const char *what, uintptr_t dst, uintptr_t src, size_t n, 
     if (!p)
         return CUDA_ERROR_OUT_OF_MEMORY;
     p->count = 1;
-    CUresult r = prepare(&p->c[0], dst, src, n, expect_d, expect_s);
+    CUresult r = prepare(&p->c[0], dst, src, n, expect_d, expect_s, fc_capturing(h, ptds));
     if (r != CUDA_SUCCESS) {
         free(p);
         return r;
@@ -242,8 +305,10 @@ static CUresult batch(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_
     if (!p)
         return CUDA_ERROR_OUT_OF_MEMORY;
     p->count = count;
+    int captured = fc_capturing(h, ptds);
     for (size_t i = 0; i < count; i++) {
-        CUresult r = prepare(&p->c[i], (uintptr_t)dsts[i], (uintptr_t)srcs[i], sizes[i], ANY, ANY);
+        CUresult r =
+            prepare(&p->c[i], (uintptr_t)dsts[i], (uintptr_t)srcs[i], sizes[i], ANY, ANY, captured);
         if (r != CUDA_SUCCESS) {
             if (fail_idx)
                 *fail_idx = i;
@@ -325,6 +390,17 @@ static void dispose_set(fc_op_t *op) {
     free(op->payload);
 }
 
+static int clone_set(fc_op_t *dst, const fc_op_t *src) {
+    set_payload_t *q = malloc(sizeof *q);
+    if (!q)
+        return -1;
+    *q = *(const set_payload_t *)src->payload;
+    dst->payload = q;
+    for (unsigned i = 0; i < src->nrefs; i++)
+        fc_op_ref(dst, src->refs[i].lo, src->refs[i].hi);
+    return 0;
+}
+
 static CUresult set2d(const char *what, CUdeviceptr dst, size_t pitch, uint32_t value,
                       unsigned elem, size_t width, size_t height, CUstream h, int ptds) {
     if (width == 0 || height == 0)
@@ -336,7 +412,8 @@ static CUresult set2d(const char *what, CUdeviceptr dst, size_t pitch, uint32_t 
     size_t span = (height - 1) * pitch + width * elem;
     if (side_of((uintptr_t)dst) == SIDE_PAGEABLE)
         return CUDA_ERROR_INVALID_VALUE;
-    for (size_t y = 0; y < height; y++)
+    /* Captured: the rows are checked when the graph runs. */
+    for (size_t y = 0; y < height && !fc_capturing(h, ptds); y++)
         if (fc_mem_check((uintptr_t)dst + y * pitch, width * elem, FC_ACC_RW) != 0)
             return CUDA_ERROR_INVALID_VALUE;
     fc_stream_t *s = fc_stream_resolve(h, ptds);
@@ -354,8 +431,9 @@ static CUresult set2d(const char *what, CUdeviceptr dst, size_t pitch, uint32_t 
     op->engine = FC_ENG_COMPUTE;
     op->model_ns = (double)span / g_fc.cfg.hbm_gbps + g_fc.cfg.launch_us * 1000.0;
     fc_op_ref(op, (uintptr_t)dst, (uintptr_t)dst + span);
-    FC_STAT(memsets, 1);
-    return fc_submit(s, op) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    op->n_memsets = 1;
+    op->clone = clone_set;
+    return fc_submit(s, op, NULL);
 }
 
 #define SET1(fname, base, sym, pfn, elem, VT, ptds)                                                \

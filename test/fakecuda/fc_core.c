@@ -370,6 +370,11 @@ static void write_stats(void) {
     ROW(illegal_accesses);
     ROW(strict_violations);
     ROW(injected_faults);
+    ROW(kernel_host_accesses);
+    ROW(graphs_live);
+    ROW(graph_execs_live);
+    ROW(graph_launches);
+    ROW(ops_captured);
 #undef ROW
     int n = atomic_load(&nslots);
     for (int i = 0; i < n; i++)
@@ -714,6 +719,9 @@ FC_EXPORT(cuCtxGetDevice_v2, PFN_cuCtxGetDevice_v13000, fc_ctx_device_v2);
 
 static CUresult fc_ctx_sync(void) {
     FC_ENTER("cuCtxSynchronize");
+    CUresult c = fc_capture_unsafe("cuCtxSynchronize");
+    if (c != CUDA_SUCCESS)
+        return c;
     return fc_sync_all();
 }
 FC_EXPORT(cuCtxSynchronize, PFN_cuCtxSynchronize_v2000, fc_ctx_sync);
@@ -722,6 +730,9 @@ static CUresult fc_ctx_sync_v2(CUcontext c) {
     FC_ENTER_INIT("cuCtxSynchronize");
     if (c && c->magic != FC_MAGIC_CTX)
         return CUDA_ERROR_INVALID_CONTEXT;
+    CUresult u = fc_capture_unsafe("cuCtxSynchronize");
+    if (u != CUDA_SUCCESS)
+        return u;
     return fc_sync_all();
 }
 FC_EXPORT(cuCtxSynchronize_v2, PFN_cuCtxSynchronize_v13000, fc_ctx_sync_v2);

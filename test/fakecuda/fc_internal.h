@@ -110,15 +110,42 @@ struct fc_op {
     /* Called under g_fc.lock once op->seq is assigned; may be NULL. */
     void (*on_submit)(fc_op_t *op, fc_stream_t *s);
     void *payload;
+    /* Stream capture: fills dst (a new op with this op's kind, timing and statistics) with its own
+     * copy of the payload and its strict-mode references, for one execution of a captured op; the
+     * captured op itself stays in its graph as a template and never runs. Returns 0 or -1 (out of
+     * memory). NULL: the op cannot be captured (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED). */
+    int (*clone)(fc_op_t *dst, const fc_op_t *src);
+    /* Statistics, counted when the op is queued to run (a captured op counts at each launch of
+     * its graph, not at capture). */
+    uint32_t n_kernels, n_memcpys, n_memsets;
+    uint64_t b_h2d, b_d2h, b_d2d;
 };
+
+/* The ops captured from one stream, in order: the body of a graph. Immutable once the capture
+ * ended; shared by the graph and its executable graphs (refs, under g_fc.lock). */
+typedef struct fc_oplist {
+    fc_op_t **ops;
+    size_t n, cap;
+    int refs;
+} fc_oplist_t;
+
+/* A stream capture in progress (fc_stream_t.capture, guarded by g_fc.lock). */
+typedef struct fc_capture {
+    CUstreamCaptureMode mode;
+    pthread_t thread; /* the thread that began it */
+    uint64_t id;
+    int invalidated; /* a rule of stream capture was broken: cuStreamEndCapture fails */
+    fc_oplist_t *list;
+} fc_capture_t;
 
 struct CUstream_st {
     uint32_t magic;
     unsigned flags;
     int priority;
-    int legacy;     /* the NULL / CU_STREAM_LEGACY stream */
-    int per_thread; /* a thread's CU_STREAM_PER_THREAD stream */
-    int closing;    /* destroyed by the user; worker exits once drained */
+    int legacy;            /* the NULL / CU_STREAM_LEGACY stream */
+    int per_thread;        /* a thread's CU_STREAM_PER_THREAD stream */
+    int closing;           /* destroyed by the user; worker exits once drained */
+    fc_capture_t *capture; /* non-NULL while the stream is capturing (guarded by g_fc.lock) */
     uint64_t submitted, completed;
     fc_op_t *head, *tail;
     pthread_t thread;
@@ -159,6 +186,7 @@ typedef struct fc_global {
     fc_stream_t *legacy;
     fc_stream_t *all_streams;
     pthread_mutex_t engine[4]; /* timing model: one op per engine at a time */
+    atomic_int captures;       /* stream captures in progress (a cheap test for the rules) */
     fakecuda_stats_t st;       /* guarded by stats_lock */
     pthread_mutex_t stats_lock;
 } fc_global_t;
@@ -211,6 +239,11 @@ FC_HIDDEN void fc_stat_add(size_t offset, int64_t delta);
  */
 /* Checks [p, p + n) is device-accessible with `access`; returns 0 or -1. Takes mem_lock. */
 FC_HIDDEN int fc_mem_check(uintptr_t p, size_t n, int access);
+/* fc_mem_check that also says (when it returns 0) whether any part of the range is a mapping of
+ * host-located physical memory. */
+FC_HIDDEN int fc_mem_check_loc(uintptr_t p, size_t n, int access, int *host_located);
+/* Is p inside a VMM mapping of host-located physical memory (CU_MEM_LOCATION_TYPE_HOST*)? */
+FC_HIDDEN int fc_mem_is_host_located(uintptr_t p);
 /* Is p inside a device-side range (alloc or mapping) / a pinned host range? */
 FC_HIDDEN int fc_mem_is_device(uintptr_t p);
 FC_HIDDEN int fc_mem_is_pinned_host(uintptr_t p);
@@ -225,9 +258,34 @@ FC_HIDDEN fc_stream_t *fc_stream_resolve(CUstream h, int ptds);
 FC_HIDDEN fc_op_t *fc_op_new(const char *what, CUresult (*run)(fc_op_t *), void *payload,
                              void (*dispose)(fc_op_t *));
 FC_HIDDEN void fc_op_ref(fc_op_t *op, uintptr_t lo, uintptr_t hi);
-/* Queues op on s (or runs it at once in inline mode); returns its sequence number, 0 on error
- * (the op is freed). */
-FC_HIDDEN uint64_t fc_submit(fc_stream_t *s, fc_op_t *op);
+FC_HIDDEN void fc_op_free(fc_op_t *op);
+/* Makes op wait until stream s has completed sequence number seq. Returns 0 or -1 (no memory). */
+FC_HIDDEN int fc_op_after(fc_op_t *op, fc_stream_t *s, uint64_t seq);
+/* Issues op on s: queues it (or runs it at once in inline mode), or, while s is capturing, adds
+ * it to the capture (ops without a clone function cannot be captured). Enforces the rules of
+ * stream capture (no work on the legacy stream while a blocking stream captures). On success
+ * *seq (may be NULL) is the op's sequence number on s, 0 when captured; on failure the op is
+ * freed. Returns CUDA_SUCCESS or the error for the caller. */
+FC_HIDDEN CUresult fc_submit(fc_stream_t *s, fc_op_t *op, uint64_t *seq);
+/* Fails an operation that a capturing stream cannot take (a synchronous wait, pageable memory):
+ * when s is capturing, invalidates the capture and returns CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+ * (CUDA_ERROR_STREAM_CAPTURE_INVALIDATED when it already was); otherwise CUDA_SUCCESS. */
+FC_HIDDEN CUresult fc_capture_refuse(fc_stream_t *s, const char *what);
+/* The rule for "potentially unsafe" calls (cuMemAlloc, cuMemFree, cuCtxSynchronize): refused,
+ * invalidating the captures concerned, while a capture in CU_STREAM_CAPTURE_MODE_GLOBAL is in
+ * progress on any thread, or one in THREAD_LOCAL mode on this thread. Returns CUDA_SUCCESS or
+ * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED. */
+FC_HIDDEN CUresult fc_capture_unsafe(const char *what);
+/* Is the stream of handle h capturing? (0 for an invalid handle.) Takes g_fc.lock. */
+FC_HIDDEN int fc_capturing(CUstream h, int ptds);
+/* Frees a capture's op list reference (the ops go with the last reference). */
+FC_HIDDEN void fc_oplist_put(fc_oplist_t *l);
+
+/* ---- fc_graph.c -------------------------------------------------------------------------------
+ */
+/* Marks s's capture invalidated (cuStreamEndCapture then fails) and says why, once. Caller holds
+ * g_fc.lock; s->capture is not NULL. */
+FC_HIDDEN void fc_capture_invalidate(fc_stream_t *s, const char *why);
 /* Waits until s has completed sequence number seq; returns the sticky error or 0. */
 FC_HIDDEN CUresult fc_wait_seq(fc_stream_t *s, uint64_t seq);
 FC_HIDDEN CUresult fc_sync_all(void);

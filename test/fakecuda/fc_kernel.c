@@ -6,6 +6,8 @@
  * by name. A launch copies the parameters (from kernelParams or the packed `extra` buffer), notes
  * for strict mode every device range a parameter word points into, and queues the kernel on its
  * stream. Kernels reach memory only through fakecuda_access, which refuses unmapped ranges.
+ * A launch on a capturing stream is captured with its parameter bytes; each launch of the graph
+ * runs a copy of them, and finds its strict-mode references again then.
  *
  * Locking: the registry has its own mutex; modules and functions are immutable once created,
  * except for a module's lazily filled function table (guarded by the registry mutex). */
@@ -326,14 +328,20 @@ typedef struct launch_payload {
     fakecuda_launch_t l;
     void *params[FAKECUDA_MAX_PARAMS];
     int illegal;
+    size_t alloc_bytes;               /* of this payload, buf included */
+    size_t param_bytes;               /* of buf that hold parameters */
     _Alignas(16) unsigned char buf[]; /* the parameter bytes */
 } launch_payload_t;
 
 FAKECUDA_API void *fakecuda_access(fakecuda_launch_t *l, CUdeviceptr p, size_t bytes, int write) {
     fc_op_t *op = l->priv;
     launch_payload_t *lp = op->payload;
-    if (fc_mem_check((uintptr_t)p, bytes, write ? FC_ACC_RW : FC_ACC_READ) == 0)
+    int host = 0;
+    if (fc_mem_check_loc((uintptr_t)p, bytes, write ? FC_ACC_RW : FC_ACC_READ, &host) == 0) {
+        if (host)
+            FC_STAT(kernel_host_accesses, 1);
         return (void *)(uintptr_t)p;
+    }
     if (!lp->illegal)
         fc_warn("illegal address: kernel %s %s %zu bytes at %#llx, which is not mapped with "
                 "that access",
@@ -359,6 +367,35 @@ static CUresult run_launch(fc_op_t *op) {
 
 static void dispose_launch(fc_op_t *op) {
     free(op->payload);
+}
+
+/* Strict mode: every aligned word of the parameters that points into device memory is a
+ * reference (the allocation or single mapping it points into, as mapped now). */
+static void launch_refs(fc_op_t *op, const launch_payload_t *lp) {
+    for (size_t off = 0; off + 8 <= lp->param_bytes; off += 8) {
+        uint64_t w;
+        uintptr_t lo, hi;
+        memcpy(&w, lp->buf + off, 8);
+        if (w && fc_mem_extent((uintptr_t)w, &lo, &hi) == 0)
+            fc_op_ref(op, lo, hi);
+    }
+}
+
+static int clone_launch(fc_op_t *dst, const fc_op_t *src) {
+    const launch_payload_t *lp = src->payload;
+    launch_payload_t *q = malloc(lp->alloc_bytes);
+    if (!q)
+        return -1;
+    memcpy(q, lp, lp->alloc_bytes);
+    for (unsigned i = 0; i < FAKECUDA_MAX_PARAMS; i++)
+        if (lp->params[i])
+            q->params[i] = q->buf + ((const unsigned char *)lp->params[i] - lp->buf);
+    q->l.params = q->params;
+    q->l.priv = NULL;
+    q->illegal = 0;
+    dst->payload = q;
+    launch_refs(dst, q);
+    return 0;
 }
 
 /* Reads the packed parameter buffer out of `extra`; returns 0, or -1 when malformed. */
@@ -399,6 +436,8 @@ static CUresult launch(CUfunction func, unsigned gx, unsigned gy, unsigned gz, u
     launch_payload_t *lp = calloc(1, sizeof *lp + f->total_bytes + 8);
     if (!lp)
         return CUDA_ERROR_OUT_OF_MEMORY;
+    lp->alloc_bytes = sizeof *lp + f->total_bytes + 8;
+    lp->param_bytes = f->total_bytes;
     if (extra) {
         void *buf;
         size_t size;
@@ -426,16 +465,10 @@ static CUresult launch(CUfunction func, unsigned gx, unsigned gy, unsigned gz, u
     }
     op->engine = FC_ENG_COMPUTE;
     op->model_ns = g_fc.cfg.launch_us * 1000.0;
-    /* Strict mode: every aligned word that points into device memory is a reference. */
-    for (size_t off = 0; off + 8 <= f->total_bytes; off += 8) {
-        uint64_t w;
-        uintptr_t lo, hi;
-        memcpy(&w, lp->buf + off, 8);
-        if (w && fc_mem_extent((uintptr_t)w, &lo, &hi) == 0)
-            fc_op_ref(op, lo, hi);
-    }
-    FC_STAT(kernels_launched, 1);
-    return fc_submit(s, op) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    launch_refs(op, lp);
+    op->n_kernels = 1;
+    op->clone = clone_launch;
+    return fc_submit(s, op, NULL);
 }
 
 static CUresult fc_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,

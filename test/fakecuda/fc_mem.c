@@ -66,8 +66,16 @@ static void remove_at(fc_range_t *arr, size_t *n, size_t i) {
     (*n)--;
 }
 
+static int location_is_host(const CUmemLocation *l);
+
 int fc_mem_check(uintptr_t p, size_t n, int access) {
+    int host;
+    return fc_mem_check_loc(p, n, access, &host);
+}
+
+int fc_mem_check_loc(uintptr_t p, size_t n, int access, int *host_located) {
     int ok = 0;
+    *host_located = 0;
     if (n == 0)
         return 0;
     pthread_rwlock_rdlock(&g_fc.mem_lock);
@@ -84,6 +92,8 @@ int fc_mem_check(uintptr_t p, size_t n, int access) {
             break;
         if (r->kind != FC_R_HOST && (r->access & access) != access)
             break;
+        if (r->kind == FC_R_MAP && location_is_host(&r->h->prop.location))
+            *host_located = 1;
         cur = r->base + r->size;
         if (cur >= need_end) {
             ok = 1;
@@ -111,6 +121,14 @@ int fc_mem_is_device(uintptr_t p) {
     }
     pthread_rwlock_unlock(&g_fc.mem_lock);
     return dev;
+}
+
+int fc_mem_is_host_located(uintptr_t p) {
+    pthread_rwlock_rdlock(&g_fc.mem_lock);
+    fc_range_t *r = find_range(p);
+    int host = r && r->kind == FC_R_MAP && location_is_host(&r->h->prop.location);
+    pthread_rwlock_unlock(&g_fc.mem_lock);
+    return host;
 }
 
 int fc_mem_is_pinned_host(uintptr_t p) {
@@ -216,6 +234,9 @@ static CUresult free_device(uintptr_t p, int async) {
 
 static CUresult fc_mem_alloc(CUdeviceptr *p, size_t size) {
     FC_ENTER("cuMemAlloc");
+    CUresult c = fc_capture_unsafe("cuMemAlloc");
+    if (c != CUDA_SUCCESS)
+        return c;
     return alloc_device(p, size);
 }
 FC_EXPORT(cuMemAlloc_v2, PFN_cuMemAlloc_v3020, fc_mem_alloc);
@@ -223,6 +244,9 @@ FC_EXPORT(cuMemAlloc_v2, PFN_cuMemAlloc_v3020, fc_mem_alloc);
 static CUresult fc_mem_alloc_pitch(CUdeviceptr *p, size_t *pitch, size_t width, size_t height,
                                    unsigned int elem) {
     FC_ENTER("cuMemAllocPitch");
+    CUresult c = fc_capture_unsafe("cuMemAllocPitch");
+    if (c != CUDA_SUCCESS)
+        return c;
     if (!pitch || (elem != 4 && elem != 8 && elem != 16) || width == 0 || height == 0)
         return CUDA_ERROR_INVALID_VALUE;
     size_t pt = (width + 511) & ~(size_t)511;
@@ -238,7 +262,10 @@ static CUresult fc_mem_free(CUdeviceptr p) {
     FC_ENTER("cuMemFree");
     if (p == 0)
         return CUDA_SUCCESS;
-    CUresult r = fc_sync_all();
+    CUresult r = fc_capture_unsafe("cuMemFree");
+    if (r != CUDA_SUCCESS)
+        return r;
+    r = fc_sync_all();
     if (r != CUDA_SUCCESS)
         return r;
     return free_device((uintptr_t)p, 0);
@@ -288,6 +315,10 @@ static CUresult alloc_async(CUdeviceptr *p, size_t size, CUstream hs, int ptds) 
     fc_stream_t *s = fc_stream_resolve(hs, ptds);
     if (!s)
         return CUDA_ERROR_INVALID_HANDLE;
+    /* Graph memory nodes are not simulated: refused in a capture, which it invalidates. */
+    CUresult c = fc_capture_refuse(s, "cuMemAllocAsync");
+    if (c != CUDA_SUCCESS)
+        return c;
     /* The memory is usable by work queued on the stream after this call: allocating it now is
      * indistinguishable from allocating it in stream order. */
     return alloc_device(p, size);
@@ -297,6 +328,9 @@ static CUresult free_async(CUdeviceptr p, CUstream hs, int ptds) {
     fc_stream_t *s = fc_stream_resolve(hs, ptds);
     if (!s)
         return CUDA_ERROR_INVALID_HANDLE;
+    CUresult c = fc_capture_refuse(s, "cuMemFreeAsync");
+    if (c != CUDA_SUCCESS)
+        return c;
     pthread_rwlock_wrlock(&g_fc.mem_lock);
     ssize_t i = find_le(g_fc.ranges, g_fc.nranges, (uintptr_t)p);
     int ok = i >= 0 && g_fc.ranges[i].base == (uintptr_t)p && g_fc.ranges[i].kind == FC_R_ALLOC &&
@@ -309,7 +343,16 @@ static CUresult free_async(CUdeviceptr p, CUstream hs, int ptds) {
     fc_op_t *op = fc_op_new("cuMemFreeAsync", run_free_async, (void *)(uintptr_t)p, NULL);
     if (!op)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    return fc_submit(s, op) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = fc_submit(s, op, NULL);
+    if (r != CUDA_SUCCESS) {
+        /* Not queued: the allocation stays live. */
+        pthread_rwlock_wrlock(&g_fc.mem_lock);
+        ssize_t j = find_le(g_fc.ranges, g_fc.nranges, (uintptr_t)p);
+        if (j >= 0 && g_fc.ranges[j].base == (uintptr_t)p)
+            g_fc.ranges[j].async_pending = 0;
+        pthread_rwlock_unlock(&g_fc.mem_lock);
+    }
+    return r;
 }
 
 static CUresult fc_alloc_async(CUdeviceptr *p, size_t size, CUstream s) {

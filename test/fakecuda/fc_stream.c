@@ -1,12 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /* fc_stream.c: simulated streams and events: in-order queues run by one worker thread per stream
  * (or inline on the caller's thread), cross-stream dependencies, legacy default-stream
- * semantics, seeded jitter, the timing model's engines, and the strict-mode check.
+ * semantics, seeded jitter, the timing model's engines, the strict-mode check, and the rules of
+ * stream capture that apply when work is issued.
  *
  * Every op carries a sequence number on its stream and a list of (stream, seq) dependencies;
  * a worker runs its head op once every dependency has completed. The legacy stream waits for
  * all blocking streams and they for it, as on the real driver. An op stays at the head of its
  * queue while it runs, so fc_strict_check sees running work as well as queued work.
+ *
+ * While a stream captures (fc_graph.c), fc_submit adds its ops to the capture instead of queuing
+ * them; what a capturing stream cannot take (an event record or wait: no cross-stream capture;
+ * a synchronous wait; the legacy stream used while a blocking stream captures) fails and
+ * invalidates the capture, as on the driver.
  *
  * Locking: g_fc.lock guards every queue, counter and event; g_fc.cv is broadcast when an op is
  * queued or completed. Op bodies run without the lock. */
@@ -35,12 +41,16 @@ fc_op_t *fc_op_new(const char *what, CUresult (*run)(fc_op_t *), void *payload,
     return op;
 }
 
-static void op_free(fc_op_t *op) {
+void fc_op_free(fc_op_t *op) {
     if (op->dispose)
         op->dispose(op);
     free(op->deps);
     free(op->refs);
     free(op);
+}
+
+static void op_free(fc_op_t *op) {
+    fc_op_free(op);
 }
 
 void fc_op_ref(fc_op_t *op, uintptr_t lo, uintptr_t hi) {
@@ -72,6 +82,13 @@ static int op_dep(fc_op_t *op, fc_stream_t *s, uint64_t seq) {
     op->deps[op->ndeps].seq = seq;
     op->ndeps++;
     return 0;
+}
+
+int fc_op_after(fc_op_t *op, fc_stream_t *s, uint64_t seq) {
+    pthread_mutex_lock(&g_fc.lock);
+    int rc = op_dep(op, s, seq);
+    pthread_mutex_unlock(&g_fc.lock);
+    return rc;
 }
 
 /* ---- jitter and the timing model ---------------------------------------------------------------
@@ -220,13 +237,143 @@ static int implicit_deps(fc_stream_t *s, fc_op_t *op) {
     return l ? op_dep(op, l, l->submitted) : 0;
 }
 
-uint64_t fc_submit(fc_stream_t *s, fc_op_t *op) {
+/* ---- the rules of stream capture at issue time ----------------------------------------------- */
+
+/* Is a stream that synchronises with the legacy stream capturing? Caller holds the lock. */
+static int blocking_capture(void) {
+    if (atomic_load(&g_fc.captures) == 0)
+        return 0;
+    for (fc_stream_t *t = g_fc.all_streams; t; t = t->all_next)
+        if (t->capture && !(t->flags & CU_STREAM_NON_BLOCKING))
+            return 1;
+    return 0;
+}
+
+/* The legacy stream used while a blocking stream captures would make the capture depend on it
+ * implicitly: refused, and every such capture invalidated. Caller holds the lock. */
+static CUresult legacy_rule(fc_stream_t *s, const char *what) {
+    if (!s->legacy || !blocking_capture())
+        return CUDA_SUCCESS;
+    for (fc_stream_t *t = g_fc.all_streams; t; t = t->all_next)
+        if (t->capture && !(t->flags & CU_STREAM_NON_BLOCKING))
+            fc_capture_invalidate(t, what);
+    return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+}
+
+CUresult fc_capture_refuse(fc_stream_t *s, const char *what) {
+    if (atomic_load(&g_fc.captures) == 0)
+        return CUDA_SUCCESS;
+    CUresult r = CUDA_SUCCESS;
     pthread_mutex_lock(&g_fc.lock);
+    if (s->capture) {
+        r = s->capture->invalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+                                    : CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+        fc_capture_invalidate(s, what);
+    } else {
+        r = legacy_rule(s, what);
+    }
+    pthread_mutex_unlock(&g_fc.lock);
+    return r;
+}
+
+int fc_capturing(CUstream h, int ptds) {
+    if (atomic_load(&g_fc.captures) == 0)
+        return 0;
+    fc_stream_t *s = fc_stream_resolve(h, ptds);
+    if (!s)
+        return 0;
+    pthread_mutex_lock(&g_fc.lock);
+    int c = s->capture != NULL;
+    pthread_mutex_unlock(&g_fc.lock);
+    return c;
+}
+
+CUresult fc_capture_unsafe(const char *what) {
+    if (atomic_load(&g_fc.captures) == 0)
+        return CUDA_SUCCESS;
+    CUresult r = CUDA_SUCCESS;
+    pthread_t self = pthread_self();
+    pthread_mutex_lock(&g_fc.lock);
+    for (fc_stream_t *t = g_fc.all_streams; t; t = t->all_next) {
+        fc_capture_t *c = t->capture;
+        if (!c)
+            continue;
+        if (c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL ||
+            (c->mode == CU_STREAM_CAPTURE_MODE_THREAD_LOCAL && pthread_equal(c->thread, self))) {
+            fc_capture_invalidate(t, what);
+            r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+        }
+    }
+    pthread_mutex_unlock(&g_fc.lock);
+    return r;
+}
+
+/* Adds op to s's capture. Caller holds the lock; s->capture is not NULL. */
+static CUresult capture_op(fc_stream_t *s, fc_op_t *op) {
+    fc_capture_t *c = s->capture;
+    if (c->invalidated)
+        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    if (!op->clone) {
+        fc_capture_invalidate(s, op->what);
+        return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    }
+    fc_oplist_t *l = c->list;
+    if (l->n == l->cap) {
+        size_t nc = l->cap ? l->cap * 2 : 16;
+        fc_op_t **n = realloc(l->ops, nc * sizeof *n);
+        if (!n) {
+            /* A graph that silently lacked the op would be worse than no graph. */
+            fc_capture_invalidate(s, "out of host memory");
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        l->ops = n;
+        l->cap = nc;
+    }
+    l->ops[l->n++] = op;
+    return CUDA_SUCCESS;
+}
+
+/* Counts what an op does, when it is queued to run. */
+static void count_op(const fc_op_t *op) {
+    if (op->n_kernels)
+        FC_STAT(kernels_launched, op->n_kernels);
+    if (op->n_memcpys)
+        FC_STAT(memcpys, op->n_memcpys);
+    if (op->n_memsets)
+        FC_STAT(memsets, op->n_memsets);
+    if (op->b_h2d)
+        FC_STAT(bytes_h2d, op->b_h2d);
+    if (op->b_d2h)
+        FC_STAT(bytes_d2h, op->b_d2h);
+    if (op->b_d2d)
+        FC_STAT(bytes_d2d, op->b_d2d);
+}
+
+CUresult fc_submit(fc_stream_t *s, fc_op_t *op, uint64_t *seq_out) {
+    if (seq_out)
+        *seq_out = 0;
+    pthread_mutex_lock(&g_fc.lock);
+    if (s->capture) {
+        CUresult r = capture_op(s, op);
+        pthread_mutex_unlock(&g_fc.lock);
+        if (r != CUDA_SUCCESS)
+            op_free(op);
+        else
+            FC_STAT(ops_captured, 1);
+        return r;
+    }
+    CUresult rule = legacy_rule(s, op->what);
+    if (rule != CUDA_SUCCESS) {
+        pthread_mutex_unlock(&g_fc.lock);
+        op_free(op);
+        return rule;
+    }
     if (implicit_deps(s, op) != 0) {
         pthread_mutex_unlock(&g_fc.lock);
         op_free(op);
-        return 0;
+        return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    count_op(op);
     op->seq = ++s->submitted;
     if (op->on_submit)
         op->on_submit(op, s);
@@ -239,16 +386,17 @@ uint64_t fc_submit(fc_stream_t *s, fc_op_t *op) {
             fc_set_sticky(r);
         s->completed = op->seq;
         pthread_mutex_unlock(&g_fc.lock);
-        uint64_t seq = op->seq;
+        if (seq_out)
+            *seq_out = op->seq;
         op_free(op);
-        return seq;
+        return CUDA_SUCCESS;
     }
     if (!s->has_thread) {
         if (pthread_create(&s->thread, NULL, worker, s) != 0) {
             s->submitted--;
             pthread_mutex_unlock(&g_fc.lock);
             op_free(op);
-            return 0;
+            return CUDA_ERROR_OUT_OF_MEMORY;
         }
         s->has_thread = 1;
         atomic_fetch_add(&streams_started, 1);
@@ -258,10 +406,11 @@ uint64_t fc_submit(fc_stream_t *s, fc_op_t *op) {
     else
         s->head = op;
     s->tail = op;
-    uint64_t seq = op->seq;
+    if (seq_out)
+        *seq_out = op->seq;
     pthread_cond_broadcast(&g_fc.cv);
     pthread_mutex_unlock(&g_fc.lock);
-    return seq;
+    return CUDA_SUCCESS;
 }
 
 CUresult fc_wait_seq(fc_stream_t *s, uint64_t seq) {
@@ -329,6 +478,12 @@ void fc_streams_shutdown(void) {
     pthread_mutex_unlock(&g_fc.lock);
     while (t) {
         fc_stream_t *next = t->all_next;
+        if (t->capture) {
+            /* A capture the program never ended: its ops go with it. */
+            fc_oplist_put(t->capture->list);
+            free(t->capture);
+            atomic_fetch_sub(&g_fc.captures, 1);
+        }
         t->magic = 0;
         free(t);
         t = next;
@@ -377,6 +532,9 @@ static CUresult stream_sync(CUstream h, int ptds) {
     fc_stream_t *s = fc_stream_resolve(h, ptds);
     if (!s)
         return CUDA_ERROR_INVALID_HANDLE;
+    CUresult c = fc_capture_refuse(s, "cuStreamSynchronize");
+    if (c != CUDA_SUCCESS)
+        return c;
     pthread_mutex_lock(&g_fc.lock);
     uint64_t target = s->submitted;
     pthread_mutex_unlock(&g_fc.lock);
@@ -399,6 +557,9 @@ static CUresult stream_query(CUstream h, int ptds) {
     fc_stream_t *s = fc_stream_resolve(h, ptds);
     if (!s)
         return CUDA_ERROR_INVALID_HANDLE;
+    CUresult c = fc_capture_refuse(s, "cuStreamQuery");
+    if (c != CUDA_SUCCESS)
+        return c;
     pthread_mutex_lock(&g_fc.lock);
     int done = s->completed == s->submitted;
     pthread_mutex_unlock(&g_fc.lock);
@@ -510,7 +671,8 @@ static CUresult event_record(CUevent e, CUstream h, int ptds) {
     pthread_mutex_lock(&g_fc.lock);
     e->refs++;
     pthread_mutex_unlock(&g_fc.lock);
-    return fc_submit(s, op) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    /* Not capturable (no event nodes, no cross-stream capture): fc_submit refuses it. */
+    return fc_submit(s, op, NULL);
 }
 
 static CUresult fc_event_record(CUevent e, CUstream s) {
@@ -646,7 +808,8 @@ static CUresult stream_wait(CUstream h, CUevent e, unsigned int flags, int ptds)
         /* Inline mode cannot leave a wait pending: the recorded work is already complete. */
         op->ndeps = 0;
     }
-    return fc_submit(s, op) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    /* Not capturable (a capture cannot join another stream's work): fc_submit refuses it. */
+    return fc_submit(s, op, NULL);
 }
 
 static CUresult fc_stream_wait(CUstream h, CUevent e, unsigned int flags) {
@@ -681,6 +844,15 @@ static void dispose_payload(fc_op_t *op) {
     free(op->payload);
 }
 
+static int clone_host_fn(fc_op_t *dst, const fc_op_t *src) {
+    host_fn_t *p = malloc(sizeof *p);
+    if (!p)
+        return -1;
+    *p = *(const host_fn_t *)src->payload;
+    dst->payload = p;
+    return 0;
+}
+
 static CUresult host_func(CUstream h, CUhostFn fn, CUstreamCallback cb, void *data, int ptds) {
     if (!fn && !cb)
         return CUDA_ERROR_INVALID_VALUE;
@@ -699,7 +871,8 @@ static CUresult host_func(CUstream h, CUhostFn fn, CUstreamCallback cb, void *da
         free(p);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    return fc_submit(s, op) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    op->clone = clone_host_fn; /* a host node when captured */
+    return fc_submit(s, op, NULL);
 }
 
 static CUresult fc_host_func(CUstream h, CUhostFn fn, void *data) {

@@ -1,0 +1,368 @@
+/* SPDX-License-Identifier: MIT */
+/* graph.c: a program that captures CUDA graphs and launches them many times, checking every
+ * byte against a model computed on the host. Under the shim with a small budget, the buffers of
+ * the graphs must be swapped out and in between launches.
+ *
+ * Buffers are one 64 KiB chunk each (run with FAKECUDA_GRANULARITY=64K, OOC_CHUNK=64K). Graph 1
+ * is captured on a non-blocking stream, graph 2 on the per-thread default stream; each, per
+ * launch: copies its pinned input into A, A = a*A + b (kernel), B += A (kernel: B keeps its sum
+ * across launches), C = B (device-to-device copy), C = C/2 + 1 (kernel), copies C to its pinned
+ * output, and sets A to zero (memset). Each graph touches three chunks; between the graphs an
+ * ordinary kernel adds one to a seventh buffer K. With a budget of four chunks every launch
+ * evicts what the previous one used, while it may still be running. Graph 1 is instantiated with
+ * cuGraphInstantiate (CUDA 12's ABI, linked) and launched with cuGraphLaunch; graph 2 with the
+ * ABIs cuGetProcAddress gives for "cuGraphInstantiate" at 11.0 and "cuGraphLaunch" for the
+ * per-thread stream, as the runtime would reach them. On odd iterations graph 1 is launched
+ * twice in a row. Each iteration's outputs, and at the end every buffer, are compared bit for
+ * bit with the model.
+ *
+ * Other modes: `--many N --bytes B`: one graph of N memsets into N buffers of B bytes (more
+ * buffers than one operation's access set holds when N > 256), launched twice and checked;
+ * `--big`: a graph touching five chunks, which a budget of four cannot hold (the launch fails).
+ *
+ * Output: "graph: ok" and "checksum: H" (FNV-1a 64 of the final buffers). Exit status: 0 when
+ * every byte is right; 1 when one is wrong (named on stderr); 2 when a driver call failed
+ * ("error: <call>: <name> (<code>)"); 64 on a bad option. Linked with -lcuda (the simulated
+ * driver, whose fakecuda.h gives the kernels). */
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fakecuda.h"
+
+#define CHUNK ((size_t)64 << 10)
+#define N     ((int)(CHUNK / sizeof(float)))
+
+/* axpb(float *x, float a, float b, int n): x[i] = a * x[i] + b. */
+static int k_axpb(fakecuda_launch_t *l) {
+    CUdeviceptr d = FAKECUDA_ARG(l, 0, CUdeviceptr);
+    float a = FAKECUDA_ARG(l, 1, float), b = FAKECUDA_ARG(l, 2, float);
+    int n = FAKECUDA_ARG(l, 3, int);
+    float *x = fakecuda_access(l, d, (size_t)n * sizeof *x, 1);
+    if (!x)
+        return -1;
+    for (int i = 0; i < n; i++)
+        x[i] = a * x[i] + b;
+    fakecuda_work(l, 2.0 * n, 8.0 * n);
+    return 0;
+}
+
+/* acc(float *dst, const float *src, int n): dst[i] += src[i]. */
+static int k_acc(fakecuda_launch_t *l) {
+    CUdeviceptr dd = FAKECUDA_ARG(l, 0, CUdeviceptr), sd = FAKECUDA_ARG(l, 1, CUdeviceptr);
+    int n = FAKECUDA_ARG(l, 2, int);
+    float *dst = fakecuda_access(l, dd, (size_t)n * sizeof *dst, 1);
+    const float *src = fakecuda_access(l, sd, (size_t)n * sizeof *src, 0);
+    if (!dst || !src)
+        return -1;
+    for (int i = 0; i < n; i++)
+        dst[i] += src[i];
+    fakecuda_work(l, 1.0 * n, 12.0 * n);
+    return 0;
+}
+
+static const fakecuda_kernel_t kernels[] = {
+    {"graphprog", "axpb", 4, {8, 4, 4, 4}, k_axpb},
+    {"graphprog", "acc", 3, {8, 8, 4}, k_acc},
+};
+
+static void die(const char *call, CUresult r) {
+    const char *name = "?";
+    cuGetErrorName(r, &name);
+    fprintf(stderr, "error: %s: %s (%d)\n", call, name, (int)r);
+    exit(2);
+}
+
+#define CHECK(x)                                                                                   \
+    do {                                                                                           \
+        CUresult r_ = (x);                                                                         \
+        if (r_ != CUDA_SUCCESS)                                                                    \
+            die(#x, r_);                                                                           \
+    } while (0)
+
+static CUfunction f_axpb, f_acc;
+
+static void axpb(CUdeviceptr x, float a, float b, CUstream s) {
+    int n = N;
+    void *args[] = {&x, &a, &b, &n};
+    CHECK(cuLaunchKernel(f_axpb, 1, 1, 1, 32, 1, 1, 0, s, args, NULL));
+}
+
+static void acc(CUdeviceptr dst, CUdeviceptr src, CUstream s) {
+    int n = N;
+    void *args[] = {&dst, &src, &n};
+    CHECK(cuLaunchKernel(f_acc, 1, 1, 1, 32, 1, 1, 0, s, args, NULL));
+}
+
+/* One graph's buffers, constants and host model. */
+typedef struct gbuf {
+    CUdeviceptr a, b, c;
+    float *in, *out; /* pinned */
+    float ka, kb;
+    float mb[N]; /* the model of B; A ends at zero, C equals the last output */
+    float mc[N];
+} gbuf_t;
+
+static gbuf_t g1, g2;
+static float mk[N]; /* the model of K */
+
+/* Captures graph g on stream s (already capturing). */
+static void capture_body(gbuf_t *g, CUstream s) {
+    CHECK(cuMemcpyHtoDAsync(g->a, g->in, CHUNK, s));
+    axpb(g->a, g->ka, g->kb, s);
+    acc(g->b, g->a, s);
+    CHECK(cuMemcpyDtoDAsync(g->c, g->b, CHUNK, s));
+    axpb(g->c, 0.5f, 1.0f, s);
+    CHECK(cuMemcpyDtoHAsync(g->out, g->c, CHUNK, s));
+    CHECK(cuMemsetD32Async(g->a, 0, (size_t)N, s));
+}
+
+/* What one launch of g does, on the host. */
+static void model_launch(gbuf_t *g) {
+    for (int i = 0; i < N; i++) {
+        float a = g->in[i];
+        a = g->ka * a + g->kb;
+        g->mb[i] += a;
+        float c = g->mb[i];
+        c = 0.5f * c + 1.0f;
+        g->mc[i] = c;
+    }
+}
+
+static void fill_input(gbuf_t *g, int it, int salt) {
+    for (int i = 0; i < N; i++)
+        g->in[i] = (float)((i * 7 + salt) % 101 + it) * 0.25f;
+}
+
+static int same(const float *got, const float *want, const char *what, int it) {
+    if (memcmp(got, want, CHUNK) == 0)
+        return 1;
+    for (int i = 0; i < N; i++) {
+        if (memcmp(&got[i], &want[i], sizeof *got) != 0) {
+            fprintf(stderr, "graph: %s after iteration %d: element %d is %a, expected %a\n", what,
+                    it, i, (double)got[i], (double)want[i]);
+            break;
+        }
+    }
+    return 0;
+}
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+static void alloc_gbuf(gbuf_t *g, float ka, float kb) {
+    CHECK(cuMemAlloc(&g->a, CHUNK));
+    CHECK(cuMemAlloc(&g->b, CHUNK));
+    CHECK(cuMemAlloc(&g->c, CHUNK));
+    CHECK(cuMemHostAlloc((void **)&g->in, CHUNK, 0));
+    CHECK(cuMemHostAlloc((void **)&g->out, CHUNK, 0));
+    CHECK(cuMemsetD32(g->b, 0, (size_t)N));
+    memset(g->mb, 0, sizeof g->mb);
+    g->ka = ka;
+    g->kb = kb;
+}
+
+static void free_gbuf(gbuf_t *g) {
+    CHECK(cuMemFree(g->a));
+    CHECK(cuMemFree(g->b));
+    CHECK(cuMemFree(g->c));
+    CHECK(cuMemFreeHost(g->in));
+    CHECK(cuMemFreeHost(g->out));
+}
+
+/* Compares a device buffer with the model; returns 1 when equal. */
+static int check_buffer(CUdeviceptr d, const float *want, const char *what, int it, uint64_t *sum) {
+    static float host[N];
+    CHECK(cuMemcpyDtoH(host, d, CHUNK));
+    *sum = fnv(*sum, host, CHUNK);
+    return same(host, want, what, it);
+}
+
+static int run_graphs(int iters) {
+    typedef CUresult (*instantiate_v11_fn)(CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t);
+    void *p_inst = NULL, *p_launch = NULL;
+    CUdriverProcAddressQueryResult q;
+    CHECK(cuGetProcAddress_v2("cuGraphInstantiate", &p_inst, 11000, 0, &q));
+    CHECK(cuGetProcAddress_v2("cuGraphLaunch", &p_launch, 12000,
+                              CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &q));
+    instantiate_v11_fn instantiate_v11 = (instantiate_v11_fn)p_inst;
+    PFN_cuGraphLaunch_v10000_ptsz launch_ptsz = (PFN_cuGraphLaunch_v10000_ptsz)p_launch;
+
+    CUstream s1;
+    CHECK(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+    CUstream s2 = CU_STREAM_PER_THREAD;
+    alloc_gbuf(&g1, 2.0f, 1.0f);
+    alloc_gbuf(&g2, -0.75f, 3.0f);
+    CUdeviceptr k;
+    CHECK(cuMemAlloc(&k, CHUNK));
+    CHECK(cuMemsetD32(k, 0, (size_t)N));
+    memset(mk, 0, sizeof mk);
+    CHECK(cuCtxSynchronize());
+
+    CUgraph gr1, gr2;
+    CUgraphExec e1, e2;
+    CHECK(cuStreamBeginCapture(s1, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    capture_body(&g1, s1);
+    CHECK(cuStreamEndCapture(s1, &gr1));
+    CHECK(cuStreamBeginCapture(s2, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    capture_body(&g2, s2);
+    CHECK(cuStreamEndCapture(s2, &gr2));
+    CHECK(cuGraphInstantiate(&e1, gr1, 0));
+    CHECK(instantiate_v11(&e2, gr2, NULL, NULL, 0));
+    CHECK(cuGraphDestroy(gr1)); /* the executable graphs live on */
+
+    int ok = 1;
+    for (int it = 0; it < iters && ok; it++) {
+        fill_input(&g1, it, 3);
+        fill_input(&g2, it, 11);
+        int twice = it % 2;
+        CHECK(cuGraphLaunch(e1, s1));
+        model_launch(&g1);
+        if (twice) {
+            CHECK(cuGraphLaunch(e1, s1));
+            model_launch(&g1);
+        }
+        axpb(k, 1.0f, 1.0f, s1);
+        for (int i = 0; i < N; i++)
+            mk[i] = 1.0f * mk[i] + 1.0f;
+        CHECK(launch_ptsz(e2, NULL));
+        model_launch(&g2);
+        CHECK(cuStreamSynchronize(s1));
+        CHECK(cuStreamSynchronize(s2));
+        ok = same(g1.out, g1.mc, "graph 1 output", it) && same(g2.out, g2.mc, "graph 2 output", it);
+    }
+
+    static float zero[N];
+    uint64_t sum = 1469598103934665603ull;
+    ok = ok && check_buffer(g1.a, zero, "graph 1 A", iters, &sum) &&
+         check_buffer(g1.b, g1.mb, "graph 1 B", iters, &sum) &&
+         check_buffer(g1.c, g1.mc, "graph 1 C", iters, &sum) &&
+         check_buffer(g2.a, zero, "graph 2 A", iters, &sum) &&
+         check_buffer(g2.b, g2.mb, "graph 2 B", iters, &sum) &&
+         check_buffer(g2.c, g2.mc, "graph 2 C", iters, &sum) &&
+         check_buffer(k, mk, "K", iters, &sum);
+    CHECK(cuGraphExecDestroy(e1));
+    CHECK(cuGraphExecDestroy(e2));
+    CHECK(cuGraphDestroy(gr2));
+    free_gbuf(&g1);
+    free_gbuf(&g2);
+    CHECK(cuMemFree(k));
+    CHECK(cuStreamDestroy(s1));
+    if (!ok)
+        return 1;
+    printf("graph: ok\nchecksum: %016llx\n", (unsigned long long)sum);
+    return 0;
+}
+
+/* One graph of `n` memsets into n buffers of `bytes` bytes each, launched twice. */
+static int run_many(int n, size_t bytes) {
+    CUdeviceptr *d = calloc((size_t)n, sizeof *d);
+    unsigned char *host = malloc(bytes);
+    if (!d || !host)
+        return 2;
+    CUstream s;
+    CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    for (int i = 0; i < n; i++)
+        CHECK(cuMemAlloc(&d[i], bytes));
+    CUgraph g;
+    CUgraphExec e;
+    CHECK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    for (int i = 0; i < n; i++)
+        CHECK(cuMemsetD8Async(d[i], (unsigned char)(i * 13 + 1), bytes, s));
+    CHECK(cuStreamEndCapture(s, &g));
+    CHECK(cuGraphInstantiate(&e, g, 0));
+    CHECK(cuGraphLaunch(e, s));
+    CHECK(cuGraphLaunch(e, s));
+    CHECK(cuStreamSynchronize(s));
+    int ok = 1;
+    uint64_t sum = 1469598103934665603ull;
+    for (int i = 0; i < n && ok; i++) {
+        CHECK(cuMemcpyDtoH(host, d[i], bytes));
+        sum = fnv(sum, host, bytes);
+        for (size_t j = 0; j < bytes; j++) {
+            if (host[j] != (unsigned char)(i * 13 + 1)) {
+                fprintf(stderr, "graph: buffer %d byte %zu is %#x, expected %#x\n", i, j, host[j],
+                        (unsigned char)(i * 13 + 1));
+                ok = 0;
+                break;
+            }
+        }
+    }
+    CHECK(cuGraphExecDestroy(e));
+    CHECK(cuGraphDestroy(g));
+    for (int i = 0; i < n; i++)
+        CHECK(cuMemFree(d[i]));
+    CHECK(cuStreamDestroy(s));
+    free(d);
+    free(host);
+    if (!ok)
+        return 1;
+    printf("graph: ok\nchecksum: %016llx\n", (unsigned long long)sum);
+    return 0;
+}
+
+/* A graph touching five chunks: under a budget of four its launch cannot be made resident. */
+static int run_big(void) {
+    CUstream s;
+    CUdeviceptr d[5];
+    CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    for (int i = 0; i < 5; i++)
+        CHECK(cuMemAlloc(&d[i], CHUNK));
+    CUgraph g;
+    CUgraphExec e;
+    CHECK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    for (int i = 0; i < 5; i++)
+        CHECK(cuMemsetD32Async(d[i], (unsigned)i, (size_t)N, s));
+    CHECK(cuStreamEndCapture(s, &g));
+    CHECK(cuGraphInstantiate(&e, g, 0));
+    CHECK(cuGraphLaunch(e, s));
+    CHECK(cuStreamSynchronize(s));
+    printf("graph: ok\n");
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    int iters = 6, many = 0, big = 0;
+    size_t bytes = 256;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
+            iters = atoi(argv[++i]);
+        } else if (strcmp(argv[i], "--many") == 0 && i + 1 < argc) {
+            many = atoi(argv[++i]);
+        } else if (strcmp(argv[i], "--bytes") == 0 && i + 1 < argc) {
+            bytes = (size_t)strtoull(argv[++i], NULL, 10);
+        } else if (strcmp(argv[i], "--big") == 0) {
+            big = 1;
+        } else {
+            fprintf(stderr, "usage: graph [--iters N] [--many N [--bytes B]] [--big]\n");
+            return 64;
+        }
+    }
+    if (iters < 1 || many < 0 || bytes == 0) {
+        fprintf(stderr, "graph: bad option value\n");
+        return 64;
+    }
+    if (fakecuda_register_kernels(kernels, sizeof kernels / sizeof kernels[0]) != 0)
+        return 2;
+    CUdevice dev;
+    CUcontext ctx;
+    CUmodule mod;
+    CHECK(cuInit(0));
+    CHECK(cuDeviceGet(&dev, 0));
+    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CHECK(cuCtxSetCurrent(ctx));
+    CHECK(cuModuleLoadData(&mod, FAKECUDA_IMAGE_PREFIX "graphprog"));
+    CHECK(cuModuleGetFunction(&f_axpb, mod, "axpb"));
+    CHECK(cuModuleGetFunction(&f_acc, mod, "acc"));
+    int rc = big ? run_big() : many ? run_many(many, bytes) : run_graphs(iters);
+    CHECK(cuModuleUnload(mod));
+    CHECK(cuDevicePrimaryCtxRelease(dev));
+    return rc;
+}
