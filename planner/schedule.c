@@ -200,9 +200,15 @@ int sched_plan(const sched_t *s0, const char *policy, uint64_t budget, ooc_plan_
                 pl->start_host[b] = 1;
             continue;
         }
+        /* A buffer dead after its last use but freed by the program only later (a gradient
+         * after the optimizer step, kept until the next zero_grad) holds its memory until then.
+         * It is swapped out, not dropped: the shim never discards bytes the program may still
+         * read (a program that reads it anyway, unlike the recorded iterations, must get them),
+         * so the copy is what replay costs and what the simulator charges. One freed right after
+         * its last use needs nothing. */
         int32_t last = m->uses[m->use_off[b] + m->nuse[b] - 1];
-        if (!bf->persistent && bf->free_idx > last)
-            rc = ooc_plan_add(pl, last, OOC_AFTER, OOC_ACT_DROP, (int32_t)b, NULL, 0);
+        if (!bf->persistent && bf->free_idx > last + 1)
+            rc = ooc_plan_add(pl, last, OOC_AFTER, OOC_ACT_SWAPOUT, (int32_t)b, NULL, 0);
     }
     sched_free(&s);
     if (rc) {

@@ -970,6 +970,12 @@ static CUresult need_phys(uint64_t want) {
         return r;
     }
     for (unsigned i = 0; i < nv; i++) {
+        OOC_LOG_D("op %llu: evicts chunk %llu (buffer %llu, last used at op %llu): resident %llu, "
+                  "retiring %llu, dying %llu",
+                  (unsigned long long)M.serial, (unsigned long long)victims[i]->idx,
+                  (unsigned long long)(victims[i]->owner ? victims[i]->owner->id : 0),
+                  (unsigned long long)victims[i]->pin, (unsigned long long)M.resident,
+                  (unsigned long long)M.nret, (unsigned long long)M.ndying);
         lru_remove(victims[i]);
         r = unmap_chunk(victims[i]);
         if (r != CUDA_SUCCESS)
@@ -1486,10 +1492,10 @@ unsigned ooc_mem_l_prefetch(uintptr_t addr, uint64_t id, CUstream s) {
         chunk_t *c = plan_chunk(b, i);
         if (!c)
             continue;
-        if (c->out_ev) {
-            retire_cancel(c); /* still mapped with its bytes: nothing to copy */
-            lru_push(c);
-        } else if (c->state == C_SWAPPED && !c->queued) {
+        /* A chunk whose swap-out is still under way is queued too: whether its copy is done is
+         * decided when the device reaches this point (the worker), not now, when the host,
+         * which runs ahead, looks. */
+        if ((c->out_ev || c->state == C_SWAPPED) && !c->queued) {
             c->queued = 1;
             q++;
         }
@@ -1581,6 +1587,18 @@ static void worker_swapin(job_t j) {
         }
         if (!c)
             return;
+        if (c->out_ev) {
+            /* Its swap-out was under way when the host planned the swap-in. The plan has the
+             * copy out end, its memory serve others meanwhile, and the copy in follow, and so
+             * does the worker: it waits for the copy out, unmaps the chunk (with the older
+             * retirees), and brings it in below. Keeping it mapped instead would hold memory
+             * that the plan gives to other buffers until then. */
+            if (!ev_done(c->out_ev)) {
+                worker_wait(c->out_ev, NULL);
+                continue; /* the lock was released: look again */
+            }
+            retire_poll(0);
+        }
         if (c->state != C_SWAPPED) {
             c->queued = 0;
             continue;
@@ -1596,6 +1614,24 @@ static void worker_swapin(job_t j) {
                     x->queued = 0;
             }
             ooc_stats_add(OOC_STAT_prefetch_no_memory, 1);
+            if (OOC_LOG_ENABLED(OOC_LOG_DEBUG)) {
+                char line[600];
+                size_t o = 0;
+                unsigned ns = 0;
+                for (chunk_t *x = M.lru.next; x != &M.lru && o + 24 < sizeof line; x = x->next) {
+                    if (x->slab)
+                        ns++;
+                    else
+                        o += (size_t)snprintf(line + o, sizeof line - o, " %llu",
+                                              (unsigned long long)(x->owner ? x->owner->id : 0));
+                }
+                line[o] = 0;
+                OOC_LOG_D("resident: %u slab chunks; chunks of buffers:%s", ns, line);
+            }
+            OOC_LOG_D("op %llu: no memory coming for the planned swap-in of buffer %llu "
+                      "(resident %llu)",
+                      (unsigned long long)M.serial, (unsigned long long)j.id,
+                      (unsigned long long)M.resident);
             return;
         }
         if (M.safe && c->aliased && drained != c->idx) {
@@ -1814,6 +1850,8 @@ CUresult ooc_mem_begin(const ooc_access_t *a, CUstream stream, int per_thread) {
             nq += M.op_chunks[i]->queued != 0;
         if (nq) {
             ooc_stats_add(OOC_STAT_prefetch_late, nq);
+            OOC_LOG_D("op %llu: waits for %zu planned swap-ins (jobs queued %zu)",
+                      (unsigned long long)M.serial, nq, (size_t)M.njobs);
             uint64_t t0 = now_ns();
             while (any_queued(a))
                 pthread_cond_wait(&M.done_cv, &mem_lock);
@@ -1828,6 +1866,8 @@ CUresult ooc_mem_begin(const ooc_access_t *a, CUstream stream, int per_thread) {
     for (size_t i = 0; i < M.nop; i++) {
         chunk_t *c = M.op_chunks[i];
         if (c->out_ev) {
+            OOC_LOG_D("op %llu: uses chunk %llu before its swap-out finished",
+                      (unsigned long long)M.serial, (unsigned long long)c->idx);
             retire_cancel(c); /* used again before its swap-out finished */
             lru_push(c);
         }
@@ -1837,6 +1877,11 @@ CUresult ooc_mem_begin(const ooc_access_t *a, CUstream stream, int per_thread) {
     }
     CUresult rc = CUDA_SUCCESS;
     if (missing) {
+        OOC_LOG_D("op %llu: %llu of its %zu chunks are not resident (resident %llu, free %d, "
+                  "retiring %llu, dying %llu)",
+                  (unsigned long long)M.serial, (unsigned long long)missing, M.nop,
+                  (unsigned long long)M.resident, M.phys_free != NULL, (unsigned long long)M.nret,
+                  (unsigned long long)M.ndying);
         ooc_stats_add(OOC_STAT_demand_ops, 1);
         uint64_t t0 = now_ns();
         rc = make_resident(missing);
@@ -2109,6 +2154,9 @@ CUresult ooc_mem_measure_bw(uint64_t bytes, double *h2d_bps, double *d2h_bps, do
     int reps = (int)((8 * M.chunk) / bytes);
     if (reps < 4)
         reps = 4;
+    /* On an idle device: copies still queued (the recorded iteration's swaps) would share the
+     * engines and make the link look slower than it is. Once per profile. */
+    ooc_real.cuCtxSynchronize();
     M.serial++;
     CUresult r = need_phys(1);
     uint64_t idx = 0;

@@ -190,6 +190,62 @@ START_TEST(test_budget_below_an_op_is_infeasible_naming_it) {
 }
 END_TEST
 
+/* A buffer dead after its last use but freed by the program only later (a gradient after the
+ * optimizer step) is swapped out after that use under every policy, never dropped: the shim does
+ * not discard bytes a program may still read, so the copy is what the simulator must charge. One
+ * freed right after its last use gets no action. */
+START_TEST(test_dead_buffers_freed_later_are_swapped_out) {
+    ooc_profile_t *p = ooc_profile_new();
+    p->chunk_bytes = 1 << 16;
+    p->h2d_bps = p->d2h_bps = 1e9;
+    p->bidir_bps = 2e9;
+    /* G: written by op 0, read by op 1, freed after op 4; T: written by op 2, read by op 3,
+     * freed after op 4 too but used by op 4; X: each op's scratch, freed right after op 3 */
+    ck_assert_int_eq(ooc_profile_add_buffer(p, 1000, 0, 4, 0, "G", NULL, 0), 0);
+    ck_assert_int_eq(ooc_profile_add_buffer(p, 1000, 2, 4, 0, "T", NULL, 0), 1);
+    ck_assert_int_eq(ooc_profile_add_buffer(p, 1000, 0, 3, 0, "X", NULL, 0), 2);
+    ooc_ref_t gw[2] = {{0, OOC_ACCESS_W}, {2, OOC_ACCESS_RW}};
+    ooc_ref_t gr[2] = {{0, OOC_ACCESS_R}, {2, OOC_ACCESS_RW}};
+    ooc_ref_t tw[2] = {{1, OOC_ACCESS_W}, {2, OOC_ACCESS_RW}};
+    ooc_ref_t tr[2] = {{1, OOC_ACCESS_R}, {2, OOC_ACCESS_RW}};
+    ooc_ref_t tr2[1] = {{1, OOC_ACCESS_R}};
+    ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "k0", NULL, 1000, gw, 2);
+    ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "k1", NULL, 1000, gr, 2);
+    ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "k2", NULL, 1000, tw, 2);
+    ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "k3", NULL, 1000, tr, 2);
+    ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "k4", NULL, 1000, tr2, 1);
+    char err[512] = "";
+    ck_assert_msg(ooc_profile_validate(p, err, sizeof err) == 0, "%s", err);
+    ooc_model_t *m;
+    ck_assert_int_eq(ooc_model_build(p, p->chunk_bytes, &m), 0);
+    for (int i = 0; ooc_policy_names[i]; i++) {
+        ooc_policy_opts_t o = {.budget_bytes = 1 << 20};
+        ooc_plan_t *pl = NULL;
+        ck_assert_int_eq(ooc_policy_plan(m, ooc_policy_names[i], &o, &pl, err, sizeof err), 0);
+        int g_out = 0, x_act = 0;
+        for (uint32_t k = 0; k < pl->nacts; k++) {
+            const ooc_action_t *a = &pl->acts[k];
+            ck_assert_msg(a->kind != OOC_ACT_DROP, "%s: drop of buffer %d after op %d",
+                          ooc_policy_names[i], a->buf, a->op);
+            g_out += a->buf == 0 && a->kind == OOC_ACT_SWAPOUT && a->op == 1;
+            x_act += a->buf == 2;
+        }
+        ck_assert_msg(g_out == 1, "%s: G is not swapped out after its last use",
+                      ooc_policy_names[i]);
+        ck_assert_msg(x_act == 0, "%s: an action on X, freed right after its last use",
+                      ooc_policy_names[i]);
+        ooc_sim_result_t r;
+        run_checked(m, pl, &r);
+        ck_assert_msg(r.feasible, "%s: %s", ooc_policy_names[i], r.viol_msg);
+        ck_assert_uint_ge(r.d2h_bytes, 1000); /* G's copy is charged */
+        ooc_sim_result_free(&r);
+        ooc_plan_free(pl);
+    }
+    ooc_model_free(m);
+    ooc_profile_free(p);
+}
+END_TEST
+
 /* Plans the model with every policy, checks each plan's trace, and checks that auto is at
  * least as fast as every other policy. Returns the number of feasible policies. */
 static int check_all_policies(const ooc_model_t *m, uint64_t budget, const char *what) {
@@ -366,6 +422,7 @@ Suite *suite_planner_sim(void) {
     tcase_add_test(tc, test_broken_plans_are_reported);
     tcase_add_test(tc, test_recompute_relaunches_producer);
     tcase_add_test(tc, test_budget_below_an_op_is_infeasible_naming_it);
+    tcase_add_test(tc, test_dead_buffers_freed_later_are_swapped_out);
     suite_add_tcase(s, tc);
     TCase *tp = tcase_create("policies");
     tcase_set_timeout(tp, 300);

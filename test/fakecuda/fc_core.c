@@ -22,6 +22,7 @@ fc_global_t g_fc = {
     .cv = PTHREAD_COND_INITIALIZER,
     .mem_lock = PTHREAD_RWLOCK_INITIALIZER,
     .stats_lock = PTHREAD_MUTEX_INITIALIZER,
+    .trace_lock = PTHREAD_MUTEX_INITIALIZER,
     .engine = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER,
                PTHREAD_MUTEX_INITIALIZER},
 };
@@ -164,6 +165,14 @@ static void config_load_once(void) {
     c->d2h_gbps = env_double("FAKECUDA_D2H_GBPS", 2.0);
     c->launch_us = env_double("FAKECUDA_LAUNCH_US", 5.0);
     c->stats_path = getenv("FAKECUDA_STATS");
+    c->trace_path = getenv("FAKECUDA_TRACE");
+    if (c->timing && c->trace_path && *c->trace_path) {
+        g_fc.trace = fopen(c->trace_path, "w");
+        if (!g_fc.trace)
+            fc_fatal("FAKECUDA_TRACE=%s: %s", c->trace_path, strerror(errno));
+        g_fc.trace_t0 = fc_now_ns();
+        fprintf(g_fc.trace, "engine\tstart_ns\tend_ns\top\n");
+    }
     c->fail_spec = getenv("FAKECUDA_FAIL");
     const char *name = getenv("FAKECUDA_DEVICE_NAME");
     snprintf(c->device_name, sizeof c->device_name, "%s",
@@ -394,6 +403,12 @@ FAKECUDA_API void fakecuda_shutdown(void) {
         fc_kernels_shutdown();
     }
     write_stats();
+    pthread_mutex_lock(&g_fc.trace_lock);
+    if (g_fc.trace) {
+        fclose(g_fc.trace);
+        g_fc.trace = NULL;
+    }
+    pthread_mutex_unlock(&g_fc.trace_lock);
 }
 
 __attribute__((destructor)) static void fc_fini(void) {

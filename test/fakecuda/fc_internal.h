@@ -23,6 +23,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define FC_EXPORT(sym, pfn, impl)                                                                  \
     _Static_assert(__builtin_types_compatible_p(__typeof__(&impl), pfn), #sym " prototype");       \
@@ -46,6 +47,7 @@ typedef struct fc_config {
     double h2d_gbps, d2h_gbps;
     double launch_us;
     const char *stats_path; /* FAKECUDA_STATS */
+    const char *trace_path; /* FAKECUDA_TRACE */
     const char *fail_spec;  /* FAKECUDA_FAIL */
     char device_name[128];
 } fc_config_t;
@@ -189,6 +191,9 @@ typedef struct fc_global {
     atomic_int captures;       /* stream captures in progress (a cheap test for the rules) */
     fakecuda_stats_t st;       /* guarded by stats_lock */
     pthread_mutex_t stats_lock;
+    FILE *trace; /* FAKECUDA_TRACE: one line per timed op; guarded by trace_lock */
+    pthread_mutex_t trace_lock;
+    uint64_t trace_t0; /* fc_now_ns() when the trace was opened */
 } fc_global_t;
 
 extern fc_global_t g_fc FC_HIDDEN;

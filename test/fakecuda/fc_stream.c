@@ -118,6 +118,16 @@ static CUresult execute(fc_op_t *op) {
     if (op->model_ns > (double)spent)
         sleep_ns((uint64_t)(op->model_ns - (double)spent));
     pthread_mutex_unlock(&g_fc.engine[op->engine]);
+    if (g_fc.trace) {
+        static const char *const names[] = {"none", "compute", "h2d", "d2h"};
+        uint64_t t1 = fc_now_ns();
+        pthread_mutex_lock(&g_fc.trace_lock);
+        if (g_fc.trace)
+            fprintf(g_fc.trace, "%s\t%llu\t%llu\t%s\n", names[op->engine],
+                    (unsigned long long)(t0 - g_fc.trace_t0),
+                    (unsigned long long)(t1 - g_fc.trace_t0), op->what ? op->what : "-");
+        pthread_mutex_unlock(&g_fc.trace_lock);
+    }
     return r;
 }
 
