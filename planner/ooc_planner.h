@@ -130,7 +130,7 @@ typedef struct ooc_model {
     uint32_t *use_off;     /* per buffer: first entry in uses */
     uint32_t *nuse;        /* per buffer: number of distinct ops referencing it */
     int32_t *uses;         /* op indices, ascending */
-    uint8_t *written;      /* per ref (parallel to prof->refs): 1 when the access writes */
+    uint8_t *written;      /* per ref (parallel to prof->refs): 1 (any use counts as a write) */
     uint8_t *recomp;       /* per buffer: 1 when DESIGN.md section 7 allows recomputing it */
     int32_t *recomp_until; /* per buffer: the last op before which a recompute is still safe */
     uint64_t *ws;          /* per op: working set (sum of footprints of its buffers) */
