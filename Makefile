@@ -92,8 +92,33 @@ $(B)/ooc-plan: $(B)/obj/planner/ooc-plan.o $(PL_LIB)
 
 # ---- the shim: libooc_shim.so ------------------------------------------------------------------
 SH_SRC := $(wildcard shim/*.c)
-SH_OBJ := $(SH_SRC:%.c=$(B)/obj/%.o)
+SH_OBJ := $(SH_SRC:%.c=$(B)/obj/%.o) $(if $(SH_SRC),$(B)/obj/gen/checksum_ptx.o)
 SH_LIB := $(if $(SH_SRC),$(B)/libooc_shim.so)
+
+# The recompute checksum kernel (shim/checksum.cu) as PTX text in a C array, ooc_checksum_ptx.
+# Without nvcc the array is empty: the shim then verifies no producer on a real GPU (it says so
+# once); the simulated device has the kernel built in.
+NVCC      ?= $(CUDA_HOME)/bin/nvcc
+HAVE_NVCC := $(shell command -v $(NVCC) >/dev/null 2>&1 && echo 1)
+
+$(B)/gen/checksum_ptx.c: shim/checksum.cu Makefile
+	@mkdir -p $(@D)
+ifeq ($(HAVE_NVCC),1)
+	$(call say,NVCC,$<)$(NVCC) -ptx -arch=compute_75 -o $(@D)/checksum.ptx $<
+	$(Q){ echo '/* Generated from shim/checksum.cu by the Makefile. */'; \
+	    echo 'extern const char ooc_checksum_ptx[];'; \
+	    echo 'const char ooc_checksum_ptx[] ='; \
+	    sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/    "/' -e 's/$$/\\n"/' $(@D)/checksum.ptx; \
+	    echo '    "";'; } >$@.tmp && mv $@.tmp $@
+else
+	$(call say,GEN,$@){ echo '/* nvcc was not found: no PTX for the recompute checksum kernel. */'; \
+	    echo 'extern const char ooc_checksum_ptx[];'; \
+	    echo 'const char ooc_checksum_ptx[] = "";'; } >$@
+endif
+
+$(B)/obj/gen/checksum_ptx.o: $(B)/gen/checksum_ptx.c
+	@mkdir -p $(@D)
+	$(call say,CC,$<)$(CC) $(CFLAGS_ALL) -fPIC -fvisibility=hidden -c $< -o $@
 
 $(B)/obj/shim/%.o: shim/%.c
 	@mkdir -p $(@D)
@@ -232,4 +257,4 @@ report: $(PL_CLI)
 
 # ---- end of planner extras ---------------------------------------------------------------------
 
--include $(shell find build -name '*.d' 2>/dev/null)
+-include $(shell find $(B) -name '*.d' 2>/dev/null)

@@ -4,7 +4,8 @@
  *
  * A model borrows its profile and is read-only after ooc_model_build, so the simulator and every
  * policy can share one. Recompute eligibility follows DESIGN.md section 7: the profile must list
- * producer ops verified re-executable; each producer must write the buffer and nothing else; and
+ * producer ops verified re-executable; each producer must write the buffer and nothing else; no
+ * later op may write the buffer; and
  * the buffers the producers read must not be written or freed before the recompute point (kept
  * per buffer as recomp_until). Residency of those inputs at that point is checked by the
  * simulator, since it depends on the plan. */
@@ -79,6 +80,18 @@ static void recompute_rule(ooc_model_t *m, int32_t b) {
     }
     if (!writes_b || last_prod != m->uses[m->use_off[b]])
         return; /* the producers must be the buffer's first users */
+    /* ...and its only writers: a later write (an in-place op on the producer's output) would be
+     * lost by a re-launch of the producers. */
+    for (uint32_t u = 0; u < m->nuse[b]; u++) {
+        int32_t op = m->uses[m->use_off[b] + u];
+        if (op <= last_prod)
+            continue;
+        const ooc_op_t *wo = &p->ops[op];
+        for (uint32_t q = 0; q < wo->nref; q++)
+            if (p->refs[wo->ref_off + q].buf == b &&
+                (p->refs[wo->ref_off + q].access & OOC_ACCESS_W))
+                return;
+    }
     for (uint32_t k = 0; k < bf->nprod; k++) {
         const ooc_op_t *o = &p->ops[p->prods[bf->prod_off + k]];
         for (uint32_t r = 0; r < o->nref; r++) {

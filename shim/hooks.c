@@ -38,6 +38,8 @@ static int managing(void) {
             rec_ = 0;                                                                              \
         }                                                                                          \
         CUresult r_ = ooc_mem_begin((a), (stream), (ptds));                                        \
+        if (OOC_UNLIKELY(atomic_load_explicit(&ooc_replay_rebuilds, memory_order_relaxed)))        \
+            r_ = ooc_replay_op_ready(r_, (stream), (ptds));                                        \
         if (r_ == CUDA_SUCCESS) {                                                                  \
             int tok_ = rec_ ? ooc_record_op_begin((stream), (ptds)) : -1;                          \
             r_ = (call);                                                                           \
@@ -150,6 +152,8 @@ OOC_EXPORT_HOOK(cuMemAllocFromPoolAsync_ptsz, PFN_cuMemAllocFromPoolAsync_v11020
 
 /* Frees never synchronise: mem.c reuses the memory once its users' work has completed. */
 static CUresult free_ours(CUdeviceptr p, CUstream s) {
+    if (ooc_replay_on())
+        ooc_replay_before_free(p, s);
     uint64_t id;
     CUresult r = ooc_mem_free(p, s, &id); /* counted there */
     if (r == CUDA_SUCCESS && ooc_record_on())
@@ -273,6 +277,30 @@ OOC_EXPORT_HOOK(cuPointerGetAttribute, PFN_cuPointerGetAttribute_v4000);
 
 /* ---- launches -------------------------------------------------------------------------------- */
 
+/* Issues a launch whose access set is `a`. */
+static CUresult issue_launch(ooc_access_t *a, CUfunction f, CUstream s, int ptds, void **params,
+                             void **extra, const CUlaunchConfig *cfg, int kind, unsigned shared) {
+    unsigned gx = a->grid[0], gy = a->grid[1], gz = a->grid[2];
+    unsigned bx = a->block[0], by = a->block[1], bz = a->block[2];
+    switch (kind) {
+    case 0:
+        RUN_OP(a, s, ptds,
+               (ptds ? ooc_real.cuLaunchKernel_ptsz : ooc_real.cuLaunchKernel)(
+                   f, gx, gy, gz, bx, by, bz, shared, s, params, extra));
+    case 1:
+        RUN_OP(a, s, ptds,
+               (ptds ? ooc_real.cuLaunchKernelEx_ptsz : ooc_real.cuLaunchKernelEx)(cfg, f, params,
+                                                                                   extra));
+    default:
+        RUN_OP(a, s, ptds,
+               (ptds ? ooc_real.cuLaunchCooperativeKernel_ptsz
+                     : ooc_real.cuLaunchCooperativeKernel)(f, gx, gy, gz, bx, by, bz, shared, s,
+                                                           params));
+    }
+}
+
+/* A kernel launch: what it touches, then the launch itself (recompute.c verifies it around the
+ * launch while recording; replay.c may save it, through ooc_launch_now, to issue it again). */
 static CUresult launch_op(CUfunction f, CUstream s, int ptds, void **params, void **extra,
                           const CUlaunchConfig *cfg, int kind, unsigned gx, unsigned gy,
                           unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared) {
@@ -291,21 +319,23 @@ static CUresult launch_op(CUfunction f, CUstream s, int ptds, void **params, voi
     a.block[0] = bx, a.block[1] = by, a.block[2] = bz;
     ooc_stats_add(OOC_STAT_launches, 1);
     ooc_launch_access(f, params, extra, &a);
-    switch (kind) {
-    case 0:
-        RUN_OP(&a, s, ptds,
-               (ptds ? ooc_real.cuLaunchKernel_ptsz : ooc_real.cuLaunchKernel)(
-                   f, gx, gy, gz, bx, by, bz, shared, s, params, extra));
-    case 1:
-        RUN_OP(&a, s, ptds,
-               (ptds ? ooc_real.cuLaunchKernelEx_ptsz : ooc_real.cuLaunchKernelEx)(cfg, f, params,
-                                                                                   extra));
-    default:
-        RUN_OP(&a, s, ptds,
-               (ptds ? ooc_real.cuLaunchCooperativeKernel_ptsz
-                     : ooc_real.cuLaunchCooperativeKernel)(f, gx, gy, gz, bx, by, bz, shared, s,
-                                                           params));
-    }
+    ooc_launch_t l = {.fn = f,
+                      .grid = {gx, gy, gz},
+                      .block = {bx, by, bz},
+                      .shared = cfg ? cfg->sharedMemBytes : shared,
+                      .kind = kind,
+                      .cfg = cfg,
+                      .params = params,
+                      .extra = extra};
+    /* The per-thread default stream, as the shim's own launches name it. */
+    CUstream st = (ptds && s == NULL) ? CU_STREAM_PER_THREAD : s;
+    ooc_verify_t v;
+    ooc_verify_pre(&v, &l, &a, st);
+    ooc_launch_now = &l;
+    CUresult r = issue_launch(&a, f, s, ptds, params, extra, cfg, kind, shared);
+    ooc_launch_now = NULL;
+    ooc_verify_post(&v, &l, st, r);
+    return r;
 }
 
 CUresult ooc_hook_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,

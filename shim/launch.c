@@ -119,3 +119,13 @@ void ooc_launch_access(CUfunction f, void **params, void **extra, ooc_access_t *
         scan_words(params[i], l->size[i], a);
     }
 }
+
+int ooc_launch_layout(CUfunction f, unsigned *n, const uint32_t **off, const uint32_t **size) {
+    const layout_t *l = layout_of(f);
+    if (!l || !l->known)
+        return -1;
+    *n = l->n;
+    *off = l->offset;
+    *size = l->size;
+    return 0;
+}

@@ -94,6 +94,7 @@ typedef struct chunk {
     evref_t *in_ev;  /* a planned swap-in's copy: ops using the chunk wait for it on their stream */
     evref_t *out_ev; /* retiring: a planned swap-out's copy was issued; unmapped once it is done */
     int queued;      /* a planned swap-in is queued for the worker */
+    int discard;     /* recompute: evicted without a copy (replay rebuilds its bytes) */
     /* Dying: events after the work of every stream that may still use it (fenced = 1), so its
      * memory can be taken back when they are done, without waiting for anything later. */
     evref_t *fence[MAX_USERS];
@@ -953,6 +954,8 @@ static CUresult need_phys(uint64_t want) {
     for (unsigned i = 0; i < nv; i++)
         settle_in(victims[i]); /* the copy out must not read what the copy in still writes */
     for (unsigned i = 0; i < nv && r == CUDA_SUCCESS; i++) {
+        if (victims[i]->discard)
+            continue; /* its bytes will be rebuilt: nothing to keep */
         victims[i]->host = host_slot();
         if (!victims[i]->host)
             r = CUDA_ERROR_OUT_OF_MEMORY;
@@ -980,6 +983,12 @@ static CUresult need_phys(uint64_t want) {
         r = unmap_chunk(victims[i]);
         if (r != CUDA_SUCCESS)
             return r;
+        if (victims[i]->discard) {
+            victims[i]->state = C_EMPTY;
+            victims[i]->discard = 0;
+            ooc_stats_add(OOC_STAT_recompute_evictions, 1);
+            continue;
+        }
         if (M.safe)
             alias_chunk(victims[i]);
         ooc_stats_add(OOC_STAT_swap_outs, 1);
@@ -1008,6 +1017,7 @@ static CUresult map_chunk(chunk_t *c) {
     M.phys_free = p->next;
     c->phys = p;
     c->since = M.serial;
+    c->discard = 0;
     M.resident++;
     ooc_stats_gauge_add(OOC_STAT_resident_bytes, M.chunk);
     return CUDA_SUCCESS;
@@ -1530,6 +1540,52 @@ void ooc_mem_l_drop(uintptr_t addr, uint64_t id) {
     }
 }
 
+int ooc_mem_l_discard(uintptr_t addr, uint64_t id, int on) {
+    buf_t *b = plan_buf(addr, id);
+    if (!b)
+        return 0;
+    for (uint64_t i = 0, n = buf_chunks(b); i < n; i++) {
+        chunk_t *c = plan_chunk(b, i);
+        if (!c)
+            continue;
+        c->discard = on && c->state == C_RESIDENT && !c->dying && !c->out_ev;
+        if (c->discard)
+            lru_push_tail(c);
+    }
+    return 1;
+}
+
+int ooc_mem_l_lost(uintptr_t addr, uint64_t id) {
+    buf_t *b = plan_buf(addr, id);
+    if (!b)
+        return 1;
+    for (uint64_t i = 0, n = buf_chunks(b); i < n; i++) {
+        chunk_t *c = plan_chunk(b, i);
+        if (!c || c->state == C_EMPTY)
+            return 1;
+    }
+    return 0;
+}
+
+static int op_push(chunk_t *c);
+
+int ooc_mem_l_include(uintptr_t addr, uint64_t id) {
+    buf_t *b = lookup(addr);
+    if (!b || b->id != id || b->addr != addr)
+        return -1;
+    uint64_t c0 = (b->addr - M.va_base) >> M.shift;
+    uint64_t c1 = (b->addr + b->size - 1 - M.va_base) >> M.shift;
+    for (uint64_t idx = c0; idx <= c1; idx++) {
+        chunk_t *c = chunk_find(idx);
+        if (!c || c->pin == M.serial)
+            continue;
+        c->pin = M.serial;
+        if (op_push(c) != 0)
+            return -1;
+    }
+    return 0;
+}
+
 /* The worker, holding mem_lock: waits without the lock for `v` (may be NULL) and, when `c` is
  * not NULL in safe mode, for the work issued so far on the streams that may reach c unseen, so
  * that the wait_chunks that follows under the lock has little left to wait for. The lock is
@@ -1872,6 +1928,7 @@ CUresult ooc_mem_begin(const ooc_access_t *a, CUstream stream, int per_thread) {
             lru_push(c);
         }
         c->queued = 0; /* queued by this op's own actions: bring it in now */
+        c->discard = 0;
         if (c->state != C_RESIDENT)
             missing++;
     }

@@ -43,6 +43,7 @@ typedef struct rbuf {
     uint64_t bytes;
     int64_t alloc_pos; /* ops logged before it was allocated */
     int64_t free_pos;  /* ops logged before it was freed; -1 while live */
+    int64_t first_use; /* the first op logged that references it; -1 while none */
     void *ips[SITE_DEPTH];
     int nips;
     int64_t pid; /* its id in the profile being built; -1 outside build() */
@@ -58,6 +59,7 @@ typedef struct rop {
     uint64_t ref_off;
     uint32_t nref;
     int64_t dur_ns; /* -1 until read */
+    uint64_t key;   /* what recompute.c verified it under (kernels); 0 when nothing */
 } rop_t;
 
 typedef struct rref {
@@ -127,6 +129,7 @@ void ooc_record_alloc(uint64_t id, uint64_t bytes) {
     b->id = id;
     b->bytes = bytes;
     b->free_pos = -1;
+    b->first_use = -1;
     b->pid = -1;
     b->nips = unw_backtrace(b->ips, SITE_DEPTH);
     pthread_mutex_lock(&rec_lock);
@@ -287,16 +290,24 @@ void ooc_record_op_end(int token, const ooc_access_t *a, CUstream stream, int pe
     o->ref_off = R.nrefs;
     o->nref = (uint32_t)nb;
     o->dur_ns = -1;
+    o->key = a->kind == OOC_OP_KERNEL ? ooc_verify_key() : 0;
     ooc_iterdet_ref_t dref[64];
     unsigned nd = 0;
+    uint8_t first[OOC_MAX_REFS];
     for (size_t i = 0; i < nb; i++) {
         R.refs[R.nrefs + i] = (rref_t){.id = b[i].id, .use = (uint8_t)b[i].use};
         rbuf_t *rb;
         HASH_FIND(hh, R.bufs, &b[i].id, sizeof b[i].id, rb);
+        if (i < OOC_MAX_REFS)
+            first[i] = rb && rb->first_use < 0;
+        if (rb && rb->first_use < 0)
+            rb->first_use = (int64_t)R.nops;
         if (nd < 64)
             dref[nd++] =
                 (ooc_iterdet_ref_t){.id = b[i].id, .alloc_op = rb ? rb->alloc_pos - 1 : -1};
     }
+    if (o->key)
+        ooc_verify_note(b, nb, first);
     R.nrefs += nb;
     if (token >= 0 && ooc_real.cuEventRecord(R.ev1[token], s) == CUDA_SUCCESS) {
         R.ev_op[token] = (int64_t)R.nops;
@@ -398,6 +409,51 @@ static int by_id(const void *a, const void *b) {
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
+/* Refines the accesses of the iteration's kernel ops with what verification found, and finds
+ * each buffer's verified producer: prod[b] is the position of the op that is the first in the
+ * iteration to use buffer b (allocated in the iteration, not persistent) when verification
+ * found that it rewrites all of b with the same bytes whatever b held, reads every other buffer
+ * it references without changing it, and no later op of the iteration changes b (re-launching it
+ * then gives b's bytes up to b's free); -1 otherwise. acc[] gets one access per reference of the
+ * ops [first, end), in order. Caller holds rec_lock; the live buffers have their pid. */
+static void producers(int64_t first, int64_t end, size_t nlive, uint8_t *acc, int32_t *prod) {
+    uint8_t pr[OOC_MAX_REFS];
+    int8_t *state = calloc(nlive ? nlive : 1, 1); /* 0 unseen, 1 produced, -1 not producible */
+    for (size_t i = 0; i < nlive; i++)
+        prod[i] = -1;
+    size_t at = 0;
+    for (int64_t k = first; k < end; k++) {
+        const rop_t *o = &R.ops[k];
+        uint8_t *oa = acc + at;
+        for (uint32_t r = 0; r < o->nref; r++)
+            oa[r] = R.refs[o->ref_off + r].use;
+        int known = o->nref <= OOC_MAX_REFS && ooc_verify_lookup(o->key, o->nref, oa, pr) == 0;
+        int others_read = 1, nprod = 0;
+        for (uint32_t r = 0; known && r < o->nref; r++) {
+            nprod += pr[r] != 0;
+            others_read &= pr[r] || oa[r] == OOC_USE_R;
+        }
+        for (uint32_t r = 0; state && r < o->nref; r++) {
+            rbuf_t *b;
+            HASH_FIND(hh, R.bufs, &R.refs[o->ref_off + r].id, sizeof(uint64_t), b);
+            if (!b || b->pid < 0)
+                continue;
+            int8_t *st = &state[b->pid];
+            if (*st == 0) {
+                int in_iter = b->alloc_pos >= first;
+                *st = known && pr[r] && nprod == 1 && others_read && in_iter ? 1 : -1;
+                if (*st == 1)
+                    prod[b->pid] = (int32_t)(k - first);
+            } else if (*st == 1 && oa[r] != OOC_USE_R) {
+                *st = -1; /* changed after its producer: re-launching it would not give b */
+                prod[b->pid] = -1;
+            }
+        }
+        at += o->nref;
+    }
+    free(state);
+}
+
 /* Builds the profile of the iteration [first, first + period) with durations the median of
  * the `iters` iterations that end with it. Caller holds rec_lock. NULL when out of memory. */
 static ooc_profile_t *build(int64_t first, int64_t period, int64_t iters) {
@@ -406,22 +462,34 @@ static ooc_profile_t *build(int64_t first, int64_t period, int64_t iters) {
     size_t nb = HASH_COUNT(R.bufs), nlive = 0;
     rbuf_t **live = malloc((nb ? nb : 1) * sizeof *live);
     ooc_ref_t *prefs = NULL;
-    int ok = p && durs && live;
     int64_t end = first + period;
+    size_t nacc = 0;
+    for (int64_t k = first; k < end; k++)
+        nacc += R.ops[k].nref;
+    uint8_t *acc = malloc(nacc ? nacc : 1);
+    int32_t *prod = malloc((nb ? nb : 1) * sizeof *prod);
+    int ok = p && durs && live && acc && prod;
     /* Every buffer that exists at some point of the iteration, in allocation order. */
     for (rbuf_t *b = R.bufs; ok && b; b = b->hh.next)
         if (b->alloc_pos < end && (b->free_pos < 0 || b->free_pos > first))
             live[nlive++] = b;
     if (ok)
         qsort(live, nlive, sizeof *live, by_id);
+    for (size_t i = 0; ok && i < nlive; i++)
+        live[i]->pid = (int64_t)i;
+    if (ok)
+        producers(first, end, nlive, acc, prod);
     char site[256];
     for (size_t i = 0; ok && i < nlive; i++) {
         rbuf_t *b = live[i];
         int64_t a = b->alloc_pos >= first ? b->alloc_pos - first : -1;
         int64_t f = (b->free_pos >= 0 && b->free_pos <= end) ? b->free_pos - 1 - first : -1;
         site_of(b, site, sizeof site);
-        ok = ooc_profile_add_buffer(p, b->bytes, a, f, a < 0 && f < 0, site, NULL, 0) >= 0;
-        b->pid = (int64_t)i;
+        int persistent = a < 0 && f < 0;
+        int32_t pr = prod[i];
+        int np = pr >= 0 && !persistent;
+        ok = ooc_profile_add_buffer(p, b->bytes, a, f, persistent, site, np ? &pr : NULL,
+                                    np ? 1u : 0u) >= 0;
     }
     uint32_t maxref = 0;
     for (int64_t k = first; k < end; k++)
@@ -430,6 +498,7 @@ static ooc_profile_t *build(int64_t first, int64_t period, int64_t iters) {
     prefs = malloc((maxref ? maxref : 1) * sizeof *prefs);
     ok = ok && prefs;
     char shape[128];
+    size_t at = 0;
     for (int64_t k = first; ok && k < end; k++) {
         const rop_t *o = &R.ops[k];
         int64_t nd = 0;
@@ -452,8 +521,9 @@ static ooc_profile_t *build(int64_t first, int64_t period, int64_t iters) {
             HASH_FIND(hh, R.bufs, &rr->id, sizeof rr->id, b);
             if (!b || b->pid < 0)
                 continue; /* not a buffer of this iteration (cannot happen) */
-            prefs[n++] = (ooc_ref_t){.buf = (int32_t)b->pid, .access = rr->use};
+            prefs[n++] = (ooc_ref_t){.buf = (int32_t)b->pid, .access = acc[at + r]};
         }
+        at += o->nref;
         ok = ooc_profile_add_op(p, (int32_t)o->stream, (ooc_op_kind_t)o->kind, o->name, shape, dur,
                                 prefs, n) >= 0;
     }
@@ -462,6 +532,8 @@ static ooc_profile_t *build(int64_t first, int64_t period, int64_t iters) {
     free(prefs);
     free(live);
     free(durs);
+    free(acc);
+    free(prod);
     if (!ok) {
         ooc_profile_free(p);
         return NULL;
@@ -589,6 +661,7 @@ static void seed(uint64_t id, uintptr_t addr, uint64_t bytes, void *ctx) {
     b->id = id;
     b->bytes = bytes;
     b->free_pos = -1;
+    b->first_use = -1;
     b->pid = -1;
     rec_oom = 0;
     HASH_ADD(hh, R.bufs, id, sizeof b->id, b);
@@ -623,6 +696,7 @@ void ooc_record_restart_l(void) {
     R.ev_next = 0;
     atomic_store(&R.pending, 0);
     R.give_up = 0;
+    ooc_verify_reset();
     ooc_mem_l_each_buffer(seed, NULL);
     atomic_store(&rec_state, 1);
     pthread_mutex_unlock(&rec_lock);

@@ -15,12 +15,19 @@
  * op that looks like the iteration's first (after the marker, or after an op that looks like its
  * last). After REREC_AFTER iterations in a row that diverge, the shim records and plans again.
  *
- * Recompute actions are not replayed: the recorder does not verify producers yet, so profiles
- * it writes carry none and the planner emits none; a saved plan that has some is replayed with
- * those buffers left to demand residency.
+ * Recompute: a matched producer that some recompute action re-launches has its launch saved
+ * (ooc_launch_now, recompute.c). A planned drop of a buffer that a verified recompute follows
+ * (its `via` is the profile's producers, and they ran this iteration) becomes a recipe: the
+ * buffer's chunks are evicted without a copy when memory is needed (mem.c, discard). The recipe
+ * is settled before any op that touches the buffer or an input of its producers, at the plan's
+ * recompute, at a divergence, at the iteration's end and before an input is freed: still all
+ * resident, the discard is cancelled; otherwise the buffer and the inputs join the op's chunks
+ * (ooc_mem_l_include) and ooc_replay_op_ready re-launches the producers on the op's stream just
+ * before the op. So a dropped buffer is never read without being rebuilt; an op that cannot
+ * have them all resident fails with CUDA_ERROR_OUT_OF_MEMORY rather than read lost bytes.
  *
- * Locking: rp_lock guards P. ooc_replay_op_begin and _end run under the residency lock (order:
- * residency lock, rp_lock, the recorder's lock). */
+ * Locking: rp_lock guards P and Q. ooc_replay_op_begin, _end and _op_ready run under the
+ * residency lock (order: residency lock, rp_lock, the recorder's lock). */
 #include "shim.h"
 
 #include <stdio.h>
@@ -38,6 +45,9 @@ typedef struct rp_op {
     uint64_t bytes;
     int shape_ok; /* the profile's shape could be read */
     uint32_t act_off, nact;
+    uint8_t is_via;        /* a producer that some recompute re-launches */
+    uint64_t saved_iter;   /* the iteration `sl` was saved in; 0: none */
+    ooc_saved_launch_t sl; /* is_via: the launch as issued this iteration */
 } rp_op_t;
 
 typedef struct bind {
@@ -45,8 +55,30 @@ typedef struct bind {
     uint64_t id; /* 0: not bound */
 } bind_t;
 
+/* A dropped buffer and how to rebuild it: its producers' launches as issued this iteration, and
+ * the buffers they read, which nothing has changed since (DESIGN.md section 7). */
+typedef struct recipe {
+    bind_t buf;
+    uint32_t nvia;
+    ooc_saved_launch_t *sl; /* nvia launches, owned */
+    uint32_t nin;
+    bind_t *in;      /* owned */
+    uint64_t dur_ns; /* the producers' recorded durations */
+} recipe_t;
+
+typedef struct recipes {
+    recipe_t *v;
+    size_t n, cap;
+} recipes_t;
+
 static pthread_mutex_t rp_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int rp_on;
+_Atomic int ooc_replay_rebuilds;
+
+/* Rebuilds queued by ooc_replay_op_begin for the op being made resident, issued by
+ * ooc_replay_op_ready before it (both under the residency lock, so never another op's). Kept
+ * apart from P: a rebuild queued by the op whose divergence ends the replay still runs. */
+static recipes_t Q;
 
 static struct {
     ooc_profile_t *p;
@@ -63,15 +95,38 @@ static struct {
     int iter_diverged; /* this iteration diverged */
     unsigned bad;      /* iterations in a row that diverged */
     int said;          /* the first divergence was logged */
+    uint64_t iter;     /* iterations started under this plan, from 1 */
+    int32_t *drop_rc;  /* per action: for a drop, the recompute of the same buffer that follows */
+    recipes_t rc;      /* dropped buffers waiting to be rebuilt */
 } P;
 
 int ooc_replay_on(void) {
     return atomic_load_explicit(&rp_on, memory_order_relaxed);
 }
 
-/* Forgets the plan. Caller holds rp_lock. */
+static void recipe_free(recipe_t *r) {
+    for (uint32_t j = 0; r->sl && j < r->nvia; j++)
+        ooc_launch_saved_free(&r->sl[j]);
+    free(r->sl);
+    free(r->in);
+    memset(r, 0, sizeof *r);
+}
+
+static void recipes_clear(recipes_t *rs) {
+    for (size_t i = 0; i < rs->n; i++)
+        recipe_free(&rs->v[i]);
+    free(rs->v);
+    memset(rs, 0, sizeof *rs);
+}
+
+/* Forgets the plan (and the rebuilds pending: call resolve_all first when they are needed).
+ * Caller holds rp_lock. */
 static void clear(void) {
     atomic_store(&rp_on, 0);
+    for (uint32_t i = 0; P.ops && i < P.n; i++)
+        ooc_launch_saved_free(&P.ops[i].sl);
+    recipes_clear(&P.rc);
+    free(P.drop_rc);
     ooc_profile_free(P.p);
     ooc_plan_free(P.pl);
     free(P.ops);
@@ -80,19 +135,38 @@ static void clear(void) {
     P.cur = -1;
 }
 
+/* Does recompute action a re-launch exactly the producers the recorder verified for its buffer
+ * (a saved plan may say anything)? Only then is the buffer ever given up. */
+static int verified(const ooc_profile_t *p, const ooc_plan_t *pl, const ooc_action_t *a) {
+    if (a->buf < 0 || (uint32_t)a->buf >= p->nbufs)
+        return 0;
+    const ooc_buffer_t *b = &p->bufs[a->buf];
+    if (a->nvia == 0 || a->nvia != b->nprod)
+        return 0;
+    for (uint32_t j = 0; j < a->nvia; j++) {
+        int32_t v = pl->via[a->via_off + j];
+        if (v < 0 || (uint32_t)v >= p->nops || v != p->prods[b->prod_off + j])
+            return 0;
+    }
+    return 1;
+}
+
 /* Takes p and pl and starts replaying at op pos. Caller holds rp_lock. 0 or -1 (out of memory:
  * both are freed). */
 static int start(ooc_profile_t *p, ooc_plan_t *pl, uint32_t pos) {
     clear();
     P.ops = calloc(p->nops ? p->nops : 1, sizeof *P.ops);
     P.bind = calloc(p->nbufs ? p->nbufs : 1, sizeof *P.bind);
-    if (!P.ops || !P.bind) {
+    P.drop_rc = malloc((pl->nacts ? pl->nacts : 1) * sizeof *P.drop_rc);
+    if (!P.ops || !P.bind || !P.drop_rc) {
         free(P.ops);
         free(P.bind);
+        free(P.drop_rc);
         ooc_profile_free(p);
         ooc_plan_free(pl);
         P.ops = NULL;
         P.bind = NULL;
+        P.drop_rc = NULL;
         return -1;
     }
     P.p = p;
@@ -122,6 +196,26 @@ static int start(ooc_profile_t *p, ooc_plan_t *pl, uint32_t pos) {
             r->act_off = k;
         r->nact = k - r->act_off + 1;
     }
+    /* Recomputes: their producers, and for each drop the recompute of its buffer that follows
+     * (the plan uses the buffer nowhere in between). */
+    for (uint32_t k = 0; k < pl->nacts; k++) {
+        const ooc_action_t *a = &pl->acts[k];
+        P.drop_rc[k] = -1;
+        if (a->kind == OOC_ACT_RECOMPUTE && verified(p, pl, a))
+            for (uint32_t j = 0; j < a->nvia; j++)
+                P.ops[pl->via[a->via_off + j]].is_via = 1;
+        if (a->kind != OOC_ACT_DROP)
+            continue;
+        for (uint32_t j = k + 1; j < pl->nacts; j++) {
+            const ooc_action_t *b = &pl->acts[j];
+            if (b->buf != a->buf)
+                continue;
+            if (b->kind == OOC_ACT_RECOMPUTE && verified(p, pl, b))
+                P.drop_rc[k] = (int32_t)j;
+            break;
+        }
+    }
+    P.iter = 1;
     P.pos = pos < P.n ? pos : 0;
     P.cur = -1;
     atomic_store(&rp_on, 1);
@@ -162,7 +256,234 @@ static int same_bufs(uint32_t i, const ooc_opbuf_t *b, size_t nb, int bound) {
     return 1;
 }
 
+/* ---- recompute ------------------------------------------------------------------------------ */
+
+static int recipes_push(recipes_t *rs, recipe_t *r) {
+    if (rs->n == rs->cap) {
+        size_t nc = rs->cap ? rs->cap * 2 : 8;
+        recipe_t *v = realloc(rs->v, nc * sizeof *v);
+        if (!v)
+            return -1;
+        rs->v = v;
+        rs->cap = nc;
+    }
+    rs->v[rs->n++] = *r;
+    memset(r, 0, sizeof *r);
+    return 0;
+}
+
+/* Takes pending recipe i out of P.rc into *out. */
+static void take(size_t i, recipe_t *out) {
+    *out = P.rc.v[i];
+    P.rc.v[i] = P.rc.v[--P.rc.n];
+}
+
+/* Does buffer (addr, id) belong to recipe r (its buffer, or one its producers read)? */
+static int in_recipe(const recipe_t *r, uint64_t id, int inputs_only) {
+    if (!inputs_only && r->buf.id == id)
+        return 1;
+    for (uint32_t j = 0; j < r->nin; j++)
+        if (r->in[j].id == id)
+            return 1;
+    return 0;
+}
+
+/* Settles pending recipe i before an op (residency lock held, inside ooc_mem_begin): when the
+ * buffer still has all its bytes, its drop is cancelled; otherwise it and the buffers its
+ * producers read join the op's chunks, and the producers are queued for ooc_replay_op_ready,
+ * after those of any dropped buffer they read. */
+static void resolve(size_t i, unsigned depth) {
+    recipe_t r;
+    take(i, &r);
+    if (!ooc_mem_l_lost(r.buf.addr, r.buf.id)) {
+        ooc_mem_l_discard(r.buf.addr, r.buf.id, 0);
+        ooc_stats_add(OOC_STAT_recompute_unneeded, 1);
+        recipe_free(&r);
+        return;
+    }
+    for (size_t k = 0; depth < 8 && k < P.rc.n;) {
+        if (in_recipe(&r, P.rc.v[k].buf.id, 1))
+            resolve(k, depth + 1); /* k now holds another recipe */
+        else
+            k++;
+    }
+    int ok = ooc_mem_l_include(r.buf.addr, r.buf.id) == 0;
+    for (uint32_t j = 0; ok && j < r.nin; j++)
+        ok = ooc_mem_l_include(r.in[j].addr, r.in[j].id) == 0;
+    if (!ok || recipes_push(&Q, &r) != 0) {
+        OOC_LOG_E("a dropped buffer (%#llx) cannot be rebuilt: %s; the operations that read it "
+                  "will see wrong bytes",
+                  (unsigned long long)r.buf.addr,
+                  ok ? "out of memory" : "a buffer its producers read is gone");
+        recipe_free(&r);
+        return;
+    }
+    atomic_store(&ooc_replay_rebuilds, 1);
+}
+
+/* Settles every pending recipe (a divergence, an iteration's end, the end of the plan). */
+static void resolve_all(void) {
+    while (P.rc.n)
+        resolve(P.rc.n - 1, 0);
+}
+
+/* Settles the recipes the op about to run touches: its buffer, or one its producers read (an op
+ * may change that). */
+static void resolve_touched(const ooc_opbuf_t *b, size_t nb) {
+    for (size_t k = 0; k < P.rc.n;) {
+        int hit = 0;
+        for (size_t q = 0; q < nb && !hit; q++)
+            hit = in_recipe(&P.rc.v[k], b[q].id, 0);
+        if (hit)
+            resolve(k, 0);
+        else
+            k++;
+    }
+}
+
+/* The recipe of buffer `buf` dropped by action k, or -1 when it cannot be had now (a producer
+ * not issued this iteration, a buffer not bound, memory). */
+static int make_recipe(uint32_t k, recipe_t *r) {
+    const ooc_action_t *rc = &P.pl->acts[P.drop_rc[k]];
+    int32_t buf = P.pl->acts[k].buf;
+    memset(r, 0, sizeof *r);
+    r->buf = P.bind[buf];
+    uint32_t nin = 0;
+    for (uint32_t j = 0; j < rc->nvia; j++) {
+        int32_t v = P.pl->via[rc->via_off + j];
+        if (v < 0 || (uint32_t)v >= P.n || P.ops[v].saved_iter != P.iter)
+            return -1;
+        nin += P.p->ops[v].nref;
+    }
+    r->sl = calloc(rc->nvia ? rc->nvia : 1, sizeof *r->sl);
+    r->in = calloc(nin ? nin : 1, sizeof *r->in);
+    if (!r->sl || !r->in) {
+        recipe_free(r);
+        return -1;
+    }
+    r->nvia = rc->nvia;
+    for (uint32_t j = 0; j < rc->nvia; j++) {
+        int32_t v = P.pl->via[rc->via_off + j];
+        const ooc_op_t *o = &P.p->ops[v];
+        /* The launch moves to the recipe: each producer serves one buffer per iteration. */
+        r->sl[j] = P.ops[v].sl;
+        memset(&P.ops[v].sl, 0, sizeof P.ops[v].sl);
+        P.ops[v].saved_iter = 0;
+        r->dur_ns += o->duration_ns;
+        for (uint32_t q = 0; q < o->nref; q++) {
+            int32_t x = P.p->refs[o->ref_off + q].buf;
+            if (x == buf)
+                continue;
+            if (!P.bind[x].id) {
+                recipe_free(r);
+                return -1;
+            }
+            int dup = 0;
+            for (uint32_t t = 0; t < r->nin; t++)
+                dup |= r->in[t].id == P.bind[x].id;
+            if (!dup)
+                r->in[r->nin++] = P.bind[x];
+        }
+    }
+    return 0;
+}
+
+/* The plan drops buffer x after the op just issued (action k): when a recompute of it follows
+ * and its recipe is complete, its bytes are given up (evicted without a copy, when memory is
+ * needed); otherwise it is only the first to evict, with a copy, as a dead buffer is. */
+static void drop(uint32_t k, const bind_t *x) {
+    recipe_t r;
+    for (size_t i = 0; i < P.rc.n; i++)
+        if (P.rc.v[i].buf.id == x->id)
+            return; /* already waiting to be rebuilt */
+    if (P.drop_rc[k] >= 0 && make_recipe(k, &r) == 0) {
+        if (ooc_mem_l_discard(x->addr, x->id, 1) && recipes_push(&P.rc, &r) == 0) {
+            ooc_stats_add(OOC_STAT_recompute_drops, 1);
+            return;
+        }
+        ooc_mem_l_discard(x->addr, x->id, 0);
+        recipe_free(&r);
+    }
+    ooc_mem_l_drop(x->addr, x->id);
+}
+
+CUresult ooc_replay_op_ready(CUresult r, CUstream stream, int per_thread) {
+    CUstream s = (per_thread && stream == NULL) ? CU_STREAM_PER_THREAD : stream;
+    pthread_mutex_lock(&rp_lock);
+    size_t i = 0;
+    for (; i < Q.n && r == CUDA_SUCCESS; i++) {
+        recipe_t *q = &Q.v[i];
+        for (uint32_t j = 0; j < q->nvia && r == CUDA_SUCCESS; j++)
+            r = ooc_launch_issue(&q->sl[j], s);
+        if (r != CUDA_SUCCESS) {
+            OOC_LOG_E("a dropped buffer (%#llx) could not be rebuilt: re-launching its producer "
+                      "failed (%s)",
+                      (unsigned long long)q->buf.addr, ooc_real_errname(r));
+            break;
+        }
+        ooc_stats_add(OOC_STAT_recomputes, 1);
+        ooc_stats_add(OOC_STAT_recompute_launches, q->nvia);
+        ooc_stats_add(OOC_STAT_recompute_ns, q->dur_ns);
+    }
+    /* The op will not run (its residency or a rebuild failed): what was not rebuilt waits again
+     * while the plan is followed; without a plan it cannot be rebuilt any more. */
+    for (; i < Q.n; i++) {
+        if (ooc_replay_on() && recipes_push(&P.rc, &Q.v[i]) == 0)
+            continue;
+        OOC_LOG_E("a dropped buffer (%#llx) is lost: the operation before which it was to be "
+                  "rebuilt failed",
+                  (unsigned long long)Q.v[i].buf.addr);
+        recipe_free(&Q.v[i]);
+    }
+    for (size_t k = 0; k < Q.n; k++)
+        recipe_free(&Q.v[k]);
+    Q.n = 0;
+    atomic_store(&ooc_replay_rebuilds, 0);
+    pthread_mutex_unlock(&rp_lock);
+    return r;
+}
+
+void ooc_replay_before_free(CUdeviceptr p, CUstream s) {
+    pthread_mutex_lock(&rp_lock);
+    int hit = 0;
+    for (size_t k = 0; k < P.rc.n;) {
+        const recipe_t *r = &P.rc.v[k];
+        for (uint32_t j = 0; j < r->nin; j++)
+            hit |= r->in[j].addr == (uintptr_t)p;
+        if (r->buf.addr == (uintptr_t)p) {
+            recipe_t dead;
+            take(k, &dead); /* freed: nothing to rebuild */
+            recipe_free(&dead);
+        } else {
+            k++;
+        }
+    }
+    pthread_mutex_unlock(&rp_lock);
+    if (!hit)
+        return;
+    /* An op of the shim's that reads p: the recipes that need p are settled before it. */
+    ooc_access_t *a = malloc(sizeof *a);
+    if (!a) {
+        OOC_LOG_E("out of memory: a dropped buffer whose producer reads %#llx may be lost",
+                  (unsigned long long)p);
+        return;
+    }
+    memset(a, 0, offsetof(ooc_access_t, kind));
+    a->kind = OOC_OP_KERNEL;
+    a->name = "ooc-rebuild";
+    ooc_mem_note(a, (uintptr_t)p);
+    ooc_internal_op = 2;
+    CUresult r = ooc_mem_begin(a, s, 0);
+    if (atomic_load_explicit(&ooc_replay_rebuilds, memory_order_relaxed))
+        r = ooc_replay_op_ready(r, s, 0);
+    ooc_mem_end(a, s, 0, r == CUDA_SUCCESS);
+    ooc_internal_op = 0;
+    free(a);
+}
+
 static void new_iteration(void) {
+    resolve_all();
+    P.iter++;
     if (P.pos == P.n && !P.iter_diverged)
         P.bad = 0;
     P.pos = 0;
@@ -181,6 +502,7 @@ static void rerecord(void) {
     OOC_LOG_W("the program's iteration no longer matches the plan (%u iterations in a row "
               "diverged): recording it again",
               P.bad);
+    resolve_all();
     clear();
     ooc_record_restart_l();
 }
@@ -194,6 +516,7 @@ static void count_bad(void) {
 
 static void diverge(uint32_t i, const char *why) {
     ooc_stats_add(OOC_STAT_divergences, 1);
+    resolve_all(); /* the plan no longer says what comes: rebuild what was dropped now */
     if (!P.said) {
         P.said = 1;
         OOC_LOG_I("replay: the program's op %u of the iteration does not match the plan (%s); "
@@ -209,8 +532,18 @@ static void diverge(uint32_t i, const char *why) {
 }
 
 void ooc_replay_op_begin(const ooc_access_t *a, const ooc_opbuf_t *b, size_t nb, CUstream s) {
+    if (ooc_internal_op == 1)
+        return;
     pthread_mutex_lock(&rp_lock);
     if (!ooc_replay_on()) {
+        pthread_mutex_unlock(&rp_lock);
+        return;
+    }
+    /* Whatever the op is, a dropped buffer it touches, or whose producers read what it touches,
+     * is settled first. */
+    if (P.rc.n)
+        resolve_touched(b, nb);
+    if (ooc_internal_op) {
         pthread_mutex_unlock(&rp_lock);
         return;
     }
@@ -253,13 +586,25 @@ void ooc_replay_op_begin(const ooc_access_t *a, const ooc_opbuf_t *b, size_t nb,
     const ooc_op_t *o = &P.p->ops[i];
     for (uint32_t r = 0; r < o->nref; r++)
         P.bind[P.p->refs[o->ref_off + r].buf] = (bind_t){b[r].addr, b[r].id};
-    const rp_op_t *ro = &P.ops[i];
+    rp_op_t *ro = &P.ops[i];
+    if (ro->is_via) {
+        ro->saved_iter = 0;
+        if (ooc_launch_now && ooc_launch_now->fn == a->fn &&
+            ooc_launch_save(ooc_launch_now, &ro->sl) == 0)
+            ro->saved_iter = P.iter;
+    }
     for (uint32_t k = ro->act_off; k < ro->act_off + ro->nact; k++) {
         const ooc_action_t *act = &P.pl->acts[k];
         const bind_t *x = &P.bind[act->buf];
         if (act->when == OOC_BEFORE && act->kind == OOC_ACT_SWAPIN && x->id)
             ooc_mem_l_prefetch(x->addr, x->id, s);
-        /* WAIT: ops wait for the copies of the chunks they use (mem.c). RECOMPUTE: see top. */
+        if (act->when == OOC_BEFORE && act->kind == OOC_ACT_RECOMPUTE && x->id)
+            for (size_t q = 0; q < P.rc.n; q++)
+                if (P.rc.v[q].buf.id == x->id) {
+                    resolve(q, 0);
+                    break;
+                }
+        /* WAIT: ops wait for the copies of the chunks they use (mem.c). */
     }
     P.cur = (int32_t)i;
     P.pos = i + 1;
@@ -268,6 +613,8 @@ void ooc_replay_op_begin(const ooc_access_t *a, const ooc_opbuf_t *b, size_t nb,
 }
 
 void ooc_replay_op_end(CUstream s) {
+    if (ooc_internal_op)
+        return;
     pthread_mutex_lock(&rp_lock);
     if (!ooc_replay_on() || P.cur < 0) {
         pthread_mutex_unlock(&rp_lock);
@@ -282,7 +629,7 @@ void ooc_replay_op_end(CUstream s) {
         if (act->kind == OOC_ACT_SWAPOUT)
             ooc_mem_l_swapout(x->addr, x->id, s);
         else if (act->kind == OOC_ACT_DROP)
-            ooc_mem_l_drop(x->addr, x->id);
+            drop(k, x);
     }
     P.cur = -1;
     pthread_mutex_unlock(&rp_lock);
@@ -298,6 +645,8 @@ void ooc_replay_mark(void) {
 void ooc_replay_stop(void) {
     pthread_mutex_lock(&rp_lock);
     clear();
+    recipes_clear(&Q);
+    atomic_store(&ooc_replay_rebuilds, 0);
     pthread_mutex_unlock(&rp_lock);
 }
 

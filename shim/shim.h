@@ -58,7 +58,9 @@
     X(cuFuncGetName, PFN_cuFuncGetName_v12030)                                                     \
     X(cuEventElapsedTime, PFN_cuEventElapsedTime_v2000)                                            \
     X(cuGetErrorName, PFN_cuGetErrorName_v6000)                                                    \
-    X(cuStreamIsCapturing, PFN_cuStreamIsCapturing_v10000)
+    X(cuStreamIsCapturing, PFN_cuStreamIsCapturing_v10000)                                         \
+    X(cuModuleLoadData, PFN_cuModuleLoadData_v2000)                                                \
+    X(cuModuleGetFunction, PFN_cuModuleGetFunction_v2000)
 
 typedef struct ooc_real {
 #define HOOK(base, ver, ptds, sym, pfn) pfn sym;
@@ -223,6 +225,21 @@ int ooc_mem_replay_init(void);
 unsigned ooc_mem_l_swapout(uintptr_t addr, uint64_t id, CUstream s);
 unsigned ooc_mem_l_prefetch(uintptr_t addr, uint64_t id, CUstream s);
 void ooc_mem_l_drop(uintptr_t addr, uint64_t id);
+/* Recompute (replay.c; residency lock held, same buffer rules as above):
+ * - discard (on = 1): the buffer's bytes will be rebuilt, not needed: its resident chunks are the
+ *   first to evict and are evicted without a copy (they become EMPTY); returns 1, or 0 when the
+ *   buffer is not one the plan acts on. on = 0 cancels: chunks still resident keep their bytes
+ *   and are evicted with a copy again. A chunk an op uses, or that is mapped again, is no longer
+ *   discarded.
+ * - lost: 1 when some chunk of the buffer lost its bytes to a discarding eviction (or the
+ *   buffer is gone), 0 when every byte is still resident or on the host.
+ * - include: called from ooc_replay_op_begin only (inside ooc_mem_begin, before the op's chunks
+ *   are made resident): adds the chunks of buffer (addr, id), any size, to the op's, so that
+ *   they are resident (an EMPTY chunk mapped without a copy) and used by the op's stream. 0, or
+ *   -1 when the buffer is gone or memory ran out. */
+int ooc_mem_l_discard(uintptr_t addr, uint64_t id, int on);
+int ooc_mem_l_lost(uintptr_t addr, uint64_t id);
+int ooc_mem_l_include(uintptr_t addr, uint64_t id);
 /* Calls fn for every live buffer (for a new recording). Caller holds the residency lock. */
 void ooc_mem_l_each_buffer(void (*fn)(uint64_t id, uintptr_t addr, uint64_t bytes, void *ctx),
                            void *ctx);
@@ -278,6 +295,16 @@ int ooc_replay_load(const char *plan_path);
  * issued on s, those after it. */
 void ooc_replay_op_begin(const ooc_access_t *a, const ooc_opbuf_t *b, size_t nb, CUstream s);
 void ooc_replay_op_end(CUstream s);
+/* After ooc_mem_begin returned r for an op, before the op is issued (residency lock held):
+ * issues, on the op's stream, the producers of the dropped buffers that ooc_replay_op_begin
+ * queued to be rebuilt before it. Returns r, or the error of a producer's launch (the op is then
+ * not issued). When r is an error nothing is launched: the rebuilds wait for a later op.
+ * ooc_replay_rebuilds is not 0 while some are queued (one relaxed load on the op path). */
+extern _Atomic int ooc_replay_rebuilds OOC_INTERNAL;
+CUresult ooc_replay_op_ready(CUresult r, CUstream stream, int per_thread);
+/* Before the program frees buffer p (not under the residency lock): a dropped buffer whose
+ * producers read p is rebuilt, or kept, first. */
+void ooc_replay_before_free(CUdeviceptr p, CUstream s);
 /* The program's iteration marker. */
 void ooc_replay_mark(void);
 /* Stops replaying (at exit). */
@@ -287,6 +314,81 @@ void ooc_replay_stop(void);
 
 /* Adds every buffer a launch's parameters point into. */
 void ooc_launch_access(CUfunction f, void **params, void **extra, ooc_access_t *a);
+/* The parameter layout of f (cached): *n parameters at offsets off[] of sizes size[]. 0, or -1
+ * when the driver cannot say. The arrays live as long as the process. Thread-safe. */
+int ooc_launch_layout(CUfunction f, unsigned *n, const uint32_t **off, const uint32_t **size);
+
+/* ---- recompute.c: producers verified by checksum, and re-launched ---------------------------- */
+
+/* A kernel launch as the program issues it (hooks.c), borrowed for the duration of the hook. */
+typedef struct ooc_launch {
+    CUfunction fn;
+    unsigned grid[3], block[3], shared;
+    int kind; /* 0 cuLaunchKernel, 1 cuLaunchKernelEx, 2 cuLaunchCooperativeKernel */
+    const CUlaunchConfig *cfg;
+    void **params, **extra;
+} ooc_launch_t;
+
+/* The launch being issued on this thread, between launch_op's start and end; NULL otherwise
+ * (copies, graph launches). replay.c saves it when the op is a producer of the plan. */
+extern _Thread_local const ooc_launch_t *ooc_launch_now OOC_INTERNAL;
+/* Set while the shim issues its own work through ooc_mem_begin/ooc_mem_end (verification, a
+ * rebuild): replay.c does not match such an op against the plan. */
+extern _Thread_local int ooc_internal_op OOC_INTERNAL;
+
+/* A copy of a launch that can be issued again: its parameter bytes are owned. */
+typedef struct ooc_saved_launch {
+    CUfunction fn;
+    unsigned grid[3], block[3], shared;
+    int kind;
+    CUlaunchConfig cfg; /* kind 1, attrs copied below */
+    CUlaunchAttribute attrs[8];
+    int packed; /* the parameters came packed in `extra` */
+    unsigned nparams;
+    unsigned char *bytes; /* the parameter bytes */
+    size_t nbytes, cap;
+    void **ptrs; /* kernelParams into bytes */
+    size_t cap_ptrs;
+    uint32_t *off, *size; /* per parameter (kernelParams) */
+} ooc_saved_launch_t;
+
+/* Copies launch l into s (reusing s's memory). 0, or -1 (out of memory, no layout, or launch
+ * attributes that do not fit) with s empty. */
+int ooc_launch_save(const ooc_launch_t *l, ooc_saved_launch_t *s);
+/* Replaces every aligned 8-byte parameter word in [from, from + bytes) with the same offset
+ * from `to`. Returns how many words were replaced. */
+unsigned ooc_launch_subst(ooc_saved_launch_t *s, uintptr_t from, uint64_t bytes, uintptr_t to);
+/* Issues s on stream st through the real driver. */
+CUresult ooc_launch_issue(const ooc_saved_launch_t *s, CUstream st);
+void ooc_launch_saved_free(ooc_saved_launch_t *s);
+
+/* Verification while recording, around a kernel launch (launch_op): pre takes what must be seen
+ * before the launch (checksums of the buffers it references, once per kind of launch); post, once
+ * the launch was issued (r), re-launches it into scratch memory for each buffer it is the first
+ * to write, and compares. Between them the recorder calls ooc_verify_note. v lives on the
+ * caller's stack. Cheap when the recorder is off. Thread-safe. */
+typedef struct ooc_verify {
+    int on;
+    uint64_t key;
+    unsigned n;
+    uintptr_t *addr;
+    uint64_t *size;
+    uint64_t *pre; /* checksums before the launch, NULL when not taken */
+} ooc_verify_t;
+void ooc_verify_pre(ooc_verify_t *v, const ooc_launch_t *l, const ooc_access_t *a, CUstream s);
+void ooc_verify_post(ooc_verify_t *v, const ooc_launch_t *l, CUstream s, CUresult r);
+/* The recorder, logging the op being verified on this thread (inside ooc_record_op_end): the
+ * key it files the op under (0 when none), and its buffers with, for each, whether this op is
+ * the first since its allocation to use it. */
+uint64_t ooc_verify_key(void);
+void ooc_verify_note(const ooc_opbuf_t *b, size_t nb, const uint8_t *first);
+/* What verification found for an op of kind `key` with nref references (build time): acc[r]
+ * refined to OOC_USE_R (it never changed the buffer), OOC_USE_W (its re-launch rewrote all of it,
+ * whatever was there before, with the same bytes) or left as is; prod[r] 1 when it is a verified
+ * producer of reference r. Returns 0, or -1 when nothing is known (acc and prod unchanged). */
+int ooc_verify_lookup(uint64_t key, uint32_t nref, uint8_t *acc, uint8_t *prod);
+/* Forgets what was verified (a new recording). */
+void ooc_verify_reset(void);
 
 /* ---- graph.c: stream capture and graph launches ---------------------------------------------- */
 

@@ -29,6 +29,14 @@
     X(stall_ns, COUNTER, NS, "stall time")                                                         \
     X(host_aliases, COUNTER, COUNT, "swapped chunks mapped to their host copy")                    \
     X(recomputes, COUNTER, COUNT, "recomputations")                                                \
+    X(recompute_launches, COUNTER, COUNT, "producer re-launches to rebuild buffers")               \
+    X(recompute_ns, COUNTER, NS, "rebuild time (producers' recorded durations)")                   \
+    X(recompute_drops, COUNTER, COUNT, "buffers dropped to be rebuilt")                            \
+    X(recompute_unneeded, COUNTER, COUNT, "rebuilds not needed: bytes still there")                \
+    X(recompute_evictions, COUNTER, COUNT, "chunks released without a copy (rebuildable)")         \
+    X(producers_verified, COUNTER, COUNT, "producers verified by checksum")                        \
+    X(producers_refused, COUNTER, COUNT, "producers refused by checksum")                          \
+    X(verify_ns, COUNTER, NS, "time spent verifying producers")                                    \
     X(demand_ops, COUNTER, COUNT, "operations made resident on demand")                            \
     X(planned_ops, COUNTER, COUNT, "operations run as planned")                                    \
     X(divergences, COUNTER, COUNT, "divergences from the plan")                                    \

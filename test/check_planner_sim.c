@@ -172,6 +172,38 @@ START_TEST(test_recompute_relaunches_producer) {
 }
 END_TEST
 
+/* A buffer changed in place after its producer (a ReLU applied to a GEMM's output) is not
+ * recomputable: re-launching the producer would lose the change. */
+START_TEST(test_buffer_written_after_its_producer_is_not_recomputable) {
+    ooc_profile_t *p = ooc_profile_new();
+    p->chunk_bytes = 1 << 16;
+    p->h2d_bps = p->d2h_bps = 1e9;
+    p->bidir_bps = 2e9;
+    int32_t prod = 0;
+    ck_assert_int_eq(ooc_profile_add_buffer(p, 1000, 0, 4, 0, "A", &prod, 1), 0);
+    ck_assert_int_eq(ooc_profile_add_buffer(p, 1000, 0, 4, 0, "X", NULL, 0), 1);
+    ooc_ref_t w[2] = {{0, OOC_ACCESS_W}, {1, OOC_ACCESS_R}}, inplace = {0, OOC_ACCESS_RW},
+              other = {1, OOC_ACCESS_R}, rd = {0, OOC_ACCESS_R};
+    ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "gemm", NULL, 1000, w, 2);
+    ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "relu", NULL, 1000, &inplace, 1);
+    ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "k2", NULL, 1000, &other, 1);
+    ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "k3", NULL, 1000, &other, 1);
+    ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "k4", NULL, 1000, &rd, 1);
+    char err[512] = "";
+    ck_assert_msg(ooc_profile_validate(p, err, sizeof err) == 0, "%s", err);
+    ooc_model_t *m;
+    ck_assert_int_eq(ooc_model_build(p, p->chunk_bytes, &m), 0);
+    ck_assert_int_eq(m->recomp[0], 0);
+    ooc_model_free(m);
+    /* without the in-place op it would be */
+    p->refs[p->ops[1].ref_off].access = OOC_ACCESS_R;
+    ck_assert_int_eq(ooc_model_build(p, p->chunk_bytes, &m), 0);
+    ck_assert_int_eq(m->recomp[0], 1);
+    ooc_model_free(m);
+    ooc_profile_free(p);
+}
+END_TEST
+
 START_TEST(test_budget_below_an_op_is_infeasible_naming_it) {
     ooc_profile_t *p = tiny();
     ooc_model_t *m;
@@ -421,6 +453,7 @@ Suite *suite_planner_sim(void) {
     tcase_add_test(tc, test_memory_waits_for_released_chunks);
     tcase_add_test(tc, test_broken_plans_are_reported);
     tcase_add_test(tc, test_recompute_relaunches_producer);
+    tcase_add_test(tc, test_buffer_written_after_its_producer_is_not_recomputable);
     tcase_add_test(tc, test_budget_below_an_op_is_infeasible_naming_it);
     tcase_add_test(tc, test_dead_buffers_freed_later_are_swapped_out);
     suite_add_tcase(s, tc);

@@ -160,6 +160,7 @@ typedef struct wl_opts {
     int change_batch;   /* ... B samples per iteration */
     int mark;           /* --mark */
     int warmup_differs; /* --warmup-differs */
+    int relu_copy;      /* --relu-copy */
     int time;           /* --time */
 } wl_opts_t;
 

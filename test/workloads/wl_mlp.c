@@ -36,6 +36,8 @@ static void autotune(CUstream s, const layer_t *L, CUdeviceptr x, int batch) {
 
 static void train_step(CUstream s, const layer_t *L, int it, int batch, float *hx, int32_t *hy) {
     CUdeviceptr act[MAX_LAYERS + 1], dact[MAX_LAYERS + 1], gw[MAX_LAYERS], gb[MAX_LAYERS];
+    CUdeviceptr pre[MAX_LAYERS + 1] = {0}; /* --relu-copy: the pre-activations */
+    int copy = wl_opts()->relu_copy;
     wl_batch(it, batch, spec->dims[0], spec->dims[spec->layers], hx, hy);
     act[0] = wl_alloc((size_t)batch * spec->dims[0] * sizeof(float));
     CUdeviceptr labels = wl_alloc((size_t)batch * sizeof(int32_t));
@@ -44,14 +46,23 @@ static void train_step(CUstream s, const layer_t *L, int it, int batch, float *h
     if (it == 0 && wl_opts()->warmup_differs)
         autotune(s, L, act[0], batch);
 
-    /* Forward: z = act W + b, then ReLU in place except on the logits. */
+    /* Forward: z = act W + b, then ReLU (in place, or into a new buffer with --relu-copy)
+     * except on the logits. */
     for (int l = 0; l < spec->layers; l++) {
         int in = spec->dims[l], out = spec->dims[l + 1];
-        act[l + 1] = wl_alloc((size_t)batch * out * sizeof(float));
-        wl_gemm(s, 0, 0, batch, out, in, 1.0f, act[l], in, L[l].w->w, out, 0.0f, act[l + 1], out);
-        wl_bias_add(s, act[l + 1], L[l].b->w, batch, out, 1);
-        if (l + 1 < spec->layers)
-            wl_relu(s, act[l + 1], act[l + 1], (uint64_t)batch * out);
+        int hidden = l + 1 < spec->layers;
+        CUdeviceptr z = wl_alloc((size_t)batch * out * sizeof(float));
+        wl_gemm(s, 0, 0, batch, out, in, 1.0f, act[l], in, L[l].w->w, out, 0.0f, z, out);
+        wl_bias_add(s, z, L[l].b->w, batch, out, 1);
+        if (hidden && copy) {
+            pre[l + 1] = z;
+            act[l + 1] = wl_alloc((size_t)batch * out * sizeof(float));
+            wl_relu(s, z, act[l + 1], (uint64_t)batch * out);
+        } else {
+            act[l + 1] = z;
+            if (hidden)
+                wl_relu(s, z, z, (uint64_t)batch * out);
+        }
     }
     CUdeviceptr loss = wl_alloc_async(sizeof(float), s);
     dact[spec->layers] =
@@ -67,8 +78,11 @@ static void train_step(CUstream s, const layer_t *L, int it, int batch, float *h
         int in = spec->dims[l], out = spec->dims[l + 1];
         CUdeviceptr dz = dact[l + 1];
         if (l + 1 < spec->layers) {
-            wl_relu_bwd(s, act[l + 1], dz, dz, (uint64_t)batch * out);
+            /* relu(z) > 0 exactly where z > 0: the pre-activation serves as well. */
+            wl_relu_bwd(s, copy ? pre[l + 1] : act[l + 1], dz, dz, (uint64_t)batch * out);
             wl_free(act[l + 1]);
+            if (copy)
+                wl_free(pre[l + 1]);
         }
         gw[l] = wl_alloc((size_t)in * out * sizeof(float));
         gb[l] = wl_alloc((size_t)out * sizeof(float));

@@ -34,7 +34,8 @@ const wl_opts_t *wl_opts(void) {
 static void usage(const wl_program_t *p, FILE *f) {
     fprintf(f,
             "usage: %s [--iters N] [--seed S] [--batch B] [--last-batch B] [--mark]\n"
-            "       %*s [--batch-from I:B] [--warmup-differs] [--time] [--help]\n\n"
+            "       %*s [--batch-from I:B] [--warmup-differs] [--relu-copy] [--time]\n"
+            "       %*s [--help]\n\n"
             "%s\n\n"
             "Options:\n"
             "  --iters N          training iterations (default %d)\n"
@@ -47,6 +48,9 @@ static void usage(const wl_program_t *p, FILE *f) {
             "                     has it (the ooc-shim marker, found with dlsym(RTLD_DEFAULT))\n"
             "  --warmup-differs   the first iteration also issues extra ops that do not change\n"
             "                     the results, as autotuning does\n"
+            "  --relu-copy        ReLU out of place (mlp, large): the activation goes to a new\n"
+            "                     buffer and the pre-activation is kept for the backward pass,\n"
+            "                     as a framework does without inplace=True; same results\n"
             "  --time             time each iteration on the host (CLOCK_MONOTONIC), with a\n"
             "                     cuCtxSynchronize before the first iteration and after each\n"
             "                     one, and print at the end, on stderr, one line\n"
@@ -61,7 +65,8 @@ static void usage(const wl_program_t *p, FILE *f) {
             "  checksum: H              FNV-1a 64 of all weight bytes after training (16 hex)\n"
             "Driver or cuDNN errors print `error: <function>: <name> (<code>)` and exit 2.\n"
             "Run on the simulated device with scripts/with-fakecuda.\n",
-            p->name, (int)strlen(p->name), "", p->about, p->default_iters, p->default_batch);
+            p->name, (int)strlen(p->name), "", (int)strlen(p->name), "", p->about, p->default_iters,
+            p->default_batch);
 }
 
 static long parse_num(const wl_program_t *p, const char *opt, const char *arg, long min) {
@@ -107,6 +112,8 @@ void wl_parse_args(const wl_program_t *p, int argc, char **argv, wl_opts_t *o) {
             o->mark = 1;
         } else if (strcmp(a, "--warmup-differs") == 0) {
             o->warmup_differs = 1;
+        } else if (strcmp(a, "--relu-copy") == 0) {
+            o->relu_copy = 1;
         } else if (strcmp(a, "--time") == 0) {
             o->time = 1;
         } else {

@@ -1,0 +1,438 @@
+/* SPDX-License-Identifier: MIT */
+/* check_recompute.c: recompute. While recording, the shim verifies by checksum which kernel
+ * launches reproduce the buffer they write (profiles/FORMAT.md, `producers`), refuses those that
+ * do not (a result that changes from launch to launch, a launch that reads its output), and when
+ * replaying a plan that drops and recomputes buffers it rebuilds them by re-launching their
+ * producers: the program's checksum stays the oracle's, bit for bit, while the statistics show
+ * buffers given up without a copy and rebuilt. The simulated device fills new memory with 0xff,
+ * so a rebuild that did not happen would show in the checksum. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+Suite *suite_recompute(void);
+
+typedef struct run {
+    int status;
+    char checksum[64];
+    unsigned long long peak;
+    char *err;
+} run_t;
+
+/* Runs build/<name> with argv `args` (NULL-terminated) and the extra environment. */
+static run_t run(const char *name, const char *const *args, int shim, const char *const *extra) {
+    const char *env[40], *argv[24];
+    size_t n = 0, a = 0;
+    env[n++] = tu_fakecuda_libpath();
+    if (shim)
+        env[n++] = tu_shim_preload();
+    for (; extra && *extra && n < 39; extra++)
+        env[n++] = *extra;
+    env[n] = NULL;
+    argv[a++] = tu_build_path(name);
+    for (; args && *args && a < 23; args++)
+        argv[a++] = *args;
+    argv[a] = NULL;
+    tu_proc_t p;
+    run_t r;
+    memset(&r, 0, sizeof r);
+    ck_assert_int_eq(tu_run(argv, env, 300, &p), 0);
+    r.status = p.status;
+    char buf[64];
+    if (tu_field(p.out, "checksum", buf, sizeof buf))
+        snprintf(r.checksum, sizeof r.checksum, "%s", buf);
+    if (tu_field(p.out, "peak_device_bytes", buf, sizeof buf))
+        r.peak = strtoull(buf, NULL, 10);
+    r.err = p.err;
+    free(p.out);
+    return r;
+}
+
+/* The number at the end of the statistics row whose label starts with `label`; -1 if none. */
+static long long stat_of(const char *err, const char *label) {
+    const char *p = strstr(err, label);
+    if (!p)
+        return -1;
+    const char *eol = strchr(p, '\n');
+    size_t len = eol ? (size_t)(eol - p) : strlen(p);
+    char line[256];
+    snprintf(line, sizeof line, "%.*s", (int)(len < 255 ? len : 255), p);
+    char *sp = strrchr(line, ' ');
+    return sp ? strtoll(sp + 1, NULL, 10) : -1;
+}
+
+/* A profile's ops.tsv or buffers.tsv as rows of tab-separated fields (the two header lines
+ * skipped). */
+typedef struct table {
+    char *text;
+    char **rows;
+    size_t n;
+} table_t;
+
+static table_t read_table(const char *dir, const char *file) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "%s is missing", path);
+    table_t t = {NULL, NULL, 0};
+    size_t cap = 1 << 16, len = 0;
+    t.text = malloc(cap);
+    ck_assert_ptr_nonnull(t.text);
+    size_t k;
+    while ((k = fread(t.text + len, 1, cap - len - 1, f)) > 0) {
+        len += k;
+        if (len + 1 == cap) {
+            cap *= 2;
+            t.text = realloc(t.text, cap);
+            ck_assert_ptr_nonnull(t.text);
+        }
+    }
+    fclose(f);
+    t.text[len] = 0;
+    t.rows = calloc(len / 2 + 1, sizeof *t.rows);
+    ck_assert_ptr_nonnull(t.rows);
+    int line = 0;
+    for (char *p = strtok(t.text, "\n"); p; p = strtok(NULL, "\n"))
+        if (line++ >= 2)
+            t.rows[t.n++] = p;
+    return t;
+}
+
+static void free_table(table_t *t) {
+    free(t->text);
+    free(t->rows);
+}
+
+/* Field i (from 0) of a row, copied into buf. */
+static const char *field(const char *row, int i, char *buf, size_t len) {
+    const char *p = row;
+    for (; i > 0 && p; i--) {
+        p = strchr(p, '\t');
+        if (p)
+            p++;
+    }
+    ck_assert_ptr_nonnull(p);
+    size_t n = strcspn(p, "\t");
+    snprintf(buf, len, "%.*s", (int)(n < len ? n : len - 1), p);
+    return buf;
+}
+
+/* The access op row `op` makes to buffer `buf` ("r", "w", "rw"), or "" when it does not use it. */
+static const char *access_of(const char *oprow, long buf, char *out, size_t len) {
+    char refs[4096];
+    field(oprow, 6, refs, sizeof refs);
+    out[0] = 0;
+    for (char *p = refs; *p;) {
+        char *end;
+        long b = strtol(p, &end, 10);
+        ck_assert(*end == ':');
+        size_t n = strcspn(end + 1, ",");
+        if (b == buf)
+            snprintf(out, len, "%.*s", (int)n, end + 1);
+        p = end + 1 + n;
+        if (*p == ',')
+            p++;
+    }
+    return out;
+}
+
+static char *tmpdir(void) {
+    static char dirs[8][64];
+    static int next;
+    char *d = dirs[next++ % 8];
+    snprintf(d, 64, "/tmp/ooc-recompute-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(d));
+    return d;
+}
+
+static void rmdir_all(const char *dir) {
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* The perceptron with ReLU out of place: its activations are rebuilt from the pre-activations
+ * that the backward pass keeps (the in-place variant leaves nothing a producer could rebuild). */
+static const char *const MLP_ARGS[] = {"--iters", "10", "--layers", "12", "--relu-copy", NULL};
+
+START_TEST(test_profile_names_verified_producers) {
+    const char *dir = tmpdir();
+    char pdir[96];
+    snprintf(pdir, sizeof pdir, "OOC_PROFILE_DIR=%s", dir);
+    const char *env[] = {"FAKECUDA_SCHED=inline", "OOC_MODE=record", "OOC_STATS=1", pdir, NULL};
+    static const char *const args[] = {"--iters", "6", "--layers", "4", "--relu-copy", NULL};
+    run_t r = run("workloads/mlp", args, 1, env);
+    ck_assert_msg(r.status == 0, "%s", r.err);
+    ck_assert_msg(stat_of(r.err, "producers verified by checksum") > 0, "%s", r.err);
+    ck_assert_int_eq(stat_of(r.err, "producers refused by checksum"), 0);
+    table_t bufs = read_table(dir, "buffers.tsv"), ops = read_table(dir, "ops.tsv");
+    int with = 0, relu = 0;
+    char f[4096], acc[16];
+    for (size_t i = 0; i < bufs.n; i++) {
+        field(bufs.rows[i], 6, f, sizeof f);
+        if (strcmp(f, "-") == 0)
+            continue;
+        with++;
+        long b = strtol(field(bufs.rows[i], 0, f, sizeof f), NULL, 10);
+        ck_assert_str_eq(field(bufs.rows[i], 4, f, sizeof f), "0"); /* not persistent */
+        long alloc = strtol(field(bufs.rows[i], 2, f, sizeof f), NULL, 10);
+        long prod = strtol(field(bufs.rows[i], 6, f, sizeof f), NULL, 10);
+        ck_assert(alloc >= 0 && prod >= alloc && (size_t)prod < ops.n);
+        /* The producer is the buffer's first user, writes all of it and only reads the rest;
+         * every later op only reads it. */
+        for (long k = alloc; k < prod; k++)
+            ck_assert_str_eq(access_of(ops.rows[k], b, acc, sizeof acc), "");
+        ck_assert_str_eq(field(ops.rows[prod], 2, f, sizeof f), "kernel");
+        ck_assert_str_eq(access_of(ops.rows[prod], b, acc, sizeof acc), "w");
+        char refs[4096];
+        field(ops.rows[prod], 6, refs, sizeof refs);
+        ck_assert_msg(strstr(refs, ":rw") == NULL, "producer %ld of %ld: %s", prod, b, refs);
+        ck_assert_ptr_nonnull(strstr(refs, ":w"));
+        for (size_t k = (size_t)prod + 1; k < ops.n; k++) {
+            access_of(ops.rows[k], b, acc, sizeof acc);
+            ck_assert_msg(acc[0] == 0 || strcmp(acc, "r") == 0, "op %zu changes buffer %ld (%s)", k,
+                          b, acc);
+        }
+        relu += strcmp(field(ops.rows[prod], 3, f, sizeof f), "relu_f32") == 0;
+    }
+    /* The three hidden activations are rebuilt from their pre-activations; the pre-activations
+     * themselves are not (the bias is added in place after the GEMM that writes them). */
+    ck_assert_int_ge(relu, 3);
+    ck_assert_int_ge(with, relu);
+    free_table(&bufs);
+    free_table(&ops);
+    free(r.err);
+    rmdir_all(dir);
+}
+END_TEST
+
+START_TEST(test_nondeterministic_producers_are_refused) {
+    const char *dir = tmpdir();
+    char pdir[96];
+    snprintf(pdir, sizeof pdir, "OOC_PROFILE_DIR=%s", dir);
+    const char *env[] = {"FAKECUDA_SCHED=threaded", "OOC_MODE=record", "OOC_STATS=1", pdir, NULL};
+    run_t r = run("test/progs/rcprog", NULL, 1, env);
+    ck_assert_msg(r.status == 0, "%s", r.err);
+    ck_assert_msg(stat_of(r.err, "producers refused by checksum") >= 2, "%s", r.err);
+    ck_assert_msg(stat_of(r.err, "producers verified by checksum") >= 1, "%s", r.err);
+    table_t bufs = read_table(dir, "buffers.tsv"), ops = read_table(dir, "ops.tsv");
+    char f[256], name[64];
+    int copy = 0, noisy = 0, acc_own = 0;
+    for (size_t i = 0; i < bufs.n; i++) {
+        field(bufs.rows[i], 6, f, sizeof f);
+        long b = (long)i;
+        /* The op that first uses this buffer. */
+        for (size_t k = 0; k < ops.n; k++) {
+            char a[16];
+            if (access_of(ops.rows[k], b, a, sizeof a)[0] == 0)
+                continue;
+            field(ops.rows[k], 3, name, sizeof name);
+            if (strcmp(name, "noisy_fill_f32") == 0) {
+                noisy++;
+                ck_assert_msg(strcmp(f, "-") == 0, "a nondeterministic producer was kept");
+            } else if (strcmp(name, "accumulate_f32") == 0) {
+                acc_own++;
+                ck_assert_msg(strcmp(f, "-") == 0, "a producer that reads its output was kept");
+            } else if (strcmp(name, "copy_f32") == 0 && strcmp(f, "-") != 0) {
+                copy++;
+                ck_assert_int_eq(strtol(f, NULL, 10), (long)k);
+            }
+            break;
+        }
+    }
+    ck_assert_int_eq(noisy, 1);
+    ck_assert_int_ge(acc_own, 1);
+    ck_assert_int_eq(copy, 1);
+    free_table(&bufs);
+    free_table(&ops);
+    free(r.err);
+    rmdir_all(dir);
+}
+END_TEST
+
+/* The environment of a run at `budget` bytes: the timing model with a slow link (2 Gbit/s each
+ * way), so that swapping costs more than re-launching a ReLU and the planner recomputes. */
+typedef struct envs {
+    char cap[64], budget[64], sched[64], jit[64], seed[64], pdir[96], plan[128];
+    const char *v[24];
+} envs_t;
+
+static const char *const *make_env(envs_t *e, unsigned long long budget, const char *sched,
+                                   unsigned seed, const char *dir, const char *mode,
+                                   const char *plan) {
+    snprintf(e->cap, sizeof e->cap, "FAKECUDA_MEM_BYTES=%llu", budget);
+    snprintf(e->budget, sizeof e->budget, "OOC_BUDGET=%llu", budget);
+    snprintf(e->sched, sizeof e->sched, "FAKECUDA_SCHED=%s", sched);
+    snprintf(e->jit, sizeof e->jit, "FAKECUDA_JITTER_US=%u", seed ? 20u : 0u);
+    snprintf(e->seed, sizeof e->seed, "FAKECUDA_SEED=%u", seed ? seed : 1u);
+    snprintf(e->pdir, sizeof e->pdir, "OOC_PROFILE_DIR=%s", dir);
+    size_t n = 0;
+    e->v[n++] = e->cap;
+    e->v[n++] = e->budget;
+    e->v[n++] = e->sched;
+    e->v[n++] = e->jit;
+    e->v[n++] = e->seed;
+    e->v[n++] = e->pdir;
+    e->v[n++] = mode;
+    e->v[n++] = "OOC_STATS=1";
+    e->v[n++] = "OOC_CHUNK=64K";
+    e->v[n++] = "FAKECUDA_GRANULARITY=64K";
+    e->v[n++] = "FAKECUDA_HOST_VMM=1";
+    e->v[n++] = "FAKECUDA_TIMING=1";
+    e->v[n++] = "FAKECUDA_H2D_GBPS=0.25";
+    e->v[n++] = "FAKECUDA_D2H_GBPS=0.25";
+    if (plan) {
+        snprintf(e->plan, sizeof e->plan, "OOC_PLAN=%s", plan);
+        e->v[n++] = e->plan;
+    }
+    e->v[n] = NULL;
+    return e->v;
+}
+
+/* Runs ooc-plan on profile `dir`; 0 when it wrote plan `out` and that plan recomputes. */
+static int plan_with_recompute(const char *dir, const char *policy, unsigned long long budget,
+                               const char *out) {
+    char b[64], pol[64];
+    snprintf(b, sizeof b, "%llu", budget);
+    snprintf(pol, sizeof pol, "%s", policy);
+    const char *argv[] = {tu_build_path("ooc-plan"),
+                          "--policy",
+                          pol,
+                          "--budget",
+                          b,
+                          "--chunk",
+                          "64K",
+                          "--out",
+                          out,
+                          dir,
+                          NULL};
+    tu_proc_t p;
+    ck_assert_int_eq(tu_run(argv, NULL, 120, &p), 0);
+    int ok = p.status == 0;
+    tu_proc_free(&p);
+    if (!ok)
+        return -1;
+    FILE *f = fopen(out, "r");
+    if (!f)
+        return -1;
+    char line[256];
+    int rc = -1;
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, "before\t", 7) == 0 && strstr(line, "\trecompute\t"))
+            rc = 0;
+    fclose(f);
+    return rc;
+}
+
+/* At 1/div of the oracle's peak: records the workload, has the planner make a plan that
+ * recomputes (auto, else pooch, at the largest budget under the run's, in steps of 1/32, where
+ * one does: which budgets do depends on the recorded durations), and
+ * replays it inline and threaded with jitter: the oracle's checksum, and buffers rebuilt. */
+static void recompute_at(unsigned div) {
+    static const char *const oenv[] = {"FAKECUDA_SCHED=inline", NULL};
+    run_t ref = run("workloads/mlp", MLP_ARGS, 0, oenv);
+    ck_assert_msg(ref.status == 0, "%s", ref.err);
+    unsigned long long budget = ref.peak / div;
+    const char *dir = tmpdir();
+    envs_t e;
+    run_t rec = run("workloads/mlp", MLP_ARGS, 1,
+                    make_env(&e, budget, "inline", 0, dir, "OOC_MODE=record", NULL));
+    ck_assert_msg(rec.status == 0 && strcmp(rec.checksum, ref.checksum) == 0, "record: %s",
+                  rec.err);
+    ck_assert_msg(stat_of(rec.err, "producers verified by checksum") > 0, "%s", rec.err);
+    char plan[128];
+    snprintf(plan, sizeof plan, "%s/plan-recompute.tsv", dir);
+    int found = -1;
+    static const char *const pols[] = {"auto", "pooch"};
+    for (int k = 32; k >= 12 && found != 0; k--)
+        for (int p = 0; p < 2 && found != 0; p++)
+            found = plan_with_recompute(dir, pols[p], budget * (unsigned long long)k / 32, plan);
+    ck_assert_msg(found == 0, "no plan recomputes at 1/%u of the peak", div);
+    static const char *const scheds[] = {"inline", "threaded"};
+    for (int s = 0; s < 2; s++) {
+        unsigned seed = s ? (unsigned)(tu_seed("recompute_at") % 1000) + 1 : 0;
+        run_t r = run("workloads/mlp", MLP_ARGS, 1,
+                      make_env(&e, budget, scheds[s], seed, dir, "OOC_MODE=auto", plan));
+        ck_assert_msg(r.status == 0, "1/%u %s: status %d\n%s", div, scheds[s], r.status, r.err);
+        ck_assert_msg(strcmp(r.checksum, ref.checksum) == 0,
+                      "1/%u %s (seed %u): checksum %s, oracle %s\n%s", div, scheds[s], seed,
+                      r.checksum, ref.checksum, r.err);
+        long long rebuilt = stat_of(r.err, "recomputations");
+        long long dropped = stat_of(r.err, "buffers dropped to be rebuilt");
+        long long lost = stat_of(r.err, "chunks released without a copy (rebuildable)");
+        ck_assert_msg(rebuilt > 0 && dropped >= rebuilt && lost > 0,
+                      "1/%u %s: nothing was rebuilt (rebuilt %lld, dropped %lld, chunks given up "
+                      "%lld)\n%s",
+                      div, scheds[s], rebuilt, dropped, lost, r.err);
+        ck_assert_int_eq(stat_of(r.err, "producer re-launches to rebuild buffers"), rebuilt);
+        free(r.err);
+    }
+    free(rec.err);
+    free(ref.err);
+    rmdir_all(dir);
+}
+
+START_TEST(test_replay_rebuilds_dropped_buffers_at_quarter_budget) {
+    recompute_at(4);
+}
+END_TEST
+
+START_TEST(test_replay_rebuilds_dropped_buffers_at_eighth_budget) {
+    recompute_at(8);
+}
+END_TEST
+
+/* A plan that recomputes a buffer whose producers the profile does not name (a saved plan may
+ * say anything) is replayed without giving the buffer up: nothing is rebuilt, nothing is lost. */
+START_TEST(test_unverified_recompute_is_not_replayed) {
+    static const char *const oenv[] = {"FAKECUDA_SCHED=inline", NULL};
+    run_t ref = run("workloads/mlp", MLP_ARGS, 0, oenv);
+    unsigned long long budget = ref.peak / 4;
+    const char *dir = tmpdir();
+    envs_t e;
+    run_t rec = run("workloads/mlp", MLP_ARGS, 1,
+                    make_env(&e, budget, "inline", 0, dir, "OOC_MODE=record", NULL));
+    ck_assert_int_eq(rec.status, 0);
+    char plan[128], cmd[512];
+    snprintf(plan, sizeof plan, "%s/plan-recompute.tsv", dir);
+    int found = -1;
+    static const char *const pols[] = {"auto", "pooch"};
+    for (int k = 32; k >= 12 && found != 0; k--)
+        for (int p = 0; p < 2 && found != 0; p++)
+            found = plan_with_recompute(dir, pols[p], budget * (unsigned long long)k / 32, plan);
+    ck_assert_int_eq(found, 0);
+    /* The profile loses its producers column's contents: no producer is verified any more. */
+    snprintf(cmd, sizeof cmd,
+             "awk -F'\\t' 'BEGIN{OFS=\"\\t\"} NR>2{$7=\"-\"} {print}' %s/buffers.tsv > %s/b.tmp "
+             "&& mv %s/b.tmp %s/buffers.tsv",
+             dir, dir, dir, dir);
+    ck_assert_int_eq(system(cmd), 0);
+    run_t r = run("workloads/mlp", MLP_ARGS, 1,
+                  make_env(&e, budget, "threaded", 5, dir, "OOC_MODE=auto", plan));
+    ck_assert_msg(r.status == 0 && strcmp(r.checksum, ref.checksum) == 0, "%s", r.err);
+    ck_assert_int_eq(stat_of(r.err, "recomputations"), 0);
+    ck_assert_int_eq(stat_of(r.err, "buffers dropped to be rebuilt"), 0);
+    ck_assert_int_eq(stat_of(r.err, "chunks released without a copy (rebuildable)"), 0);
+    free(r.err);
+    free(rec.err);
+    free(ref.err);
+    rmdir_all(dir);
+}
+END_TEST
+
+Suite *suite_recompute(void) {
+    Suite *s = suite_create("recompute");
+    TCase *tc = tcase_create("recompute");
+    tcase_set_timeout(tc, 900);
+    tcase_add_test(tc, test_profile_names_verified_producers);
+    tcase_add_test(tc, test_nondeterministic_producers_are_refused);
+    tcase_add_test(tc, test_replay_rebuilds_dropped_buffers_at_quarter_budget);
+    tcase_add_test(tc, test_replay_rebuilds_dropped_buffers_at_eighth_budget);
+    tcase_add_test(tc, test_unverified_recompute_is_not_replayed);
+    suite_add_tcase(s, tc);
+    return s;
+}
