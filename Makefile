@@ -120,17 +120,37 @@ $(B)/obj/gen/checksum_ptx.o: $(B)/gen/checksum_ptx.c
 	@mkdir -p $(@D)
 	$(call say,CC,$<)$(CC) $(CFLAGS_ALL) -fPIC -fvisibility=hidden -c $< -o $@
 
+# libunwind (allocation call sites while recording) is optional: without libunwind.h (a GPU
+# machine without Debian's packages) the shim is built with OOC_NO_UNWIND and records no call
+# sites (it says so when recording). UNWIND=0 forces that; UNWIND=1 insists on libunwind.
+UNWIND ?= auto
+ifeq ($(UNWIND),auto)
+override UNWIND := $(shell { [ -f /usr/include/libunwind.h ] || \
+    pkg-config --exists libunwind; } 2>/dev/null && echo 1 || echo 0)
+endif
+ifeq ($(UNWIND),1)
+SH_UNWIND_LIBS = $$(pkg-config --libs libunwind 2>/dev/null || echo -lunwind)
+SH_UNWIND_DEF  :=
+else
+SH_UNWIND_LIBS :=
+SH_UNWIND_DEF  := -DOOC_NO_UNWIND
+endif
+# uthash is a header; where Debian's is missing (a GPU machine), a copy carried in .gpu-deps/
+# (scripts/gpu-bundle) serves.
+UTHASH_INC := $(if $(wildcard /usr/include/uthash.h),,$(if $(wildcard .gpu-deps/include/uthash.h),\
+    -I.gpu-deps/include))
+
 $(B)/obj/shim/%.o: shim/%.c
 	@mkdir -p $(@D)
-	$(call say,CC,$<)$(CC) $(CFLAGS_ALL) $(CUDA_INC) -Iplanner -fPIC -fvisibility=hidden \
-	    -DHASH_NONFATAL_OOM=1 -c $< -o $@
+	$(call say,CC,$<)$(CC) $(CFLAGS_ALL) $(CUDA_INC) $(UTHASH_INC) -Iplanner -fPIC \
+	    -fvisibility=hidden -DHASH_NONFATAL_OOM=1 $(SH_UNWIND_DEF) -c $< -o $@
 
 # Shim modules that never call the driver; the test runner links them for unit tests.
 SH_PURE := $(filter $(addprefix $(B)/obj/shim/,options.o log.o stats.o iterdet.o),$(SH_OBJ))
 
 $(B)/libooc_shim.so: $(SH_OBJ) $(PL_LIB)
 	$(call say,LD,$@)$(CC) -shared -o $@ $(SH_OBJ) $(PL_LIB) $(LDFLAGS_ALL) -ldl -lm \
-	    $$(pkg-config --libs libunwind 2>/dev/null || echo -lunwind)
+	    $(SH_UNWIND_LIBS)
 
 # ---- tests: one runner over every test/check_*.c ----------------------------------------------
 T_SRC    := $(wildcard test/check_*.c)
@@ -161,10 +181,79 @@ $(B)/test/progs/%: test/progs/%.c $(FC_LIB)
 	$(call say,CC,$<)$(CC) $(CFLAGS_ALL) $(CUDA_INC) -Itest/fakecuda -o $@ $< -L$(FC_DIR) -lcuda \
 	    -Wl,-rpath,'$$ORIGIN/../../fakecuda' $(LDFLAGS_ALL) -ldl
 
+# ---- GPU checks: build/gpu/<name>, against the real CUDA runtime and driver (test/gpu) -----------
+# Built here to prove they compile (check-run builds them when nvcc is present; run here they
+# find no device and exit 77); run on a GPU by scripts/check-gpu (`make check-gpu`).
+# GPU_ARCH: machine code for Hopper (the H100/H200 of the GPU machine) and PTX that any newer
+# GPU can compile. GPU_WERROR= drops -Werror for a host compiler with new warnings.
+comma      := ,
+GPU_DIR    := $(B)/gpu
+GPU_ARCH   ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_75,code=compute_75
+GPU_WERROR ?= -Werror
+NVCC_GPU   := $(NVCC) -O2 -std=c++17 $(GPU_ARCH) -Xcompiler -Wall,-Wextra$(if $(GPU_WERROR),$(comma)$(GPU_WERROR)) -Itest/gpu
+GPU_RPATH  := -Xlinker -rpath -Xlinker $(CUDA_HOME)/lib64
+GPU_STUBS  := -L$(CUDA_HOME)/lib64/stubs -lcuda
+GPU_HDR    := test/gpu/gk.h test/gpu/kernels.cuh
+HAVE_CUBLAS := $(if $(wildcard $(CUDA_HOME)/include/cublas_v2.h),1)
+GPU_BIN    := $(if $(HAVE_NVCC),$(addprefix $(GPU_DIR)/,interpose interpose-static vmm stray demand \
+    driver_paths))
+
+# Programs of the runtime alone (shared libcudart: the way PyTorch links it).
+$(GPU_DIR)/%: test/gpu/%.cu $(GPU_HDR)
+	@mkdir -p $(@D)
+	$(call say,NVCC,$<)$(NVCC_GPU) -cudart shared -o $@ $< -ldl $(GPU_RPATH)
+
+$(GPU_DIR)/vmm: test/gpu/vmm.cu $(GPU_HDR)
+	@mkdir -p $(@D)
+	$(call say,NVCC,$<)$(NVCC_GPU) -cudart shared -o $@ $< $(GPU_STUBS) -ldl $(GPU_RPATH)
+
+# interpose: shared libcudart, and cuBLAS where the toolkit has it; interpose-static: the static
+# libcudart (the copy inside a library such as cuDNN's reaches the driver the same way).
+$(GPU_DIR)/interpose: test/gpu/interpose.cu $(GPU_HDR)
+	@mkdir -p $(@D)
+	$(call say,NVCC,$<)$(NVCC_GPU) -cudart shared $(if $(HAVE_CUBLAS),-DGK_WITH_CUBLAS) -o $@ $< \
+	    $(if $(HAVE_CUBLAS),-lcublas) -ldl $(GPU_RPATH)
+
+$(GPU_DIR)/interpose-static: test/gpu/interpose.cu $(GPU_HDR)
+	@mkdir -p $(@D)
+	$(call say,NVCC,$<)$(NVCC_GPU) -cudart static -o $@ $< -ldl -lpthread -lrt
+
+# The kernels as PTX in a C array, gk_kernels_ptx, for the driver-API program.
+$(B)/gen/gk_kernels_ptx.c: test/gpu/kernels.cu $(GPU_HDR)
+	@mkdir -p $(@D)
+	$(call say,NVCC,$<)$(NVCC) -ptx -arch=compute_75 -Itest/gpu -o $(@D)/gk_kernels.ptx $<
+	$(Q){ echo '/* Generated from test/gpu/kernels.cu by the Makefile. */'; \
+	    echo 'extern const char gk_kernels_ptx[];'; \
+	    echo 'const char gk_kernels_ptx[] ='; \
+	    sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/^/    "/' -e 's/$$/\\n"/' $(@D)/gk_kernels.ptx; \
+	    echo '    "";'; } >$@.tmp && mv $@.tmp $@
+
+$(GPU_DIR)/driver_paths: test/gpu/driver_paths.c test/gpu/gk.h $(B)/gen/gk_kernels_ptx.c
+	@mkdir -p $(@D)
+	$(call say,CC,$<)$(CC) $(CFLAGS_ALL) $(if $(GPU_WERROR),,-Wno-error) $(CUDA_INC) -Itest/gpu \
+	    -o $@ $< $(B)/gen/gk_kernels_ptx.c -L$(CUDA_HOME)/lib64/stubs -lcuda $(LDFLAGS_ALL) -ldl
+
+gpu-progs:
+ifeq ($(HAVE_NVCC),1)
+	$(Q)$(MAKE) --no-print-directory $(GPU_BIN)
+else
+	@echo "make gpu-progs: nvcc was not found at $(NVCC) (set CUDA_HOME or NVCC)" >&2; exit 1
+endif
+
+# What scripts/check-gpu builds on the GPU machine: the shim, ooc-plan and the GPU checks (not
+# the simulated device, the workloads or the Check runner, which need Debian's packages).
+gpu-build: $(SH_LIB) $(PL_CLI) gpu-progs
+
+# `make check-gpu`: the GPU checks and the PyTorch smoke tests on a real GPU (scripts/check-gpu).
+# Without a GPU it says so in one line and fails (exit 2), unless CHECK_GPU_ARGS=--allow-no-gpu.
+check-gpu:
+	$(Q)OOC_BUILD=$(B) scripts/check-gpu $(CHECK_GPU_ARGS)
+
 # ---- top-level targets -------------------------------------------------------------------------
 ALL := $(FC_LIB) $(DNN_LIB) $(WL_BIN) $(PL_LIB) $(PL_CLI) $(SH_LIB) $(TP_BIN)
 
-.PHONY: all deps test check-run demo bench valgrind format check-format clean
+.PHONY: all deps test check-run demo bench valgrind format check-format clean gpu-progs gpu-build \
+    check-gpu
 all: $(ALL)
 
 deps:
@@ -174,7 +263,7 @@ deps:
 test: deps
 	$(Q)$(MAKE) --no-print-directory check-run
 
-check-run: $(ALL) $(T_RUNNER)
+check-run: $(ALL) $(T_RUNNER) $(if $(SANITIZE),,$(GPU_BIN))
 	$(Q)OOC_BUILD=$(B) $(T_RUNNER)
 
 demo: deps
@@ -196,10 +285,10 @@ valgrind: deps
 	    $(T_RUNNER) $(VALGRIND_SUITES)
 
 format:
-	$(Q)clang-format -i $$(git ls-files '*.c' '*.h')
+	$(Q)clang-format -i $$(git ls-files '*.c' '*.h' '*.cu' '*.cuh')
 
 check-format:
-	$(Q)clang-format --dry-run --Werror $$(git ls-files '*.c' '*.h')
+	$(Q)clang-format --dry-run --Werror $$(git ls-files '*.c' '*.h' '*.cu' '*.cuh')
 
 clean:
 	rm -rf build

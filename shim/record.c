@@ -10,17 +10,23 @@
  * Event pairs come from a ring: when the ring wraps, the oldest pair's time is read (waiting for
  * it if it has not run yet) and the pair reused. A profile op's duration is the median over the
  * recorded iterations. Allocation call sites are taken with libunwind (8 frames) and named with
- * dladdr when the profile is written.
+ * dladdr when the profile is written. A shim built without libunwind (OOC_NO_UNWIND, which the
+ * Makefile sets when libunwind.h is missing, as on a GPU machine without Debian's packages)
+ * records no call sites: the profile's site column is "-", and recording says so once.
  *
  * Locking: rec_lock guards everything here. Ops are logged inside ooc_mem_begin/ooc_mem_end,
  * so they arrive in issue order; ooc_record_finish runs outside the residency lock because it
  * measures the copy bandwidth through mem.c. */
+#ifndef OOC_NO_UNWIND
 #define UNW_LOCAL_ONLY
+#endif
 #include "shim.h"
 
 #include <dlfcn.h>
 #include <errno.h>
+#ifndef OOC_NO_UNWIND
 #include <libunwind.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,6 +121,10 @@ void ooc_record_start(void) {
         for (int i = 0; i < EV_RING; i++)
             R.ev_op[i] = -1;
         ooc_real.cuCtxGetCurrent(&R.ctx);
+#ifdef OOC_NO_UNWIND
+        OOC_LOG_W("this shim was built without libunwind: allocation call sites are not "
+                  "recorded (the profile's site column is \"-\")");
+#endif
         atomic_store(&rec_state, 1);
     }
     pthread_mutex_unlock(&rec_lock);
@@ -131,7 +141,11 @@ void ooc_record_alloc(uint64_t id, uint64_t bytes) {
     b->free_pos = -1;
     b->first_use = -1;
     b->pid = -1;
+#ifdef OOC_NO_UNWIND
+    b->nips = 0;
+#else
     b->nips = unw_backtrace(b->ips, SITE_DEPTH);
+#endif
     pthread_mutex_lock(&rec_lock);
     if (!ooc_record_on()) {
         pthread_mutex_unlock(&rec_lock);

@@ -1,0 +1,146 @@
+/* SPDX-License-Identifier: MIT */
+/* check_gpuprep.c: what of the GPU work (issue 6) can be checked without a GPU.
+ *
+ * scripts/check-gpu without a GPU says so in one line and exits 2, or 0 with --allow-no-gpu
+ * (OOC_TEST_NO_GPU makes it find none, whatever the machine has); the Python scripts compile;
+ * scripts/torch-train --help works without PyTorch; scripts/bench-gpu --quick --dry-run prints
+ * the runs it would make, with the shim's settings; the GPU check programs (built with nvcc by
+ * check-run when the toolkit is present) start, find no device and exit 77. Nothing here runs
+ * on a GPU: `make check-gpu` does that. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+Suite *suite_gpuprep(void);
+
+static tu_proc_t run(const char *const argv[], const char *const env[]) {
+    tu_proc_t pr;
+    ck_assert_int_eq(tu_run(argv, env, 60, &pr), 0);
+    return pr;
+}
+
+static const char *const no_gpu_env[] = {"OOC_TEST_NO_GPU=1", NULL};
+
+START_TEST(test_check_gpu_without_a_gpu_says_so_and_exits_2) {
+    tu_proc_t pr = run((const char *[]){"scripts/check-gpu", NULL}, no_gpu_env);
+    ck_assert_msg(pr.status == 2, "status %d:\n%s\n%s", pr.status, pr.out, pr.err);
+    ck_assert_msg(strstr(pr.out, "check-gpu: no GPU found") && strstr(pr.out, "nothing was run"),
+                  "%s", pr.out);
+    ck_assert_msg(strstr(pr.out, "interpose-cudart") && strstr(pr.out, "safe-mode") &&
+                      strstr(pr.out, "resnet50"),
+                  "it does not say what it would run:\n%s", pr.out);
+    const char *nl = strchr(pr.out, '\n');
+    ck_assert_msg(nl && nl[1] == 0, "more than one line:\n%s", pr.out);
+    tu_proc_free(&pr);
+}
+END_TEST
+
+START_TEST(test_check_gpu_allow_no_gpu_exits_0) {
+    tu_proc_t pr = run((const char *[]){"scripts/check-gpu", "--allow-no-gpu", NULL}, no_gpu_env);
+    ck_assert_msg(pr.status == 0, "status %d:\n%s\n%s", pr.status, pr.out, pr.err);
+    ck_assert_msg(strstr(pr.out, "no GPU found"), "%s", pr.out);
+    tu_proc_free(&pr);
+    pr = run((const char *[]){"scripts/check-gpu", "--only", "nonsense", NULL}, no_gpu_env);
+    ck_assert_msg(pr.status == 2 && strstr(pr.err, "unknown check"), "status %d:\n%s", pr.status,
+                  pr.err);
+    tu_proc_free(&pr);
+}
+END_TEST
+
+START_TEST(test_python_scripts_compile) {
+    static const char code[] = "import sys\n"
+                               "for f in sys.argv[1:]:\n"
+                               "    compile(open(f).read(), f, 'exec')\n"
+                               "print('compiled', len(sys.argv) - 1)\n";
+    tu_proc_t pr =
+        run((const char *[]){"/usr/bin/env", "python3", "-c", code, "scripts/torch-train",
+                             "scripts/bench-gpu", "scripts/check-gpu", NULL},
+            NULL);
+    ck_assert_msg(pr.status == 0 && strstr(pr.out, "compiled 3"), "status %d:\n%s\n%s", pr.status,
+                  pr.out, pr.err);
+    tu_proc_free(&pr);
+}
+END_TEST
+
+START_TEST(test_torch_train_help_needs_no_torch) {
+    tu_proc_t pr = run((const char *[]){"scripts/torch-train", "--help", NULL}, NULL);
+    ck_assert_msg(pr.status == 0, "status %d:\n%s", pr.status, pr.err);
+    ck_assert_msg(strstr(pr.out, "--mode") && strstr(pr.out, "save_on_cpu") &&
+                      strstr(pr.out, "--deterministic") && strstr(pr.out, "peak_bytes"),
+                  "%s", pr.out);
+    tu_proc_free(&pr);
+    pr = run((const char *[]){"scripts/torch-train", "--model", "nonsense", NULL}, NULL);
+    ck_assert_msg(pr.status == 2, "status %d:\n%s", pr.status, pr.err);
+    tu_proc_free(&pr);
+}
+END_TEST
+
+START_TEST(test_bench_gpu_dry_run_prints_the_runs) {
+    tu_proc_t pr = run((const char *[]){"scripts/bench-gpu", "--quick", "--dry-run", NULL}, NULL);
+    ck_assert_msg(pr.status == 0, "status %d:\n%s\n%s", pr.status, pr.out, pr.err);
+    static const char *const want[] = {
+        "resnet50-batch64-oracle: ",
+        "resnet50-batch256-auto: ",
+        "OOC_MODE=demand OOC_BUDGET=8589934592",
+        "OOC_MODE=auto OOC_BUDGET=8589934592",
+        "--mode save_on_cpu --mem-cap 8589934592",
+        "--mode checkpoint --mem-cap 8589934592",
+        "resnet50-batch64-off: ",
+        "OOC_MODE=off",
+        "resnet50-batch64-auto-nothing-to-swap: ",
+        "--iters 8 --skip 4",
+        "deadline 380 s",
+    };
+    for (size_t k = 0; k < sizeof want / sizeof want[0]; k++)
+        ck_assert_msg(strstr(pr.out, want[k]), "no '%s' in:\n%s", want[k], pr.out);
+    ck_assert_msg(strstr(pr.out, "resnet50-batch256-off") == NULL, "overhead at 4x:\n%s", pr.out);
+    tu_proc_free(&pr);
+    pr = run((const char *[]){"scripts/bench-gpu", "--dry-run", "--only", "gpt2", "--methods",
+                              "oracle,auto", NULL},
+             NULL);
+    ck_assert_msg(pr.status == 0 && strstr(pr.out, "gpt2-seq4096-auto: ") &&
+                      strstr(pr.out, "OOC_BUDGET=12884901888") &&
+                      strstr(pr.out, "--batch 8 --seq 512") && !strstr(pr.out, "demand"),
+                  "status %d:\n%s\n%s", pr.status, pr.out, pr.err);
+    tu_proc_free(&pr);
+}
+END_TEST
+
+START_TEST(test_gpu_programs_start_and_find_no_device) {
+    char path[4200];
+    static const char *const progs[] = {"interpose", "interpose-static", "stray", "demand"};
+    for (size_t k = 0; k < sizeof progs / sizeof progs[0]; k++) {
+        snprintf(path, sizeof path, "%s/gpu/%s", tu_build_dir(), progs[k]);
+        if (access(path, X_OK) != 0) {
+            fprintf(stderr, "gpuprep: %s is not built (no nvcc): not checked\n", path);
+            continue;
+        }
+        tu_proc_t pr = run((const char *[]){path, NULL}, NULL);
+        /* 77 without a device (here); 0 where a GPU happens to be */
+        ck_assert_msg(pr.status == 77 || pr.status == 0, "%s: status %d:\n%s\n%s", path, pr.status,
+                      pr.out, pr.err);
+        if (pr.status == 77)
+            ck_assert_msg(strstr(pr.out, "SKIP ") && strstr(pr.out, "no CUDA device"), "%s",
+                          pr.out);
+        tu_proc_free(&pr);
+    }
+}
+END_TEST
+
+Suite *suite_gpuprep(void) {
+    Suite *s = suite_create("gpuprep");
+    TCase *tc = tcase_create("gpuprep");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_check_gpu_without_a_gpu_says_so_and_exits_2);
+    tcase_add_test(tc, test_check_gpu_allow_no_gpu_exits_0);
+    tcase_add_test(tc, test_python_scripts_compile);
+    tcase_add_test(tc, test_torch_train_help_needs_no_torch);
+    tcase_add_test(tc, test_bench_gpu_dry_run_prints_the_runs);
+    tcase_add_test(tc, test_gpu_programs_start_and_find_no_device);
+    suite_add_tcase(s, tc);
+    return s;
+}
