@@ -894,63 +894,17 @@ static CUresult reap_dying(int block) {
 
 /* Makes a physical chunk available: a new one while under budget, else a dying chunk's, else
  * by swapping out least recently used chunks (up to `want` at once). */
-static CUresult need_phys(uint64_t want) {
-    if (M.phys_free)
-        return CUDA_SUCCESS;
-    if (M.phys_made < M.budget_chunks) {
-        CUmemAllocationProp prop;
-        memset(&prop, 0, sizeof prop);
-        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-        prop.location.id = M.dev;
-        phys_t *p = calloc(1, sizeof *p);
-        if (!p)
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        CUresult r = ooc_real.cuMemCreate(&p->h, M.chunk, &prop, 0);
-        if (r == CUDA_SUCCESS) {
-            p->next = M.phys_free;
-            M.phys_free = p;
-            M.phys_made++;
-            return CUDA_SUCCESS;
-        }
-        free(p);
-        if (r != CUDA_ERROR_OUT_OF_MEMORY)
-            return r;
-        /* The device has less than the budget: live with what we have. */
-        OOC_LOG_W("the device ran out of memory at %llu chunks, below the budget of %llu; "
-                  "using that as the budget",
-                  (unsigned long long)M.phys_made, (unsigned long long)M.budget_chunks);
-        M.budget_chunks = M.phys_made;
-        M.budget_bytes = M.phys_made * M.chunk + M.external_bytes;
-    }
-    /* Freed buffers and planned swap-outs whose work is done; else wait for the older. */
-    if (M.ndying)
-        reap_dying(0);
-    if (M.nret && !M.phys_free)
-        retire_poll(0);
-    while (!M.phys_free && (M.ndying || M.nret)) {
-        int dying_first =
-            M.ndying && (!M.nret || !M.dying[0]->fenced || M.dying[0]->when <= M.ret[0]->when);
-        if (dying_first) {
-            CUresult r = reap_dying(1);
-            if (r != CUDA_SUCCESS)
-                return r;
-        } else if (!retire_poll(1)) {
-            break;
-        }
-    }
-    if (M.phys_free)
-        return CUDA_SUCCESS;
-    /* Swap out the least recently used chunks that the current op does not need. */
-    chunk_t *victims[64];
-    unsigned nv = 0;
-    if (want > 64)
-        want = 64;
-    for (chunk_t *c = M.lru.prev; c != &M.lru && nv < want; c = c->prev)
-        if (c->pin != M.serial)
-            victims[nv++] = c;
-    if (nv == 0)
-        return CUDA_ERROR_OUT_OF_MEMORY;
+/* Is some resident chunk's memory given up by the plan (need_phys takes it first)? */
+static int any_discard(void) {
+    for (chunk_t *c = M.lru.prev; c != &M.lru; c = c->prev)
+        if (c->discard && c->pin != M.serial)
+            return 1;
+    return 0;
+}
+
+/* Takes the victims' memory back: waits for their users, copies them out (those whose bytes
+ * the plan gave up are not copied), unmaps them. Caller holds mem_lock. */
+static CUresult evict(chunk_t **victims, unsigned nv) {
     CUresult r = wait_chunks(victims, nv);
     if (r != CUDA_SUCCESS)
         return r;
@@ -999,6 +953,73 @@ static CUresult need_phys(uint64_t want) {
         ooc_stats_add(OOC_STAT_lru_evictions, 1);
     }
     return CUDA_SUCCESS;
+}
+
+static CUresult need_phys(uint64_t want) {
+    if (M.phys_free)
+        return CUDA_SUCCESS;
+    if (M.phys_made < M.budget_chunks) {
+        CUmemAllocationProp prop;
+        memset(&prop, 0, sizeof prop);
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.location.id = M.dev;
+        phys_t *p = calloc(1, sizeof *p);
+        if (!p)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        CUresult r = ooc_real.cuMemCreate(&p->h, M.chunk, &prop, 0);
+        if (r == CUDA_SUCCESS) {
+            p->next = M.phys_free;
+            M.phys_free = p;
+            M.phys_made++;
+            return CUDA_SUCCESS;
+        }
+        free(p);
+        if (r != CUDA_ERROR_OUT_OF_MEMORY)
+            return r;
+        /* The device has less than the budget: live with what we have. */
+        OOC_LOG_W("the device ran out of memory at %llu chunks, below the budget of %llu; "
+                  "using that as the budget",
+                  (unsigned long long)M.phys_made, (unsigned long long)M.budget_chunks);
+        M.budget_chunks = M.phys_made;
+        M.budget_bytes = M.phys_made * M.chunk + M.external_bytes;
+    }
+    /* Chunks whose bytes the plan gave up (dropped, to be rebuilt by recompute): the plan counts
+     * their memory as free from the drop on, so they go first, without a copy. */
+    chunk_t *victims[64];
+    unsigned nv = 0;
+    if (want > 64)
+        want = 64;
+    for (chunk_t *c = M.lru.prev; c != &M.lru && nv < want; c = c->prev)
+        if (c->discard && c->pin != M.serial)
+            victims[nv++] = c;
+    if (nv)
+        return evict(victims, nv);
+    /* Freed buffers and planned swap-outs whose work is done; else wait for the older. */
+    if (M.ndying)
+        reap_dying(0);
+    if (M.nret && !M.phys_free)
+        retire_poll(0);
+    while (!M.phys_free && (M.ndying || M.nret)) {
+        int dying_first =
+            M.ndying && (!M.nret || !M.dying[0]->fenced || M.dying[0]->when <= M.ret[0]->when);
+        if (dying_first) {
+            CUresult r = reap_dying(1);
+            if (r != CUDA_SUCCESS)
+                return r;
+        } else if (!retire_poll(1)) {
+            break;
+        }
+    }
+    if (M.phys_free)
+        return CUDA_SUCCESS;
+    /* Swap out the least recently used chunks that the current op does not need. */
+    for (chunk_t *c = M.lru.prev; c != &M.lru && nv < want; c = c->prev)
+        if (c->pin != M.serial)
+            victims[nv++] = c;
+    if (nv == 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    return evict(victims, nv);
 }
 
 /* Maps a physical chunk at c (taken from the free list) with read-write access. */
@@ -1662,7 +1683,7 @@ static void worker_swapin(job_t j) {
             c->queued = 0;
             continue;
         }
-        if (!M.phys_free && M.phys_made >= M.budget_chunks && !M.ndying) {
+        if (!M.phys_free && M.phys_made >= M.budget_chunks && !M.ndying && !any_discard()) {
             if (M.nret) {
                 worker_wait_retiree();
                 continue;
