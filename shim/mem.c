@@ -867,14 +867,17 @@ static CUresult reap_dying(int block) {
             memmove(&M.dying[0], &M.dying[1], --M.ndying * sizeof *M.dying);
         return r;
     }
+    /* Gather the unfenced at the front, each list keeping its order (a stable partition in
+     * place: an unfenced chunk moves down over the fenced ones before it). */
     k = 0;
-    for (size_t i = 0; i < M.ndying; i++)
-        if (!M.dying[i]->fenced)
-            M.dying[k++] = M.dying[i]; /* gather the unfenced at the front */
-    size_t nun = k;
-    for (size_t i = 0; i < M.ndying; i++)
+    for (size_t i = 0; i < M.ndying; i++) {
         if (M.dying[i]->fenced)
-            M.dying[k++] = M.dying[i];
+            continue;
+        chunk_t *u = M.dying[i];
+        memmove(&M.dying[k + 1], &M.dying[k], (i - k) * sizeof *M.dying);
+        M.dying[k++] = u;
+    }
+    size_t nun = k;
     CUresult r = wait_chunks(M.dying, nun);
     for (size_t i = 0; i < nun; i++)
         settle_in(M.dying[i]);
