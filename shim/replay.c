@@ -181,6 +181,9 @@ static void rerecord(void) {
     OOC_LOG_W("the program's iteration no longer matches the plan (%u iterations in a row "
               "diverged): recording it again",
               P.bad);
+    /* No fast-path op may slip in between replay off and the recorder on: the writer section
+     * lasts until the residency lock (held here) is released. */
+    ooc_mem_l_quiesce();
     clear();
     ooc_record_restart_l();
 }
@@ -360,6 +363,7 @@ static void go(ooc_profile_t *p, ooc_plan_t *pl, uint32_t pos) {
     if (start(p, pl, pos) != 0)
         OOC_LOG_E("no replay: out of memory");
     pthread_mutex_unlock(&rp_lock);
+    ooc_mem_quiesce(); /* a fast-path op that saw replay off has ended: later ones see it on */
 }
 
 void ooc_replay_plan(ooc_profile_t *p, const char *dir, uint32_t pos) {

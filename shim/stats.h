@@ -30,6 +30,7 @@
     X(host_aliases, COUNTER, COUNT, "swapped chunks mapped to their host copy")                    \
     X(recomputes, COUNTER, COUNT, "recomputations")                                                \
     X(demand_ops, COUNTER, COUNT, "operations made resident on demand")                            \
+    X(fast_ops, COUNTER, COUNT, "operations issued without the lock")                              \
     X(planned_ops, COUNTER, COUNT, "operations run as planned")                                    \
     X(divergences, COUNTER, COUNT, "divergences from the plan")                                    \
     X(prefetches, COUNTER, COUNT, "planned swap-ins issued ahead (chunks)")                        \
