@@ -195,6 +195,8 @@ static struct {
     _Atomic(chunk_t *) *table;
     size_t table_bytes;
     int quiesced;
+    chunk_t **grave; /* deleted chunks a fast-path op may still read: freed by quiesce */
+    size_t ngrave, cap_grave;
     ooc_opbuf_t *op_bufs;
     size_t nopb, cap_opb;
     uint64_t next_id;
@@ -234,7 +236,7 @@ static uintptr_t chunk_addr(const chunk_t *c) {
  * when mem_lock is released (mem_unlock, mem_wait): it cannot be forgotten, and a whole locked
  * op that entered it is one step to the fast path. */
 
-#define FP_SLOTS 64
+#define FP_SLOTS 16
 
 static struct { _Alignas(64) _Atomic unsigned long n; } fp_readers[FP_SLOTS];
 static _Atomic int fp_writer; /* a writer section is open */
@@ -255,6 +257,10 @@ static void quiesce(void) {
         for (unsigned spin = 0; atomic_load(&fp_readers[i].n) != 0; spin++)
             if (spin > 64)
                 sched_yield();
+    /* The chunks deleted before: no reader that could have read their pointers is left. */
+    for (size_t i = 0; i < M.ngrave; i++)
+        free(M.grave[i]);
+    M.ngrave = 0;
 }
 
 /* Leaves the writer section, if this hold entered one. Caller holds mem_lock. */
@@ -682,8 +688,8 @@ static chunk_t *chunk_new(uint64_t idx, uint64_t first, uint64_t n) {
         return NULL;
     c->idx = idx;
     c->state = C_EMPTY;
-    c->ext_first = first;
-    c->ext_n = n;
+    atomic_store_explicit(&c->ext_first, first, memory_order_relaxed); /* published below */
+    atomic_store_explicit(&c->ext_n, n, memory_order_relaxed);
     oom_flag = 0;
     HASH_ADD(hh, M.chunks, idx, sizeof c->idx, c);
     if (oom_flag) {
@@ -701,10 +707,12 @@ static chunk_t *chunk_find(uint64_t idx) {
     return c;
 }
 
-/* Forgets a chunk and frees it, after a grace period: a fast-path op may have read its pointer
- * from the table. Caller holds mem_lock. */
+/* Forgets a chunk and frees it after a grace period: a fast-path op may have read its pointer
+ * from the table (it then finds the chunk cold: deleted chunks are). Inside a writer section no
+ * reader is left, so it is freed at once; otherwise it waits in the graveyard for the next
+ * writer section (a free of a chunk no op ever used need not stop the fast path). Caller holds
+ * mem_lock. */
 static void chunk_delete(chunk_t *c) {
-    quiesce();
     if (M.table && c->idx < M.va_chunks &&
         atomic_load_explicit(&M.table[c->idx], memory_order_relaxed) == c)
         atomic_store_explicit(&M.table[c->idx], NULL, memory_order_relaxed);
@@ -712,7 +720,14 @@ static void chunk_delete(chunk_t *c) {
     if (c->slab) {
         free(c->slab->bufs);
         free(c->slab);
+        c->slab = NULL;
     }
+    if (!M.quiesced && M.ngrave < 256 &&
+        grow(&M.grave, &M.cap_grave, M.ngrave + 1, sizeof *M.grave) == 0) {
+        M.grave[M.ngrave++] = c;
+        return;
+    }
+    quiesce();
     free(c);
 }
 
@@ -956,7 +971,9 @@ static int fence_done(const chunk_t *c) {
 /* A chunk that no live buffer uses any more: its memory goes back once its users are done. */
 static void chunk_release(chunk_t *c, CUstream free_stream) {
     cool(c);
-    c->ext_n = 0; /* a parameter word pointing into it no longer references a buffer */
+    /* A parameter word pointing into it no longer references a buffer. (A fast-path op that
+     * still reads the old extent finds the chunk cold and takes the locked path.) */
+    atomic_store_explicit(&c->ext_n, 0, memory_order_relaxed);
     if (c->out_ev) {
         /* Freed while its swap-out runs: the copy is one more user to wait for. */
         ret_remove(c);
@@ -1316,6 +1333,7 @@ void ooc_mem_shutdown(void) {
     quiesce(); /* again if the lock was let go above: no reader may see the table go */
     if (M.table)
         munmap((void *)M.table, M.table_bytes);
+    free(M.grave);
     memset(&M, 0, sizeof M);
     M.quiesced = 1; /* still in the section entered above: mem_unlock leaves it */
     mem_unlock();
