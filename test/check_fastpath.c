@@ -86,6 +86,21 @@ START_TEST(test_recording_keeps_ops_on_the_locked_path) {
 }
 END_TEST
 
+/* Under auto the shim records, plans and replays: every op is logged or matched in order, so
+ * none takes the fast path (a single-threaded program: replay is on before its next op). */
+START_TEST(test_record_and_replay_keep_ops_on_the_locked_path) {
+    const char *argv[] = {tu_build_path("workloads/mlp"), "--iters", "8", NULL};
+    char dir[512];
+    snprintf(dir, sizeof dir, "OOC_PROFILE_DIR=%s", tu_build_path("test/fastpath-auto"));
+    const char *const env[] = {"OOC_MODE=auto", "OOC_BUDGET=2G", "OOC_STATS=1", dir, NULL};
+    tu_proc_t p = run(argv, 1, env);
+    ck_assert_msg(p.status == 0, "status %d\n%s", p.status, p.err);
+    ck_assert_msg(stat_row(p.err, "operations run as planned") > 0, "no replay:\n%s", p.err);
+    ck_assert_msg(stat_row(p.err, FAST_LABEL) == 0, "fast-path ops under auto:\n%s", p.err);
+    tu_proc_free(&p);
+}
+END_TEST
+
 /* test/progs/stress with `threads` workers at a budget of `budget` (64 KiB chunks), seed `seed`:
  * every byte right, the checksum the run without the shim gives, and some ops on the fast path
  * (with `want_fast`). */
@@ -156,6 +171,7 @@ Suite *suite_fastpath(void) {
     tcase_set_timeout(t, 600);
     tcase_add_test(t, test_launches_take_the_fast_path_when_the_budget_holds_the_footprint);
     tcase_add_test(t, test_recording_keeps_ops_on_the_locked_path);
+    tcase_add_test(t, test_record_and_replay_keep_ops_on_the_locked_path);
     tcase_add_test(t, test_threads_under_eviction_get_every_byte_right_with_safe_mode);
     tcase_add_test(t, test_threads_under_eviction_get_every_byte_right_without_safe_mode);
     tcase_add_test(t, test_threads_with_room_get_every_byte_right);
