@@ -21,7 +21,9 @@ static int managing(void) {
 
 /* Runs `call` with the access set `a` resident on `stream`. While some stream captures (one
  * relaxed load when none does), an op on a capturing stream is captured, not run: its access set
- * goes to the capture and `call` is made as is. */
+ * goes to the capture and `call` is made as is. An op whose chunks are all resident and stable
+ * is issued on the fast path, without the residency lock (mem.c, "The fast path"); any other,
+ * and every op while recording or replaying, takes the lock. */
 #define RUN_OP(a, stream, ptds, call)                                                              \
     do {                                                                                           \
         if (OOC_UNLIKELY(atomic_load_explicit(&ooc_graph_captures, memory_order_relaxed))) {       \
@@ -37,7 +39,15 @@ static int managing(void) {
             ooc_record_finish();                                                                   \
             rec_ = 0;                                                                              \
         }                                                                                          \
-        CUresult r_ = ooc_mem_begin((a), (stream), (ptds));                                        \
+        CUresult r_;                                                                               \
+        if (!rec_ && ooc_mem_fast_begin((a), (stream), (ptds))) {                                  \
+            r_ = (call);                                                                           \
+            ooc_mem_fast_end(r_ == CUDA_SUCCESS);                                                  \
+            if (r_ == CUDA_ERROR_ILLEGAL_ADDRESS)                                                  \
+                ooc_mem_report_fault(r_);                                                          \
+            return r_;                                                                             \
+        }                                                                                          \
+        r_ = ooc_mem_begin((a), (stream), (ptds));                                                 \
         if (OOC_UNLIKELY(atomic_load_explicit(&ooc_replay_rebuilds, memory_order_relaxed)))        \
             r_ = ooc_replay_op_ready(r_, (stream), (ptds));                                        \
         if (r_ == CUDA_SUCCESS) {                                                                  \

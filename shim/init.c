@@ -209,6 +209,7 @@ static CUresult device_setup(void) {
     } else if (mode == OOC_MODE_RECORD || mode == OOC_MODE_AUTO) {
         ooc_record_start();
     }
+    ooc_mem_fast_enable(); /* after the recorder: no op may slip past it on the fast path */
     return CUDA_SUCCESS;
 }
 

@@ -7,7 +7,10 @@
  * references that whole buffer. Parameters come as kernelParams (a pointer per parameter) or
  * packed in `extra` (CU_LAUNCH_PARAM_BUFFER_POINTER/SIZE), where the packed bytes are scanned.
  *
- * Locking: the cache is a hash under a read-write lock; lookups take the read side. */
+ * Locking: layouts are never freed. A launch finds its function's layout in a fixed table of
+ * atomic pointers without any lock (an entry is written once, with release, after the layout it
+ * points to is complete); the hash under a read-write lock holds every layout and is asked only
+ * when the table has no entry for the function (its first launches, or a table full near it). */
 #include "shim.h"
 
 #include <stdlib.h>
@@ -30,13 +33,49 @@ typedef struct layout {
 static layout_t *cache;
 static pthread_rwlock_t cache_lock = PTHREAD_RWLOCK_INITIALIZER;
 
+/* The lock-free table: open addressing over PROBES slots from the function's hash. */
+#define FAST_SLOTS 4096
+#define PROBES     8
+static _Atomic(layout_t *) fast[FAST_SLOTS];
+
+static size_t fast_home(CUfunction f) {
+    uint64_t h = (uint64_t)(uintptr_t)f * 0x9e3779b97f4a7c15ull;
+    return (size_t)(h >> 52) % FAST_SLOTS;
+}
+
+static const layout_t *fast_find(CUfunction f) {
+    for (size_t i = 0, k = fast_home(f); i < PROBES; i++, k = (k + 1) % FAST_SLOTS) {
+        layout_t *l = atomic_load_explicit(&fast[k], memory_order_acquire);
+        if (!l)
+            return NULL;
+        if (l->f == f)
+            return l;
+    }
+    return NULL;
+}
+
+/* Puts l in the table if a slot near its home is free (else it stays in the hash only). */
+static void fast_put(layout_t *l) {
+    for (size_t i = 0, k = fast_home(l->f); i < PROBES; i++, k = (k + 1) % FAST_SLOTS) {
+        layout_t *cur = NULL;
+        if (atomic_compare_exchange_strong_explicit(&fast[k], &cur, l, memory_order_release,
+                                                    memory_order_acquire) ||
+            cur->f == l->f)
+            return;
+    }
+}
+
 static const layout_t *layout_of(CUfunction f) {
-    layout_t *l;
+    layout_t *l = (layout_t *)fast_find(f);
+    if (l)
+        return l;
     pthread_rwlock_rdlock(&cache_lock);
     HASH_FIND_PTR(cache, &f, l);
     pthread_rwlock_unlock(&cache_lock);
-    if (l)
+    if (l) {
+        fast_put(l);
         return l;
+    }
     l = calloc(1, sizeof *l);
     if (!l)
         return NULL;
@@ -76,6 +115,7 @@ static const layout_t *layout_of(CUfunction f) {
         HASH_ADD_PTR(cache, f, l);
     }
     pthread_rwlock_unlock(&cache_lock);
+    fast_put(l);
     return l;
 }
 

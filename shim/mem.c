@@ -16,12 +16,20 @@
  *
  * Locking: one mutex (mem_lock) guards everything here. ooc_mem_begin takes it and
  * ooc_mem_end releases it, so no eviction can slip between the residency check of an op and
- * its submission. */
+ * its submission. The exception is the fast path (ooc_mem_fast_begin/end, "The fast path"
+ * below): an op whose chunks are all hot (resident and stable, with the op's stream among their
+ * users) is issued without the lock, inside a reader section; code under the lock that would
+ * change what such an op relies on first enters a writer section (quiesce), which waits for the
+ * readers in flight and keeps new ones out until mem_lock is released. The chunk table, each
+ * chunk's hot flag, users, extent and touched flag, the safe-mode stream serials and fc_dirty
+ * are what readers see; they are atomics. Chunk objects are freed only in a writer section. */
 #include "shim.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #define uthash_nonfatal_oom(obj) (oom_flag = 1)
@@ -76,15 +84,20 @@ typedef struct hslot {
 typedef struct chunk {
     uint64_t idx;
     UT_hash_handle hh;
+    /* Read by the fast path without the lock (see "The fast path" below); written under it. */
+    _Atomic int hot;            /* the fast path may issue ops that use it: see set_hot */
+    _Atomic int touched;        /* used by the fast path since it was last placed in the LRU */
+    _Atomic uint64_t ext_first; /* the chunks of its buffer (a slab chunk: itself); */
+    _Atomic uint64_t ext_n;     /* ext_n = 0 once no live buffer owns it */
     int state;
     phys_t *phys;
     hslot_t *host;
     int aliased;               /* safe mode: the host slot is mapped at the chunk's address */
     uint64_t since;            /* op serial when it was last mapped (to a device or host chunk) */
     struct chunk *prev, *next; /* LRU of resident live chunks, most recent at head */
-    CUstream users[MAX_USERS];
-    unsigned nusers;
-    int users_unknown; /* a user we cannot wait for precisely: synchronise the context */
+    _Atomic(CUstream) users[MAX_USERS]; /* only grows while it is hot (chunk_add_user) */
+    _Atomic unsigned nusers;
+    _Atomic int users_unknown; /* a user we cannot wait for precisely: synchronise the context */
     unsigned nbufs;
     buf_t *owner;
     slab_t *slab;
@@ -157,15 +170,15 @@ static struct {
     int safe; /* swapped chunks are aliased to their host copies */
     CUmemLocation host_loc;
     struct {
-        CUstream s;
-        uint64_t last; /* serial of the last op issued on it */
+        _Atomic(CUstream) s;
+        _Atomic uint64_t last; /* serial of the last op issued on it (fast path: serial + 1) */
     } streams[MAX_STREAMS];
-    unsigned nstreams;
-    uint64_t streams_lost; /* the serial when a stream could not be tracked: wait for all */
+    _Atomic unsigned nstreams;     /* entries are only added (the fast path reads them) */
+    _Atomic uint64_t streams_lost; /* the serial when a stream could not be tracked: wait for all */
     CUstream swap;
     CUdevice dev;
     CUcontext ctx;
-    uint64_t serial;
+    _Atomic uint64_t serial; /* advanced by every locked op; the fast path reads it */
     chunk_t **op_chunks;
     size_t nop, cap_op;
     chunk_t **op_tmp; /* scratch for planned swap-outs */
@@ -176,7 +189,15 @@ static struct {
         evref_t *v; /* holds a reference */
     } fcache[8];    /* events after the work issued so far, per stream, this epoch */
     unsigned fc_next;
-    uint64_t fc_epoch; /* advances whenever work is issued on a stream the shim follows */
+    uint64_t fc_epoch;    /* advances whenever work is issued on a stream the shim follows */
+    _Atomic int fc_dirty; /* the fast path issued work since fc_epoch last advanced */
+    /* The fast path: the chunk of every index of the reservation (NULL: none), and whether this
+     * hold of mem_lock is in a writer section (see quiesce). */
+    _Atomic(chunk_t *) *table;
+    size_t table_bytes;
+    int quiesced;
+    chunk_t **grave; /* deleted chunks a fast-path op may still read: freed by quiesce */
+    size_t ngrave, cap_grave;
     ooc_opbuf_t *op_bufs;
     size_t nopb, cap_opb;
     uint64_t next_id;
@@ -201,8 +222,82 @@ static uintptr_t chunk_addr(const chunk_t *c) {
     return M.va_base + ((uintptr_t)c->idx << M.shift);
 }
 
+/* ---- readers and writers: the fast path's grace periods ---------------------------------------
+ *
+ * A thread on the fast path is a reader: it counts itself in its reader slot (seq_cst), then
+ * reads the writer flag (seq_cst) and gives up if it is set. Code under mem_lock that is about to
+ * make a hot chunk not hot, free a chunk object, or (safe mode) gather the streams that issued
+ * work, first enters a writer section (quiesce): it sets the flag (seq_cst), then waits until
+ * every slot reads 0. This is Dekker's pattern: of a reader's increment and a writer's store,
+ * whichever comes first in the single total order of seq_cst operations is seen by the other's
+ * load, so either the reader sees the flag and issues nothing, or the writer sees the reader and
+ * waits until it has issued its op and noted what it must (its decrement releases those writes
+ * to the writer's acquiring load). From then on until the writer leaves the section no reader
+ * passes the flag, so the writer may change anything the fast path reads. The section is left
+ * when mem_lock is released (mem_unlock, mem_wait): it cannot be forgotten, and a whole locked
+ * op that entered it is one step to the fast path. */
+
+#define FP_SLOTS 16
+
+static struct { _Alignas(64) _Atomic unsigned long n; } fp_readers[FP_SLOTS];
+static _Atomic int fp_writer; /* a writer section is open */
+static _Atomic int fp_on;     /* the fast path may be used (the reservation's table exists) */
+static _Atomic unsigned fp_next_slot;
+static _Thread_local int fp_slot = -1;
+static _Thread_local int fp_stream = -1; /* the op's index in M.streams (safe mode) */
+
+/* Enters a writer section (idempotent within one hold of mem_lock): returns once no fast-path op
+ * is between its check of the writer flag and its end, and none can start one until mem_lock is
+ * released. Caller holds mem_lock. */
+static void quiesce(void) {
+    if (M.quiesced)
+        return;
+    M.quiesced = 1;
+    atomic_store(&fp_writer, 1);
+    for (unsigned i = 0; i < FP_SLOTS; i++)
+        for (unsigned spin = 0; atomic_load(&fp_readers[i].n) != 0; spin++)
+            if (spin > 64)
+                sched_yield();
+    /* The chunks deleted before: no reader that could have read their pointers is left. */
+    for (size_t i = 0; i < M.ngrave; i++)
+        free(M.grave[i]);
+    M.ngrave = 0;
+}
+
+/* Leaves the writer section, if this hold entered one. Caller holds mem_lock. */
+static void quiesce_end(void) {
+    if (M.quiesced) {
+        M.quiesced = 0;
+        atomic_store(&fp_writer, 0);
+    }
+}
+
+/* Every release of mem_lock goes through one of these two. */
+static void mem_unlock(void) {
+    quiesce_end();
+    pthread_mutex_unlock(&mem_lock);
+}
+
+static void mem_wait(pthread_cond_t *cv) {
+    quiesce_end();
+    pthread_cond_wait(cv, &mem_lock);
+}
+
+/* Makes c not hot, inside a writer section. Every change to a chunk that the fast path's
+ * conditions depend on (set_hot) is preceded by this. A chunk that is not hot needs no section:
+ * hot only goes from 1 to 0 here, so no fast-path op that saw it hot is still running. Caller
+ * holds mem_lock. */
+static void cool(chunk_t *c) {
+    if (atomic_load_explicit(&c->hot, memory_order_relaxed)) {
+        quiesce();
+        atomic_store_explicit(&c->hot, 0, memory_order_relaxed);
+    }
+}
+
 /* ---- LRU ------------------------------------------------------------------------------------- */
 
+/* The list is ordered by the locked path; the fast path only sets a chunk's `touched` flag, and
+ * eviction gives a touched chunk a second chance (need_phys), as CLOCK does. */
 static void lru_remove(chunk_t *c) {
     if (!c->prev)
         return;
@@ -213,6 +308,7 @@ static void lru_remove(chunk_t *c) {
 
 static void lru_push(chunk_t *c) {
     lru_remove(c);
+    atomic_store_explicit(&c->touched, 0, memory_order_relaxed);
     c->next = M.lru.next;
     c->prev = &M.lru;
     M.lru.next->prev = c;
@@ -275,6 +371,7 @@ static int ev_done(const evref_t *v) {
 /* Puts c at the cold end: the first to be evicted. */
 static void lru_push_tail(chunk_t *c) {
     lru_remove(c);
+    atomic_store_explicit(&c->touched, 0, memory_order_relaxed);
     c->prev = M.lru.prev;
     c->next = &M.lru;
     M.lru.prev->next = c;
@@ -483,25 +580,53 @@ static void add_user(CUstream *users, unsigned *n, int *unknown, CUstream s) {
         users[(*n)++] = s;
 }
 
+/* add_user for a chunk's own list, which the fast path reads without the lock: the entry is
+ * written before the count that publishes it, and entries are never changed, only appended (the
+ * list is emptied only when the chunk is unmapped, which cools it first). */
+static void chunk_add_user(chunk_t *c, CUstream s) {
+    unsigned n = atomic_load_explicit(&c->nusers, memory_order_relaxed);
+    if (s == CU_STREAM_PER_THREAD) {
+        c->users_unknown = 1;
+        return;
+    }
+    for (unsigned i = 0; i < n; i++)
+        if (atomic_load_explicit(&c->users[i], memory_order_relaxed) == s)
+            return;
+    if (n == MAX_USERS) {
+        c->users_unknown = 1;
+        return;
+    }
+    atomic_store_explicit(&c->users[n], s, memory_order_relaxed);
+    atomic_store_explicit(&c->nusers, n + 1, memory_order_release);
+}
+
+/* Raises *cell to v (the fast path raises the same cells without the lock). */
+static void raise_to(_Atomic uint64_t *cell, uint64_t v) {
+    uint64_t old = atomic_load_explicit(cell, memory_order_relaxed);
+    while (old < v && !atomic_compare_exchange_weak_explicit(cell, &old, v, memory_order_relaxed,
+                                                             memory_order_relaxed)) {
+    }
+}
+
 /* Notes that an op was issued on s. Caller holds mem_lock. */
 static void stream_issued(CUstream s) {
     if (s == CU_STREAM_PER_THREAD) {
-        M.streams_lost = M.serial;
+        raise_to(&M.streams_lost, M.serial);
         return;
     }
     for (unsigned i = 0; i < M.nstreams; i++) {
         if (M.streams[i].s == s) {
-            M.streams[i].last = M.serial;
+            raise_to(&M.streams[i].last, M.serial);
             return;
         }
     }
     if (M.nstreams == MAX_STREAMS) {
-        M.streams_lost = M.serial;
+        raise_to(&M.streams_lost, M.serial);
         return;
     }
     M.streams[M.nstreams].s = s;
     M.streams[M.nstreams].last = M.serial;
-    M.nstreams++;
+    atomic_store_explicit(&M.nstreams, M.nstreams + 1, memory_order_release);
 }
 
 /* The streams whose work must complete before the chunks can be unmapped (users, at most
@@ -511,6 +636,13 @@ static int gather_streams(chunk_t *const *cs, size_t n, CUstream *users, unsigne
     unsigned nu = 0;
     int unknown = 0;
     uint64_t since = UINT64_MAX;
+    /* The chunks are about to be waited for: no fast-path op may add work on them from now on,
+     * and in safe mode every fast-path issue so far must be seen in M.streams (a hidden access
+     * may come from any of them). */
+    if (M.safe)
+        quiesce();
+    for (size_t i = 0; i < n; i++)
+        cool(cs[i]);
     for (size_t i = 0; i < n; i++) {
         unknown |= cs[i]->users_unknown;
         for (unsigned u = 0; u < cs[i]->nusers; u++)
@@ -549,18 +681,24 @@ static CUresult wait_chunks(chunk_t *const *cs, size_t n) {
 /* ---- chunk life --------------------------------------------------------------------------------
  */
 
-static chunk_t *chunk_new(uint64_t idx) {
+/* A new chunk at idx, part of the buffer whose chunks are [first, first + n), published to the
+ * fast path (which finds it cold). Caller holds mem_lock. */
+static chunk_t *chunk_new(uint64_t idx, uint64_t first, uint64_t n) {
     chunk_t *c = calloc(1, sizeof *c);
     if (!c)
         return NULL;
     c->idx = idx;
     c->state = C_EMPTY;
+    atomic_store_explicit(&c->ext_first, first, memory_order_relaxed); /* published below */
+    atomic_store_explicit(&c->ext_n, n, memory_order_relaxed);
     oom_flag = 0;
     HASH_ADD(hh, M.chunks, idx, sizeof c->idx, c);
     if (oom_flag) {
         free(c);
         return NULL;
     }
+    if (M.table)
+        atomic_store_explicit(&M.table[idx], c, memory_order_release);
     return c;
 }
 
@@ -570,17 +708,35 @@ static chunk_t *chunk_find(uint64_t idx) {
     return c;
 }
 
+/* Forgets a chunk and frees it after a grace period: a fast-path op may have read its pointer
+ * from the table (it then finds the chunk cold: deleted chunks are). Inside a writer section no
+ * reader is left, so it is freed at once; otherwise it waits in the graveyard for the next
+ * writer section (a free of a chunk no op ever used need not stop the fast path). Caller holds
+ * mem_lock. */
 static void chunk_delete(chunk_t *c) {
+    if (M.table && c->idx < M.va_chunks &&
+        atomic_load_explicit(&M.table[c->idx], memory_order_relaxed) == c)
+        atomic_store_explicit(&M.table[c->idx], NULL, memory_order_relaxed);
     HASH_DEL(M.chunks, c);
     if (c->slab) {
         free(c->slab->bufs);
         free(c->slab);
+        c->slab = NULL;
     }
+    if (!M.quiesced && M.ngrave < 256 &&
+        grow(&M.grave, &M.cap_grave, M.ngrave + 1, sizeof *M.grave) == 0) {
+        M.grave[M.ngrave++] = c;
+        return;
+    }
+    quiesce();
     free(c);
 }
 
 /* Unmaps a resident chunk whose users have completed; its physical chunk returns to the pool. */
 static CUresult unmap_chunk(chunk_t *c) {
+    cool(c);
+    if (M.safe)
+        quiesce(); /* wait_chunks did already, unless the lock was let go since */
     CUresult r = ooc_real.cuMemUnmap(chunk_addr(c), M.chunk);
     if (r != CUDA_SUCCESS)
         return r;
@@ -627,6 +783,8 @@ static void alias_chunk(chunk_t *c) {
 static CUresult unalias_chunk(chunk_t *c) {
     if (!c->aliased)
         return CUDA_SUCCESS;
+    cool(c);
+    quiesce();
     CUresult r = ooc_real.cuMemUnmap(chunk_addr(c), M.chunk);
     if (r == CUDA_SUCCESS)
         c->aliased = 0;
@@ -692,7 +850,7 @@ static void ret_remove(chunk_t *c) {
  * device bytes are current); its host slot goes back once the copy writing it is done. */
 static void retire_cancel(chunk_t *c) {
     ret_remove(c);
-    add_user(c->users, &c->nusers, &c->users_unknown, M.d2h); /* the copy still reads it */
+    chunk_add_user(c, M.d2h); /* the copy still reads it */
     limbo_put(c->host, c->out_ev);
     c->host = NULL;
     ev_drop(c->out_ev);
@@ -740,8 +898,13 @@ static unsigned retire_poll(int block) {
     return n;
 }
 
-/* An event after the work issued so far on s (shared by the chunks freed between two ops). */
+/* An event after the work issued so far on s (shared by the chunks freed between two ops). The
+ * cache is valid while no op was issued: locked ops advance fc_epoch, fast-path ops set
+ * fc_dirty, which is read here inside a writer section (all of them are seen). */
 static evref_t *fence_ev(CUstream s) {
+    quiesce();
+    if (atomic_exchange_explicit(&M.fc_dirty, 0, memory_order_relaxed))
+        M.fc_epoch++;
     for (unsigned i = 0; i < 8; i++) {
         if (M.fcache[i].v && M.fcache[i].s == s && M.fcache[i].epoch == M.fc_epoch) {
             M.fcache[i].v->refs++;
@@ -808,10 +971,14 @@ static int fence_done(const chunk_t *c) {
 
 /* A chunk that no live buffer uses any more: its memory goes back once its users are done. */
 static void chunk_release(chunk_t *c, CUstream free_stream) {
+    cool(c);
+    /* A parameter word pointing into it no longer references a buffer. (A fast-path op that
+     * still reads the old extent finds the chunk cold and takes the locked path.) */
+    atomic_store_explicit(&c->ext_n, 0, memory_order_relaxed);
     if (c->out_ev) {
         /* Freed while its swap-out runs: the copy is one more user to wait for. */
         ret_remove(c);
-        add_user(c->users, &c->nusers, &c->users_unknown, M.d2h);
+        chunk_add_user(c, M.d2h);
         ev_drop(c->out_ev);
         c->out_ev = NULL;
     }
@@ -824,7 +991,7 @@ static void chunk_release(chunk_t *c, CUstream free_stream) {
         return;
     }
     if (free_stream)
-        add_user(c->users, &c->nusers, &c->users_unknown, free_stream);
+        chunk_add_user(c, free_stream);
     if (M.ndying == M.cap_dying) {
         size_t nc = M.cap_dying ? M.cap_dying * 2 : 64;
         chunk_t **n = realloc(M.dying, nc * sizeof *n);
@@ -1013,17 +1180,31 @@ static CUresult need_phys(uint64_t want) {
     }
     if (M.phys_free)
         return CUDA_SUCCESS;
-    /* Swap out the least recently used chunks that the current op does not need. */
-    for (chunk_t *c = M.lru.prev; c != &M.lru && nv < want; c = c->prev)
-        if (c->pin != M.serial)
-            victims[nv++] = c;
+    /* Swap out the least recently used chunks that the current op does not need. A chunk the
+     * fast path used since it was placed in the list gets a second chance: it goes back to the
+     * head (the walk meets it again last, untouched, unless used again meanwhile: bounded). */
+    uint64_t steps = 2 * M.resident + 64;
+    for (chunk_t *c = M.lru.prev, *prev; c != &M.lru && nv < want && steps; c = prev, steps--) {
+        prev = c->prev;
+        if (c->pin == M.serial)
+            continue;
+        if (atomic_load_explicit(&c->touched, memory_order_relaxed)) {
+            lru_push(c);
+            continue;
+        }
+        victims[nv++] = c;
+    }
     if (nv == 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     return evict(victims, nv);
 }
 
-/* Maps a physical chunk at c (taken from the free list) with read-write access. */
+/* Maps a physical chunk at c (taken from the free list) with read-write access. In safe mode no
+ * fast-path op may be issued between the mapping and the end of this hold of mem_lock (an op
+ * issued meanwhile could reach c unseen, and an error path unmaps c at once). */
 static CUresult map_chunk(chunk_t *c) {
+    if (M.safe)
+        quiesce();
     phys_t *p = M.phys_free;
     CUresult r = ooc_real.cuMemMap(chunk_addr(c), M.chunk, 0, p->h, 0);
     if (r != CUDA_SUCCESS)
@@ -1077,9 +1258,22 @@ int ooc_mem_init(uint64_t budget_bytes, uint64_t chunk_bytes, CUdevice dev, CUco
     }
     M.va_base = (uintptr_t)base;
     M.va_chunks = M.va_size >> M.shift;
+    /* The fast path's table: one pointer per chunk of the reservation, touched only where
+     * buffers are. Without it every op takes the locked path. */
+    M.table_bytes = M.va_chunks * sizeof *M.table;
+    void *t = mmap(NULL, M.table_bytes, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (t == MAP_FAILED)
+        OOC_LOG_I("no lock-free launch path: the chunk table (%zu bytes of addresses) could not "
+                  "be mapped; every operation takes the lock",
+                  M.table_bytes);
+    M.table = t == MAP_FAILED ? NULL : t;
     r = ooc_real.cuStreamCreate(&M.swap, CU_STREAM_NON_BLOCKING);
     if (r != CUDA_SUCCESS) {
         ooc_real.cuMemAddressFree(base, M.va_size);
+        if (M.table)
+            munmap((void *)M.table, M.table_bytes);
+        M.table = NULL;
         OOC_LOG_E("cuStreamCreate failed: %s", ooc_real_errname(r));
         return OOC_EDRIVER;
     }
@@ -1091,13 +1285,15 @@ int ooc_mem_init(uint64_t budget_bytes, uint64_t chunk_bytes, CUdevice dev, CUco
 void ooc_mem_shutdown(void) {
     pthread_mutex_lock(&mem_lock);
     if (!M.ready) {
-        pthread_mutex_unlock(&mem_lock);
+        mem_unlock();
         return;
     }
+    quiesce();
+    atomic_store(&fp_on, 0); /* seen by every fast-path op that passes the writer flag later */
     if (M.worker_on) {
         M.worker_stop = 1;
         pthread_cond_signal(&M.work_cv);
-        pthread_mutex_unlock(&mem_lock);
+        mem_unlock();
         pthread_join(M.worker, NULL);
         pthread_mutex_lock(&mem_lock);
         pthread_cond_destroy(&M.work_cv);
@@ -1165,8 +1361,13 @@ void ooc_mem_shutdown(void) {
     free(M.op_chunks);
     free(M.op_bufs);
     ooc_real.cuCtxSetCurrent(prev);
+    quiesce(); /* again if the lock was let go above: no reader may see the table go */
+    if (M.table)
+        munmap((void *)M.table, M.table_bytes);
+    free(M.grave);
     memset(&M, 0, sizeof M);
-    pthread_mutex_unlock(&mem_lock);
+    M.quiesced = 1; /* still in the section entered above: mem_unlock leaves it */
+    mem_unlock();
 }
 
 int ooc_mem_owns(uintptr_t p) {
@@ -1221,7 +1422,7 @@ static CUresult alloc_small(buf_t *b, size_t size) {
         uint64_t idx;
         if (va_take(1, &idx) != 0)
             return CUDA_ERROR_OUT_OF_MEMORY;
-        c = chunk_new(idx);
+        c = chunk_new(idx, idx, 1);
         slab_t *s = calloc(1, sizeof *s);
         if (!c || !s) {
             free(s);
@@ -1246,7 +1447,7 @@ static CUresult alloc_large(buf_t *b, size_t size) {
     if (va_take(count, &first) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     for (uint64_t i = 0; i < count; i++) {
-        chunk_t *c = chunk_new(first + i);
+        chunk_t *c = chunk_new(first + i, first, count);
         if (!c) {
             for (uint64_t j = 0; j < i; j++)
                 chunk_delete(chunk_find(first + j));
@@ -1265,7 +1466,7 @@ CUresult ooc_mem_alloc(CUdeviceptr *out, size_t size, uint64_t *id) {
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&mem_lock);
     if (size > M.budget_chunks * M.chunk) {
-        pthread_mutex_unlock(&mem_lock);
+        mem_unlock();
         OOC_LOG_E("allocation of %zu bytes exceeds the whole budget of %llu bytes: it could "
                   "never be resident",
                   size, (unsigned long long)(M.budget_chunks * M.chunk));
@@ -1285,7 +1486,7 @@ CUresult ooc_mem_alloc(CUdeviceptr *out, size_t size, uint64_t *id) {
     }
     if (r != CUDA_SUCCESS) {
         free(b);
-        pthread_mutex_unlock(&mem_lock);
+        mem_unlock();
         return r;
     }
     uint64_t mapped = b->small ? ((size + SLAB_ALIGN - 1) & ~(uint64_t)(SLAB_ALIGN - 1))
@@ -1295,7 +1496,7 @@ CUresult ooc_mem_alloc(CUdeviceptr *out, size_t size, uint64_t *id) {
     b->id = ++M.next_id;
     if (id)
         *id = b->id;
-    pthread_mutex_unlock(&mem_lock);
+    mem_unlock();
     return CUDA_SUCCESS;
 }
 
@@ -1305,7 +1506,7 @@ CUresult ooc_mem_free(CUdeviceptr p, CUstream stream, uint64_t *id) {
     buf_t *b;
     HASH_FIND(hh, M.bufs, &a, sizeof a, b);
     if (!b) {
-        pthread_mutex_unlock(&mem_lock);
+        mem_unlock();
         return CUDA_ERROR_INVALID_VALUE;
     }
     HASH_DEL(M.bufs, b);
@@ -1316,7 +1517,7 @@ CUresult ooc_mem_free(CUdeviceptr p, CUstream stream, uint64_t *id) {
         chunk_t *c = chunk_find(first);
         slab_remove(c->slab, b);
         if (stream)
-            add_user(c->users, &c->nusers, &c->users_unknown, stream);
+            chunk_add_user(c, stream);
         if (--c->nbufs == 0 && c != M.slab_cur)
             chunk_release(c, stream);
         ooc_stats_free(b->size, (b->size + SLAB_ALIGN - 1) & ~(uint64_t)(SLAB_ALIGN - 1));
@@ -1331,7 +1532,7 @@ CUresult ooc_mem_free(CUdeviceptr p, CUstream stream, uint64_t *id) {
         ooc_stats_free(b->size, count << M.shift);
     }
     free(b);
-    pthread_mutex_unlock(&mem_lock);
+    mem_unlock();
     return CUDA_SUCCESS;
 }
 
@@ -1354,7 +1555,7 @@ int ooc_mem_lookup(uintptr_t p, uintptr_t *base, size_t *size) {
         *base = b->addr;
         *size = b->size;
     }
-    pthread_mutex_unlock(&mem_lock);
+    mem_unlock();
     return b ? 0 : -1;
 }
 
@@ -1530,6 +1731,7 @@ unsigned ooc_mem_l_prefetch(uintptr_t addr, uint64_t id, CUstream s) {
          * decided when the device reaches this point (the worker), not now, when the host,
          * which runs ahead, looks. */
         if ((c->out_ev || c->state == C_SWAPPED) && !c->queued) {
+            cool(c); /* it is not hot (not resident, or retiring): this only keeps it so */
             c->queued = 1;
             q++;
         }
@@ -1572,6 +1774,8 @@ int ooc_mem_l_discard(uintptr_t addr, uint64_t id, int on) {
         chunk_t *c = plan_chunk(b, i);
         if (!c)
             continue;
+        if (on)
+            cool(c); /* a fast-path op must not use bytes that eviction may drop */
         c->discard = on && c->state == C_RESIDENT && !c->dying && !c->out_ev;
         if (c->discard)
             lru_push_tail(c);
@@ -1630,7 +1834,7 @@ static void worker_wait(evref_t *v, chunk_t *c) {
                 ev_drop(e);
         }
     }
-    pthread_mutex_unlock(&mem_lock);
+    mem_unlock();
     if (v)
         ooc_real.cuEventSynchronize(v->e);
     for (unsigned i = 0; i < npre; i++)
@@ -1792,9 +1996,9 @@ static void *worker_main(void *arg) {
                 worker_wait_retiree();
             continue;
         }
-        pthread_cond_wait(&M.work_cv, &mem_lock);
+        mem_wait(&M.work_cv);
     }
-    pthread_mutex_unlock(&mem_lock);
+    mem_unlock();
     return NULL;
 }
 
@@ -1828,7 +2032,7 @@ int ooc_mem_replay_init(void) {
         }
         ooc_real.cuCtxSetCurrent(prev);
     }
-    pthread_mutex_unlock(&mem_lock);
+    mem_unlock();
     return rc;
 }
 
@@ -1934,9 +2138,9 @@ CUresult ooc_mem_begin(const ooc_access_t *a, CUstream stream, int per_thread) {
                       (unsigned long long)M.serial, nq, (size_t)M.njobs);
             uint64_t t0 = now_ns();
             while (any_queued(a))
-                pthread_cond_wait(&M.done_cv, &mem_lock);
+                mem_wait(&M.done_cv);
             ooc_stats_add(OOC_STAT_stall_ns, now_ns() - t0);
-            pthread_mutex_unlock(&mem_lock);
+            mem_unlock();
             return ooc_mem_begin(a, stream, per_thread); /* once: nothing is queued now */
         }
     }
@@ -2080,15 +2284,33 @@ static CUresult make_resident(uint64_t missing) {
     return swapped_in ? swapins_issued() : CUDA_SUCCESS;
 }
 
+/* Makes c hot when the fast path may issue an op that uses it on any of its users' streams:
+ * such an op would find c resident and stable, and the locked path would do nothing to c but
+ * note a user it already has and move c to the head of the LRU (the fast path sets `touched`
+ * instead). That is: resident; not retiring (out_ev), dying or queued for the worker, each of
+ * which a later op must act on; not aliased; no copy in that an op must wait for (in_ev); its
+ * bytes not given up to be rebuilt (discard); still owned by a live buffer. Called by the locked
+ * path after an op on c was issued. Caller holds mem_lock. */
+static void set_hot(chunk_t *c) {
+    if (c->in_ev && ev_done(c->in_ev)) { /* the copy that brought it in has completed */
+        ev_drop(c->in_ev);
+        c->in_ev = NULL;
+    }
+    if (M.table && c->state == C_RESIDENT && !c->out_ev && !c->dying && !c->queued && !c->aliased &&
+        !c->in_ev && !c->discard && c->ext_n)
+        atomic_store_explicit(&c->hot, 1, memory_order_release);
+}
+
 void ooc_mem_end(const ooc_access_t *a, CUstream stream, int per_thread, int issued) {
     (void)a;
     CUstream s = (per_thread && stream == NULL) ? CU_STREAM_PER_THREAD : stream;
     if (issued) {
         for (size_t i = 0; i < M.nop; i++) {
             chunk_t *c = M.op_chunks[i];
-            add_user(c->users, &c->nusers, &c->users_unknown, s);
+            chunk_add_user(c, s);
             if (!c->dying)
                 lru_push(c);
+            set_hot(c);
         }
         stream_issued(s);
         M.fc_epoch++;
@@ -2096,7 +2318,150 @@ void ooc_mem_end(const ooc_access_t *a, CUstream stream, int per_thread, int iss
             ooc_replay_op_end(s); /* the plan's swap-outs after this op */
     }
     M.nop = 0;
-    pthread_mutex_unlock(&mem_lock);
+    mem_unlock();
+}
+
+/* ---- the fast path -----------------------------------------------------------------------------
+ *
+ * An op whose chunks are all hot, on a stream they already count among their users, is issued
+ * without mem_lock: ooc_mem_fast_begin checks that inside a reader section (see quiesce) and the
+ * caller issues the op, then calls ooc_mem_fast_end. What the locked path would have done for it
+ * is done here: each chunk's `touched` flag stands for the move to the LRU's head; in safe mode
+ * the stream's `last` serial is raised (to one past the serial read after the issue, so that a
+ * chunk mapped before the issue counts it: its `since` is at most that serial); fc_dirty makes
+ * the next fence_ev record a fresh event. The serial itself is not advanced: it numbers locked
+ * ops only. Everything else the locked path does for such an op is a no-op on hot chunks.
+ *
+ * Which chunks an op uses, without the buffer table: a query [lo, hi) uses every chunk from
+ * lo's to (hi-1)'s and, through each chunk's extent, the whole buffer of each; a query with
+ * hi == lo (a parameter word) uses the extent of the chunk lo points into, and nothing when no
+ * live buffer owns that chunk (the locked path ignores such a word too). An extent covers the
+ * whole buffer of a large buffer's chunk and the whole of a slab chunk, which may be more than
+ * the locked path would look at (a word past a buffer's end, or at a freed slot of a slab) but
+ * never less, so the fast path is taken only when the locked path would find everything the op
+ * uses resident and would make nothing else resident. A range over a chunk with no live buffer
+ * goes to the locked path.
+ *
+ * Not on the fast path: recording and replay (ops are logged and matched in order: their
+ * transitions to on enter a writer section after the flag is set, so no fast-path op that read
+ * them off is still running after), an access set that overflowed, and a stream that safe mode
+ * does not follow yet. */
+
+static _Atomic unsigned long *fp_my_slot(void) {
+    if (fp_slot < 0)
+        fp_slot =
+            (int)(atomic_fetch_add_explicit(&fp_next_slot, 1, memory_order_relaxed) % FP_SLOTS);
+    return &fp_readers[fp_slot].n;
+}
+
+/* Is c hot, with s among its users (an op on s would not add one)? Marks it used. */
+static int fast_chunk(chunk_t *c, CUstream s) {
+    if (!atomic_load_explicit(&c->hot, memory_order_acquire))
+        return 0;
+    unsigned n = atomic_load_explicit(&c->nusers, memory_order_acquire);
+    unsigned i = 0;
+    while (i < n && atomic_load_explicit(&c->users[i], memory_order_relaxed) != s)
+        i++;
+    if (i == n && !(atomic_load_explicit(&c->users_unknown, memory_order_relaxed) &&
+                    (s == CU_STREAM_PER_THREAD || n == MAX_USERS)))
+        return 0;
+    if (!atomic_load_explicit(&c->touched, memory_order_relaxed))
+        atomic_store_explicit(&c->touched, 1, memory_order_relaxed);
+    return 1;
+}
+
+enum { FX_OK, FX_NONE, FX_COLD };
+
+/* Checks the extent of the chunk at idx; on FX_OK, *next is the index past it. */
+static int fast_extent(uint64_t idx, CUstream s, uint64_t *next) {
+    chunk_t *c = atomic_load_explicit(&M.table[idx], memory_order_acquire);
+    if (!c)
+        return FX_NONE;
+    uint64_t first = atomic_load_explicit(&c->ext_first, memory_order_relaxed);
+    uint64_t n = atomic_load_explicit(&c->ext_n, memory_order_relaxed);
+    if (n == 0)
+        return FX_NONE;
+    for (uint64_t j = first; j < first + n; j++) {
+        chunk_t *x = j == idx ? c : atomic_load_explicit(&M.table[j], memory_order_acquire);
+        if (!x || !fast_chunk(x, s))
+            return FX_COLD;
+    }
+    *next = first + n;
+    return FX_OK;
+}
+
+/* Safe mode: the index of s in M.streams, or -1 when the locked path must add it first. */
+static int fast_stream(CUstream s) {
+    if (s == CU_STREAM_PER_THREAD)
+        return MAX_STREAMS; /* counted in streams_lost */
+    unsigned n = atomic_load_explicit(&M.nstreams, memory_order_acquire);
+    for (unsigned i = 0; i < n; i++)
+        if (atomic_load_explicit(&M.streams[i].s, memory_order_relaxed) == s)
+            return (int)i;
+    return -1;
+}
+
+int ooc_mem_fast_begin(const ooc_access_t *a, CUstream stream, int per_thread) {
+    if (a->overflow)
+        return 0;
+    CUstream s = (per_thread && stream == NULL) ? CU_STREAM_PER_THREAD : stream;
+    _Atomic unsigned long *slot = fp_my_slot();
+    atomic_fetch_add(slot, 1);
+    if (atomic_load(&fp_writer) || !atomic_load_explicit(&fp_on, memory_order_relaxed) ||
+        ooc_record_on() || ooc_replay_on())
+        goto slow;
+    if (M.safe && (fp_stream = fast_stream(s)) < 0)
+        goto slow;
+    for (unsigned i = 0; i < a->n; i++) {
+        uintptr_t lo = a->refs[i].lo, hi = a->refs[i].hi;
+        uint64_t idx = (lo - M.va_base) >> M.shift, next = 0;
+        if (lo - M.va_base >= M.va_size)
+            goto slow;
+        if (hi == lo) {
+            if (fast_extent(idx, s, &next) == FX_COLD)
+                goto slow;
+            continue;
+        }
+        if (hi - 1 - M.va_base >= M.va_size)
+            goto slow; /* past the reservation: the locked path sorts it out */
+        for (uint64_t last = (hi - 1 - M.va_base) >> M.shift; idx <= last; idx = next)
+            if (fast_extent(idx, s, &next) != FX_OK)
+                goto slow;
+    }
+    ooc_stats_add(OOC_STAT_fast_ops, 1);
+    return 1;
+slow:
+    atomic_fetch_sub_explicit(slot, 1, memory_order_release);
+    return 0;
+}
+
+void ooc_mem_fast_end(int issued) {
+    if (issued) {
+        if (M.safe) {
+            uint64_t v = atomic_load(&M.serial) + 1;
+            raise_to(fp_stream == MAX_STREAMS ? &M.streams_lost : &M.streams[fp_stream].last, v);
+        }
+        if (!atomic_load_explicit(&M.fc_dirty, memory_order_relaxed))
+            atomic_store_explicit(&M.fc_dirty, 1, memory_order_relaxed);
+    }
+    atomic_fetch_sub_explicit(fp_my_slot(), 1, memory_order_release);
+}
+
+void ooc_mem_fast_enable(void) {
+    pthread_mutex_lock(&mem_lock);
+    if (M.ready && M.table)
+        atomic_store(&fp_on, 1);
+    mem_unlock();
+}
+
+void ooc_mem_quiesce(void) {
+    pthread_mutex_lock(&mem_lock);
+    quiesce();
+    mem_unlock();
+}
+
+void ooc_mem_l_quiesce(void) {
+    quiesce();
 }
 
 /* Shrinks the pool to budget_chunks: free physical chunks are released, then least recently
@@ -2127,7 +2492,7 @@ CUresult ooc_mem_external_create(CUmemGenericAllocationHandle *h, size_t size,
                                  const CUmemAllocationProp *prop, unsigned long long flags) {
     pthread_mutex_lock(&mem_lock);
     if (M.external_bytes + size + M.chunk > M.budget_bytes) {
-        pthread_mutex_unlock(&mem_lock);
+        mem_unlock();
         OOC_LOG_E("cuMemCreate of %zu bytes by the program: with the %llu bytes it already holds "
                   "that way, less than one chunk of the budget (%llu bytes) would be left for "
                   "the shim's pool",
@@ -2136,7 +2501,7 @@ CUresult ooc_mem_external_create(CUmemGenericAllocationHandle *h, size_t size,
     }
     ext_t *e = calloc(1, sizeof *e);
     if (!e) {
-        pthread_mutex_unlock(&mem_lock);
+        mem_unlock();
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     /* Make room first, so that the device never holds more than the budget. */
@@ -2162,7 +2527,7 @@ CUresult ooc_mem_external_create(CUmemGenericAllocationHandle *h, size_t size,
         M.external_bytes += size;
         ooc_stats_gauge_add(OOC_STAT_external_bytes, size);
     }
-    pthread_mutex_unlock(&mem_lock);
+    mem_unlock();
     return r;
 }
 
@@ -2177,7 +2542,7 @@ void ooc_mem_external_release(CUmemGenericAllocationHandle h) {
         ooc_stats_gauge_sub(OOC_STAT_external_bytes, e->size);
         free(e);
     }
-    pthread_mutex_unlock(&mem_lock);
+    mem_unlock();
 }
 
 void ooc_mem_report_fault(CUresult r) {
@@ -2197,7 +2562,7 @@ void ooc_mem_report_fault(CUresult r) {
             len += (size_t)snprintf(list + len, sizeof list - len, "%s%#llx (%zu bytes)",
                                     len ? ", " : "", (unsigned long long)b->addr, b->size);
     }
-    pthread_mutex_unlock(&mem_lock);
+    mem_unlock();
     OOC_LOG_E("the device reported an illegal address. A kernel probably reached a buffer the "
               "shim had swapped out through a pointer it could not see (one stored in device "
               "memory); safe mode %s. %zu buffers were swapped out without a host alias%s%s",
@@ -2209,7 +2574,7 @@ void ooc_mem_geometry(uint64_t *chunk_bytes, uint64_t *budget_bytes) {
     pthread_mutex_lock(&mem_lock);
     *chunk_bytes = M.chunk;
     *budget_bytes = M.budget_bytes;
-    pthread_mutex_unlock(&mem_lock);
+    mem_unlock();
 }
 
 /* One timed batch: `reps` copies of `bytes` between slot s and the device chunk at dev, on
@@ -2297,7 +2662,7 @@ CUresult ooc_mem_measure_bw(uint64_t bytes, double *h2d_bps, double *d2h_bps, do
         unmap_chunk(&scratch);
     if (have_va)
         va_give(idx, 1);
-    pthread_mutex_unlock(&mem_lock);
+    mem_unlock();
     if (r != CUDA_SUCCESS)
         return r;
     double total = (double)bytes * reps;
@@ -2312,7 +2677,7 @@ void ooc_mem_info(uint64_t *budget, uint64_t *resident) {
     pthread_mutex_lock(&mem_lock);
     *budget = M.budget_bytes;
     *resident = M.resident * M.chunk + M.external_bytes;
-    pthread_mutex_unlock(&mem_lock);
+    mem_unlock();
 }
 
 uint64_t ooc_mem_slab_chunks(void) {
@@ -2320,7 +2685,7 @@ uint64_t ooc_mem_slab_chunks(void) {
     uint64_t n = 0;
     for (chunk_t *c = M.chunks; c; c = c->hh.next)
         n += c->slab != NULL;
-    pthread_mutex_unlock(&mem_lock);
+    mem_unlock();
     return n;
 }
 

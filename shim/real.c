@@ -45,7 +45,7 @@ static pthread_once_t load_once = PTHREAD_ONCE_INIT;
 
 /* Runs before a sanitizer runtime has initialised (its start-up asks dlsym for the functions it
  * wraps), so nothing on this path may be instrumented. */
-#define OOC_NO_SANITIZE __attribute__((no_sanitize("address", "undefined")))
+#define OOC_NO_SANITIZE __attribute__((no_sanitize("address", "undefined", "thread")))
 
 OOC_NO_SANITIZE static void bootstrap_dlsym(void) {
     if (ooc__real_dlsym)

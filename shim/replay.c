@@ -503,6 +503,9 @@ static void rerecord(void) {
               "diverged): recording it again",
               P.bad);
     resolve_all();
+    /* No fast-path op may slip in between replay off and the recorder on: the writer section
+     * lasts until the residency lock (held here) is released. */
+    ooc_mem_l_quiesce();
     clear();
     ooc_record_restart_l();
 }
@@ -709,6 +712,7 @@ static void go(ooc_profile_t *p, ooc_plan_t *pl, uint32_t pos) {
     if (start(p, pl, pos) != 0)
         OOC_LOG_E("no replay: out of memory");
     pthread_mutex_unlock(&rp_lock);
+    ooc_mem_quiesce(); /* a fast-path op that saw replay off has ended: later ones see it on */
 }
 
 void ooc_replay_plan(ooc_profile_t *p, const char *dir, uint32_t pos) {

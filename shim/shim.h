@@ -181,6 +181,22 @@ CUresult ooc_mem_begin(const ooc_access_t *a, CUstream stream, int per_thread);
 /* Notes that the op was issued on `stream` (if issued), and releases the lock. */
 void ooc_mem_end(const ooc_access_t *a, CUstream stream, int per_thread, int issued);
 
+/* The lock-free fast path (mem.c, "The fast path"). ooc_mem_fast_begin returns 1 when the op
+ * may be issued without the residency lock: every chunk it references is resident and stable
+ * (hot) with the op's stream among its users, and neither recording nor replay is on. The
+ * caller then issues it and calls ooc_mem_fast_end (issued: the real call succeeded) on the same
+ * thread, with nothing in between that could wait for the residency lock. On 0 the caller takes
+ * the locked path (ooc_mem_begin). Thread-safe; takes no lock. */
+int ooc_mem_fast_begin(const ooc_access_t *a, CUstream stream, int per_thread);
+void ooc_mem_fast_end(int issued);
+/* Enables the fast path once the device is set up (and recording started, if it is). */
+void ooc_mem_fast_enable(void);
+/* Waits until no fast-path op that began before the call is still running: called after
+ * recording or replay is switched on, so that every later op sees it. ooc_mem_l_quiesce is the
+ * same for a caller that holds the residency lock (it lasts until the lock is released). */
+void ooc_mem_quiesce(void);
+void ooc_mem_l_quiesce(void);
+
 /* The program's own device-located cuMemCreate: counted against the budget (the pool shrinks,
  * swapping out if it must, before the real call); OUT_OF_MEMORY when less than one chunk of the
  * budget would be left. ooc_mem_external_release forgets a handle after its real release (no-op

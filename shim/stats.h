@@ -38,6 +38,7 @@
     X(producers_refused, COUNTER, COUNT, "producers refused by checksum")                          \
     X(verify_ns, COUNTER, NS, "time spent verifying producers")                                    \
     X(demand_ops, COUNTER, COUNT, "operations made resident on demand")                            \
+    X(fast_ops, COUNTER, COUNT, "operations issued without the lock")                              \
     X(planned_ops, COUNTER, COUNT, "operations run as planned")                                    \
     X(divergences, COUNTER, COUNT, "divergences from the plan")                                    \
     X(prefetches, COUNTER, COUNT, "planned swap-ins issued ahead (chunks)")                        \
