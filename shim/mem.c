@@ -401,6 +401,7 @@ static int va_take(uint64_t count, uint64_t *first) {
         return -1;
     *first = M.va_next;
     M.va_next += count;
+    ooc_stats_gauge_add(OOC_STAT_va_bytes, count * M.chunk);
     return 0;
 }
 
@@ -410,7 +411,28 @@ static void va_give(uint64_t first, uint64_t count) {
         run_t old = M.quarantine[M.q_head];
         M.q_head = (M.q_head + 1) % QUARANTINE_RUNS;
         M.q_len--;
-        if (M.nfree_runs == M.cap_free_runs) {
+        /* Coalesced with its free neighbours: a freed buffer's chunks come back one at a time,
+         * and only a coalesced run serves a multi-chunk buffer again (else the reservation would
+         * grow with every large free, and the search with it). A run that ends where the
+         * untouched tail begins joins the tail. */
+        for (size_t i = 0; i < M.nfree_runs;) {
+            run_t *r = &M.free_runs[i];
+            if (r->first + r->count == old.first || old.first + old.count == r->first) {
+                if (r->first < old.first)
+                    old.first = r->first;
+                old.count += r->count;
+                M.free_runs[i] = M.free_runs[--M.nfree_runs];
+                i = 0; /* the merged run may now touch one already passed */
+                continue;
+            }
+            i++;
+        }
+        if (old.first + old.count == M.va_next) {
+            M.va_next = old.first;
+            ooc_stats_gauge_sub(OOC_STAT_va_bytes, old.count * M.chunk);
+            old.count = 0;
+        }
+        if (old.count && M.nfree_runs == M.cap_free_runs) {
             size_t nc = M.cap_free_runs ? M.cap_free_runs * 2 : 64;
             run_t *n = realloc(M.free_runs, nc * sizeof *n);
             if (n) {
@@ -418,7 +440,7 @@ static void va_give(uint64_t first, uint64_t count) {
                 M.cap_free_runs = nc;
             }
         }
-        if (M.nfree_runs < M.cap_free_runs)
+        if (old.count && M.nfree_runs < M.cap_free_runs)
             M.free_runs[M.nfree_runs++] = old; /* else the range is lost: VA is plentiful */
     }
     M.quarantine[(M.q_head + M.q_len) % QUARANTINE_RUNS] = (run_t){first, count};
@@ -1431,7 +1453,11 @@ static CUresult alloc_small(buf_t *b, size_t size) {
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
         c->slab = s;
+        chunk_t *full = M.slab_cur;
         M.slab_cur = c;
+        /* A full slab chunk whose buffers are all freed already: no later free releases it. */
+        if (full && full->nbufs == 0)
+            chunk_release(full, NULL);
     }
     if (slab_insert(c->slab, b) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;

@@ -22,6 +22,7 @@
     X(requested_bytes, GAUGE, BYTES, "bytes requested by live buffers")                            \
     X(mapped_bytes, GAUGE, BYTES, "bytes mapped for live buffers")                                 \
     X(external_bytes, GAUGE, BYTES, "program's own cuMemCreate memory")                            \
+    X(va_bytes, GAUGE, BYTES, "address space handed out (reservation)")                            \
     X(swap_out_bytes, COUNTER, BYTES, "swapped out (device to host)")                              \
     X(swap_outs, COUNTER, COUNT, "swap-outs")                                                      \
     X(swap_in_bytes, COUNTER, BYTES, "swapped in (host to device)")                                \

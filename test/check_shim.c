@@ -374,6 +374,36 @@ START_TEST(test_programs_own_vmm_memory_counts_against_the_budget) {
 }
 END_TEST
 
+/* Address space is reused: a hundred thousand 4 KiB and a hundred 4 MiB allocate-free pairs (the
+ * pattern of a framework without a caching allocator) hand out about the quarantine's worth of
+ * the reservation, not a new range each time. A full slab chunk whose buffers were all freed is
+ * released when the next one starts, and a freed multi-chunk range, which comes back chunk by
+ * chunk, is coalesced so that a multi-chunk buffer can use it again (without either, the same
+ * run handed out about 400 MiB). */
+START_TEST(test_address_space_is_reused) {
+    const char *argv[] = {tu_build_path("test/progs/bench_hooks"), "20000", NULL};
+    const char *env[] = {tu_fakecuda_libpath(),
+                         tu_shim_preload(),
+                         "FAKECUDA_SCHED=inline",
+                         "OOC_MODE=demand",
+                         "OOC_BUDGET=64M",
+                         "OOC_STATS=1",
+                         NULL};
+    tu_proc_t p;
+    ck_assert_int_eq(tu_run(argv, env, 300, &p), 0);
+    ck_assert_msg(p.status == 0, "status %d\n%s", p.status, p.err);
+    const char *row = strstr(p.err, "address space handed out");
+    ck_assert_msg(row != NULL, "no address-space row:\n%s", p.err);
+    double now = 0, peak = 0;
+    char u1[8] = "", u2[8] = "";
+    ck_assert_int_eq(sscanf(strstr(row, ")") + 1, "%lf %7s %lf %7s", &now, u1, &peak, u2), 4);
+    double mib = peak * (strcmp(u2, "GiB") == 0 ? 1024 : strcmp(u2, "MiB") == 0 ? 1 : 1e9);
+    /* the quarantine holds 64 runs of 2 MiB chunks; a slab chunk and one buffer besides */
+    ck_assert_msg(mib <= 160, "%.2f %s of address space handed out", peak, u2);
+    tu_proc_free(&p);
+}
+END_TEST
+
 /* The same workloads with swaps through pinned host memory (no host-located VMM memory). */
 START_TEST(test_workloads_match_oracle_without_safe_mode) {
     no_host_vmm = 1;
@@ -403,6 +433,7 @@ Suite *suite_shim(void) {
     tcase_add_test(sf, test_without_safe_mode_a_hidden_access_is_reported);
     tcase_add_test(sf, test_safe_mode_required_but_missing_stops_startup);
     tcase_add_test(sf, test_programs_own_vmm_memory_counts_against_the_budget);
+    tcase_add_test(sf, test_address_space_is_reused);
     suite_add_tcase(s, sf);
     TCase *f = tcase_create("faults");
     tcase_set_timeout(f, 600);
