@@ -756,6 +756,50 @@ START_TEST(test_many_threads_many_streams) {
 }
 END_TEST
 
+/* Inline mode with several threads on one stream (the legacy one): each op runs on its
+ * caller's thread once the stream's previous op has completed, so no update is lost and a
+ * synchronous copy never waits for a completion count that went backwards (it hung). */
+typedef struct {
+    CUfunction fill, add;
+    CUdeviceptr a;
+    int n;
+} legacy_arg_t;
+
+static void *legacy_hammer(void *p) {
+    legacy_arg_t *w = p;
+    cuCtxSetCurrent(ctx);
+    void *args[] = {&w->a, &w->n};
+    float host[64];
+    for (int i = 0; i < 200; i++) {
+        if (cuLaunchKernel(w->add, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL) != CUDA_SUCCESS)
+            return (void *)1;
+        if (i % 16 == 0 && cuMemcpyDtoH(host, w->a, sizeof host) != CUDA_SUCCESS)
+            return (void *)1;
+    }
+    return NULL;
+}
+
+START_TEST(test_inline_threads_share_the_legacy_stream_in_order) {
+    open_device(inline_);
+    legacy_arg_t w = {get_kernel("fill"), get_kernel("addone"), 0, 64};
+    OK(cuMemAlloc(&w.a, 64 * sizeof(float)));
+    OK(cuMemsetD32(w.a, 0, 64));
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(pthread_create(&t[i], NULL, legacy_hammer, &w), 0);
+    for (int i = 0; i < 4; i++) {
+        void *rc;
+        pthread_join(t[i], &rc);
+        ck_assert_ptr_null(rc);
+    }
+    float out[64];
+    OK(cuMemcpyDtoH(out, w.a, sizeof out));
+    for (int i = 0; i < 64; i++)
+        ck_assert_float_eq(out[i], 800.0f);
+    OK(cuMemFree(w.a));
+}
+END_TEST
+
 /* ---- the timing model of copies -------------------------------------------------------------- */
 
 /* Maps one granule of a new `type`-located handle at va (read-write); returns the handle. */
@@ -1207,6 +1251,7 @@ Suite *suite_fakecuda(void) {
     tcase_add_test(t, test_fault_injection_fails_the_nth_call);
     tcase_add_test(t, test_stats_are_zero_after_teardown);
     tcase_add_test(t, test_many_threads_many_streams);
+    tcase_add_test(t, test_inline_threads_share_the_legacy_stream_in_order);
     tcase_add_test(t, test_copy_to_host_located_memory_crosses_the_link);
     tcase_add_test(t, test_link_copy_is_timed_on_the_link_engine);
     suite_add_tcase(s, t);

@@ -388,13 +388,19 @@ CUresult fc_submit(fc_stream_t *s, fc_op_t *op, uint64_t *seq_out) {
     if (op->on_submit)
         op->on_submit(op, s);
     if (!g_fc.cfg.threaded) {
-        /* Inline: everything before this op has completed already; run it now. */
+        /* Inline: the op runs now, on the caller's thread, once the stream's previous op and its
+         * dependencies have completed; with one thread they have. Another thread issuing on the
+         * same stream (the legacy one, say) may still be running its op: waiting for it keeps the
+         * stream's order and its completed count monotonic. */
+        while (s->completed + 1 < op->seq || !deps_done(op))
+            pthread_cond_wait(&g_fc.cv, &g_fc.lock);
         pthread_mutex_unlock(&g_fc.lock);
         CUresult r = atomic_load(&g_fc.sticky) != CUDA_SUCCESS ? CUDA_SUCCESS : execute(op);
         pthread_mutex_lock(&g_fc.lock);
         if (r != CUDA_SUCCESS)
             fc_set_sticky(r);
         s->completed = op->seq;
+        pthread_cond_broadcast(&g_fc.cv);
         pthread_mutex_unlock(&g_fc.lock);
         if (seq_out)
             *seq_out = op->seq;
@@ -813,10 +819,6 @@ static CUresult stream_wait(CUstream h, CUevent e, unsigned int flags, int ptds)
     if (rc != 0) {
         op_free(op);
         return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    if (!g_fc.cfg.threaded && op->ndeps) {
-        /* Inline mode cannot leave a wait pending: the recorded work is already complete. */
-        op->ndeps = 0;
     }
     /* Not capturable (a capture cannot join another stream's work): fc_submit refuses it. */
     return fc_submit(s, op, NULL);
