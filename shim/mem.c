@@ -1821,14 +1821,33 @@ int ooc_mem_l_lost(uintptr_t addr, uint64_t id) {
     return 0;
 }
 
-static int op_push(chunk_t *c);
+/* ---- the current op's chunks (caller holds mem_lock) --------------------------------------- */
 
-int ooc_mem_l_include(uintptr_t addr, uint64_t id) {
-    buf_t *b = lookup(addr);
-    if (!b || b->id != id || b->addr != addr)
-        return -1;
-    uint64_t c0 = (b->addr - M.va_base) >> M.shift;
-    uint64_t c1 = (b->addr + b->size - 1 - M.va_base) >> M.shift;
+/* The indices of the first and last chunk b lies in. */
+static void buf_span(const buf_t *b, uint64_t *c0, uint64_t *c1) {
+    *c0 = (b->addr - M.va_base) >> M.shift;
+    *c1 = (b->addr + b->size - 1 - M.va_base) >> M.shift;
+}
+
+/* Adds c to the current op's chunks. 0, or -1 out of host memory. */
+static int op_push(chunk_t *c) {
+    if (M.nop == M.cap_op) {
+        size_t nc = M.cap_op ? M.cap_op * 2 : 64;
+        chunk_t **n = realloc(M.op_chunks, nc * sizeof *n);
+        if (!n)
+            return -1;
+        M.op_chunks = n;
+        M.cap_op = nc;
+    }
+    M.op_chunks[M.nop++] = c;
+    return 0;
+}
+
+/* Pins b's chunks for the current op (M.serial) and adds those not pinned yet to its chunks.
+ * 0, or -1 out of host memory. */
+static int pin_buffer(const buf_t *b) {
+    uint64_t c0, c1;
+    buf_span(b, &c0, &c1);
     for (uint64_t idx = c0; idx <= c1; idx++) {
         chunk_t *c = chunk_find(idx);
         if (!c || c->pin == M.serial)
@@ -1838,6 +1857,25 @@ int ooc_mem_l_include(uintptr_t addr, uint64_t id) {
             return -1;
     }
     return 0;
+}
+
+/* Is one of b's chunks queued for the worker? */
+static int buf_queued(const buf_t *b) {
+    uint64_t c0, c1;
+    buf_span(b, &c0, &c1);
+    for (uint64_t idx = c0; idx <= c1; idx++) {
+        chunk_t *c = chunk_find(idx);
+        if (c && c->queued)
+            return 1;
+    }
+    return 0;
+}
+
+int ooc_mem_l_include(uintptr_t addr, uint64_t id) {
+    buf_t *b = lookup(addr);
+    if (!b || b->id != id || b->addr != addr)
+        return -1;
+    return pin_buffer(b);
 }
 
 /* The worker, holding mem_lock: waits without the lock for `v` (may be NULL) and, when `c` is
@@ -2073,19 +2111,6 @@ static void log_oom(uint64_t need) {
               (unsigned long long)M.budget_chunks, (unsigned long long)M.resident, nbufs);
 }
 
-static int op_push(chunk_t *c) {
-    if (M.nop == M.cap_op) {
-        size_t nc = M.cap_op ? M.cap_op * 2 : 64;
-        chunk_t **n = realloc(M.op_chunks, nc * sizeof *n);
-        if (!n)
-            return -1;
-        M.op_chunks = n;
-        M.cap_op = nc;
-    }
-    M.op_chunks[M.nop++] = c;
-    return 0;
-}
-
 static uint64_t now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -2094,20 +2119,14 @@ static uint64_t now_ns(void) {
 
 static CUresult make_resident(uint64_t missing);
 
-/* The host thread waits here while an op's chunks are made resident: that is the stall. */
 /* Is a chunk that op `a` references queued for the worker? Caller holds mem_lock. */
 static int any_queued(const ooc_access_t *a) {
     for (unsigned i = 0; i < a->n; i++) {
         uintptr_t p = a->refs[i].lo, end = a->refs[i].hi > p ? a->refs[i].hi : p + 1;
         buf_t *b;
         while (p < end && (b = lookup(p)) != NULL) {
-            uint64_t c0 = (b->addr - M.va_base) >> M.shift;
-            uint64_t c1 = (b->addr + b->size - 1 - M.va_base) >> M.shift;
-            for (uint64_t idx = c0; idx <= c1; idx++) {
-                chunk_t *c = chunk_find(idx);
-                if (c && c->queued)
-                    return 1;
-            }
+            if (buf_queued(b))
+                return 1;
             p = b->addr + b->size;
         }
     }
@@ -2135,16 +2154,8 @@ CUresult ooc_mem_begin(const ooc_access_t *a, CUstream stream, int per_thread) {
         while (p < end && (b = lookup(p)) != NULL) {
             if (list && opbuf_add(b, a->refs[i].lo, a->refs[i].hi, a->refs[i].use) != 0)
                 return CUDA_ERROR_OUT_OF_MEMORY;
-            uint64_t c0 = (b->addr - M.va_base) >> M.shift;
-            uint64_t c1 = (b->addr + b->size - 1 - M.va_base) >> M.shift;
-            for (uint64_t idx = c0; idx <= c1; idx++) {
-                chunk_t *c = chunk_find(idx);
-                if (!c || c->pin == M.serial)
-                    continue;
-                c->pin = M.serial;
-                if (op_push(c) != 0)
-                    return CUDA_ERROR_OUT_OF_MEMORY;
-            }
+            if (pin_buffer(b) != 0)
+                return CUDA_ERROR_OUT_OF_MEMORY;
             p = b->addr + b->size;
         }
     }
@@ -2232,7 +2243,6 @@ static CUresult unalias_op_chunks(void) {
     return r;
 }
 
-/* Maps (and swaps in) the op's chunks that are not resident. Caller holds mem_lock. */
 /* The op's chunks swapped in by make_resident (resident, host slot still attached): one event
  * after their copies, which the op's stream waits for (ooc_mem_begin) while the host goes on;
  * their slots go back once it has completed. Without an event, the host waits for the copies. */
@@ -2263,6 +2273,7 @@ static CUresult swapins_issued(void) {
     return CUDA_SUCCESS;
 }
 
+/* Maps (and swaps in) the op's chunks that are not resident. Caller holds mem_lock. */
 static CUresult make_resident(uint64_t missing) {
     int swapped_in = 0;
     CUresult r = M.safe ? unalias_op_chunks() : CUDA_SUCCESS;

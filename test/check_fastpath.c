@@ -19,50 +19,36 @@ Suite *suite_fastpath(void);
 
 #define FAST_LABEL "operations issued without the lock"
 
-/* The count after `label` in a statistics table; -1 when absent. */
-static long long stat_row(const char *text, const char *label) {
-    const char *p = text ? strstr(text, label) : NULL;
-    return p ? atoll(p + strlen(label)) : -1;
-}
-
-/* Runs argv with the simulated driver, the shim when `shim`, and env (NULL-terminated). */
-static tu_proc_t run(const char *const *argv, int shim, const char *const *env) {
-    const char *e[32];
-    size_t n = 0;
-    e[n++] = tu_fakecuda_libpath();
-    if (shim)
-        e[n++] = tu_shim_preload();
-    for (; env && *env && n < 31; env++)
-        e[n++] = *env;
-    e[n] = NULL;
-    tu_proc_t p;
-    ck_assert_int_eq(tu_run(argv, e, 240, &p), 0);
-    return p;
+/* Runs build/<prog> args... with the simulated driver, the shim when `shim`, and env. */
+static tu_result_t run(const char *prog, const char *const *args, int shim,
+                       const char *const *env) {
+    tu_result_t r;
+    ck_assert_int_eq(tu_run_prog(prog, args, shim, env, 240, &r), 0);
+    return r;
 }
 
 /* A workload in demand mode with the budget far above its footprint: after the first touch of
  * each buffer, launches take the fast path; the checksum is the oracle's. */
 static void check_fits(const char *name, const char *sched) {
-    const char *argv[] = {tu_build_path(name), "--iters", "3", NULL};
+    const char *const args[] = {"--iters", "3", NULL};
     const char *const oenv[] = {"FAKECUDA_SCHED=inline", NULL};
-    tu_proc_t o = run(argv, 0, oenv);
+    tu_result_t o = run(name, args, 0, oenv);
     ck_assert_int_eq(o.status, 0);
-    char want[64], got[64];
-    ck_assert_ptr_nonnull(tu_field(o.out, "checksum", want, sizeof want));
+    ck_assert_str_ne(o.checksum, "");
     char sch[64];
     snprintf(sch, sizeof sch, "FAKECUDA_SCHED=%s", sched);
     const char *const env[] = {sch, "OOC_MODE=demand", "OOC_BUDGET=2G", "OOC_STATS=1", NULL};
-    tu_proc_t p = run(argv, 1, env);
+    tu_result_t p = run(name, args, 1, env);
     ck_assert_msg(p.status == 0, "%s: status %d\n%s", name, p.status, p.err);
-    ck_assert_ptr_nonnull(tu_field(p.out, "checksum", got, sizeof got));
-    ck_assert_str_eq(got, want);
-    long long fast = stat_row(p.err, FAST_LABEL), launches = stat_row(p.err, "kernel launches");
-    long long demand = stat_row(p.err, "operations made resident on demand");
+    ck_assert_str_eq(p.checksum, o.checksum);
+    long long fast = tu_stat_row(p.err, FAST_LABEL),
+              launches = tu_stat_row(p.err, "kernel launches");
+    long long demand = tu_stat_row(p.err, "operations made resident on demand");
     ck_assert_msg(launches > 0 && fast >= launches * 3 / 4,
                   "%s: %lld ops on the fast path for %lld launches (%lld made resident)\n%s", name,
                   fast, launches, demand, p.err);
-    tu_proc_free(&o);
-    tu_proc_free(&p);
+    tu_result_free(&o);
+    tu_result_free(&p);
 }
 
 START_TEST(test_launches_take_the_fast_path_when_the_budget_holds_the_footprint) {
@@ -74,30 +60,30 @@ END_TEST
 
 /* While recording, every op is logged in order: none may take the fast path. */
 START_TEST(test_recording_keeps_ops_on_the_locked_path) {
-    const char *argv[] = {tu_build_path("workloads/mlp"), "--iters", "3", NULL};
+    const char *const args[] = {"--iters", "3", NULL};
     char dir[512];
     snprintf(dir, sizeof dir, "OOC_PROFILE_DIR=%s", tu_build_path("test/fastpath-prof"));
     const char *const env[] = {
         "OOC_MODE=record", "OOC_BUDGET=2G", "OOC_STATS=1", "OOC_PROFILE_ITERS=10", dir, NULL};
-    tu_proc_t p = run(argv, 1, env);
+    tu_result_t p = run("workloads/mlp", args, 1, env);
     ck_assert_msg(p.status == 0, "status %d\n%s", p.status, p.err);
-    ck_assert_msg(stat_row(p.err, FAST_LABEL) == 0, "fast-path ops while recording:\n%s", p.err);
-    tu_proc_free(&p);
+    ck_assert_msg(tu_stat_row(p.err, FAST_LABEL) == 0, "fast-path ops while recording:\n%s", p.err);
+    tu_result_free(&p);
 }
 END_TEST
 
 /* Under auto the shim records, plans and replays: every op is logged or matched in order, so
  * none takes the fast path (a single-threaded program: replay is on before its next op). */
 START_TEST(test_record_and_replay_keep_ops_on_the_locked_path) {
-    const char *argv[] = {tu_build_path("workloads/mlp"), "--iters", "8", NULL};
+    const char *const args[] = {"--iters", "8", NULL};
     char dir[512];
     snprintf(dir, sizeof dir, "OOC_PROFILE_DIR=%s", tu_build_path("test/fastpath-auto"));
     const char *const env[] = {"OOC_MODE=auto", "OOC_BUDGET=2G", "OOC_STATS=1", dir, NULL};
-    tu_proc_t p = run(argv, 1, env);
+    tu_result_t p = run("workloads/mlp", args, 1, env);
     ck_assert_msg(p.status == 0, "status %d\n%s", p.status, p.err);
-    ck_assert_msg(stat_row(p.err, "operations run as planned") > 0, "no replay:\n%s", p.err);
-    ck_assert_msg(stat_row(p.err, FAST_LABEL) == 0, "fast-path ops under auto:\n%s", p.err);
-    tu_proc_free(&p);
+    ck_assert_msg(tu_stat_row(p.err, "operations run as planned") > 0, "no replay:\n%s", p.err);
+    ck_assert_msg(tu_stat_row(p.err, FAST_LABEL) == 0, "fast-path ops under auto:\n%s", p.err);
+    tu_result_free(&p);
 }
 END_TEST
 
@@ -110,12 +96,11 @@ static void check_stress(unsigned seed, int host_vmm, const char *budget, int wa
     snprintf(fseed, sizeof fseed, "FAKECUDA_SEED=%u", seed);
     snprintf(bud, sizeof bud, "OOC_BUDGET=%s", budget);
     snprintf(cap, sizeof cap, "FAKECUDA_MEM_BYTES=%s", budget);
-    const char *argv[] = {tu_build_path("test/progs/stress"), "--seed", sd, "--threads", "4", NULL};
+    const char *const args[] = {"--seed", sd, "--threads", "4", NULL};
     const char *const oenv[] = {"FAKECUDA_SCHED=inline", "FAKECUDA_GRANULARITY=64K", NULL};
-    tu_proc_t o = run(argv, 0, oenv);
-    ck_assert_msg(o.status == 0, "without the shim: status %d\n%s", o.status, o.err);
-    char want[64], got[64];
-    ck_assert_ptr_nonnull(tu_field(o.out, "checksum", want, sizeof want));
+    tu_result_t o = run("test/progs/stress", args, 0, oenv);
+    ck_assert_msg(o.status == 0, "seed %u without the shim: status %d\n%s", seed, o.status, o.err);
+    ck_assert_str_ne(o.checksum, "");
     const char *const env[] = {host_vmm ? "FAKECUDA_HOST_VMM=1" : "FAKECUDA_HOST_VMM=0",
                                "FAKECUDA_SCHED=threaded",
                                "FAKECUDA_JITTER_US=20",
@@ -128,18 +113,17 @@ static void check_stress(unsigned seed, int host_vmm, const char *budget, int wa
                                "OOC_MODE=demand",
                                "OOC_STATS=1",
                                NULL};
-    tu_proc_t p = run(argv, 1, env);
+    tu_result_t p = run("test/progs/stress", args, 1, env);
     ck_assert_msg(p.status == 0, "seed %u, safe mode %s, budget %s: status %d\n%s", seed,
                   host_vmm ? "on" : "off", budget, p.status, p.err);
     ck_assert_ptr_nonnull(strstr(p.out, "stress: ok"));
-    ck_assert_ptr_nonnull(tu_field(p.out, "checksum", got, sizeof got));
-    ck_assert_str_eq(got, want);
+    ck_assert_str_eq(p.checksum, o.checksum);
     ck_assert_ptr_nonnull(strstr(p.err, host_vmm ? "safe mode on" : "safe mode off"));
-    long long fast = stat_row(p.err, FAST_LABEL);
+    long long fast = tu_stat_row(p.err, FAST_LABEL);
     if (want_fast)
         ck_assert_msg(fast > 0, "no op took the fast path:\n%s", p.err);
-    tu_proc_free(&o);
-    tu_proc_free(&p);
+    tu_result_free(&o);
+    tu_result_free(&p);
 }
 
 START_TEST(test_threads_under_eviction_get_every_byte_right_with_safe_mode) {

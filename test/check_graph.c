@@ -79,24 +79,9 @@ static void run_free(run_t *r) {
     unlink(r->stats);
 }
 
-/* A value from the FAKECUDA_STATS file ("key<TAB>value"); -1 when absent. */
+/* A value from the run's FAKECUDA_STATS file; -1 when absent. */
 static long long stat_of(const run_t *r, const char *key) {
-    FILE *f = fopen(r->stats, "r");
-    char line[256];
-    long long v = -1;
-    size_t kl = strlen(key);
-    while (f && fgets(line, sizeof line, f))
-        if (strncmp(line, key, kl) == 0 && line[kl] == '\t')
-            v = atoll(line + kl + 1);
-    if (f)
-        fclose(f);
-    return v;
-}
-
-/* A count from the shim's OOC_STATS table ("  swap-outs      46"); -1 when absent. */
-static long long table_count(const char *err, const char *label) {
-    const char *a = strstr(err, label);
-    return a ? atoll(a + strlen(label)) : -1;
+    return tu_fc_stat(r->stats, key);
 }
 
 /* The checksum of the default run without the shim on an unlimited device: the oracle. */
@@ -141,8 +126,8 @@ static void check_swapping_run(int safe, const char *sched, unsigned jitter_seed
                   jitter_seed, r.status, r.err);
     ck_assert_msg(strcmp(r.checksum, ref) == 0, "checksum %s, oracle %s", r.checksum, ref);
     ck_assert_msg(strstr(r.err, safe ? "safe mode on" : "safe mode off") != NULL, "%s", r.err);
-    ck_assert_msg(table_count(r.err, "swap-outs") >= 2 * LAUNCHES, "too few swap-outs:\n%s", r.err);
-    ck_assert_msg(table_count(r.err, "swap-ins") >= LAUNCHES, "too few swap-ins:\n%s", r.err);
+    ck_assert_msg(tu_stat_row(r.err, "swap-outs") >= 2 * LAUNCHES, "too few swap-outs:\n%s", r.err);
+    ck_assert_msg(tu_stat_row(r.err, "swap-ins") >= LAUNCHES, "too few swap-ins:\n%s", r.err);
     ck_assert_int_eq(stat_of(&r, "graph_launches"), LAUNCHES);
     ck_assert_int_eq(stat_of(&r, "illegal_accesses"), 0);
     ck_assert_int_eq(stat_of(&r, "strict_violations"), 0);

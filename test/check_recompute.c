@@ -16,53 +16,12 @@
 
 Suite *suite_recompute(void);
 
-typedef struct run {
-    int status;
-    char checksum[64];
-    unsigned long long peak;
-    char *err;
-} run_t;
-
 /* Runs build/<name> with argv `args` (NULL-terminated) and the extra environment. */
-static run_t run(const char *name, const char *const *args, int shim, const char *const *extra) {
-    const char *env[40], *argv[24];
-    size_t n = 0, a = 0;
-    env[n++] = tu_fakecuda_libpath();
-    if (shim)
-        env[n++] = tu_shim_preload();
-    for (; extra && *extra && n < 39; extra++)
-        env[n++] = *extra;
-    env[n] = NULL;
-    argv[a++] = tu_build_path(name);
-    for (; args && *args && a < 23; args++)
-        argv[a++] = *args;
-    argv[a] = NULL;
-    tu_proc_t p;
-    run_t r;
-    memset(&r, 0, sizeof r);
-    ck_assert_int_eq(tu_run(argv, env, 300, &p), 0);
-    r.status = p.status;
-    char buf[64];
-    if (tu_field(p.out, "checksum", buf, sizeof buf))
-        snprintf(r.checksum, sizeof r.checksum, "%s", buf);
-    if (tu_field(p.out, "peak_device_bytes", buf, sizeof buf))
-        r.peak = strtoull(buf, NULL, 10);
-    r.err = p.err;
-    free(p.out);
+static tu_result_t run(const char *name, const char *const *args, int shim,
+                       const char *const *extra) {
+    tu_result_t r;
+    ck_assert_int_eq(tu_run_prog(name, args, shim, extra, 300, &r), 0);
     return r;
-}
-
-/* The number at the end of the statistics row whose label starts with `label`; -1 if none. */
-static long long stat_of(const char *err, const char *label) {
-    const char *p = strstr(err, label);
-    if (!p)
-        return -1;
-    const char *eol = strchr(p, '\n');
-    size_t len = eol ? (size_t)(eol - p) : strlen(p);
-    char line[256];
-    snprintf(line, sizeof line, "%.*s", (int)(len < 255 ? len : 255), p);
-    char *sp = strrchr(line, ' ');
-    return sp ? strtoll(sp + 1, NULL, 10) : -1;
 }
 
 /* A profile's ops.tsv or buffers.tsv as rows of tab-separated fields (the two header lines
@@ -165,10 +124,10 @@ START_TEST(test_profile_names_verified_producers) {
     snprintf(pdir, sizeof pdir, "OOC_PROFILE_DIR=%s", dir);
     const char *env[] = {"FAKECUDA_SCHED=inline", "OOC_MODE=record", "OOC_STATS=1", pdir, NULL};
     static const char *const args[] = {"--iters", "6", "--layers", "4", "--relu-copy", NULL};
-    run_t r = run("workloads/mlp", args, 1, env);
+    tu_result_t r = run("workloads/mlp", args, 1, env);
     ck_assert_msg(r.status == 0, "%s", r.err);
-    ck_assert_msg(stat_of(r.err, "producers verified by checksum") > 0, "%s", r.err);
-    ck_assert_int_eq(stat_of(r.err, "producers refused by checksum"), 0);
+    ck_assert_msg(tu_stat_row(r.err, "producers verified by checksum") > 0, "%s", r.err);
+    ck_assert_int_eq(tu_stat_row(r.err, "producers refused by checksum"), 0);
     table_t bufs = read_table(dir, "buffers.tsv"), ops = read_table(dir, "ops.tsv");
     int with = 0, relu = 0;
     char f[4096], acc[16];
@@ -205,7 +164,7 @@ START_TEST(test_profile_names_verified_producers) {
     ck_assert_int_ge(with, relu);
     free_table(&bufs);
     free_table(&ops);
-    free(r.err);
+    tu_result_free(&r);
     rmdir_all(dir);
 }
 END_TEST
@@ -215,10 +174,10 @@ START_TEST(test_nondeterministic_producers_are_refused) {
     char pdir[96];
     snprintf(pdir, sizeof pdir, "OOC_PROFILE_DIR=%s", dir);
     const char *env[] = {"FAKECUDA_SCHED=threaded", "OOC_MODE=record", "OOC_STATS=1", pdir, NULL};
-    run_t r = run("test/progs/rcprog", NULL, 1, env);
+    tu_result_t r = run("test/progs/rcprog", NULL, 1, env);
     ck_assert_msg(r.status == 0, "%s", r.err);
-    ck_assert_msg(stat_of(r.err, "producers refused by checksum") >= 2, "%s", r.err);
-    ck_assert_msg(stat_of(r.err, "producers verified by checksum") >= 1, "%s", r.err);
+    ck_assert_msg(tu_stat_row(r.err, "producers refused by checksum") >= 2, "%s", r.err);
+    ck_assert_msg(tu_stat_row(r.err, "producers verified by checksum") >= 1, "%s", r.err);
     table_t bufs = read_table(dir, "buffers.tsv"), ops = read_table(dir, "ops.tsv");
     char f[256], name[64];
     int copy = 0, noisy = 0, acc_own = 0;
@@ -249,7 +208,7 @@ START_TEST(test_nondeterministic_producers_are_refused) {
     ck_assert_int_eq(copy, 1);
     free_table(&bufs);
     free_table(&ops);
-    free(r.err);
+    tu_result_free(&r);
     rmdir_all(dir);
 }
 END_TEST
@@ -334,16 +293,16 @@ static int plan_with_recompute(const char *dir, const char *policy, unsigned lon
  * replays it inline and threaded with jitter: the oracle's checksum, and buffers rebuilt. */
 static void recompute_at(unsigned div) {
     static const char *const oenv[] = {"FAKECUDA_SCHED=inline", NULL};
-    run_t ref = run("workloads/mlp", MLP_ARGS, 0, oenv);
+    tu_result_t ref = run("workloads/mlp", MLP_ARGS, 0, oenv);
     ck_assert_msg(ref.status == 0, "%s", ref.err);
     unsigned long long budget = ref.peak / div;
     const char *dir = tmpdir();
     envs_t e;
-    run_t rec = run("workloads/mlp", MLP_ARGS, 1,
-                    make_env(&e, budget, "inline", 0, dir, "OOC_MODE=record", NULL));
+    tu_result_t rec = run("workloads/mlp", MLP_ARGS, 1,
+                          make_env(&e, budget, "inline", 0, dir, "OOC_MODE=record", NULL));
     ck_assert_msg(rec.status == 0 && strcmp(rec.checksum, ref.checksum) == 0, "record: %s",
                   rec.err);
-    ck_assert_msg(stat_of(rec.err, "producers verified by checksum") > 0, "%s", rec.err);
+    ck_assert_msg(tu_stat_row(rec.err, "producers verified by checksum") > 0, "%s", rec.err);
     char plan[128];
     snprintf(plan, sizeof plan, "%s/plan-recompute.tsv", dir);
     int found = -1;
@@ -363,24 +322,24 @@ static void recompute_at(unsigned div) {
     static const char *const scheds[] = {"inline", "threaded"};
     for (int s = 0; s < 2; s++) {
         unsigned seed = s ? (unsigned)(tu_seed("recompute_at") % 1000) + 1 : 0;
-        run_t r = run("workloads/mlp", MLP_ARGS, 1,
-                      make_env(&e, budget, scheds[s], seed, dir, "OOC_MODE=auto", plan));
+        tu_result_t r = run("workloads/mlp", MLP_ARGS, 1,
+                            make_env(&e, budget, scheds[s], seed, dir, "OOC_MODE=auto", plan));
         ck_assert_msg(r.status == 0, "1/%u %s: status %d\n%s", div, scheds[s], r.status, r.err);
         ck_assert_msg(strcmp(r.checksum, ref.checksum) == 0,
                       "1/%u %s (seed %u): checksum %s, oracle %s\n%s", div, scheds[s], seed,
                       r.checksum, ref.checksum, r.err);
-        long long rebuilt = stat_of(r.err, "recomputations");
-        long long dropped = stat_of(r.err, "buffers dropped to be rebuilt");
-        long long lost = stat_of(r.err, "chunks released without a copy (rebuildable)");
+        long long rebuilt = tu_stat_row(r.err, "recomputations");
+        long long dropped = tu_stat_row(r.err, "buffers dropped to be rebuilt");
+        long long lost = tu_stat_row(r.err, "chunks released without a copy (rebuildable)");
         ck_assert_msg(rebuilt > 0 && dropped >= rebuilt && lost > 0,
                       "1/%u %s: nothing was rebuilt (rebuilt %lld, dropped %lld, chunks given up "
                       "%lld)\n%s",
                       div, scheds[s], rebuilt, dropped, lost, r.err);
-        ck_assert_int_eq(stat_of(r.err, "producer re-launches to rebuild buffers"), rebuilt);
-        free(r.err);
+        ck_assert_int_eq(tu_stat_row(r.err, "producer re-launches to rebuild buffers"), rebuilt);
+        tu_result_free(&r);
     }
-    free(rec.err);
-    free(ref.err);
+    tu_result_free(&rec);
+    tu_result_free(&ref);
     rmdir_all(dir);
 }
 
@@ -398,12 +357,12 @@ END_TEST
  * say anything) is replayed without giving the buffer up: nothing is rebuilt, nothing is lost. */
 START_TEST(test_unverified_recompute_is_not_replayed) {
     static const char *const oenv[] = {"FAKECUDA_SCHED=inline", NULL};
-    run_t ref = run("workloads/mlp", MLP_ARGS, 0, oenv);
+    tu_result_t ref = run("workloads/mlp", MLP_ARGS, 0, oenv);
     unsigned long long budget = ref.peak / 4;
     const char *dir = tmpdir();
     envs_t e;
-    run_t rec = run("workloads/mlp", MLP_ARGS, 1,
-                    make_env(&e, budget, "inline", 0, dir, "OOC_MODE=record", NULL));
+    tu_result_t rec = run("workloads/mlp", MLP_ARGS, 1,
+                          make_env(&e, budget, "inline", 0, dir, "OOC_MODE=record", NULL));
     ck_assert_int_eq(rec.status, 0);
     char plan[128], cmd[512];
     snprintf(plan, sizeof plan, "%s/plan-recompute.tsv", dir);
@@ -419,15 +378,15 @@ START_TEST(test_unverified_recompute_is_not_replayed) {
              "&& mv %s/b.tmp %s/buffers.tsv",
              dir, dir, dir, dir);
     ck_assert_int_eq(system(cmd), 0);
-    run_t r = run("workloads/mlp", MLP_ARGS, 1,
-                  make_env(&e, budget, "threaded", 5, dir, "OOC_MODE=auto", plan));
+    tu_result_t r = run("workloads/mlp", MLP_ARGS, 1,
+                        make_env(&e, budget, "threaded", 5, dir, "OOC_MODE=auto", plan));
     ck_assert_msg(r.status == 0 && strcmp(r.checksum, ref.checksum) == 0, "%s", r.err);
-    ck_assert_int_eq(stat_of(r.err, "recomputations"), 0);
-    ck_assert_int_eq(stat_of(r.err, "buffers dropped to be rebuilt"), 0);
-    ck_assert_int_eq(stat_of(r.err, "chunks released without a copy (rebuildable)"), 0);
-    free(r.err);
-    free(rec.err);
-    free(ref.err);
+    ck_assert_int_eq(tu_stat_row(r.err, "recomputations"), 0);
+    ck_assert_int_eq(tu_stat_row(r.err, "buffers dropped to be rebuilt"), 0);
+    ck_assert_int_eq(tu_stat_row(r.err, "chunks released without a copy (rebuildable)"), 0);
+    tu_result_free(&r);
+    tu_result_free(&rec);
+    tu_result_free(&ref);
     rmdir_all(dir);
 }
 END_TEST

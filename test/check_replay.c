@@ -14,53 +14,12 @@
 
 Suite *suite_replay(void);
 
-typedef struct run {
-    int status;
-    char checksum[64];
-    unsigned long long peak;
-    char *err;
-} run_t;
-
 /* Runs build/<name> with argv `args` (NULL-terminated) and the extra environment. */
-static run_t run(const char *name, const char *const *args, int shim, const char *const *extra) {
-    const char *env[40], *argv[24];
-    size_t n = 0, a = 0;
-    env[n++] = tu_fakecuda_libpath();
-    if (shim)
-        env[n++] = tu_shim_preload();
-    for (; extra && *extra && n < 39; extra++)
-        env[n++] = *extra;
-    env[n] = NULL;
-    argv[a++] = tu_build_path(name);
-    for (; args && *args && a < 23; args++)
-        argv[a++] = *args;
-    argv[a] = NULL;
-    tu_proc_t p;
-    run_t r;
-    memset(&r, 0, sizeof r);
-    ck_assert_int_eq(tu_run(argv, env, 300, &p), 0);
-    r.status = p.status;
-    char buf[64];
-    if (tu_field(p.out, "checksum", buf, sizeof buf))
-        snprintf(r.checksum, sizeof r.checksum, "%s", buf);
-    if (tu_field(p.out, "peak_device_bytes", buf, sizeof buf))
-        r.peak = strtoull(buf, NULL, 10);
-    r.err = p.err;
-    free(p.out);
+static tu_result_t run(const char *name, const char *const *args, int shim,
+                       const char *const *extra) {
+    tu_result_t r;
+    ck_assert_int_eq(tu_run_prog(name, args, shim, extra, 300, &r), 0);
     return r;
-}
-
-/* The number at the end of the statistics row whose label starts with `label`; -1 if none. */
-static long long stat_of(const char *err, const char *label) {
-    const char *p = strstr(err, label);
-    if (!p)
-        return -1;
-    const char *eol = strchr(p, '\n');
-    size_t len = eol ? (size_t)(eol - p) : strlen(p);
-    char line[256];
-    snprintf(line, sizeof line, "%.*s", (int)(len < 255 ? len : 255), p);
-    char *sp = strrchr(line, ' ');
-    return sp ? strtoll(sp + 1, NULL, 10) : -1;
 }
 
 static int count_of(const char *text, const char *needle) {
@@ -80,9 +39,9 @@ typedef struct cfg {
 } cfg_t;
 
 /* The oracle's checksum and peak for cfg's workload and arguments. */
-static run_t oracle(const cfg_t *c) {
+static tu_result_t oracle(const cfg_t *c) {
     static const char *const env[] = {"FAKECUDA_SCHED=inline", NULL};
-    run_t r = run(c->name, c->args, 0, env);
+    tu_result_t r = run(c->name, c->args, 0, env);
     ck_assert_msg(r.status == 0, "oracle %s failed: %s", c->name, r.err);
     ck_assert_str_ne(r.checksum, "");
     return r;
@@ -90,8 +49,8 @@ static run_t oracle(const cfg_t *c) {
 
 /* Runs cfg under OOC_MODE=auto (plus `more` environment) and checks the checksum against the
  * oracle; returns the run (err holds the log and the statistics). */
-static run_t check_auto(const cfg_t *c, const char *const *more) {
-    run_t ref = oracle(c);
+static tu_result_t check_auto(const cfg_t *c, const char *const *more) {
+    tu_result_t ref = oracle(c);
     char cap[64], budget[64], sch[64], jit[64], seed[64], dir[64];
     unsigned long long b = ref.peak / c->div;
     snprintf(cap, sizeof cap, "FAKECUDA_MEM_BYTES=%llu", b);
@@ -130,13 +89,13 @@ static run_t check_auto(const cfg_t *c, const char *const *more) {
             env[n++] = defs[d];
     }
     env[n] = NULL;
-    run_t r = run(c->name, c->args, 1, env);
+    tu_result_t r = run(c->name, c->args, 1, env);
     ck_assert_msg(r.status == 0, "%s at 1/%u (%s, seed %u): status %d\n%s", c->name, c->div,
                   c->sched, c->seed, r.status, r.err);
     ck_assert_msg(strcmp(r.checksum, ref.checksum) == 0,
                   "%s at 1/%u (%s, seed %u): checksum %s, oracle %s\n%s", c->name, c->div, c->sched,
                   c->seed, r.checksum, ref.checksum, r.err);
-    free(ref.err);
+    tu_result_free(&ref);
     char cmd[160];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     ck_assert_int_eq(system(cmd), 0);
@@ -144,15 +103,13 @@ static run_t check_auto(const cfg_t *c, const char *const *more) {
 }
 
 /* The run replayed a plan: it was made, ops ran as planned, transfers went ahead of use. */
-static void assert_replayed(const cfg_t *c, const run_t *r) {
+static void assert_replayed(const cfg_t *c, const tu_result_t *r) {
     ck_assert_msg(strstr(r->err, "ooc-shim: plan (auto)") != NULL, "%s: no plan line:\n%s", c->name,
                   r->err);
-    long long planned = stat_of(r->err, "operations run as planned");
-    long long outs = stat_of(r->err, "planned swap-outs (buffers)");
-    /* Whether the worker or the op itself gets to a planned swap-in first is a matter of timing;
-     * that the plan asked for swap-ins is not. */
-    long long ins = stat_of(r->err, "planned swap-ins issued ahead") +
-                    stat_of(r->err, "planned swap-ins done on demand");
+    long long planned = tu_stat_row(r->err, "operations run as planned");
+    long long outs = tu_stat_row(r->err, "planned swap-outs (buffers)");
+    /* The worker issues every planned swap-in, ahead of the op or while the op waits for it. */
+    long long ins = tu_stat_row(r->err, "planned swap-ins issued ahead (chunks)");
     ck_assert_msg(planned > 0 && outs > 0 && ins > 0,
                   "%s: the plan was not followed (planned ops %lld, planned swap-outs %lld, "
                   "planned swap-ins %lld)\n%s",
@@ -173,13 +130,13 @@ START_TEST(test_auto_replays_every_workload_at_quarter_budget) {
         for (int s = 0; s < 2; s++) {
             cs[i].div = 4;
             cs[i].sched = scheds[s];
-            run_t r = check_auto(&cs[i], NULL);
+            tu_result_t r = check_auto(&cs[i], NULL);
             assert_replayed(&cs[i], &r);
             /* A clean run diverges at most once: at its end, when the program stops iterating. */
-            ck_assert_msg(stat_of(r.err, "divergences from the plan") <= 1,
+            ck_assert_msg(tu_stat_row(r.err, "divergences from the plan") <= 1,
                           "%s: divergences in a clean run\n%s", cs[i].name, r.err);
-            ck_assert_int_eq(stat_of(r.err, "re-recordings after divergence"), 0);
-            free(r.err);
+            ck_assert_int_eq(tu_stat_row(r.err, "re-recordings after divergence"), 0);
+            tu_result_free(&r);
         }
     }
 }
@@ -191,15 +148,15 @@ START_TEST(test_auto_replays_large_at_eighth_budget) {
     static const char *const scheds[] = {"threaded", "inline"};
     for (int s = 0; s < 2; s++) {
         c.sched = scheds[s];
-        run_t r = check_auto(&c, NULL);
+        tu_result_t r = check_auto(&c, NULL);
         assert_replayed(&c, &r);
-        free(r.err);
+        tu_result_free(&r);
     }
     c.sched = "threaded";
     c.safe_off = 1; /* pinned host slots, no host alias */
-    run_t r = check_auto(&c, NULL);
+    tu_result_t r = check_auto(&c, NULL);
     assert_replayed(&c, &r);
-    free(r.err);
+    tu_result_free(&r);
 }
 END_TEST
 
@@ -213,9 +170,9 @@ START_TEST(test_auto_is_correct_with_jitter) {
             cs[i].sched = "threaded";
             cs[i].seed = seed + 7 * k + (unsigned)i;
             cs[i].safe_off = (int)k;
-            run_t r = check_auto(&cs[i], NULL);
+            tu_result_t r = check_auto(&cs[i], NULL);
             assert_replayed(&cs[i], &r);
-            free(r.err);
+            tu_result_free(&r);
         }
     }
 }
@@ -226,11 +183,11 @@ START_TEST(test_auto_short_last_batch) {
     cfg_t c = CFG("workloads/large", "--last-batch", "2");
     c.div = 4;
     c.sched = "threaded";
-    run_t r = check_auto(&c, NULL);
+    tu_result_t r = check_auto(&c, NULL);
     assert_replayed(&c, &r);
-    ck_assert_msg(stat_of(r.err, "divergences from the plan") >= 1,
+    ck_assert_msg(tu_stat_row(r.err, "divergences from the plan") >= 1,
                   "the short last batch was not seen as a divergence\n%s", r.err);
-    free(r.err);
+    tu_result_free(&r);
 }
 END_TEST
 
@@ -242,15 +199,15 @@ START_TEST(test_auto_rerecords_after_a_shape_change) {
     c.args[1] = "18";
     c.div = 4;
     c.sched = "threaded";
-    run_t r = check_auto(&c, NULL);
-    ck_assert_msg(stat_of(r.err, "re-recordings after divergence") == 1, "no re-recording:\n%s",
+    tu_result_t r = check_auto(&c, NULL);
+    ck_assert_msg(tu_stat_row(r.err, "re-recordings after divergence") == 1, "no re-recording:\n%s",
                   r.err);
     ck_assert_msg(count_of(r.err, "ooc-shim: plan (auto)") == 2, "not planned twice:\n%s", r.err);
     ck_assert_msg(count_of(r.err, "profile recorded") == 2, "not recorded twice:\n%s", r.err);
     /* 18 iterations: the first plan runs 3 or so, the second 4 or so (118 ops each). */
-    ck_assert_msg(stat_of(r.err, "operations run as planned") > 118 * 5,
+    ck_assert_msg(tu_stat_row(r.err, "operations run as planned") > 118 * 5,
                   "the plans were not followed\n%s", r.err);
-    free(r.err);
+    tu_result_free(&r);
 }
 END_TEST
 
@@ -288,8 +245,8 @@ START_TEST(test_saved_plan_replays_and_a_wrong_plan_stays_correct) {
     snprintf(plan, sizeof plan, "%s/plan.tsv", dir);
     snprintf(bad, sizeof bad, "%s/wrong/plan.tsv", dir);
     const char *const rec[] = {pdir, NULL};
-    run_t r = check_auto(&c, rec); /* check_auto removes its own directory, not this one */
-    free(r.err);
+    tu_result_t r = check_auto(&c, rec); /* check_auto removes its own directory, not this one */
+    tu_result_free(&r);
     ck_assert_int_eq(access(plan, R_OK), 0);
 
     snprintf(env_plan, sizeof env_plan, "OOC_PLAN=%s", plan);
@@ -298,9 +255,9 @@ START_TEST(test_saved_plan_replays_and_a_wrong_plan_stays_correct) {
     ck_assert_msg(strstr(r.err, "profile recorded") == NULL, "recorded despite OOC_PLAN:\n%s",
                   r.err);
     ck_assert_ptr_nonnull(strstr(r.err, "from "));
-    long long planned = stat_of(r.err, "operations run as planned");
+    long long planned = tu_stat_row(r.err, "operations run as planned");
     ck_assert_msg(planned > 500, "the saved plan was not followed (%lld ops)\n%s", planned, r.err);
-    free(r.err);
+    tu_result_free(&r);
 
     /* The same profile, with every action in the wrong place. */
     char cmd[512];
@@ -310,8 +267,8 @@ START_TEST(test_saved_plan_replays_and_a_wrong_plan_stays_correct) {
     snprintf(env_bad, sizeof env_bad, "OOC_PLAN=%s", bad);
     const char *const wrong[] = {env_bad, NULL};
     r = check_auto(&c, wrong);
-    ck_assert_msg(stat_of(r.err, "operations run as planned") > 500, "not replayed\n%s", r.err);
-    free(r.err);
+    ck_assert_msg(tu_stat_row(r.err, "operations run as planned") > 500, "not replayed\n%s", r.err);
+    tu_result_free(&r);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     ck_assert_int_eq(system(cmd), 0);
 }
@@ -321,11 +278,11 @@ START_TEST(test_unusable_plan_stops_start_up) {
     static const char *const args[] = {"--iters", "2", NULL};
     static const char *const env[] = {"OOC_PLAN=/nonexistent/ooc/plan.tsv", "OOC_MODE=auto",
                                       "FAKECUDA_MEM_BYTES=64M", "OOC_BUDGET=32M", NULL};
-    run_t r = run("workloads/mlp", args, 1, env);
+    tu_result_t r = run("workloads/mlp", args, 1, env);
     ck_assert_int_eq(r.status, 1);
     ck_assert_msg(strstr(r.err, "OOC_PLAN=/nonexistent/ooc/plan.tsv") != NULL, "%s", r.err);
     ck_assert_int_eq(count_of(r.err, "stopping"), 1);
-    free(r.err);
+    tu_result_free(&r);
 }
 END_TEST
 

@@ -16,13 +16,6 @@
 
 Suite *suite_shim(void);
 
-typedef struct result {
-    int status;
-    char checksum[64];
-    unsigned long long peak;
-    char *err;
-} result_t;
-
 /* Extra arguments per workload: a deeper mlp and cnn, so that one op is small against the
  * footprint (cnn --blocks 3: the largest op is 14% of it). */
 static int plain_mlp; /* the fault loops use the default (3-layer) mlp: fewer calls to fail */
@@ -36,37 +29,18 @@ static const char *workload_arg(const char *name, int i) {
     return strcmp(name, "workloads/cnn") == 0 ? cnn[i] : NULL;
 }
 
-/* Runs build/workloads/<name> --iters 3 with the extra environment (NULL-terminated). */
-static result_t run_workload(const char *name, int shim, const char *const *extra) {
-    const char *env[32];
-    size_t n = 0;
-    env[n++] = tu_fakecuda_libpath();
-    if (shim)
-        env[n++] = tu_shim_preload();
-    for (; extra && *extra && n < 31; extra++)
-        env[n++] = *extra;
-    env[n] = NULL;
-    const char *argv[] = {tu_build_path(name),   "--iters", "3", workload_arg(name, 0),
-                          workload_arg(name, 1), NULL};
-    tu_proc_t p;
-    result_t r;
-    memset(&r, 0, sizeof r);
-    ck_assert_int_eq(tu_run(argv, env, 120, &p), 0);
-    r.status = p.status;
-    char buf[64];
-    if (tu_field(p.out, "checksum", buf, sizeof buf))
-        snprintf(r.checksum, sizeof r.checksum, "%s", buf);
-    if (tu_field(p.out, "peak_device_bytes", buf, sizeof buf))
-        r.peak = strtoull(buf, NULL, 10);
-    r.err = p.err;
-    free(p.out);
+/* Runs build/<name> --iters 3 with the extra environment (NULL-terminated). */
+static tu_result_t run_workload(const char *name, int shim, const char *const *extra) {
+    const char *const args[] = {"--iters", "3", workload_arg(name, 0), workload_arg(name, 1), NULL};
+    tu_result_t r;
+    ck_assert_int_eq(tu_run_prog(name, args, shim, extra, 120, &r), 0);
     return r;
 }
 
 /* The oracle: the workload without the shim on an unlimited simulated device. */
-static result_t oracle(const char *name) {
+static tu_result_t oracle(const char *name) {
     static const char *const env[] = {"FAKECUDA_SCHED=inline", NULL};
-    result_t r = run_workload(name, 0, env);
+    tu_result_t r = run_workload(name, 0, env);
     ck_assert_int_eq(r.status, 0);
     ck_assert_str_ne(r.checksum, "");
     return r;
@@ -77,8 +51,8 @@ static int no_host_vmm; /* run without host-located VMM memory: safe mode off */
 /* Runs `name` under the shim at budget = capacity = peak / div, and checks the checksum. */
 static void check_under_budget(const char *name, unsigned div, const char *sched,
                                unsigned jitter_seed) {
-    result_t ref = oracle(name);
-    free(ref.err);
+    tu_result_t ref = oracle(name);
+    tu_result_free(&ref);
     char cap[64], budget[64], sch[64], jit[64], seed[64];
     unsigned long long b = ref.peak / div;
     snprintf(cap, sizeof cap, "FAKECUDA_MEM_BYTES=%llu", b);
@@ -99,13 +73,13 @@ static void check_under_budget(const char *name, unsigned div, const char *sched
                          small ? "OOC_CHUNK=64K" : "OOC_CHUNK=2M",
                          small ? "FAKECUDA_GRANULARITY=64K" : "FAKECUDA_GRANULARITY=2M",
                          NULL};
-    result_t r = run_workload(name, 1, env);
+    tu_result_t r = run_workload(name, 1, env);
     ck_assert_msg(r.status == 0, "%s at 1/%u of %llu bytes (%s, seed %u): status %d\n%s", name, div,
                   ref.peak, sched, jitter_seed, r.status, r.err);
     ck_assert_msg(strcmp(r.checksum, ref.checksum) == 0, "%s at 1/%u: checksum %s, oracle %s", name,
                   div, r.checksum, ref.checksum);
     ck_assert_msg(strstr(r.err, "swap-outs") != NULL, "no statistics table:\n%s", r.err);
-    free(r.err);
+    tu_result_free(&r);
 }
 
 START_TEST(test_mlp_matches_oracle_at_quarter_budget) {
@@ -138,13 +112,13 @@ END_TEST
 START_TEST(test_off_mode_passes_through) {
     static const char *const names[] = {"workloads/mlp", "workloads/cnn", "workloads/large"};
     for (int i = 0; i < 3; i++) {
-        result_t ref = oracle(names[i]);
+        tu_result_t ref = oracle(names[i]);
         static const char *const env[] = {"OOC_MODE=off", NULL};
-        result_t r = run_workload(names[i], 1, env);
+        tu_result_t r = run_workload(names[i], 1, env);
         ck_assert_int_eq(r.status, 0);
         ck_assert_str_eq(r.checksum, ref.checksum);
-        free(ref.err);
-        free(r.err);
+        tu_result_free(&ref);
+        tu_result_free(&r);
     }
 }
 END_TEST
@@ -174,45 +148,31 @@ END_TEST
 
 START_TEST(test_bad_budget_stops_startup_naming_variable_value_and_form) {
     static const char *const env[] = {"OOC_BUDGET=12X", NULL};
-    result_t r = run_workload("workloads/mlp", 1, env);
+    tu_result_t r = run_workload("workloads/mlp", 1, env);
     ck_assert_int_eq(r.status, 1);
     ck_assert_ptr_nonnull(strstr(r.err, "OOC_BUDGET=12X"));
     ck_assert_ptr_nonnull(strstr(r.err, "K/M/G/T"));
-    free(r.err);
+    tu_result_free(&r);
 }
 END_TEST
 
 START_TEST(test_budget_below_one_op_is_a_clean_out_of_memory) {
     /* large's biggest op touches a 4 MiB weight and more: two 2 MiB chunks cannot hold it. */
     static const char *const env[] = {"OOC_BUDGET=4M", "FAKECUDA_MEM_BYTES=64M", NULL};
-    result_t r = run_workload("workloads/large", 1, env);
+    tu_result_t r = run_workload("workloads/large", 1, env);
     ck_assert_msg(r.status == 2, "status %d (a signal is 128+N)\n%s", r.status, r.err);
     ck_assert_ptr_nonnull(strstr(r.err, "CUDA_ERROR_OUT_OF_MEMORY"));
     ck_assert_ptr_nonnull(strstr(r.err, "out of memory: an operation needs"));
-    free(r.err);
+    tu_result_free(&r);
 }
 END_TEST
-
-/* Reads "key<TAB>value" from a FAKECUDA_STATS file; -1 when absent. */
-static long long stat_of(const char *path, const char *key) {
-    FILE *f = fopen(path, "r");
-    char line[256];
-    long long v = -1;
-    size_t kl = strlen(key);
-    while (f && fgets(line, sizeof line, f))
-        if (strncmp(line, key, kl) == 0 && line[kl] == '\t')
-            v = atoll(line + kl + 1);
-    if (f)
-        fclose(f);
-    return v;
-}
 
 /* Fails the Nth call of `api`, for every N the run makes: each run ends with the oracle checksum
  * or a clean driver error (exit 2), never a signal, and leaves no device memory behind. */
 static void fault_loop(const char *api, int host_vmm) {
     plain_mlp = 1;
-    result_t ref = oracle("workloads/mlp");
-    free(ref.err);
+    tu_result_t ref = oracle("workloads/mlp");
+    tu_result_free(&ref);
     char path[] = "/tmp/ooc-fault-XXXXXX";
     int fd = mkstemp(path);
     ck_assert_int_ge(fd, 0);
@@ -228,12 +188,12 @@ static void fault_loop(const char *api, int host_vmm) {
                           "FAKECUDA_GRANULARITY=64K",
                           "FAKECUDA_MEM_BYTES=1M",
                           NULL};
-    result_t r = run_workload("workloads/mlp", 1, base);
+    tu_result_t r = run_workload("workloads/mlp", 1, base);
     ck_assert_int_eq(r.status, 0);
-    free(r.err);
+    tu_result_free(&r);
     char key[128];
     snprintf(key, sizeof key, "calls.%s", api);
-    long long calls = stat_of(path, key);
+    long long calls = tu_fc_stat(path, key);
     ck_assert_int_gt(calls, 0);
     for (long long n = 1; n <= calls; n++) {
         snprintf(fail, sizeof fail, "FAKECUDA_FAIL=%s@%lld", api, n);
@@ -255,9 +215,9 @@ static void fault_loop(const char *api, int host_vmm) {
             "allocs_live",      "vmm_handles_live",    "mappings_live",     "reservations_live",
             "host_allocs_live", "vmm_host_bytes_live", "strict_violations", "illegal_accesses"};
         for (int i = 0; i < 8; i++)
-            ck_assert_msg(stat_of(path, live[i]) == 0, "%s@%lld: %s = %lld after exit", api, n,
-                          live[i], stat_of(path, live[i]));
-        free(r.err);
+            ck_assert_msg(tu_fc_stat(path, live[i]) == 0, "%s@%lld: %s = %lld after exit", api, n,
+                          live[i], tu_fc_stat(path, live[i]));
+        tu_result_free(&r);
     }
     unlink(path);
 }

@@ -3,6 +3,8 @@
  * under the build directory, and printed seeds. Used only by tests, single-threaded. */
 #include "testutil.h"
 
+#include <check.h>
+
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
@@ -208,4 +210,67 @@ const char *tu_fakecuda_libpath(void) {
     static char buf[4096];
     snprintf(buf, sizeof buf, "LD_LIBRARY_PATH=%s", tu_build_path("fakecuda"));
     return buf;
+}
+
+int tu_run_prog(const char *prog, const char *const *args, int shim, const char *const *extra,
+                int timeout_s, tu_result_t *r) {
+    const char *env[64], *argv[32];
+    size_t n = 0, a = 0;
+    env[n++] = tu_fakecuda_libpath();
+    if (shim)
+        env[n++] = tu_shim_preload();
+    for (; extra && *extra && n < 63; extra++)
+        env[n++] = *extra;
+    env[n] = NULL;
+    argv[a++] = tu_build_path(prog);
+    for (; args && *args && a < 31; args++)
+        argv[a++] = *args;
+    argv[a] = NULL;
+    memset(r, 0, sizeof *r);
+    tu_proc_t p;
+    if (tu_run(argv, env, timeout_s, &p) != 0)
+        return -1;
+    r->status = p.status;
+    r->out = p.out;
+    r->err = p.err;
+    char buf[64];
+    if (!tu_field(p.out, "checksum", r->checksum, sizeof r->checksum))
+        r->checksum[0] = '\0';
+    if (tu_field(p.out, "peak_device_bytes", buf, sizeof buf))
+        r->peak = strtoull(buf, NULL, 10);
+    if (tu_field(p.out, "ops_per_iteration", buf, sizeof buf))
+        r->ops = strtoull(buf, NULL, 10);
+    return 0;
+}
+
+void tu_result_free(tu_result_t *r) {
+    free(r->out);
+    free(r->err);
+    r->out = r->err = NULL;
+}
+
+long long tu_stat_row(const char *text, const char *label) {
+    size_t ll = strlen(label);
+    for (const char *line = text; line && *line;) {
+        const char *q = line + strspn(line, " ");
+        if (q > line && strncmp(q, label, ll) == 0 && q[ll] == ' ' && q[ll + 1] == ' ')
+            return atoll(q + ll);
+        const char *nl = strchr(line, '\n');
+        line = nl ? nl + 1 : NULL;
+    }
+    ck_abort_msg("no statistics row \"%s\" in:\n%s", label, text ? text : "(nothing)");
+    return -1;
+}
+
+long long tu_fc_stat(const char *path, const char *key) {
+    FILE *f = fopen(path, "r");
+    char line[256];
+    long long v = -1;
+    size_t kl = strlen(key);
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, key, kl) == 0 && line[kl] == '\t')
+            v = atoll(line + kl + 1);
+    if (f)
+        fclose(f);
+    return v;
 }

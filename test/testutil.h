@@ -40,4 +40,28 @@ void tu_proc_free(tu_proc_t *p);
  * returns buf, or NULL when no line has it. */
 char *tu_field(const char *text, const char *key, char *buf, size_t len);
 
+/* A program's run under the simulated driver: its exit status, its closing lines, its output. */
+typedef struct tu_result {
+    int status;
+    char checksum[64];       /* "checksum: H", or "" */
+    unsigned long long peak; /* "peak_device_bytes: N", or 0 */
+    unsigned long long ops;  /* "ops_per_iteration: N", or 0 */
+    char *out, *err;         /* owned by the caller (tu_result_free) */
+} tu_result_t;
+
+/* Runs build/<prog> with `args` (NULL-terminated, at most 30) and an environment of the
+ * simulated driver, the shim preloaded when `shim`, then `extra` (NULL-terminated, at most 60;
+ * entries as tu_run's), for at most timeout_s seconds. Returns 0 when it ran, -1 when it could
+ * not start. */
+int tu_run_prog(const char *prog, const char *const *args, int shim, const char *const *extra,
+                int timeout_s, tu_result_t *r);
+void tu_result_free(tu_result_t *r);
+
+/* The value of the OOC_STATS row named `label` in text (a row is "  <label>  <value>..."), as an
+ * integer (a fraction is cut). The test fails when no row has that name. */
+long long tu_stat_row(const char *text, const char *label);
+
+/* The value of `key` in a FAKECUDA_STATS file ("key<TAB>value" lines); -1 when absent. */
+long long tu_fc_stat(const char *path, const char *key);
+
 #endif
