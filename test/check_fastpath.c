@@ -87,11 +87,14 @@ START_TEST(test_record_and_replay_keep_ops_on_the_locked_path) {
 }
 END_TEST
 
-/* test/progs/stress with `threads` workers at a budget of `budget` (64 KiB chunks), seed `seed`:
- * every byte right, the checksum the run without the shim gives, and some ops on the fast path
- * (with `want_fast`). */
-static void check_stress(unsigned seed, int host_vmm, const char *budget, int want_fast) {
-    char sd[32], fseed[48], bud[48], cap[48];
+/* test/progs/stress with 4 workers at a budget of `budget` (64 KiB chunks), seed `seed`, the
+ * simulated driver scheduling `sched` (threaded with jitter, or inline: each op run by the
+ * thread that issues it): every byte right, the checksum the run without the shim gives, and
+ * some ops on the fast path (with `want_fast`). */
+static void check_stress(unsigned seed, int host_vmm, const char *budget, int want_fast,
+                         const char *sched) {
+    char sd[32], fseed[48], bud[48], cap[48], sch[48];
+    snprintf(sch, sizeof sch, "FAKECUDA_SCHED=%s", sched);
     snprintf(sd, sizeof sd, "%u", seed);
     snprintf(fseed, sizeof fseed, "FAKECUDA_SEED=%u", seed);
     snprintf(bud, sizeof bud, "OOC_BUDGET=%s", budget);
@@ -102,7 +105,7 @@ static void check_stress(unsigned seed, int host_vmm, const char *budget, int wa
     ck_assert_msg(o.status == 0, "seed %u without the shim: status %d\n%s", seed, o.status, o.err);
     ck_assert_str_ne(o.checksum, "");
     const char *const env[] = {host_vmm ? "FAKECUDA_HOST_VMM=1" : "FAKECUDA_HOST_VMM=0",
-                               "FAKECUDA_SCHED=threaded",
+                               sch,
                                "FAKECUDA_JITTER_US=20",
                                "FAKECUDA_STRICT=1",
                                fseed,
@@ -114,8 +117,8 @@ static void check_stress(unsigned seed, int host_vmm, const char *budget, int wa
                                "OOC_STATS=1",
                                NULL};
     tu_result_t p = run("test/progs/stress", args, 1, env);
-    ck_assert_msg(p.status == 0, "seed %u, safe mode %s, budget %s: status %d\n%s", seed,
-                  host_vmm ? "on" : "off", budget, p.status, p.err);
+    ck_assert_msg(p.status == 0, "seed %u, safe mode %s, budget %s, %s: status %d\n%s", seed,
+                  host_vmm ? "on" : "off", budget, sched, p.status, p.err);
     ck_assert_ptr_nonnull(strstr(p.out, "stress: ok"));
     ck_assert_str_eq(p.checksum, o.checksum);
     ck_assert_ptr_nonnull(strstr(p.err, host_vmm ? "safe mode on" : "safe mode off"));
@@ -129,14 +132,22 @@ static void check_stress(unsigned seed, int host_vmm, const char *budget, int wa
 START_TEST(test_threads_under_eviction_get_every_byte_right_with_safe_mode) {
     unsigned base = (unsigned)tu_seed("test_threads_under_eviction_get_every_byte_right");
     for (unsigned i = 0; i < 3; i++)
-        check_stress(base + i, 1, "1M", 1);
+        check_stress(base + i, 1, "1M", 1, "threaded");
 }
 END_TEST
 
 START_TEST(test_threads_under_eviction_get_every_byte_right_without_safe_mode) {
     unsigned base = (unsigned)tu_seed("test_threads_under_eviction_get_every_byte_right");
     for (unsigned i = 0; i < 3; i++)
-        check_stress(base + i, 0, "1M", 1);
+        check_stress(base + i, 0, "1M", 1, "threaded");
+}
+END_TEST
+
+/* Inline: the workers' ops run on their own threads, beside each other and the shim's worker. */
+START_TEST(test_threads_under_eviction_get_every_byte_right_inline) {
+    unsigned base = (unsigned)tu_seed("test_threads_under_eviction_get_every_byte_right_inline");
+    check_stress(base, 1, "1M", 1, "inline");
+    check_stress(base + 1, 0, "1M", 1, "inline");
 }
 END_TEST
 
@@ -144,8 +155,8 @@ END_TEST
  * and reallocated (each free is a writer section). */
 START_TEST(test_threads_with_room_get_every_byte_right) {
     unsigned base = (unsigned)tu_seed("test_threads_with_room_get_every_byte_right");
-    check_stress(base, 1, "64M", 1);
-    check_stress(base + 1, 0, "64M", 1);
+    check_stress(base, 1, "64M", 1, "threaded");
+    check_stress(base + 1, 0, "64M", 1, "threaded");
 }
 END_TEST
 
@@ -158,6 +169,7 @@ Suite *suite_fastpath(void) {
     tcase_add_test(t, test_record_and_replay_keep_ops_on_the_locked_path);
     tcase_add_test(t, test_threads_under_eviction_get_every_byte_right_with_safe_mode);
     tcase_add_test(t, test_threads_under_eviction_get_every_byte_right_without_safe_mode);
+    tcase_add_test(t, test_threads_under_eviction_get_every_byte_right_inline);
     tcase_add_test(t, test_threads_with_room_get_every_byte_right);
     suite_add_tcase(s, t);
     return s;
