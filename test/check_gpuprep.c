@@ -6,11 +6,12 @@
  * scripts/torch-train --help works without PyTorch; scripts/bench-gpu --quick --dry-run prints
  * the runs it would make, with the shim's settings; the GPU check programs (built with nvcc by
  * check-run when the toolkit is present) start, find no device and exit 77. Nothing here runs
- * on a GPU: `make check-gpu` does that. */
+ * on a GPU: `make check-gpu` does that. scripts/demo (`make demo`) says which device it runs on. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "testutil.h"
@@ -131,6 +132,59 @@ START_TEST(test_gpu_programs_start_and_find_no_device) {
 }
 END_TEST
 
+/* Writes an executable shell script dir/name with `body`. */
+static void write_script(const char *dir, const char *name, const char *body) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "#!/bin/sh\n%s\n", body);
+    fclose(f);
+    ck_assert_int_eq(chmod(path, 0755), 0);
+}
+
+/* scripts/demo says which device it runs on: the simulated one with DEMO_DEVICE=sim, even where
+ * nvidia-smi lists a GPU; where it lists one, the GPU path (here without PyTorch or the means to
+ * build the CUDA program: it fails and says what is missing, never falls back silently); a bad
+ * DEMO_DEVICE is refused by name. The fake nvidia-smi, python3 and make come first in PATH. */
+START_TEST(test_demo_says_which_device) {
+    char dir[] = "/tmp/ooc-demo-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    write_script(dir, "nvidia-smi", "echo 'GPU 0: Fake GPU (UUID: GPU-0)'");
+    write_script(dir, "python3", "exit 1");
+    write_script(dir, "make", "echo 'make: no nvcc here' >&2; exit 1");
+    char path[4096], build[600];
+    snprintf(path, sizeof path, "PATH=%s:%s", dir, getenv("PATH"));
+    snprintf(build, sizeof build, "OOC_BUILD=%s", tu_build_dir());
+    const char *const argv[] = {"scripts/demo", NULL};
+
+    const char *const bad[] = {build, "DEMO_DEVICE=gpu0", NULL};
+    tu_proc_t pr = run(argv, bad);
+    ck_assert_msg(pr.status == 2 && strstr(pr.err, "DEMO_DEVICE=gpu0") && strstr(pr.err, "sim"),
+                  "status %d:\n%s", pr.status, pr.err);
+    tu_proc_free(&pr);
+
+    const char *const gpu[] = {build, path, "DEMO_ITERS=3", NULL};
+    pr = run(argv, gpu);
+    ck_assert_msg(pr.status == 1, "status %d:\n%s\n%s", pr.status, pr.out, pr.err);
+    ck_assert_msg(strstr(pr.out, "demo: device: a real GPU: GPU 0: Fake GPU"), "%s", pr.out);
+    ck_assert_msg(strstr(pr.out, "PyTorch with CUDA is not importable"), "%s", pr.out);
+    ck_assert_msg(strstr(pr.err, "it needs nvcc"), "%s", pr.err);
+    tu_proc_free(&pr);
+
+    const char *const sim[] = {build, path, "DEMO_DEVICE=sim", "DEMO_ITERS=3", NULL};
+    pr = run(argv, sim);
+    ck_assert_msg(pr.status == 0, "status %d:\n%s\n%s", pr.status, pr.out, pr.err);
+    ck_assert_msg(strstr(pr.out, "demo: device: the SIMULATED CUDA device"), "%s", pr.out);
+    ck_assert_msg(strstr(pr.err, "plan (auto)"), "no plan:\n%s", pr.err);
+    tu_proc_free(&pr);
+
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 Suite *suite_gpuprep(void) {
     Suite *s = suite_create("gpuprep");
     TCase *tc = tcase_create("gpuprep");
@@ -141,6 +195,7 @@ Suite *suite_gpuprep(void) {
     tcase_add_test(tc, test_torch_train_help_needs_no_torch);
     tcase_add_test(tc, test_bench_gpu_dry_run_prints_the_runs);
     tcase_add_test(tc, test_gpu_programs_start_and_find_no_device);
+    tcase_add_test(tc, test_demo_says_which_device);
     suite_add_tcase(s, tc);
     return s;
 }
