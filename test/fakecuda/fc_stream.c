@@ -387,36 +387,6 @@ CUresult fc_submit(fc_stream_t *s, fc_op_t *op, uint64_t *seq_out) {
     op->seq = ++s->submitted;
     if (op->on_submit)
         op->on_submit(op, s);
-    if (!g_fc.cfg.threaded) {
-        /* Inline: the op runs now, on the caller's thread, once the stream's previous op and its
-         * dependencies have completed; with one thread they have. Another thread issuing on the
-         * same stream (the legacy one, say) may still be running its op: waiting for it keeps the
-         * stream's order and its completed count monotonic. */
-        while (s->completed + 1 < op->seq || !deps_done(op))
-            pthread_cond_wait(&g_fc.cv, &g_fc.lock);
-        pthread_mutex_unlock(&g_fc.lock);
-        CUresult r = atomic_load(&g_fc.sticky) != CUDA_SUCCESS ? CUDA_SUCCESS : execute(op);
-        pthread_mutex_lock(&g_fc.lock);
-        if (r != CUDA_SUCCESS)
-            fc_set_sticky(r);
-        s->completed = op->seq;
-        pthread_cond_broadcast(&g_fc.cv);
-        pthread_mutex_unlock(&g_fc.lock);
-        if (seq_out)
-            *seq_out = op->seq;
-        op_free(op);
-        return CUDA_SUCCESS;
-    }
-    if (!s->has_thread) {
-        if (pthread_create(&s->thread, NULL, worker, s) != 0) {
-            s->submitted--;
-            pthread_mutex_unlock(&g_fc.lock);
-            op_free(op);
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        }
-        s->has_thread = 1;
-        atomic_fetch_add(&streams_started, 1);
-    }
     if (s->tail)
         s->tail->next = op;
     else
@@ -424,6 +394,35 @@ CUresult fc_submit(fc_stream_t *s, fc_op_t *op, uint64_t *seq_out) {
     s->tail = op;
     if (seq_out)
         *seq_out = op->seq;
+    if (!g_fc.cfg.threaded) {
+        /* Inline: the op runs now, on the caller's thread, once it is at the head of its stream
+         * and its dependencies have completed; with one thread they have. Another thread issuing
+         * on the same stream (the legacy one, say) may still be running its op: waiting for it
+         * keeps the stream's order. The op stays queued while it runs, as in a worker. */
+        while (s->head != op || !deps_done(op))
+            pthread_cond_wait(&g_fc.cv, &g_fc.lock);
+        pthread_mutex_unlock(&g_fc.lock);
+        CUresult r = atomic_load(&g_fc.sticky) != CUDA_SUCCESS ? CUDA_SUCCESS : execute(op);
+        pthread_mutex_lock(&g_fc.lock);
+        complete_head(s, op, r);
+        pthread_mutex_unlock(&g_fc.lock);
+        op_free(op);
+        return CUDA_SUCCESS;
+    }
+    if (!s->has_thread) {
+        if (pthread_create(&s->thread, NULL, worker, s) != 0) {
+            /* The op is the only one queued: no thread ran the stream before. */
+            s->head = s->tail = NULL;
+            s->submitted--;
+            pthread_mutex_unlock(&g_fc.lock);
+            if (seq_out)
+                *seq_out = 0;
+            op_free(op);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        s->has_thread = 1;
+        atomic_fetch_add(&streams_started, 1);
+    }
     pthread_cond_broadcast(&g_fc.cv);
     pthread_mutex_unlock(&g_fc.lock);
     return CUDA_SUCCESS;
