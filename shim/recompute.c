@@ -109,6 +109,9 @@ int ooc_launch_save(const ooc_launch_t *l, ooc_saved_launch_t *s) {
     if (reserve((void **)&s->bytes, &s->cap, total ? total : 1, 1) != 0 ||
         reserve((void **)&s->ptrs, &s->cap_ptrs, n ? n : 1, sizeof *s->ptrs) != 0)
         return -1;
+    /* The gaps between parameters are zero, not whatever the buffer held: the bytes are hashed
+     * into the launch's key (launch_key) and compared. */
+    memset(s->bytes, 0, total);
     for (unsigned i = 0; i < n; i++) {
         if (!l->params[i])
             return -1;

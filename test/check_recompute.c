@@ -122,7 +122,8 @@ START_TEST(test_profile_names_verified_producers) {
     const char *dir = tmpdir();
     char pdir[96];
     snprintf(pdir, sizeof pdir, "OOC_PROFILE_DIR=%s", dir);
-    const char *env[] = {"FAKECUDA_SCHED=inline", "OOC_MODE=record", "OOC_STATS=1", pdir, NULL};
+    const char *env[] = {
+        "FAKECUDA_SCHED=inline", "OOC_MODE=record", "OOC_BUDGET=1G", "OOC_STATS=1", pdir, NULL};
     static const char *const args[] = {"--iters", "6", "--layers", "4", "--relu-copy", NULL};
     tu_result_t r = run("workloads/mlp", args, 1, env);
     ck_assert_msg(r.status == 0, "%s", r.err);
@@ -173,7 +174,8 @@ START_TEST(test_nondeterministic_producers_are_refused) {
     const char *dir = tmpdir();
     char pdir[96];
     snprintf(pdir, sizeof pdir, "OOC_PROFILE_DIR=%s", dir);
-    const char *env[] = {"FAKECUDA_SCHED=threaded", "OOC_MODE=record", "OOC_STATS=1", pdir, NULL};
+    const char *env[] = {
+        "FAKECUDA_SCHED=threaded", "OOC_MODE=record", "OOC_BUDGET=1G", "OOC_STATS=1", pdir, NULL};
     tu_result_t r = run("test/progs/rcprog", NULL, 1, env);
     ck_assert_msg(r.status == 0, "%s", r.err);
     ck_assert_msg(tu_stat_row(r.err, "producers refused by checksum") >= 2, "%s", r.err);
