@@ -16,11 +16,6 @@
 
 Suite *suite_bench(void);
 
-static int under_valgrind(void) {
-    const char *v = getenv("OOC_TEST_VALGRIND");
-    return v && *v && strcmp(v, "0") != 0;
-}
-
 /* Runs scripts/bench-replay with the extra arguments (NULL-terminated, at most 12). */
 static tu_proc_t bench_replay(const char *const args[]) {
     const char *argv[16] = {"scripts/bench-replay"};
@@ -46,7 +41,7 @@ static double row_median(const char *out, const char *label) {
 }
 
 START_TEST(test_bench_replay_quick_run_prints_the_table) {
-    if (under_valgrind())
+    if (tu_under_valgrind())
         return;
     tu_proc_t pr =
         bench_replay((const char *[]){"--workload", "mlp", "--rounds", "1", "--iters", "8", NULL});
@@ -95,7 +90,7 @@ END_TEST
 /* A run that fails is an error, not a figure: a budget of 1/1000 of the footprint cannot hold
  * one operation, so the demand run fails and bench-replay says which run and exits 1. */
 START_TEST(test_bench_replay_failed_run_is_an_error) {
-    if (under_valgrind())
+    if (tu_under_valgrind())
         return;
     tu_proc_t pr = bench_replay((const char *[]){"--workload", "mlp", "--rounds", "1", "--iters",
                                                  "6", "--budget-div", "1000", NULL});

@@ -32,11 +32,6 @@ typedef struct run {
     char stats[64]; /* FAKECUDA_STATS file */
 } run_t;
 
-static int under_valgrind(void) {
-    const char *v = getenv("OOC_TEST_VALGRIND");
-    return v && *v && strcmp(v, "0") != 0;
-}
-
 /* Runs build/test/progs/graph with `args` (NULL-terminated, at most 6) and the environment:
  * the simulated driver, the shim when `shim`, 64 KiB granularity and FAKECUDA_STATS, then
  * `extra` (NULL-terminated, at most 16). */
@@ -63,7 +58,7 @@ static run_t run_prog(int shim, const char *const *args, const char *const *extr
     for (int i = 0; args && args[i] && i < 6; i++)
         argv[i + 1] = args[i];
     tu_proc_t p;
-    ck_assert_int_eq(tu_run(argv, env, under_valgrind() ? 300 : 60, &p), 0);
+    ck_assert_int_eq(tu_run(argv, env, tu_under_valgrind() ? 300 : 60, &p), 0);
     r.status = p.status;
     r.out = p.out;
     r.err = p.err;
@@ -198,7 +193,7 @@ END_TEST
  * backtraces make memcheck report a write(2) of uninitialised stack bytes, which is libunwind's
  * own probe of readable memory, not an error of ours. */
 START_TEST(test_graph_launches_while_recording) {
-    if (under_valgrind())
+    if (tu_under_valgrind())
         return;
     check_swapping_run(0, "threaded", 0, "record");
 }
@@ -247,7 +242,7 @@ END_TEST
  * with the oracle's bytes or a clean driver error (exit 2), never a signal, a wrong byte, an
  * illegal access or an unmap under queued work. */
 static void fault_loop(const char *api, int safe) {
-    if (under_valgrind())
+    if (tu_under_valgrind())
         return; /* dozens of runs under valgrind: covered by the other tests */
     char ref[64];
     oracle(ref, sizeof ref);

@@ -452,15 +452,10 @@ static void rmdir_r(const char *dir) {
     ck_assert_int_eq(system(cmd), 0);
 }
 
-static int under_valgrind(void) {
-    const char *v = getenv("OOC_TEST_VALGRIND");
-    return v && *v && strcmp(v, "0") != 0;
-}
-
 /* Python's json module as a second, independent parser (no NaN or Infinity, no control
  * characters in strings). Not under valgrind, which would trace the interpreter. */
 static void python_parses(const char *path) {
-    if (under_valgrind())
+    if (tu_under_valgrind())
         return;
     static const char code[] = "import json,sys\n"
                                "def bad(c): raise ValueError('non-standard constant ' + c)\n"
@@ -1546,7 +1541,7 @@ static void assert_svg(const char *path) {
 /* The report needs python3-matplotlib; CI installs it (scripts/install-deps), so its absence is
  * a failure here, unless OOC_TEST_NO_MATPLOTLIB=1 says it is known to be absent. */
 static int report_available(void) {
-    if (under_valgrind()) {
+    if (tu_under_valgrind()) {
         fprintf(stderr, "check_trace_json: ooc-report not run under valgrind (it would trace the "
                         "Python interpreter)\n");
         return 0;

@@ -274,3 +274,15 @@ long long tu_fc_stat(const char *path, const char *key) {
         fclose(f);
     return v;
 }
+
+const char *tu_tail(const char *text, size_t n) {
+    if (!text)
+        return "";
+    size_t len = strlen(text);
+    return len > n ? text + len - n : text;
+}
+
+int tu_under_valgrind(void) {
+    const char *v = getenv("OOC_TEST_VALGRIND");
+    return v && *v && strcmp(v, "0") != 0;
+}

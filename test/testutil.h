@@ -61,6 +61,14 @@ void tu_result_free(tu_result_t *r);
  * integer (a fraction is cut). The test fails when no row has that name. */
 long long tu_stat_row(const char *text, const char *label);
 
+/* The last `n` bytes of text (all of it when shorter; "" for NULL): failure messages quote a
+ * child's output, which can be longer than a test's message may be. */
+const char *tu_tail(const char *text, size_t n);
+
+/* Whether the suites run under valgrind (OOC_TEST_VALGRIND set and not "0", as `make valgrind`
+ * does): children run many times slower. */
+int tu_under_valgrind(void);
+
 /* The value of `key` in a FAKECUDA_STATS file ("key<TAB>value" lines); -1 when absent. */
 long long tu_fc_stat(const char *path, const char *key);
 
