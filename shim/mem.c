@@ -1660,6 +1660,16 @@ static uint64_t buf_chunks(const buf_t *b) {
     return (b->size + M.chunk - 1) >> M.shift;
 }
 
+/* Takes b's chunks off the worker's queue: demand residency brings them in when an op needs them
+ * (ops wait while a chunk they use is queued, so none may be left queued without a job). */
+static void unqueue_buffer(const buf_t *b) {
+    for (uint64_t i = 0, n = buf_chunks(b); i < n; i++) {
+        chunk_t *c = plan_chunk(b, i);
+        if (c)
+            c->queued = 0;
+    }
+}
+
 unsigned ooc_mem_l_swapout(uintptr_t addr, uint64_t id, CUstream s) {
     buf_t *b = plan_buf(addr, id);
     if (!b || !M.worker_on)
@@ -1698,15 +1708,19 @@ unsigned ooc_mem_l_swapout(uintptr_t addr, uint64_t id, CUstream s) {
     for (uint64_t i = 0; i < k && r == CUDA_SUCCESS; i++)
         if (M.op_tmp[i]->in_ev)
             r = ooc_real.cuStreamWaitEvent(M.d2h, M.op_tmp[i]->in_ev->e, 0);
+    /* The chunks copied out are M.op_tmp[0, done); one whose copy could not be issued stays
+     * resident, as do those after it. */
     uint64_t done = 0;
-    for (; done < k && r == CUDA_SUCCESS; done++) {
+    while (r == CUDA_SUCCESS && done < k) {
         chunk_t *c = M.op_tmp[done];
         if (!(c->host = host_slot()))
             break;
         if ((r = copy_out(c, M.d2h)) != CUDA_SUCCESS) {
             host_slot_put(c->host);
             c->host = NULL;
+            break;
         }
+        done++;
     }
     if (done && ooc_real.cuEventRecord(out->e, M.d2h) != CUDA_SUCCESS) {
         /* Without the event nothing can tell when the copies end: wait for them; the chunks stay
@@ -1769,12 +1783,8 @@ unsigned ooc_mem_l_prefetch(uintptr_t addr, uint64_t id, CUstream s) {
         M.job_head = 0;
     }
     if (grow(&M.jobs, &M.cap_jobs, M.job_head + M.njobs + 1, sizeof *M.jobs) != 0) {
-        for (uint64_t i = 0, n = buf_chunks(b); i < n; i++) {
-            chunk_t *c = plan_chunk(b, i);
-            if (c)
-                c->queued = 0;
-        }
-        return 0; /* demand residency will bring it in */
+        unqueue_buffer(b);
+        return 0;
     }
     M.jobs[M.job_head + M.njobs++] = (job_t){addr, id, fence_ev(s)};
     pthread_cond_signal(&M.work_cv);
@@ -1956,11 +1966,7 @@ static void worker_swapin(job_t j) {
                 worker_wait_retiree();
                 continue;
             }
-            for (i = 0; i < n; i++) {
-                chunk_t *x = plan_chunk(b, i);
-                if (x)
-                    x->queued = 0;
-            }
+            unqueue_buffer(b);
             ooc_stats_add(OOC_STAT_prefetch_no_memory, 1);
             if (OOC_LOG_ENABLED(OOC_LOG_DEBUG)) {
                 char line[600];
@@ -2017,7 +2023,7 @@ static void worker_swapin(job_t j) {
             } else {
                 c->state = C_RESIDENT; /* mapped: demand residency cannot tell; keep the data */
             }
-            c->queued = 0;
+            unqueue_buffer(b); /* the rest of the buffer too: demand residency retries it */
             return;
         }
         c->state = C_RESIDENT;

@@ -3,7 +3,8 @@
  * correct throughout: the same checksum, bit for bit, as without the shim on an unlimited
  * device, at budgets far below their footprint, under inline and threaded scheduling with
  * jitter, when the iteration changes shape, and when the plan replayed is wrong on purpose.
- * Each run also shows (OOC_STATS) that the plan was really followed. */
+ * Each run also shows (OOC_STATS) that the plan was really followed. A driver call that fails
+ * while a plan is replayed ends in the right bytes or a clean error. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -286,6 +287,109 @@ START_TEST(test_unusable_plan_stops_start_up) {
 }
 END_TEST
 
+/* ---- driver faults while replaying ------------------------------------------------------- */
+
+/* The default (3-layer) perceptron under auto at 1 MiB in 64 KiB chunks: the warm-up, two
+ * iterations recorded, then `iters` - 3 replayed; FAKECUDA_STATS to `stats`, and `fail` when not
+ * NULL. */
+static tu_result_t run_faulty(int safe, const char *iters, const char *stats, const char *fail,
+                              const char *pdir) {
+    const char *const args[] = {"--iters", iters, NULL};
+    const char *const env[] = {safe ? "FAKECUDA_HOST_VMM=1" : "FAKECUDA_HOST_VMM=0",
+                               "FAKECUDA_SCHED=inline",
+                               "FAKECUDA_GRANULARITY=64K",
+                               "FAKECUDA_MEM_BYTES=1M",
+                               "OOC_MODE=auto",
+                               "OOC_BUDGET=1M",
+                               "OOC_CHUNK=64K",
+                               "OOC_PROFILE_ITERS=2",
+                               pdir,
+                               stats,
+                               fail,
+                               NULL};
+    tu_result_t r;
+    ck_assert_int_eq(tu_run_prog("workloads/mlp", args, 1, env, tu_under_valgrind() ? 600 : 60, &r),
+                     0);
+    return r;
+}
+
+/* Fails the Nth call of `api` for every N that falls in the replayed iterations (the calls of a
+ * run of 6 iterations that a run of 3, which only records, does not make): each run ends with
+ * the oracle's checksum or a clean driver error (exit 2), never a hang or a signal, and leaves
+ * nothing behind on the device. (check_shim's fault loops cover demand mode.) */
+static void replay_fault_loop(const char *api, int safe) {
+    const char *const oargs[] = {"--iters", "6", NULL};
+    const char *const oenv[] = {"FAKECUDA_SCHED=inline", NULL};
+    tu_result_t ref = run("workloads/mlp", oargs, 0, oenv);
+    ck_assert_int_eq(ref.status, 0);
+    char path[] = "/tmp/ooc-replay-fault-XXXXXX", dir[] = "/tmp/ooc-replay-fault-dir-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char stats[96], pdir[96], key[96], fail[128];
+    snprintf(stats, sizeof stats, "FAKECUDA_STATS=%s", path);
+    snprintf(pdir, sizeof pdir, "OOC_PROFILE_DIR=%s", dir);
+    snprintf(key, sizeof key, "calls.%s", api);
+    long long calls[2];
+    for (int i = 0; i < 2; i++) {
+        tu_result_t r = run_faulty(safe, i ? "6" : "3", stats, NULL, pdir);
+        ck_assert_msg(r.status == 0 && (i == 0 || strcmp(r.checksum, ref.checksum) == 0),
+                      "without a fault: status %d, checksum %s\n%s", r.status, r.checksum,
+                      tu_tail(r.err, 2000));
+        calls[i] = tu_fc_stat(path, key);
+        tu_result_free(&r);
+    }
+    ck_assert_msg(calls[1] > calls[0], "%s: %lld calls recording, %lld in all", api, calls[0],
+                  calls[1]);
+    for (long long n = calls[0] + 1; n <= calls[1]; n++) {
+        snprintf(fail, sizeof fail, "FAKECUDA_FAIL=%s@%lld", api, n);
+        tu_result_t r = run_faulty(safe, "6", stats, fail, pdir);
+        ck_assert_msg(r.status == 0 || r.status == 2, "%s@%lld: status %d\n%s", api, n, r.status,
+                      tu_tail(r.err, 2000));
+        if (r.status == 0)
+            ck_assert_msg(strcmp(r.checksum, ref.checksum) == 0, "%s@%lld: checksum %s, oracle %s",
+                          api, n, r.checksum, ref.checksum);
+        static const char *const live[] = {
+            "allocs_live",      "vmm_handles_live",    "mappings_live",     "reservations_live",
+            "host_allocs_live", "vmm_host_bytes_live", "strict_violations", "illegal_accesses"};
+        for (int i = 0; i < 8; i++)
+            ck_assert_msg(tu_fc_stat(path, live[i]) == 0, "%s@%lld: %s = %lld after exit", api, n,
+                          live[i], tu_fc_stat(path, live[i]));
+        tu_result_free(&r);
+    }
+    tu_result_free(&ref);
+    unlink(path);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* A planned swap-in whose copy fails: the rest of its buffer was left queued for a worker that
+ * had given it up, and the next op that used it waited forever. */
+START_TEST(test_fault_in_planned_swap_in_copy_is_clean) {
+    replay_fault_loop("cuMemcpyHtoDAsync", 0);
+}
+END_TEST
+
+/* A planned swap-out whose copy fails: the chunk was counted as copied out with no host copy,
+ * and its swap-in dereferenced it. */
+START_TEST(test_fault_in_planned_swap_out_copy_is_clean) {
+    replay_fault_loop("cuMemcpyDtoHAsync", 0);
+}
+END_TEST
+
+/* Safe mode: swaps are device-to-device copies into host-located memory. */
+START_TEST(test_fault_in_planned_safe_swap_copy_is_clean) {
+    replay_fault_loop("cuMemcpyDtoDAsync", 1);
+}
+END_TEST
+
+START_TEST(test_fault_in_replay_event_wait_is_clean) {
+    replay_fault_loop("cuStreamWaitEvent", 0);
+}
+END_TEST
+
 Suite *suite_replay(void) {
     Suite *s = suite_create("replay");
     TCase *tc = tcase_create("replay");
@@ -298,5 +402,12 @@ Suite *suite_replay(void) {
     tcase_add_test(tc, test_saved_plan_replays_and_a_wrong_plan_stays_correct);
     tcase_add_test(tc, test_unusable_plan_stops_start_up);
     suite_add_tcase(s, tc);
+    TCase *f = tcase_create("faults");
+    tcase_set_timeout(f, tu_under_valgrind() ? 36000 : 900);
+    tcase_add_test(f, test_fault_in_planned_swap_in_copy_is_clean);
+    tcase_add_test(f, test_fault_in_planned_swap_out_copy_is_clean);
+    tcase_add_test(f, test_fault_in_planned_safe_swap_copy_is_clean);
+    tcase_add_test(f, test_fault_in_replay_event_wait_is_clean);
+    suite_add_tcase(s, f);
     return s;
 }
