@@ -212,8 +212,8 @@ const char *tu_fakecuda_libpath(void) {
     return buf;
 }
 
-int tu_run_prog(const char *prog, const char *const *args, int shim, const char *const *extra,
-                int timeout_s, tu_result_t *r) {
+tu_result_t tu_run_prog(const char *prog, const char *const *args, int shim,
+                        const char *const *extra, int timeout_s) {
     const char *env[64], *argv[32];
     size_t n = 0, a = 0;
     env[n++] = tu_fakecuda_libpath();
@@ -226,21 +226,21 @@ int tu_run_prog(const char *prog, const char *const *args, int shim, const char 
     for (; args && *args && a < 31; args++)
         argv[a++] = *args;
     argv[a] = NULL;
-    memset(r, 0, sizeof *r);
+    tu_result_t r;
+    memset(&r, 0, sizeof r);
     tu_proc_t p;
-    if (tu_run(argv, env, timeout_s, &p) != 0)
-        return -1;
-    r->status = p.status;
-    r->out = p.out;
-    r->err = p.err;
+    ck_assert_msg(tu_run(argv, env, timeout_s, &p) == 0, "%s could not start", argv[0]);
+    r.status = p.status;
+    r.out = p.out;
+    r.err = p.err;
     char buf[64];
-    if (!tu_field(p.out, "checksum", r->checksum, sizeof r->checksum))
-        r->checksum[0] = '\0';
+    if (!tu_field(p.out, "checksum", r.checksum, sizeof r.checksum))
+        r.checksum[0] = '\0';
     if (tu_field(p.out, "peak_device_bytes", buf, sizeof buf))
-        r->peak = strtoull(buf, NULL, 10);
+        r.peak = strtoull(buf, NULL, 10);
     if (tu_field(p.out, "ops_per_iteration", buf, sizeof buf))
-        r->ops = strtoull(buf, NULL, 10);
-    return 0;
+        r.ops = strtoull(buf, NULL, 10);
+    return r;
 }
 
 void tu_result_free(tu_result_t *r) {
@@ -285,4 +285,20 @@ const char *tu_tail(const char *text, size_t n) {
 int tu_under_valgrind(void) {
     const char *v = getenv("OOC_TEST_VALGRIND");
     return v && *v && strcmp(v, "0") != 0;
+}
+
+void tu_assert_fault_outcome(const tu_result_t *r, const char *want, const char *stats,
+                             const char *what) {
+    ck_assert_msg(r->status == 0 || r->status == 2, "%s: status %d\n%s", what, r->status,
+                  tu_tail(r->err, 2000));
+    if (r->status == 0)
+        ck_assert_msg(strcmp(r->checksum, want) == 0, "%s: checksum %s, oracle %s", what,
+                      r->checksum, want);
+    static const char *const left[] = {
+        "allocs_live",      "vmm_handles_live",    "mappings_live",     "reservations_live",
+        "host_allocs_live", "vmm_host_bytes_live", "strict_violations", "illegal_accesses"};
+    for (size_t i = 0; i < sizeof left / sizeof left[0]; i++) {
+        long long v = tu_fc_stat(stats, left[i]);
+        ck_assert_msg(v == 0, "%s: %s = %lld after exit", what, left[i], v);
+    }
 }

@@ -51,10 +51,9 @@ typedef struct tu_result {
 
 /* Runs build/<prog> with `args` (NULL-terminated, at most 30) and an environment of the
  * simulated driver, the shim preloaded when `shim`, then `extra` (NULL-terminated, at most 60;
- * entries as tu_run's), for at most timeout_s seconds. Returns 0 when it ran, -1 when it could
- * not start. */
-int tu_run_prog(const char *prog, const char *const *args, int shim, const char *const *extra,
-                int timeout_s, tu_result_t *r);
+ * entries as tu_run's), for at most timeout_s seconds. The test fails when it cannot start. */
+tu_result_t tu_run_prog(const char *prog, const char *const *args, int shim,
+                        const char *const *extra, int timeout_s);
 void tu_result_free(tu_result_t *r);
 
 /* The value of the OOC_STATS row named `label` in text (a row is "  <label>  <value>..."), as an
@@ -68,6 +67,13 @@ const char *tu_tail(const char *text, size_t n);
 /* Whether the suites run under valgrind (OOC_TEST_VALGRIND set and not "0", as `make valgrind`
  * does): children run many times slower. */
 int tu_under_valgrind(void);
+
+/* A fault-injection run (`what`: the call failed, as "cuMemMap@7") ended well: the oracle's
+ * checksum `want`, or a clean driver error (exit 2); and its FAKECUDA_STATS file `stats` shows
+ * no device memory, host-located memory, mapping, reservation or pinned buffer left behind, no
+ * illegal access and no unmap under queued work. The test fails otherwise. */
+void tu_assert_fault_outcome(const tu_result_t *r, const char *want, const char *stats,
+                             const char *what);
 
 /* The value of `key` in a FAKECUDA_STATS file ("key<TAB>value" lines); -1 when absent. */
 long long tu_fc_stat(const char *path, const char *key);
