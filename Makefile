@@ -91,7 +91,7 @@ $(B)/ooc-plan: $(B)/obj/planner/ooc-plan.o $(PL_LIB)
 	$(call say,LD,$@)$(CC) -o $@ $^ $(LDFLAGS_ALL) -lm
 
 # ---- the shim: libooc_shim.so ------------------------------------------------------------------
-SH_SRC := $(wildcard shim/*.c)
+SH_SRC := $(filter-out shim/ooc-options.c,$(wildcard shim/*.c))
 SH_OBJ := $(SH_SRC:%.c=$(B)/obj/%.o) $(if $(SH_SRC),$(B)/obj/gen/checksum_ptx.o)
 SH_LIB := $(if $(SH_SRC),$(B)/libooc_shim.so)
 
@@ -151,6 +151,15 @@ SH_PURE := $(filter $(addprefix $(B)/obj/shim/,options.o log.o stats.o iterdet.o
 $(B)/libooc_shim.so: $(SH_OBJ) $(PL_LIB)
 	$(call say,LD,$@)$(CC) -shared -o $@ $(SH_OBJ) $(PL_LIB) $(LDFLAGS_ALL) -ldl -lm \
 	    $(SH_UNWIND_LIBS)
+
+# ---- ooc-options: the shim's option table and parser as a command, for scripts/ooc-run ---------
+OPT_CLI := $(if $(wildcard shim/ooc-options.c),$(B)/ooc-options)
+# Man pages of the installed commands, made from their --help (rules under make install).
+MAN_CMDS  := ooc-run ooc-plan ooc-report
+MAN_PAGES := $(MAN_CMDS:%=$(B)/man/%.1)
+
+$(B)/ooc-options: $(B)/obj/shim/ooc-options.o $(B)/obj/shim/options.o $(B)/obj/shim/log.o
+	$(call say,LD,$@)$(CC) -o $@ $^ $(LDFLAGS_ALL)
 
 # ---- tests: one runner over every test/check_*.c ----------------------------------------------
 T_SRC    := $(wildcard test/check_*.c)
@@ -250,10 +259,11 @@ check-gpu:
 	$(Q)OOC_BUILD=$(B) scripts/check-gpu $(CHECK_GPU_ARGS)
 
 # ---- top-level targets -------------------------------------------------------------------------
-ALL := $(FC_LIB) $(DNN_LIB) $(WL_BIN) $(PL_LIB) $(PL_CLI) $(SH_LIB) $(TP_BIN)
+ALL := $(FC_LIB) $(DNN_LIB) $(WL_BIN) $(PL_LIB) $(PL_CLI) $(SH_LIB) $(TP_BIN) $(OPT_CLI) \
+    $(MAN_PAGES)
 
 .PHONY: all deps test check-run demo bench valgrind format check-format clean gpu-progs gpu-build \
-    check-gpu
+    check-gpu install uninstall
 all: $(ALL)
 
 deps:
@@ -292,6 +302,48 @@ check-format:
 
 clean:
 	rm -rf build
+
+# ---- make install / make uninstall ------------------------------------------------------------
+# `make install PREFIX=/usr DESTDIR=/tmp/pkg`: the library, the commands, the public header, the
+# option checker ooc-run asks, and a man page per command (their --help, scripts/mkman). Nothing
+# else is needed at run time; `make uninstall` (same PREFIX and DESTDIR) removes exactly these.
+PREFIX  ?= /usr/local
+DESTDIR ?=
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo unknown)
+INST      := $(DESTDIR)$(PREFIX)
+INSTALLED := lib/libooc_shim.so bin/ooc-run bin/ooc-plan bin/ooc-report include/ooc_shim.h \
+    libexec/ooc-shim/ooc-options $(MAN_CMDS:%=share/man/man1/%.1)
+
+$(B)/man/ooc-run.1: scripts/ooc-run scripts/mkman $(OPT_CLI)
+	@mkdir -p $(@D)
+	$(call say,MAN,$@)OOC_BUILD=$(B) scripts/mkman ooc-run "run a program under ooc-shim" \
+	    scripts/ooc-run --help >$@.tmp && mv $@.tmp $@
+$(B)/man/ooc-plan.1: $(PL_CLI) scripts/mkman
+	@mkdir -p $(@D)
+	$(call say,MAN,$@)scripts/mkman ooc-plan "plan a profile under a memory budget" \
+	    $(PL_CLI) --help >$@.tmp && mv $@.tmp $@
+$(B)/man/ooc-report.1: scripts/ooc-report scripts/mkman
+	@mkdir -p $(@D)
+	$(call say,MAN,$@)scripts/mkman ooc-report "draw the pictures of a profile and of a plan" \
+	    scripts/ooc-report --help >$@.tmp && mv $@.tmp $@
+
+install: $(SH_LIB) $(PL_CLI) $(OPT_CLI) $(MAN_PAGES)
+	$(Q)install -d '$(INST)/bin' '$(INST)/lib' '$(INST)/include' '$(INST)/libexec/ooc-shim' \
+	    '$(INST)/share/man/man1'
+	$(Q)install -m 755 $(SH_LIB) '$(INST)/lib/libooc_shim.so'
+	$(Q)sed 's/^version=@VERSION@$$/version=$(VERSION)/' scripts/ooc-run >'$(INST)/bin/ooc-run'
+	$(Q)chmod 755 '$(INST)/bin/ooc-run'
+	$(Q)install -m 755 $(PL_CLI) '$(INST)/bin/ooc-plan'
+	$(Q)install -m 755 scripts/ooc-report '$(INST)/bin/ooc-report'
+	$(Q)install -m 644 shim/ooc_shim.h '$(INST)/include/ooc_shim.h'
+	$(Q)install -m 755 $(OPT_CLI) '$(INST)/libexec/ooc-shim/ooc-options'
+	$(Q)install -m 644 $(MAN_PAGES) '$(INST)/share/man/man1/'
+	@echo "installed in $(INST): $(INSTALLED)"
+
+uninstall:
+	$(Q)rm -f $(addprefix '$(INST)/,$(addsuffix ',$(INSTALLED)))
+	$(Q)rmdir '$(INST)/libexec/ooc-shim' 2>/dev/null || true
+	@echo "removed from $(INST): $(INSTALLED)"
 
 # ---- planner extras (fuzz, bench-planner): owned by the planner work ---------------------------
 # `make bench-planner`: planning times and the Table-1-style tables (a benchmark, not a test).

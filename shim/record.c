@@ -35,6 +35,7 @@
 
 #include "iterdet.h"
 #include "ooc_planner.h"
+#include "ooc_shim.h" /* the public declaration of ooc_mark_iteration */
 
 #define uthash_nonfatal_oom(obj) (rec_oom = 1)
 static int rec_oom;
