@@ -182,9 +182,101 @@ START_TEST(test_demo_says_which_device) {
     ck_assert_msg(strstr(pr.out, "demo: device: the SIMULATED CUDA device"), "%s",
                   tu_tail(pr.out, 2000));
     ck_assert_msg(strstr(pr.err, "plan (auto)"), "no plan:\n%s", tu_tail(pr.err, 2000));
+    /* Through the launcher, which says where the profile is; python3 (faked) cannot draw. */
+    ck_assert_msg(strstr(pr.err, "ooc-run: profile: ") && strstr(pr.err, "ooc-run: plan: "), "%s",
+                  tu_tail(pr.err, 2000));
+    ck_assert_msg(strstr(pr.out, "demo: python3-matplotlib is missing: no pictures"), "%s",
+                  tu_tail(pr.out, 2000));
+    ck_assert_msg(strstr(pr.out, "measured ms  predicted ms") &&
+                      strstr(pr.out, "no steady replayed iteration to compare"),
+                  "%s", tu_tail(pr.out, 2000));
+    ck_assert_ptr_null(strstr(pr.out, "the pictures are in"));
     tu_proc_free(&pr);
 
     char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+/* The simulated demo, long enough to replay: each iteration's measured time, and beside the
+ * replayed ones the plan's predicted time, which is ooc-plan's simulation of the plan the demo
+ * wrote; the median of the steady replayed iterations against it; the pictures, drawn (python3
+ * with matplotlib is there: the suite trace_json requires it too) where the demo says. */
+START_TEST(test_demo_prints_measured_beside_predicted_and_draws_pictures) {
+    char dir[] = "/tmp/ooc-demo-prof-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char build[600], prof[100];
+    snprintf(build, sizeof build, "OOC_BUILD=%s", tu_build_dir());
+    snprintf(prof, sizeof prof, "OOC_PROFILE_DIR=%s/prof", dir);
+    const char *const env[] = {build, prof, "DEMO_DEVICE=sim", "DEMO_ITERS=6", NULL};
+    tu_proc_t pr;
+    ck_assert_int_eq(
+        tu_run((const char *[]){"scripts/demo", NULL}, env, tu_under_valgrind() ? 3000 : 400, &pr),
+        0);
+    ck_assert_msg(pr.status == 0, "status %d:\n%s\n%s", pr.status, tu_tail(pr.out, 1500),
+                  tu_tail(pr.err, 2000));
+
+    /* The prediction: ooc-plan's simulation of the plan, as "time_ms" of its one policy row. */
+    char plan[160], pdir[120];
+    snprintf(pdir, sizeof pdir, "%s/prof", dir);
+    snprintf(plan, sizeof plan, "%s/plan.tsv", pdir);
+    tu_proc_t pl =
+        run((const char *[]){tu_build_path("ooc-plan"), "--plan", plan, pdir, NULL}, NULL);
+    ck_assert_msg(pl.status == 0, "ooc-plan --plan: %d\n%s", pl.status, pl.err);
+    const char *row = strstr(pl.out, "\npolicy ");
+    ck_assert_ptr_nonnull(row);
+    row = strchr(row + 1, '\n');
+    ck_assert_ptr_nonnull(row);
+    char policy[32];
+    double pred = 0;
+    ck_assert_int_eq(sscanf(row + 1, "%31s %lf", policy, &pred), 2);
+    char want_pred[32];
+    snprintf(want_pred, sizeof want_pred, "%.1f", pred);
+    tu_proc_free(&pl);
+
+    /* Rows 1..6: 1 warm-up, 3 recorded, then replayed with the prediction beside them. */
+    for (int i = 1; i <= 6; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "\ndemo:   %9d  ", i);
+        const char *l = strstr(pr.out, key);
+        ck_assert_msg(l != NULL, "no row for iteration %d:\n%s", i, tu_tail(pr.out, 2500));
+        double measured = 0;
+        char p[32] = "", what[32] = "";
+        ck_assert_int_eq(sscanf(l + strlen(key), "%lf %31s %31s", &measured, p, what), 3);
+        ck_assert_msg(measured > 0, "iteration %d: measured %f", i, measured);
+        if (i <= 4) {
+            ck_assert_str_eq(p, "-");
+            ck_assert_str_eq(what, i == 1 ? "warm-up" : "recorded");
+        } else {
+            ck_assert_str_eq(p, want_pred);
+            ck_assert_str_eq(what, "replayed");
+        }
+    }
+    char median[64];
+    snprintf(median, sizeof median, ", predicted %s ms (", want_pred);
+    ck_assert_msg(strstr(pr.out, "demo:   median of the replayed iterations 6..6: measured ") &&
+                      strstr(pr.out, median),
+                  "%s", tu_tail(pr.out, 2500));
+
+    /* The pictures, where the demo and ooc-run say they are. */
+    char said[200];
+    snprintf(said, sizeof said,
+             "demo: the pictures are in %s/report/: buffers.png gantt.png "
+             "memory.png sizes.png\n",
+             pdir);
+    ck_assert_msg(strstr(pr.out, said), "%s", tu_tail(pr.out, 2500));
+    snprintf(said, sizeof said, "ooc-run: pictures: %s/report/ (", pdir);
+    ck_assert_msg(strstr(pr.err, said), "%s", tu_tail(pr.err, 2500));
+    static const char *const pngs[] = {"memory.png", "gantt.png", "sizes.png", "buffers.png"};
+    for (size_t k = 0; k < 4; k++) {
+        char png[200];
+        struct stat st;
+        snprintf(png, sizeof png, "%s/report/%s", pdir, pngs[k]);
+        ck_assert_msg(stat(png, &st) == 0 && st.st_size > 1000, "%s is missing or empty", png);
+    }
+    tu_proc_free(&pr);
+    char cmd[200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     ck_assert_int_eq(system(cmd), 0);
 }
@@ -202,5 +294,9 @@ Suite *suite_gpuprep(void) {
     tcase_add_test(tc, test_gpu_programs_start_and_find_no_device);
     tcase_add_test(tc, test_demo_says_which_device);
     suite_add_tcase(s, tc);
+    TCase *demo = tcase_create("demo");
+    tcase_set_timeout(demo, tu_under_valgrind() ? 3600 : 600);
+    tcase_add_test(demo, test_demo_prints_measured_beside_predicted_and_draws_pictures);
+    suite_add_tcase(s, demo);
     return s;
 }

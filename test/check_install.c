@@ -28,12 +28,15 @@
 Suite *suite_install(void);
 
 /* Everything make install writes, relative to PREFIX (the Makefile's INSTALLED). */
-static const char *const installed[] = {
-    "bin/ooc-run",          "bin/ooc-plan",
-    "bin/ooc-report",       "lib/libooc_shim.so",
-    "include/ooc_shim.h",   "libexec/ooc-shim/ooc-options",
-    "share/man/man1/ooc-run.1", "share/man/man1/ooc-plan.1",
-    "share/man/man1/ooc-report.1"};
+static const char *const installed[] = {"bin/ooc-run",
+                                        "bin/ooc-plan",
+                                        "bin/ooc-report",
+                                        "lib/libooc_shim.so",
+                                        "include/ooc_shim.h",
+                                        "libexec/ooc-shim/ooc-options",
+                                        "share/man/man1/ooc-run.1",
+                                        "share/man/man1/ooc-plan.1",
+                                        "share/man/man1/ooc-report.1"};
 #define N_INSTALLED (sizeof installed / sizeof installed[0])
 
 static char destdir[64]; /* the suite's install, made once by the fixture */
@@ -181,8 +184,8 @@ START_TEST(test_install_writes_exactly_the_documented_files) {
         char rel[64];
         snprintf(rel, sizeof rel, "share/man/man1/%s.1", cmds[i]);
         const char *t = read_text(inst_path(rel));
-        ck_assert_msg(strncmp(t, ".TH ", 4) == 0 && strstr(t, ".SH NAME\n") &&
-                          strstr(t, cmds[i]) && strstr(t, "usage: "),
+        ck_assert_msg(strncmp(t, ".TH ", 4) == 0 && strstr(t, ".SH NAME\n") && strstr(t, cmds[i]) &&
+                          strstr(t, "usage: "),
                       "%s:\n%s", rel, tu_tail(t, 1500));
     }
     const char *man = read_text(inst_path("share/man/man1/ooc-run.1"));
@@ -228,8 +231,8 @@ START_TEST(test_installed_ooc_run_trains_large_under_a_32M_budget) {
     assert_installed();
     static const char *const args[] = {"--iters", "4", NULL};
     tu_result_t oracle = tu_run_prog("workloads/large", args, 0, NULL, timeout_s(120));
-    ck_assert_msg(oracle.status == 0 && oracle.checksum[0], "oracle: status %d\n%s",
-                  oracle.status, tu_tail(oracle.err, 1500));
+    ck_assert_msg(oracle.status == 0 && oracle.checksum[0], "oracle: status %d\n%s", oracle.status,
+                  tu_tail(oracle.err, 1500));
     /* The device of 32 MiB is too small without the shim. */
     static const char *const small[] = {"FAKECUDA_MEM_BYTES=32M", NULL};
     tu_result_t oom = tu_run_prog("workloads/large", args, 0, small, timeout_s(120));
@@ -239,21 +242,11 @@ START_TEST(test_installed_ooc_run_trains_large_under_a_32M_budget) {
     /* In a fresh directory, as a user would: the profile goes to ./ooc-profiles/. */
     char work[] = "/tmp/ooc-install-run-XXXXXX";
     ck_assert_ptr_nonnull(mkdtemp(work));
-    const char *const argv[] = {"/bin/sh",
-                                "-c",
-                                "cd \"$1\" && shift && exec \"$@\"",
-                                "sh",
-                                work,
-                                inst_path("bin/ooc-run"),
-                                "--budget",
-                                "32M",
-                                "--stats",
-                                "--report",
-                                "--",
-                                abs_build_path("workloads/large"),
-                                "--iters",
-                                "4",
-                                NULL};
+    const char *const argv[] = {"/bin/sh",  "-c",  "cd \"$1\" && shift && exec \"$@\"",
+                                "sh",       work,  inst_path("bin/ooc-run"),
+                                "--budget", "32M", "--stats",
+                                "--report", "--",  abs_build_path("workloads/large"),
+                                "--iters",  "4",   NULL};
     /* OOC_BUILD points nowhere: the installed ooc-run must not need the build. Two recorded
      * iterations after the warm-up, then the plan is replayed in the fourth. */
     const char *const env[] = {abs_fakecuda_libpath(), "FAKECUDA_MEM_BYTES=32M",
@@ -318,9 +311,13 @@ START_TEST(test_bad_flags_are_refused_before_the_program_starts) {
         {{"--policy", "best"}, NULL, "OOC_POLICY", "ooc-run: --policy best: "},
         {{"--log=loud"}, NULL, "OOC_LOG", "ooc-run: --log loud: "},
         {{NULL}, "OOC_CHUNK=3M", "OOC_CHUNK", "ooc-run: OOC_CHUNK=3M: not a power of two"},
-        {{"--budget", "8G"}, "OOC_PROFILE_ITERS=0", "OOC_PROFILE_ITERS",
+        {{"--budget", "8G"},
+         "OOC_PROFILE_ITERS=0",
+         "OOC_PROFILE_ITERS",
          "ooc-run: OOC_PROFILE_ITERS=0: "},
-        {{"--plan", "/nonexistent/plan.tsv"}, NULL, NULL,
+        {{"--plan", "/nonexistent/plan.tsv"},
+         NULL,
+         NULL,
          "ooc-run: --plan /nonexistent/plan.tsv: cannot read it; expected a path to a saved plan"},
         {{"--stats=1"}, NULL, NULL, "ooc-run: --stats takes no value"},
         {{"--frobnicate"}, NULL, NULL, "ooc-run: unknown flag '--frobnicate'"},
@@ -355,10 +352,10 @@ START_TEST(test_bad_flags_are_refused_before_the_program_starts) {
         tu_proc_free(&p);
     }
     /* No program at all. */
-    tu_proc_t p = run_ok((const char *[]){inst_path("bin/ooc-run"), "--budget", "1G", NULL},
-                         NULL, 30);
-    ck_assert_msg(p.status == 125 && strstr(p.err, "no program to run"), "status %d\n%s",
-                  p.status, p.err);
+    tu_proc_t p =
+        run_ok((const char *[]){inst_path("bin/ooc-run"), "--budget", "1G", NULL}, NULL, 30);
+    ck_assert_msg(p.status == 125 && strstr(p.err, "no program to run"), "status %d\n%s", p.status,
+                  p.err);
     tu_proc_free(&p);
     remove_tree(ran);
 }
@@ -372,11 +369,11 @@ START_TEST(test_help_documents_every_flag_and_variable) {
         ck_assert_msg(p.status == 0, "%s: status %d\n%s", how[h], p.status, p.err);
         ck_assert_msg(strncmp(p.out, "usage: ooc-run [flags] [--] program [args...]\n", 46) == 0,
                       "%s", tu_tail(p.out, 1500));
-        static const char *const flags[] = {
-            "\n  --budget SIZE ", "\n  --mode MODE ", "\n  --policy POLICY ",
-            "\n  --profile-dir DIR ", "\n  --plan FILE ", "\n  --stats ",
-            "\n  --log LEVEL ",  "\n  --report ",    "\n  --help ",
-            "\n  --version "};
+        static const char *const flags[] = {"\n  --budget SIZE ",   "\n  --mode MODE ",
+                                            "\n  --policy POLICY ", "\n  --profile-dir DIR ",
+                                            "\n  --plan FILE ",     "\n  --stats ",
+                                            "\n  --log LEVEL ",     "\n  --report ",
+                                            "\n  --help ",          "\n  --version "};
         for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
             ck_assert_msg(strstr(p.out, flags[i]), "--help lacks \"%s\":\n%s", flags[i] + 1,
                           tu_tail(p.out, 3000));
@@ -402,14 +399,13 @@ END_TEST
  * prints "returncode: N". With `term_after` > 0, sends SIGTERM to the child (ooc-run) after that
  * many seconds. */
 static int returncode(const char *const *cmd, double term_after, tu_proc_t *out) {
-    static const char code[] =
-        "import signal, subprocess, sys, time\n"
-        "after = float(sys.argv[1])\n"
-        "p = subprocess.Popen(sys.argv[2:])\n"
-        "if after > 0:\n"
-        "    time.sleep(after)\n"
-        "    p.send_signal(signal.SIGTERM)\n"
-        "print('returncode: %d' % p.wait())\n";
+    static const char code[] = "import signal, subprocess, sys, time\n"
+                               "after = float(sys.argv[1])\n"
+                               "p = subprocess.Popen(sys.argv[2:])\n"
+                               "if after > 0:\n"
+                               "    time.sleep(after)\n"
+                               "    p.send_signal(signal.SIGTERM)\n"
+                               "print('returncode: %d' % p.wait())\n";
     char after[32];
     snprintf(after, sizeof after, "%g", term_after);
     const char *argv[16] = {"/usr/bin/python3", "-c", code, after};
@@ -419,8 +415,8 @@ static int returncode(const char *const *cmd, double term_after, tu_proc_t *out)
     argv[n] = NULL;
     *out = run_ok(argv, NULL, 60);
     char rc[32];
-    ck_assert_msg(tu_field(out->out, "returncode", rc, sizeof rc), "status %d\n%s\n%s",
-                  out->status, out->out, out->err);
+    ck_assert_msg(tu_field(out->out, "returncode", rc, sizeof rc), "status %d\n%s\n%s", out->status,
+                  out->out, out->err);
     return atoi(rc);
 }
 
@@ -428,8 +424,8 @@ START_TEST(test_exit_status_and_signals_pass_through) {
     assert_installed();
     const char *run = inst_path("bin/ooc-run");
     tu_proc_t p;
-    ck_assert_int_eq(returncode((const char *[]){run, "--", "/bin/sh", "-c", "exit 7", NULL}, 0, &p),
-                     7);
+    ck_assert_int_eq(
+        returncode((const char *[]){run, "--", "/bin/sh", "-c", "exit 7", NULL}, 0, &p), 7);
     tu_proc_free(&p);
     ck_assert_int_eq(returncode((const char *[]){run, "/bin/true", NULL}, 0, &p), 0);
     tu_proc_free(&p);
@@ -440,8 +436,7 @@ START_TEST(test_exit_status_and_signals_pass_through) {
     ck_assert_msg(strstr(p.err, "ooc-run: "), "%s", p.err);
     tu_proc_free(&p);
     ck_assert_int_eq(
-        returncode((const char *[]){run, "--", "/bin/sh", "-c", "kill -KILL $$", NULL}, 0, &p),
-        -9);
+        returncode((const char *[]){run, "--", "/bin/sh", "-c", "kill -KILL $$", NULL}, 0, &p), -9);
     tu_proc_free(&p);
     /* TERM sent to ooc-run reaches the program, whose own status then comes back. */
     ck_assert_int_eq(returncode((const char *[]){run, "--", "/bin/sh", "-c",
@@ -485,9 +480,10 @@ START_TEST(test_header_compiles_and_finds_the_shim_only_when_loaded) {
           f);
     fclose(f);
     /* The program is not linked with the shim: the helper finds it under ooc-run only. */
-    tu_proc_t p = run_ok((const char *[]){"/usr/bin/env", "cc", "-std=c11", "-Wall", "-Wextra",
-                                          "-Werror", "-pedantic", inc, "-o", exe, src, "-ldl", NULL},
-                         NULL, 120);
+    tu_proc_t p =
+        run_ok((const char *[]){"/usr/bin/env", "cc", "-std=c11", "-Wall", "-Wextra", "-Werror",
+                                "-pedantic", inc, "-o", exe, src, "-ldl", NULL},
+               NULL, 120);
     ck_assert_msg(p.status == 0, "cc: status %d\n%s", p.status, p.err);
     tu_proc_free(&p);
     p = run_ok((const char *[]){exe, NULL}, NULL, 30);
