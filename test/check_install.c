@@ -457,6 +457,48 @@ START_TEST(test_exit_status_and_signals_pass_through) {
 }
 END_TEST
 
+/* The program sees the library after what LD_PRELOAD held, and the flags as OOC_* variables;
+ * under torchrun (RANK, WORLD_SIZE) a given profile directory gets the rank's own subdirectory. */
+START_TEST(test_environment_the_program_sees) {
+    assert_installed();
+    static const char show[] = "echo \"preload=$LD_PRELOAD\"; echo \"dir=$OOC_PROFILE_DIR\"; "
+                               "echo \"budget=$OOC_BUDGET stats=$OOC_STATS mode=$OOC_MODE "
+                               "policy=$OOC_POLICY log=$OOC_LOG\"";
+    const char *const argv[] = {inst_path("bin/ooc-run"),
+                                "--budget=8G",
+                                "--stats",
+                                "--mode",
+                                "demand",
+                                "--policy",
+                                "lms",
+                                "--log",
+                                "info",
+                                "--profile-dir",
+                                "/tmp/ooc-install-nowhere",
+                                "/bin/sh",
+                                "-c",
+                                show,
+                                NULL};
+    const char *const env[] = {"LD_PRELOAD=libm.so.6", "OOC_BUDGET=1G", NULL};
+    tu_proc_t p = run_ok(argv, env, 30);
+    ck_assert_msg(p.status == 0, "status %d\n%s", p.status, p.err);
+    char want[PATH_MAX + 32];
+    snprintf(want, sizeof want, "libm.so.6:%s\n", inst_path("lib/libooc_shim.so"));
+    ck_assert_msg(strstr(p.out, "preload=") && strstr(p.out, want), "%s", p.out);
+    ck_assert_msg(strstr(p.out, "\ndir=/tmp/ooc-install-nowhere\n"), "%s", p.out);
+    ck_assert_msg(strstr(p.out, "budget=8G stats=1 mode=demand policy=lms log=info\n"), "%s",
+                  p.out);
+    ck_assert_msg(strstr(p.err, "ooc-run: no profile: OOC_MODE=demand records none"), "%s", p.err);
+    tu_proc_free(&p);
+
+    const char *const rank[] = {"RANK=3", "WORLD_SIZE=4", NULL};
+    p = run_ok(argv, rank, 30);
+    ck_assert_msg(p.status == 0 && strstr(p.out, "\ndir=/tmp/ooc-install-nowhere/rank3\n"),
+                  "status %d\n%s%s", p.status, p.out, p.err);
+    tu_proc_free(&p);
+}
+END_TEST
+
 /* ---- the header ------------------------------------------------------------------------------ */
 
 START_TEST(test_header_compiles_and_finds_the_shim_only_when_loaded) {
@@ -539,6 +581,7 @@ Suite *suite_install(void) {
     tcase_add_test(tc, test_bad_flags_are_refused_before_the_program_starts);
     tcase_add_test(tc, test_help_documents_every_flag_and_variable);
     tcase_add_test(tc, test_exit_status_and_signals_pass_through);
+    tcase_add_test(tc, test_environment_the_program_sees);
     tcase_add_test(tc, test_header_compiles_and_finds_the_shim_only_when_loaded);
     tcase_add_test(tc, test_uninstall_removes_everything_it_installed);
     suite_add_tcase(s, tc);
