@@ -383,6 +383,150 @@ START_TEST(test_first_contact_deadline_and_only) {
 }
 END_TEST
 
+/* The probes' own reading of their programs' outputs, on a machine without a GPU: a fake
+ * nvidia-smi lists one, OOC_BUILD names a build folder of fake programs (shell scripts printing
+ * what the real ones print: the shim's statistics rows, the spy's lines, timings), --no-build.
+ * Each probe must read the numbers right, say what they mean, and turn a wrong checksum or a
+ * launch without a parameter layout (FAKE_BAD=1) into a FAIL while the others still pass. */
+START_TEST(test_first_contact_probes_read_their_programs) {
+    char dir[] = "/tmp/ooc-gfc-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char bin[600], gpu[600], out[600], path[700];
+    snprintf(bin, sizeof bin, "%s/bin", dir);
+    snprintf(gpu, sizeof gpu, "%s/build/gpu", dir);
+    snprintf(out, sizeof out, "%s/out", dir);
+    ck_assert_int_eq(mkdir(bin, 0755), 0);
+    snprintf(path, sizeof path, "%s/build", dir);
+    ck_assert_int_eq(mkdir(path, 0755), 0);
+    ck_assert_int_eq(mkdir(gpu, 0755), 0);
+    write_script(bin, "nvidia-smi", "echo 'GPU 0: Fake H100 (UUID: GPU-0)'");
+    write_script(gpu, "libgpuspy.so", "exit 0");
+    write_script(gpu, "driver_paths",
+                 "echo \"shim: loaded; path $2\"\n"
+                 "echo 'issued: allocations 5 launches 8'\n"
+                 "printf '  %-44s %12s\\n' 'swap-outs cancelled: used again first' 3 allocations 7 "
+                 "'kernel launches' 9 >&2");
+    write_script(gpu, "freesync",
+                 "case \"$LD_PRELOAD\" in *libooc_shim*) c=298.5 d=0.2\n"
+                 "printf '  %-44s %12s\\n' 'kernel launches' 3 >&2 ;;\n"
+                 "*) c=299.1 d=298.0 ;; esac\n"
+                 "echo 'spin: ms 300.2'\n"
+                 "echo \"free: cudaFree ms $c kernel-running-before yes\"\n"
+                 "echo \"free: cuMemFree ms $d kernel-running-before yes\"\n"
+                 "echo 'free: cudaFree-idle ms 0.1 kernel-running-before no'");
+    write_script(gpu, "bw",
+                 "echo 'bandwidth: h2d 50.10 d2h 48.00 both-h2d 40.00 both-d2h 38.00 both-total "
+                 "78.00 (GB/s, 256 MiB copies, medians of 9)'");
+    write_script(gpu, "hostvmm",
+                 "echo 'hostvmm: attr-host-numa 1 attr-host 1 numa-id 0 create-host-numa "
+                 "CUDA_SUCCESS granularity-device 2097152/2097152 granularity-host "
+                 "2097152/2097152'\n"
+                 "echo 'cost: host 2 MiB handles 1 create_us 300.0 map_us 10.0 access_us 20.0 "
+                 "unmap_us 30.0'\n"
+                 "echo 'cost: device 32 MiB handles 16 create_us 90.0 map_us 60.0 access_us 70.0 "
+                 "unmap_us 80.0'");
+    write_script(gpu, "demand",
+                 "if [ -n \"${OOC_MODE:-}\" ]; then t='20.0 8.0'; else t='5.0 4.0'; fi\n"
+                 "echo \"time: per-iteration ms: $t\"\n"
+                 "echo 'peak_device_bytes: 1073741824'\n"
+                 "sum=00000000deadbeef\n"
+                 "[ \"${OOC_SAFE:-}\" = on ] && [ -n \"${FAKE_BAD:-}\" ] && sum=0000000000000bad\n"
+                 "echo \"checksum: $sum\"\n"
+                 "[ -n \"${OOC_MODE:-}\" ] && printf '  %-44s %12s\\n' swap-outs 12 swap-ins 10 "
+                 "'operations run as planned' 40 'kernel launches' 96 >&2\n"
+                 "exit 0");
+    write_script(gpu, "paraminfo",
+                 "n=0; [ -n \"${FAKE_BAD:-}\" ] && n=1\n"
+                 "echo 'SPY-SUMMARY phase start handles 0 function 0 kernel 0 both 0 neither 0 "
+                 "funcinfo-answered 0 kernelinfo-answered 0 any-answered 0 launches 0 encodes 0 "
+                 "blocks 0 blocks-matching 0' >&2\n"
+                 "echo \"SPY-SUMMARY phase cudart-global handles 2 function 0 kernel 2 both 0 "
+                 "neither 0 funcinfo-answered 1 kernelinfo-answered 2 any-answered $((2 - n)) "
+                 "launches 2 encodes 0 blocks 0 blocks-matching 0\" >&2");
+    write_script(gpu, "tmap",
+                 "echo 'tensormap: plain-word 2 shifted-word none changed-words 2 delta-of-first "
+                 "4096 replace-equals-encode yes'\n"
+                 "echo 'SPY encode 0x7f0000000000 rank 2 plain-word 2 shifted-word none phase "
+                 "cublas-gemm-bf16' >&2\n"
+                 "echo 'SPY encode 0x7f0000100000 rank 2 plain-word none shifted-word none phase "
+                 "cublas-gemm-bf16' >&2\n"
+                 "echo 'SPY-SUMMARY phase cublas-gemm-bf16 handles 1 function 0 kernel 1 both 0 "
+                 "neither 0 funcinfo-answered 1 kernelinfo-answered 1 any-answered 1 launches 1 "
+                 "encodes 2 blocks 2 blocks-matching 1' >&2");
+    char path_env[4096], build_env[700];
+    snprintf(path_env, sizeof path_env, "PATH=%s:%s", bin, getenv("PATH"));
+    snprintf(build_env, sizeof build_env, "OOC_BUILD=%s/build", dir);
+    const char *const argv[] = {"scripts/gpu-first-contact",
+                                out,
+                                "--no-build",
+                                "--only",
+                                "interpose-lcuda,freesync,bandwidth,hostvmm,demand,paraminfo,"
+                                "tensormap,iteration",
+                                NULL};
+    static const struct {
+        const char *probe, *verdict, *detail[3];
+    } good[] = {
+        {"interpose-lcuda",
+         "PASS",
+         {"the shim counted 7 allocations and 9 launches for the 5 and 8 issued"}},
+        {"freesync",
+         "PASS",
+         {"behind a 300.2 ms kernel", "cuMemFree 298.0 ms (waits)",
+          "cudart SYNCHRONISES before it reaches cuMemFree_v2"}},
+        {"bandwidth", "PASS", {"h2d 50.10 d2h 48.00 both-h2d 40.00"}},
+        {"hostvmm",
+         "PASS",
+         {"host-located VMM supported", "host 2 MiB in 1: map 10.0 us, set-access 20.0, unmap 30.0",
+          "device 32 MiB in 16: map 60.0 us"}},
+        {"demand",
+         "PASS",
+         {"budget 256 MiB (1/4)", "OOC_SAFE=on: exit 0, checksum 00000000deadbeef (equal)",
+          "swap-outs 12, swap-ins 10, operations run as planned 40, kernel launches 96"}},
+        {"paraminfo",
+         "PASS",
+         {"cudart-global: 2 handles (kernel 2, function 0, both 0, neither 0), funcinfo 1/2, "
+          "kernelinfo 2/2, no layout 0"}},
+        {"tensormap",
+         "PASS",
+         {"the address is a plain 8-byte word: word 2 (byte offset 16)",
+          "2 encodes seen (1 with the address as a plain word)",
+          "2 128-byte params (1 equal to an encode)"}},
+        {"iteration", "PASS", {"demand: in core 4.0 ms, auto 8.0 ms (2.00x)"}},
+    };
+    const int n = (int)(sizeof good / sizeof good[0]);
+    static tsv_row_t rows[MAX_ROWS];
+    for (int bad = 0; bad < 2; bad++) {
+        const char *const env[] = {path_env, build_env, bad ? "FAKE_BAD=1" : "FAKE_BAD=", NULL};
+        tu_proc_t pr = run(argv, env);
+        ck_assert_msg(pr.status == bad, "FAKE_BAD=%d: status %d:\n%s\n%s", bad, pr.status, pr.out,
+                      tu_tail(pr.err, 2000));
+        snprintf(path, sizeof path, "%s/probes.tsv", out);
+        ck_assert_int_eq(read_tsv(path, rows), n);
+        for (int k = 0; k < n; k++) {
+            ck_assert_str_eq(rows[k].probe, good[k].probe);
+            int fails =
+                bad && (!strcmp(good[k].probe, "demand") || !strcmp(good[k].probe, "paraminfo"));
+            ck_assert_msg(!strcmp(rows[k].verdict, fails ? "FAIL" : good[k].verdict),
+                          "FAKE_BAD=%d: %s: %s %s", bad, rows[k].probe, rows[k].verdict,
+                          rows[k].detail);
+            for (int d = 0; d < 3 && good[k].detail[d] && !fails; d++)
+                ck_assert_msg(strstr(rows[k].detail, good[k].detail[d]), "%s: no '%s' in: %s",
+                              rows[k].probe, good[k].detail[d], rows[k].detail);
+        }
+        if (bad) {
+            ck_assert_msg(strstr(rows[4].detail, "OOC_SAFE=on: exit 0, checksum 0000000000000bad "
+                                                 "(DIFFERENT)"),
+                          "%s", rows[4].detail);
+            ck_assert_msg(strstr(rows[5].detail, "no parameter layout from any lookup") &&
+                              strstr(rows[5].detail, "no layout 1"),
+                          "%s", rows[5].detail);
+        }
+        tu_proc_free(&pr);
+    }
+    rm_rf(dir);
+}
+END_TEST
+
 Suite *suite_gpuprep(void) {
     Suite *s = suite_create("gpuprep");
     TCase *tc = tcase_create("gpuprep");
@@ -397,6 +541,7 @@ Suite *suite_gpuprep(void) {
     tcase_add_test(tc, test_first_contact_without_a_gpu_says_so_and_exits_2);
     tcase_add_test(tc, test_first_contact_failures_and_timeouts_do_not_stop_the_others);
     tcase_add_test(tc, test_first_contact_deadline_and_only);
+    tcase_add_test(tc, test_first_contact_probes_read_their_programs);
     suite_add_tcase(s, tc);
     return s;
 }
