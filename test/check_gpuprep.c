@@ -198,6 +198,72 @@ START_TEST(test_demo_says_which_device) {
 }
 END_TEST
 
+static void rm_rf(const char *dir) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* scripts/check-gpu ends inside one 10-minute device command: with a fake nvidia-smi and fake
+ * GPU programs (--no-build), a check still running at --hard-end is killed and fails, a check
+ * not started by --deadline is a SKIP row, and check-gpu.tsv holds each row as it finished. */
+START_TEST(test_check_gpu_deadline_and_hard_end) {
+    char dir[] = "/tmp/ooc-cg-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char bin[600], gpu[600], out[600], path[700];
+    snprintf(bin, sizeof bin, "%s/bin", dir);
+    snprintf(gpu, sizeof gpu, "%s/build/gpu", dir);
+    snprintf(out, sizeof out, "%s/out", dir);
+    ck_assert_int_eq(mkdir(bin, 0755), 0);
+    snprintf(path, sizeof path, "%s/build", dir);
+    ck_assert_int_eq(mkdir(path, 0755), 0);
+    ck_assert_int_eq(mkdir(gpu, 0755), 0);
+    write_script(bin, "nvidia-smi", "echo 'GPU 0: Fake H100 (UUID: GPU-0)'");
+    write_script(gpu, "vmm",
+                 "sleep \"${FAKE_SLEEP:-0}\"; echo 'PASS vmm: fake'; echo 'host_vmm: 1 (fake)'");
+    char path_env[4096], build_env[700];
+    snprintf(path_env, sizeof path_env, "PATH=%s:%s", bin, getenv("PATH"));
+    snprintf(build_env, sizeof build_env, "OOC_BUILD=%s/build", dir);
+    snprintf(path, sizeof path, "%s/check-gpu.tsv", out);
+
+    /* the deadline passes during vmm (2 s): demand is not started */
+    const char *const env1[] = {path_env, build_env, "FAKE_SLEEP=2", NULL};
+    tu_proc_t pr = run((const char *[]){"scripts/check-gpu", "--no-build", "--only", "vmm,demand",
+                                        "--deadline", "1", "--out", out, NULL},
+                       env1);
+    ck_assert_msg(pr.status == 0, "status %d:\n%s\n%s", pr.status, pr.out, pr.err);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    char buf[4096] = "";
+    size_t got = fread(buf, 1, sizeof buf - 1, f);
+    buf[got] = 0;
+    fclose(f);
+    ck_assert_msg(strstr(buf, "verdict\tcheck\twhat\nPASS\tvmm\t") &&
+                      strstr(buf, "\nSKIP\tdemand\tnot started: ") &&
+                      strstr(buf, "the deadline is 1 s"),
+                  "%s", buf);
+    tu_proc_free(&pr);
+
+    /* vmm would sleep 60 s: --hard-end 3 kills it, a FAIL row, well inside the 60 s */
+    const char *const env2[] = {path_env, build_env, "FAKE_SLEEP=60", NULL};
+    time_t t0 = time(NULL);
+    pr = run((const char *[]){"scripts/check-gpu", "--no-build", "--only", "vmm", "--hard-end", "3",
+                              "--out", out, NULL},
+             env2);
+    ck_assert_msg(pr.status == 1, "status %d:\n%s\n%s", pr.status, pr.out, pr.err);
+    ck_assert_msg(time(NULL) - t0 < (tu_under_valgrind() ? 50 : 30), "took %ld s",
+                  (long)(time(NULL) - t0));
+    f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    got = fread(buf, 1, sizeof buf - 1, f);
+    buf[got] = 0;
+    fclose(f);
+    ck_assert_msg(strstr(buf, "\nFAIL\tvmm\texit 124"), "%s", buf);
+    tu_proc_free(&pr);
+    rm_rf(dir);
+}
+END_TEST
+
 /* ---- scripts/gpu-first-contact ------------------------------------------------------------- */
 
 enum { MAX_ROWS = 32 };
@@ -241,12 +307,6 @@ static int read_tsv(const char *path, tsv_row_t *rows) {
     }
     fclose(f);
     return n;
-}
-
-static void rm_rf(const char *dir) {
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    ck_assert_int_eq(system(cmd), 0);
 }
 
 /* Without a GPU: one line saying so, exit 2, and a probes.tsv (copied to --export's folder too)
@@ -538,6 +598,7 @@ Suite *suite_gpuprep(void) {
     tcase_add_test(tc, test_bench_gpu_dry_run_prints_the_runs);
     tcase_add_test(tc, test_gpu_programs_start_and_find_no_device);
     tcase_add_test(tc, test_demo_says_which_device);
+    tcase_add_test(tc, test_check_gpu_deadline_and_hard_end);
     tcase_add_test(tc, test_first_contact_without_a_gpu_says_so_and_exits_2);
     tcase_add_test(tc, test_first_contact_failures_and_timeouts_do_not_stop_the_others);
     tcase_add_test(tc, test_first_contact_deadline_and_only);
