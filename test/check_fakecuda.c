@@ -72,7 +72,8 @@ static CUcontext ctx;
 static void open_device(const char *const *env) {
     for (; env && *env; env += 2)
         setenv(env[0], env[1], 1);
-    ck_assert_int_eq(fakecuda_register_kernels(test_kernels, 3), 0);
+    ck_assert_int_eq(
+        fakecuda_register_kernels(test_kernels, sizeof test_kernels / sizeof test_kernels[0]), 0);
     OK(cuInit(0));
     OK(cuDevicePrimaryCtxRetain(&ctx, 0));
     OK(cuCtxSetCurrent(ctx));
@@ -1219,6 +1220,73 @@ START_TEST(test_graph_entry_points_and_nested_capture) {
 }
 END_TEST
 
+/* ---- where real frameworks live ---------------------------------------------------------------
+ */
+
+/* A library's CUkernel is a handle of its own: it launches cast to CUfunction, but only
+ * cuKernelGetParamInfo answers for it; the function it yields is loaded lazily. */
+START_TEST(test_library_kernels_are_lazy_handles_of_their_own) {
+    open_device(inline_);
+    CUlibrary lib;
+    CUkernel k;
+    CUfunction f;
+    size_t off, size;
+    CUfunctionLoadingState st;
+    const char *name;
+    OK(cuLibraryLoadData(&lib, FAKECUDA_IMAGE_PREFIX "fctest", NULL, NULL, 0, NULL, NULL, 0));
+    OK(cuLibraryGetKernel(&k, lib, "mixed"));
+    ck_assert_int_eq(cuLibraryGetKernel(&k, lib, "no_such_kernel"), CUDA_ERROR_NOT_FOUND);
+    OK(cuLibraryGetKernel(&k, lib, "mixed"));
+    ck_assert_int_eq(cuFuncGetParamInfo((CUfunction)(void *)k, 0, &off, &size),
+                     CUDA_ERROR_INVALID_HANDLE);
+    static const size_t want_off[] = {0, 8, 16, 20, 32};
+    for (size_t i = 0; i < 5; i++) {
+        OK(cuKernelGetParamInfo(k, i, &off, &size));
+        ck_assert_uint_eq(off, want_off[i]);
+    }
+    ck_assert_int_eq(cuKernelGetParamInfo(k, 5, &off, &size), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuKernelGetParamInfo(k, 0, NULL, &size), CUDA_ERROR_INVALID_VALUE);
+    OK(cuKernelGetName(&name, k));
+    ck_assert_str_eq(name, "mixed");
+    OK(cuKernelGetFunction(&f, k));
+    ck_assert_ptr_ne((void *)f, (void *)k);
+    ck_assert_int_eq(cuKernelGetParamInfo((CUkernel)(void *)f, 0, &off, &size),
+                     CUDA_ERROR_INVALID_VALUE);
+    OK(cuFuncGetParamInfo(f, 4, &off, &size));
+    ck_assert_uint_eq(off, 32);
+    ck_assert_uint_eq(size, 8);
+    OK(cuFuncIsLoaded(&st, f));
+    ck_assert_int_eq(st, CU_FUNCTION_LOADING_STATE_UNLOADED);
+    ck_assert_int_eq(cuFuncIsLoaded(&st, (CUfunction)(void *)k), CUDA_ERROR_INVALID_HANDLE);
+    ck_assert_int_eq(cuFuncIsLoaded(NULL, f), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuFuncLoad((CUfunction)(void *)k), CUDA_ERROR_INVALID_HANDLE);
+    OK(cuFuncLoad(f));
+    OK(cuFuncIsLoaded(&st, f));
+    ck_assert_int_eq(st, CU_FUNCTION_LOADING_STATE_LOADED);
+    /* A launch through the kernel handle loads the function too. */
+    CUkernel kf;
+    CUfunction ff;
+    CUdeviceptr a;
+    OK(cuLibraryGetKernel(&kf, lib, "fill"));
+    OK(cuKernelGetFunction(&ff, kf));
+    OK(cuFuncIsLoaded(&st, ff));
+    ck_assert_int_eq(st, CU_FUNCTION_LOADING_STATE_UNLOADED);
+    OK(cuMemAlloc(&a, 64));
+    launch_fill((CUfunction)(void *)kf, a, 1.5f, 16, 0, NULL);
+    OK(cuFuncIsLoaded(&st, ff));
+    ck_assert_int_eq(st, CU_FUNCTION_LOADING_STATE_LOADED);
+    float out[16];
+    OK(cuMemcpyDtoH(out, a, sizeof out));
+    ck_assert_float_eq(out[0], 1.5f);
+    /* A module's function is loaded when obtained. */
+    OK(cuFuncIsLoaded(&st, get_kernel("addone")));
+    ck_assert_int_eq(st, CU_FUNCTION_LOADING_STATE_LOADED);
+    OK(cuMemFree(a));
+    OK(cuLibraryUnload(lib));
+    ck_assert_int_eq(cuKernelGetName(&name, k), CUDA_ERROR_INVALID_HANDLE);
+}
+END_TEST
+
 Suite *suite_fakecuda(void) {
     Suite *s = suite_create("fakecuda");
     TCase *t = tcase_create("driver");
@@ -1264,5 +1332,9 @@ Suite *suite_fakecuda(void) {
     tcase_add_test_raise_signal(g, test_strict_mode_aborts_on_unmap_under_a_queued_graph, SIGABRT);
     tcase_add_test(g, test_graph_entry_points_and_nested_capture);
     suite_add_tcase(s, g);
+    TCase *fw = tcase_create("frameworks");
+    tcase_set_timeout(fw, 20);
+    tcase_add_test(fw, test_library_kernels_are_lazy_handles_of_their_own);
+    suite_add_tcase(s, fw);
     return s;
 }

@@ -43,6 +43,12 @@ typedef struct fakecuda_kernel {
     fakecuda_kernel_fn fn;
 } fakecuda_kernel_t;
 
+/* A param_bytes entry for a parameter aligned more strictly than min(size, 8): a CUtensorMap
+ * taken by value (__grid_constant__) is FAKECUDA_PARAM_ALIGNED(128, 64), as nvcc lays it out. */
+#define FAKECUDA_PARAM_ALIGNED(bytes, align) ((unsigned)(bytes) | ((unsigned)(align) << 24))
+#define FAKECUDA_PARAM_SIZE(entry)           ((entry)&0xffffffu)
+#define FAKECUDA_PARAM_ALIGN(entry)          ((entry) >> 24)
+
 /* Value of parameter i, of the given C type. */
 #define FAKECUDA_ARG(l, i, type) (*(const type *)(l)->params[(i)])
 

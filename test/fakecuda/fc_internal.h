@@ -171,6 +171,7 @@ struct CUevent_st {
 #define FC_MAGIC_FUNC   0x46554e43u
 #define FC_MAGIC_MODULE 0x4d4f444cu
 #define FC_MAGIC_CTX    0x43545854u
+#define FC_MAGIC_KERNEL 0x4b45524eu
 
 /* ---- global state --------------------------------------------------------------------------- */
 typedef struct fc_global {
