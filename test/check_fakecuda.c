@@ -1287,6 +1287,290 @@ START_TEST(test_library_kernels_are_lazy_handles_of_their_own) {
 }
 END_TEST
 
+/* 2D and 3D copies move the rows the reference manual describes, typed memory types are checked,
+ * and malformed descriptions are invalid values; cuMemsetD2D16 and peer copies within the one
+ * device work in every form. */
+START_TEST(test_2d_3d_copies_sets_and_peer_copies) {
+    open_device(threaded);
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    enum { W = 48, H = 5, PITCH = 64, D = 3 };
+    CUdeviceptr a, b;
+    OK(cuMemAlloc(&a, PITCH * H * D));
+    OK(cuMemAlloc(&b, PITCH * H * D));
+    OK(cuMemsetD8(b, 0, PITCH * H * D));
+    unsigned char host[PITCH * H * D], back[PITCH * H * D];
+    for (size_t i = 0; i < sizeof host; i++)
+        host[i] = (unsigned char)(i * 7 + 1);
+    /* Host to device, rows 1..H-1 from x = 8 into a pitched buffer. */
+    CUDA_MEMCPY2D c = {.srcXInBytes = 8,
+                       .srcY = 1,
+                       .srcMemoryType = CU_MEMORYTYPE_HOST,
+                       .srcHost = host,
+                       .srcPitch = PITCH,
+                       .dstMemoryType = CU_MEMORYTYPE_DEVICE,
+                       .dstDevice = a,
+                       .dstPitch = PITCH,
+                       .WidthInBytes = W,
+                       .Height = H - 1};
+    OK(cuMemsetD8(a, 0xee, PITCH * H * D));
+    OK(cuMemcpy2D(&c));
+    OK(cuMemcpyDtoH(back, a, sizeof back));
+    for (int y = 0; y < H - 1; y++)
+        for (int x = 0; x < PITCH; x++)
+            ck_assert_uint_eq(back[y * PITCH + x], x < W ? host[(y + 1) * PITCH + 8 + x] : 0xee);
+    /* Device to device, async on a stream, through the unified memory type. */
+    CUDA_MEMCPY2D dd = {.srcMemoryType = CU_MEMORYTYPE_UNIFIED,
+                        .srcDevice = a,
+                        .srcPitch = PITCH,
+                        .dstXInBytes = 16,
+                        .dstMemoryType = CU_MEMORYTYPE_DEVICE,
+                        .dstDevice = b,
+                        .dstPitch = PITCH,
+                        .WidthInBytes = W,
+                        .Height = H - 1};
+    OK(cuMemcpy2DAsync(&dd, s));
+    OK(cuStreamSynchronize(s));
+    OK(cuMemcpyDtoH(back, b, sizeof back));
+    ck_assert_uint_eq(back[16], host[PITCH + 8]);
+    ck_assert_uint_eq(back[PITCH + 16 + W - 1], host[2 * PITCH + 8 + W - 1]);
+    ck_assert_uint_eq(back[15], 0);
+    /* The rules: pitch >= width + x, typed sides, LOD 0, reserved NULL, no arrays. */
+    CUDA_MEMCPY2D bad = c;
+    bad.dstPitch = W - 1;
+    ck_assert_int_eq(cuMemcpy2D(&bad), CUDA_ERROR_INVALID_VALUE);
+    bad = c;
+    bad.srcXInBytes = PITCH - W + 1;
+    ck_assert_int_eq(cuMemcpy2D(&bad), CUDA_ERROR_INVALID_VALUE);
+    bad = c;
+    bad.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+    bad.srcDevice = (CUdeviceptr)(uintptr_t)host;
+    ck_assert_int_eq(cuMemcpy2D(&bad), CUDA_ERROR_INVALID_VALUE);
+    bad = c;
+    bad.dstMemoryType = CU_MEMORYTYPE_ARRAY;
+    ck_assert_int_eq(cuMemcpy2D(&bad), CUDA_ERROR_INVALID_VALUE);
+    bad = c;
+    bad.Height = H * D + 1; /* past the end of the allocation */
+    bad.srcY = 0;
+    ck_assert_int_eq(cuMemcpy2DUnaligned(&bad), CUDA_ERROR_INVALID_VALUE);
+    /* 3D: D slices of H rows, device to host, with a source height. */
+    CUDA_MEMCPY3D t = {.srcMemoryType = CU_MEMORYTYPE_DEVICE,
+                       .srcDevice = a,
+                       .srcPitch = PITCH,
+                       .srcHeight = H,
+                       .dstMemoryType = CU_MEMORYTYPE_HOST,
+                       .dstHost = back,
+                       .dstPitch = PITCH,
+                       .dstHeight = H,
+                       .WidthInBytes = PITCH,
+                       .Height = H,
+                       .Depth = D};
+    OK(cuMemcpyHtoD(a, host, sizeof host));
+    memset(back, 0, sizeof back);
+    OK(cuMemcpy3D(&t));
+    ck_assert_int_eq(memcmp(back, host, sizeof host), 0);
+    CUDA_MEMCPY3D t2 = t;
+    t2.srcLOD = 1;
+    ck_assert_int_eq(cuMemcpy3D(&t2), CUDA_ERROR_INVALID_VALUE);
+    t2 = t;
+    t2.srcHeight = H - 1;
+    ck_assert_int_eq(cuMemcpy3DAsync(&t2, s), CUDA_ERROR_INVALID_VALUE);
+    t2 = t;
+    t2.reserved0 = host;
+    ck_assert_int_eq(cuMemcpy3D(&t2), CUDA_ERROR_INVALID_VALUE);
+    /* 16-bit 2D set, then peer copies (the current context on both sides). */
+    OK(cuMemsetD2D16(b, PITCH, 0xbeef, 4, 2));
+    OK(cuMemsetD2D16Async(b + 8, PITCH, 0x1234, 2, 1, s));
+    ck_assert_int_eq(cuMemsetD2D16(b + 1, PITCH, 1, 4, 2), CUDA_ERROR_INVALID_VALUE);
+    OK(cuStreamSynchronize(s));
+    uint16_t h16[PITCH / 2 + 8];
+    OK(cuMemcpyDtoH(h16, b, sizeof h16));
+    ck_assert_uint_eq(h16[0], 0xbeef);
+    ck_assert_uint_eq(h16[3], 0xbeef);
+    ck_assert_uint_eq(h16[4], 0x1234);
+    ck_assert_uint_eq(h16[PITCH / 2 + 3], 0xbeef);
+    OK(cuMemcpyPeer(b, ctx, a, ctx, 64));
+    OK(cuMemcpyPeerAsync(b + 64, ctx, a + 64, ctx, 64, s));
+    ck_assert_int_eq(cuMemcpyPeer(b, NULL, a, ctx, 64), CUDA_ERROR_INVALID_CONTEXT);
+    ck_assert_int_eq(cuMemcpyPeer(b, ctx, (CUdeviceptr)(uintptr_t)host, ctx, 64),
+                     CUDA_ERROR_INVALID_VALUE);
+    OK(cuStreamSynchronize(s));
+    OK(cuMemcpyDtoH(back, b, 128));
+    ck_assert_int_eq(memcmp(back, host, 128), 0);
+    fakecuda_stats_t st = stats_now();
+    ck_assert_uint_eq(fakecuda_call_count("cuMemcpy2D"), 5); /* failed calls count too */
+    ck_assert_uint_ge(st.memcpys, 7);
+    OK(cuMemFree(a));
+    OK(cuMemFree(b));
+    OK(cuStreamDestroy(s));
+}
+END_TEST
+
+/* Stream memory operations: a wait holds its stream until another stream's write satisfies it;
+ * a batch runs in order; bad flags, alignment and counts are invalid values. */
+START_TEST(test_stream_memory_operations_order_streams) {
+    open_device(threaded);
+    CUfunction addone = get_kernel("addone");
+    CUstream s1, s2;
+    OK(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+    OK(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr flag, x;
+    OK(cuMemAlloc(&flag, 64));
+    OK(cuMemAlloc(&x, 64));
+    OK(cuMemsetD32(flag, 0, 16));
+    OK(cuMemsetD32(x, 0, 16));
+    OK(cuCtxSynchronize());
+    /* s1 waits for flag >= 1, then adds one; s2 adds one first (after sleeping), then writes. */
+    OK(cuStreamWaitValue32(s1, flag, 1, CU_STREAM_WAIT_VALUE_GEQ));
+    int n = 16;
+    void *args[] = {&x, &n};
+    OK(cuLaunchKernel(addone, 1, 1, 1, 1, 1, 1, 0, s1, args, NULL));
+    CUfunction fill = get_kernel("fill");
+    launch_fill(fill, x, 10.0f, 16, 20000, s2);
+    OK(cuStreamWriteValue32(s2, flag, 1, CU_STREAM_WRITE_VALUE_DEFAULT));
+    OK(cuStreamSynchronize(s1));
+    float out[16];
+    OK(cuMemcpyDtoH(out, x, sizeof out));
+    ck_assert_float_eq(out[0], 11.0f);
+    /* 64-bit forms and a batch: write 5, wait for == 5, write 7 (in order). */
+    CUstreamBatchMemOpParams ops[3];
+    memset(ops, 0, sizeof ops);
+    ops[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+    ops[0].writeValue.address = flag + 8;
+    ops[0].writeValue.value64 = 5;
+    ops[1].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
+    ops[1].waitValue.address = flag + 8;
+    ops[1].waitValue.value64 = 5;
+    ops[1].waitValue.flags = CU_STREAM_WAIT_VALUE_EQ;
+    ops[2].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    ops[2].writeValue.address = flag + 16;
+    ops[2].writeValue.value = 7;
+    OK(cuStreamBatchMemOp(s1, 3, ops, 0));
+    OK(cuStreamWaitValue64(s2, flag + 8, 4, CU_STREAM_WAIT_VALUE_AND));
+    OK(cuStreamWriteValue64(s2, flag + 24, 0x100000000ull, 0));
+    OK(cuCtxSynchronize());
+    uint32_t words[8];
+    OK(cuMemcpyDtoH(words, flag, sizeof words));
+    ck_assert_uint_eq(words[2], 5);
+    ck_assert_uint_eq(words[4], 7);
+    ck_assert_uint_eq(words[6], 0);
+    ck_assert_uint_eq(words[7], 1);
+    /* The rules. */
+    ck_assert_int_eq(cuStreamWaitValue32(s1, flag + 2, 1, 0), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuStreamWaitValue64(s1, flag + 4, 1, 0), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuStreamWaitValue32(s1, flag, 1, 7), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuStreamWriteValue32(s1, flag, 1, 2), CUDA_ERROR_INVALID_VALUE);
+    char pageable[8];
+    ck_assert_int_eq(cuStreamWriteValue32(s1, (CUdeviceptr)(uintptr_t)pageable, 1, 0),
+                     CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuStreamBatchMemOp(s1, 0, ops, 0), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuStreamBatchMemOp(s1, 256, ops, 0), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuStreamBatchMemOp(s1, 3, ops, 1), CUDA_ERROR_INVALID_VALUE);
+    ops[0].operation = (CUstreamBatchMemOpType)99;
+    ck_assert_int_eq(cuStreamBatchMemOp(s1, 3, ops, 0), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemFree(flag));
+    OK(cuMemFree(x));
+    OK(cuStreamDestroy(s1));
+    OK(cuStreamDestroy(s2));
+}
+END_TEST
+
+static void host_fn_bump(void *p) {
+    (*(int *)p)++;
+}
+
+/* cuPointerGetAttributes answers for every pointer: unknown ones read as zero. cuLaunchHostFunc
+ * runs in stream order. */
+START_TEST(test_pointer_get_attributes_and_host_functions) {
+    open_device(threaded);
+    CUdeviceptr a;
+    OK(cuMemAlloc(&a, 4096));
+    CUpointer_attribute at[4] = {
+        CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+        CU_POINTER_ATTRIBUTE_RANGE_SIZE, CU_POINTER_ATTRIBUTE_HOST_POINTER};
+    unsigned type = 99;
+    CUdeviceptr start = 1;
+    size_t size = 1;
+    void *hp = &type;
+    void *data[4] = {&type, &start, &size, &hp};
+    OK(cuPointerGetAttributes(4, at, data, a + 100));
+    ck_assert_uint_eq(type, CU_MEMORYTYPE_DEVICE);
+    ck_assert_uint_eq(start, a);
+    ck_assert_uint_eq(size, 4096);
+    ck_assert_ptr_null(hp);
+    int stack;
+    OK(cuPointerGetAttributes(4, at, data, (CUdeviceptr)(uintptr_t)&stack));
+    ck_assert_uint_eq(type, 0);
+    ck_assert_uint_eq(start, 0);
+    ck_assert_uint_eq(size, 0);
+    ck_assert_int_eq(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                           (CUdeviceptr)(uintptr_t)&stack),
+                     CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuPointerGetAttributes(0, at, data, a), CUDA_ERROR_INVALID_VALUE);
+    data[1] = NULL;
+    ck_assert_int_eq(cuPointerGetAttributes(4, at, data, a), CUDA_ERROR_INVALID_VALUE);
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUfunction fill = get_kernel("fill");
+    int count = 0;
+    launch_fill(fill, a, 1.0f, 16, 20000, s);
+    OK(cuLaunchHostFunc(s, host_fn_bump, &count));
+    ck_assert_int_eq(count, 0); /* still behind the sleeping kernel */
+    OK(cuStreamSynchronize(s));
+    ck_assert_int_eq(count, 1);
+    ck_assert_int_eq(cuLaunchHostFunc(s, NULL, &count), CUDA_ERROR_INVALID_VALUE);
+    OK(cuStreamDestroy(s));
+    OK(cuMemFree(a));
+}
+END_TEST
+
+/* cuGetProcAddress_v2 resolves every new entry point at the ABI version that introduced it, and
+ * its per-thread variant; an older version finds nothing. */
+START_TEST(test_get_proc_address_resolves_framework_entry_points) {
+    open_device(inline_);
+    static const struct {
+        const char *name;
+        int version;
+        const char *sym, *ptds_sym;
+    } want[] = {
+        {"cuKernelGetParamInfo", 12040, "cuKernelGetParamInfo", NULL},
+        {"cuFuncLoad", 12040, "cuFuncLoad", NULL},
+        {"cuFuncIsLoaded", 12040, "cuFuncIsLoaded", NULL},
+        {"cuMemcpy2D", 3020, "cuMemcpy2D_v2", "cuMemcpy2D_v2_ptds"},
+        {"cuMemcpy2DAsync", 3020, "cuMemcpy2DAsync_v2", "cuMemcpy2DAsync_v2_ptsz"},
+        {"cuMemcpy3D", 3020, "cuMemcpy3D_v2", "cuMemcpy3D_v2_ptds"},
+        {"cuMemcpy3DAsync", 3020, "cuMemcpy3DAsync_v2", "cuMemcpy3DAsync_v2_ptsz"},
+        {"cuMemcpyPeer", 4000, "cuMemcpyPeer", "cuMemcpyPeer_ptds"},
+        {"cuMemcpyPeerAsync", 4000, "cuMemcpyPeerAsync", "cuMemcpyPeerAsync_ptsz"},
+        {"cuMemsetD2D16", 3020, "cuMemsetD2D16_v2", "cuMemsetD2D16_v2_ptds"},
+        {"cuMemsetD2D16Async", 3020, "cuMemsetD2D16Async", "cuMemsetD2D16Async_ptsz"},
+        {"cuStreamWaitValue32", 11070, "cuStreamWaitValue32_v2", "cuStreamWaitValue32_v2_ptsz"},
+        {"cuStreamWriteValue64", 11070, "cuStreamWriteValue64_v2", "cuStreamWriteValue64_v2_ptsz"},
+        {"cuStreamBatchMemOp", 11070, "cuStreamBatchMemOp_v2", "cuStreamBatchMemOp_v2_ptsz"},
+        {"cuPointerGetAttributes", 7000, "cuPointerGetAttributes", NULL},
+    };
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    ck_assert_ptr_nonnull(lib);
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        void *fn = NULL;
+        CUdriverProcAddressQueryResult q;
+        OK(cuGetProcAddress_v2(want[i].name, &fn, 13000, CU_GET_PROC_ADDRESS_DEFAULT, &q));
+        ck_assert_msg(q == CU_GET_PROC_ADDRESS_SUCCESS && fn == dlsym(lib, want[i].sym), "%s",
+                      want[i].name);
+        fn = NULL;
+        cuGetProcAddress_v2(want[i].name, &fn, want[i].version - 1, CU_GET_PROC_ADDRESS_DEFAULT,
+                            &q);
+        ck_assert_msg(fn == NULL, "%s below %d", want[i].name, want[i].version);
+        if (want[i].ptds_sym) {
+            OK(cuGetProcAddress_v2(want[i].name, &fn, 13000,
+                                   CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &q));
+            ck_assert_msg(fn == dlsym(lib, want[i].ptds_sym), "%s per thread", want[i].name);
+        }
+    }
+    dlclose(lib);
+}
+END_TEST
+
 Suite *suite_fakecuda(void) {
     Suite *s = suite_create("fakecuda");
     TCase *t = tcase_create("driver");
@@ -1335,6 +1619,10 @@ Suite *suite_fakecuda(void) {
     TCase *fw = tcase_create("frameworks");
     tcase_set_timeout(fw, 20);
     tcase_add_test(fw, test_library_kernels_are_lazy_handles_of_their_own);
+    tcase_add_test(fw, test_2d_3d_copies_sets_and_peer_copies);
+    tcase_add_test(fw, test_stream_memory_operations_order_streams);
+    tcase_add_test(fw, test_pointer_get_attributes_and_host_functions);
+    tcase_add_test(fw, test_get_proc_address_resolves_framework_entry_points);
     suite_add_tcase(s, fw);
     return s;
 }

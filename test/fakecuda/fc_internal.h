@@ -211,6 +211,8 @@ FC_HIDDEN void fc_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2
 FC_HIDDEN void fc_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 FC_HIDDEN uint64_t fc_now_ns(void);
 FC_HIDDEN CUresult fc_require_ctx(void);
+/* Is c a live context (of the one simulated device)? */
+FC_HIDDEN int fc_ctx_valid(CUcontext c);
 FC_HIDDEN void fc_set_sticky(CUresult e);
 FC_HIDDEN void fc_stat_add(size_t offset, int64_t delta);
 #define FC_STAT(field, delta) fc_stat_add(offsetof(fakecuda_stats_t, field), (int64_t)(delta))
@@ -300,6 +302,13 @@ FC_HIDDEN CUresult fc_sync_all(void);
 FC_HIDDEN int fc_strict_check(uintptr_t lo, uintptr_t hi, const char *what);
 FC_HIDDEN void fc_streams_shutdown(void);
 FC_HIDDEN int fc_stream_valid(CUstream h);
+
+/* ---- fc_copy.c --------------------------------------------------------------------------------
+ */
+/* Builds, without issuing, the op of a CUDA_MEMCPY3D for a graph's memcpy node (its device
+ * ranges are checked when the graph runs; pageable host memory is refused). *out is NULL for an
+ * empty copy. Returns CUDA_SUCCESS or the driver's error. */
+FC_HIDDEN CUresult fc_copy3d_op(const CUDA_MEMCPY3D *c, fc_op_t **out);
 
 /* ---- fc_kernel.c ------------------------------------------------------------------------------
  */
