@@ -1571,6 +1571,250 @@ START_TEST(test_get_proc_address_resolves_framework_entry_points) {
 }
 END_TEST
 
+/* tma_scale(CUtensorMap src, CUtensorMap dst, float alpha): dst = alpha * src over a 2D float
+ * tensor, reached only through the descriptors (taken by value, 64-byte aligned). */
+static int k_tma_scale(fakecuda_launch_t *l) {
+    fakecuda_tensor_map_t s, d;
+    if (fakecuda_tensor_map_decode(l->params[0], &s) != 0 ||
+        fakecuda_tensor_map_decode(l->params[1], &d) != 0 || s.rank != 2 || d.rank != 2)
+        return -1;
+    float alpha = FAKECUDA_ARG(l, 2, float);
+    const char *sp = fakecuda_access(l, s.base, fakecuda_tensor_map_span(&s), 0);
+    char *dp = fakecuda_access(l, d.base, fakecuda_tensor_map_span(&d), 1);
+    if (!sp || !dp)
+        return -1;
+    for (uint64_t y = 0; y < s.dims[1]; y++)
+        for (uint64_t x = 0; x < s.dims[0]; x++) {
+            float v;
+            memcpy(&v, sp + y * s.strides[1] + x * 4, 4);
+            v *= alpha;
+            memcpy(dp + y * d.strides[1] + x * 4, &v, 4);
+        }
+    return 0;
+}
+
+/* table_sum(const float **table, int count, int n, float *out): out[i] = sum of table[j][i]; the
+ * pointers are read from device memory, where no launch-time scan can see them. */
+static int k_table_sum(fakecuda_launch_t *l) {
+    CUdeviceptr tp = FAKECUDA_ARG(l, 0, CUdeviceptr);
+    int count = FAKECUDA_ARG(l, 1, int);
+    int n = FAKECUDA_ARG(l, 2, int);
+    CUdeviceptr op = FAKECUDA_ARG(l, 3, CUdeviceptr);
+    const CUdeviceptr *table = fakecuda_access(l, tp, (size_t)count * sizeof(CUdeviceptr), 0);
+    float *out = fakecuda_access(l, op, (size_t)n * sizeof(float), 1);
+    if (!table || !out)
+        return -1;
+    for (int i = 0; i < n; i++)
+        out[i] = 0;
+    for (int j = 0; j < count; j++) {
+        const float *p = fakecuda_access(l, table[j], (size_t)n * sizeof(float), 0);
+        if (!p)
+            return -1;
+        for (int i = 0; i < n; i++)
+            out[i] += p[i];
+    }
+    return 0;
+}
+
+static const fakecuda_kernel_t fw_kernels[] = {
+    {"fctest",
+     "tma_scale",
+     3,
+     {FAKECUDA_PARAM_ALIGNED(128, 64), FAKECUDA_PARAM_ALIGNED(128, 64), 4},
+     k_tma_scale},
+    {"fctest", "table_sum", 4, {8, 4, 4, 8}, k_table_sum},
+};
+
+static void encode_2d(CUtensorMap *tm, CUdeviceptr base, uint64_t w, uint64_t h, uint64_t pitch) {
+    cuuint64_t dim[2] = {w, h}, stride[1] = {pitch};
+    cuuint32_t box[2] = {4, 4}, es[2] = {1, 1};
+    OK(cuTensorMapEncodeTiled(tm, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, (void *)(uintptr_t)base, dim,
+                              stride, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                              CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+}
+
+/* TMA descriptors: the address is not a plain word of the descriptor, a kernel taking descriptors
+ * by value (64-byte aligned) reaches the tensors through them, cuTensorMapReplaceAddress retargets
+ * one, and every documented rule of the encoders is enforced. */
+START_TEST(test_tensor_maps_hide_the_address_and_drive_kernels) {
+    open_device(threaded);
+    ck_assert_int_eq(fakecuda_register_kernels(fw_kernels, 2), 0);
+    CUfunction f = get_kernel("tma_scale");
+    size_t off, size;
+    OK(cuFuncGetParamInfo(f, 1, &off, &size));
+    ck_assert_uint_eq(off, 128);
+    ck_assert_uint_eq(size, 128);
+    OK(cuFuncGetParamInfo(f, 2, &off, &size));
+    ck_assert_uint_eq(off, 256);
+    enum { W = 8, H = 6, PITCH = 64 };
+    CUdeviceptr a, b, c;
+    OK(cuMemAlloc(&a, PITCH * H));
+    OK(cuMemAlloc(&b, PITCH * H));
+    OK(cuMemAlloc(&c, PITCH * H));
+    float host[PITCH / 4 * H], out[PITCH / 4 * H];
+    for (int i = 0; i < PITCH / 4 * H; i++)
+        host[i] = (float)i;
+    OK(cuMemcpyHtoD(a, host, sizeof host));
+    OK(cuMemsetD8(b, 0, PITCH * H));
+    CUtensorMap src, dst;
+    encode_2d(&src, a, W, H, PITCH);
+    encode_2d(&dst, b, W, H, PITCH);
+    for (int i = 0; i < 16; i++) {
+        ck_assert_msg(src.opaque[i] < a || src.opaque[i] >= a + PITCH * H, "word %d is %#llx", i,
+                      (unsigned long long)src.opaque[i]);
+        ck_assert_msg(dst.opaque[i] < b || dst.opaque[i] >= b + PITCH * H, "word %d", i);
+    }
+    float alpha = 2.0f;
+    void *args[] = {&src, &dst, &alpha};
+    OK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+    OK(cuMemcpyDtoH(out, b, sizeof out));
+    ck_assert_float_eq(out[PITCH / 4 * 5 + 7], 2.0f * host[PITCH / 4 * 5 + 7]);
+    ck_assert_float_eq(out[W], 0.0f); /* past the row: untouched */
+    /* Retarget the destination; the old one is left alone. */
+    OK(cuTensorMapReplaceAddress(&dst, (void *)(uintptr_t)c));
+    alpha = 3.0f;
+    OK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+    OK(cuMemcpyDtoH(out, c, sizeof out));
+    ck_assert_float_eq(out[PITCH / 4 + 1], 3.0f * host[PITCH / 4 + 1]);
+    OK(cuMemcpyDtoH(out, b, sizeof out));
+    ck_assert_float_eq(out[PITCH / 4 + 1], 2.0f * host[PITCH / 4 + 1]);
+    ck_assert_int_eq(cuTensorMapReplaceAddress(&dst, (void *)(uintptr_t)(c + 8)),
+                     CUDA_ERROR_INVALID_VALUE);
+    /* A descriptor over freed memory faults the kernel, like any illegal address. */
+    OK(cuMemFree(c));
+    OK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+    ck_assert_int_eq(cuCtxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
+}
+END_TEST
+
+/* An altered descriptor does not decode (the kernel faults), and the encoders' rules hold. */
+START_TEST(test_tensor_map_encoders_enforce_the_documented_rules) {
+    open_device(inline_);
+    ck_assert_int_eq(fakecuda_register_kernels(fw_kernels, 2), 0);
+    CUdeviceptr a;
+    OK(cuMemAlloc(&a, 1 << 16));
+    void *p = (void *)(uintptr_t)a;
+    CUtensorMap tm;
+    cuuint64_t dim[5] = {64, 64, 4, 4, 4}, stride[4] = {256, 256 * 64, 256 * 64 * 4, 1 << 20};
+    cuuint32_t box[5] = {8, 8, 1, 1, 1}, es[5] = {1, 1, 1, 1, 1};
+#define TILED(dt, rank, addr, d, st, bx, e, il, sw, oob)                                           \
+    cuTensorMapEncodeTiled(&tm, dt, rank, addr, d, st, bx, e, il, sw,                              \
+                           CU_TENSOR_MAP_L2_PROMOTION_NONE, oob)
+    const CUtensorMapDataType F32 = CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+    const CUtensorMapInterleave NO = CU_TENSOR_MAP_INTERLEAVE_NONE;
+    const CUtensorMapSwizzle SN = CU_TENSOR_MAP_SWIZZLE_NONE;
+    const CUtensorMapFloatOOBfill ON = CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE;
+    OK(TILED(F32, 2, p, dim, stride, box, es, NO, SN, ON));
+    OK(TILED(F32, 5, p, dim, stride, box, es, NO, SN, ON));
+    ck_assert_int_eq(TILED(F32, 0, p, dim, stride, box, es, NO, SN, ON), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(TILED(F32, 6, p, dim, stride, box, es, NO, SN, ON), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(TILED((CUtensorMapDataType)99, 2, p, dim, stride, box, es, NO, SN, ON),
+                     CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(TILED(F32, 2, (char *)p + 8, dim, stride, box, es, NO, SN, ON),
+                     CUDA_ERROR_INVALID_VALUE); /* 16-byte alignment */
+    cuuint64_t bad_stride[1] = {72};
+    ck_assert_int_eq(TILED(F32, 2, p, dim, bad_stride, box, es, NO, SN, ON),
+                     CUDA_ERROR_INVALID_VALUE); /* stride multiple of 16 */
+    cuuint64_t zero_dim[2] = {0, 4};
+    ck_assert_int_eq(TILED(F32, 2, p, zero_dim, stride, box, es, NO, SN, ON),
+                     CUDA_ERROR_INVALID_VALUE);
+    cuuint32_t big_box[2] = {257, 1}, odd_box[2] = {3, 1}, bad_es[2] = {1, 9};
+    ck_assert_int_eq(TILED(F32, 2, p, dim, stride, big_box, es, NO, SN, ON),
+                     CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(TILED(F32, 2, p, dim, stride, odd_box, es, NO, SN, ON),
+                     CUDA_ERROR_INVALID_VALUE); /* box[0] * 4 bytes not a multiple of 16 */
+    ck_assert_int_eq(TILED(F32, 2, p, dim, stride, box, bad_es, NO, SN, ON),
+                     CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(TILED(F32, 2, p, dim, stride, box, es, CU_TENSOR_MAP_INTERLEAVE_16B, SN, ON),
+                     CUDA_ERROR_INVALID_VALUE); /* interleave needs rank >= 3 */
+    cuuint32_t wide_box[2] = {16, 1};
+    ck_assert_int_eq(TILED(F32, 2, p, dim, stride, wide_box, es, NO, CU_TENSOR_MAP_SWIZZLE_32B, ON),
+                     CUDA_ERROR_INVALID_VALUE); /* 64 bytes inner box > 32-byte swizzle */
+    ck_assert_int_eq(TILED(CU_TENSOR_MAP_DATA_TYPE_INT32, 2, p, dim, stride, box, es, NO, SN,
+                           CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA),
+                     CUDA_ERROR_INVALID_VALUE);
+    char raw[256];
+    CUtensorMap *mis = (CUtensorMap *)(void *)(((uintptr_t)raw + 63) / 64 * 64 + 32);
+    ck_assert_int_eq(cuTensorMapEncodeTiled(mis, F32, 2, p, dim, stride, box, es, NO, SN,
+                                            CU_TENSOR_MAP_L2_PROMOTION_NONE, ON),
+                     CUDA_ERROR_INVALID_VALUE); /* descriptor aligned to 64 */
+    /* Im2col: rank 3..5, corners in range, channels <= 256, pixels <= 1024. */
+    int lo[3] = {-1, -1, -1}, hi[3] = {1, 1, 1};
+    OK(cuTensorMapEncodeIm2col(&tm, F32, 4, p, dim, stride, lo, hi, 8, 64, es, NO, SN,
+                               CU_TENSOR_MAP_L2_PROMOTION_NONE, ON));
+    ck_assert_int_eq(cuTensorMapEncodeIm2col(&tm, F32, 2, p, dim, stride, lo, hi, 8, 64, es, NO, SN,
+                                             CU_TENSOR_MAP_L2_PROMOTION_NONE, ON),
+                     CUDA_ERROR_INVALID_VALUE);
+    int far[2] = {128, 0};
+    ck_assert_int_eq(cuTensorMapEncodeIm2col(&tm, F32, 4, p, dim, stride, far, hi, 8, 64, es, NO,
+                                             SN, CU_TENSOR_MAP_L2_PROMOTION_NONE, ON),
+                     CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuTensorMapEncodeIm2col(&tm, F32, 4, p, dim, stride, lo, hi, 257, 64, es, NO,
+                                             SN, CU_TENSOR_MAP_L2_PROMOTION_NONE, ON),
+                     CUDA_ERROR_INVALID_VALUE);
+    /* Im2colWide: mode and swizzle (64B or 128B forms only). */
+    OK(cuTensorMapEncodeIm2colWide(&tm, F32, 3, p, dim, stride, -1, 1, 16, 32, es, NO,
+                                   CU_TENSOR_MAP_IM2COL_WIDE_MODE_W, CU_TENSOR_MAP_SWIZZLE_128B,
+                                   CU_TENSOR_MAP_L2_PROMOTION_NONE, ON));
+    ck_assert_int_eq(cuTensorMapEncodeIm2colWide(&tm, F32, 3, p, dim, stride, -1, 1, 16, 32, es, NO,
+                                                 CU_TENSOR_MAP_IM2COL_WIDE_MODE_W, SN,
+                                                 CU_TENSOR_MAP_L2_PROMOTION_NONE, ON),
+                     CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuTensorMapEncodeIm2colWide(&tm, F32, 3, p, dim, stride, -1, 1, 16, 32, es, NO,
+                                                 (CUtensorMapIm2ColWideMode)7,
+                                                 CU_TENSOR_MAP_SWIZZLE_128B,
+                                                 CU_TENSOR_MAP_L2_PROMOTION_NONE, ON),
+                     CUDA_ERROR_INVALID_VALUE);
+    /* An altered descriptor: ReplaceAddress refuses it, a kernel given it faults. */
+    encode_2d(&tm, a, 8, 8, 64);
+    CUtensorMap dst = tm;
+    fakecuda_tensor_map_t t;
+    ck_assert_int_eq(fakecuda_tensor_map_decode(&tm, &t), 0);
+    ck_assert_uint_eq(t.base, a);
+    ck_assert_uint_eq(t.dims[1], 8);
+    ck_assert_uint_eq(t.strides[1], 64);
+    tm.opaque[1] ^= 1;
+    ck_assert_int_eq(cuTensorMapReplaceAddress(&tm, p), CUDA_ERROR_INVALID_VALUE);
+    float alpha = 1;
+    void *args[] = {&tm, &dst, &alpha};
+    CUfunction f = get_kernel("tma_scale");
+    OK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL)); /* runs inline: faults */
+    ck_assert_int_eq(cuCtxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
+#undef TILED
+}
+END_TEST
+
+/* A kernel that reads a table of device pointers from device memory: freeing a buffer the table
+ * names faults the kernel, though no launch parameter points at that buffer. */
+START_TEST(test_device_pointer_table_kernel) {
+    open_device(threaded);
+    ck_assert_int_eq(fakecuda_register_kernels(fw_kernels, 2), 0);
+    CUfunction f = get_kernel("table_sum");
+    enum { N = 16 };
+    CUdeviceptr bufs[3], table, out;
+    float host[N];
+    for (int j = 0; j < 3; j++) {
+        OK(cuMemAlloc(&bufs[j], N * sizeof(float)));
+        for (int i = 0; i < N; i++)
+            host[i] = (float)(j + 1) * (float)i;
+        OK(cuMemcpyHtoD(bufs[j], host, sizeof host));
+    }
+    OK(cuMemAlloc(&table, sizeof bufs));
+    OK(cuMemAlloc(&out, N * sizeof(float)));
+    OK(cuMemcpyHtoD(table, bufs, sizeof bufs));
+    int count = 3, n = N;
+    void *args[] = {&table, &count, &n, &out};
+    OK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+    OK(cuMemcpyDtoH(host, out, sizeof host));
+    ck_assert_float_eq(host[5], 30.0f);
+    OK(cuMemFree(bufs[1]));
+    OK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+    ck_assert_int_eq(cuCtxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
+    ck_assert_uint_ge(stats_now().illegal_accesses, 1);
+}
+END_TEST
+
 Suite *suite_fakecuda(void) {
     Suite *s = suite_create("fakecuda");
     TCase *t = tcase_create("driver");
@@ -1623,6 +1867,9 @@ Suite *suite_fakecuda(void) {
     tcase_add_test(fw, test_stream_memory_operations_order_streams);
     tcase_add_test(fw, test_pointer_get_attributes_and_host_functions);
     tcase_add_test(fw, test_get_proc_address_resolves_framework_entry_points);
+    tcase_add_test(fw, test_tensor_maps_hide_the_address_and_drive_kernels);
+    tcase_add_test(fw, test_tensor_map_encoders_enforce_the_documented_rules);
+    tcase_add_test(fw, test_device_pointer_table_kernel);
     suite_add_tcase(s, fw);
     return s;
 }

@@ -53,7 +53,7 @@ static int holds(const memop_t *m, uint64_t cur) {
     case CU_STREAM_WAIT_VALUE_AND:
         return (cur & m->value) != 0;
     default: /* CU_STREAM_WAIT_VALUE_NOR */
-        return w64 ? ~(cur | m->value) != 0 : (uint32_t)~(cur | m->value) != 0;
+        return w64 ? ~(cur | m->value) != 0 : (uint32_t) ~(cur | m->value) != 0;
     }
 }
 
