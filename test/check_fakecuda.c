@@ -1815,6 +1815,197 @@ START_TEST(test_device_pointer_table_kernel) {
 }
 END_TEST
 
+static CUgraphNode add_fill_node(CUgraph g, const CUgraphNode *deps, size_t n, CUfunction f,
+                                 CUdeviceptr *d, float *v, int *count, int *us) {
+    void *args[] = {d, v, count, us};
+    CUDA_KERNEL_NODE_PARAMS p = {.func = f,
+                                 .gridDimX = 1,
+                                 .gridDimY = 1,
+                                 .gridDimZ = 1,
+                                 .blockDimX = 32,
+                                 .blockDimY = 1,
+                                 .blockDimZ = 1,
+                                 .kernelParams = args};
+    CUgraphNode node;
+    OK(cuGraphAddKernelNode(&node, g, deps, n, &p));
+    return node;
+}
+
+/* The explicit graph API as XLA uses it: kernel, memset, memcpy (CUDA_MEMCPY3D), child and empty
+ * nodes run in dependency order; an exec update changes one executable graph's kernel parameters
+ * and nothing else; cuStreamBeginCaptureToGraph appends to a graph; the rules hold. */
+START_TEST(test_explicit_graphs_run_in_dependency_order_with_exec_updates) {
+    open_device(threaded);
+    CUfunction fill = get_kernel("fill"), addone = get_kernel("addone");
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    enum { N = 16 };
+    CUdeviceptr x, y, z;
+    OK(cuMemAlloc(&x, N * 4));
+    OK(cuMemAlloc(&y, N * 4));
+    OK(cuMemAlloc(&z, N * 4));
+    /* The child: y += 1. */
+    CUgraph child, g, other;
+    OK(cuGraphCreate(&child, 0));
+    ck_assert_int_eq(cuGraphCreate(&other, 1), CUDA_ERROR_INVALID_VALUE);
+    OK(cuGraphCreate(&other, 0));
+    int n = N, us = 0;
+    void *add_args[] = {&y, &n};
+    CUDA_KERNEL_NODE_PARAMS ap = {.func = addone,
+                                  .gridDimX = 1,
+                                  .gridDimY = 1,
+                                  .gridDimZ = 1,
+                                  .blockDimX = 1,
+                                  .blockDimY = 1,
+                                  .blockDimZ = 1,
+                                  .kernelParams = add_args};
+    CUgraphNode cn;
+    OK(cuGraphAddKernelNode(&cn, child, NULL, 0, &ap));
+    /* g: memset x = 0 -> fill x (1.0, 4 floats) -> copy x to y (2D: 1 row) -> child -> empty. */
+    OK(cuGraphCreate(&g, 0));
+    CUDA_MEMSET_NODE_PARAMS ms = {
+        .dst = x, .pitch = 0, .value = 0, .elementSize = 4, .width = N, .height = 1};
+    CUgraphNode mset, kfill, copy, sub, empty;
+    OK(cuGraphAddMemsetNode(&mset, g, NULL, 0, &ms, ctx));
+    float v = 1.0f;
+    int four = 4;
+    kfill = add_fill_node(g, &mset, 1, fill, &x, &v, &four, &us);
+    CUDA_MEMCPY3D cp = {.srcMemoryType = CU_MEMORYTYPE_DEVICE,
+                        .srcDevice = x,
+                        .srcPitch = N * 4,
+                        .dstMemoryType = CU_MEMORYTYPE_DEVICE,
+                        .dstDevice = y,
+                        .dstPitch = N * 4,
+                        .WidthInBytes = N * 4,
+                        .Height = 1,
+                        .Depth = 1};
+    OK(cuGraphAddMemcpyNode(&copy, g, &kfill, 1, &cp, ctx));
+    OK(cuGraphAddChildGraphNode(&sub, g, &copy, 1, child));
+    OK(cuGraphAddEmptyNode(&empty, g, &sub, 1));
+    CUgraphNodeType type;
+    OK(cuGraphNodeGetType(sub, &type));
+    ck_assert_int_eq(type, CU_GRAPH_NODE_TYPE_GRAPH);
+    size_t count = 0;
+    OK(cuGraphGetNodes(g, NULL, &count));
+    ck_assert_uint_eq(count, 5);
+    /* The rules of node creation. */
+    CUgraphNode bad;
+    ck_assert_int_eq(cuGraphAddEmptyNode(&bad, other, &mset, 1), CUDA_ERROR_INVALID_VALUE);
+    CUgraphNode twice[2] = {mset, mset};
+    ck_assert_int_eq(cuGraphAddEmptyNode(&bad, g, twice, 2), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuGraphAddMemcpyNode(&bad, g, NULL, 0, &cp, NULL), CUDA_ERROR_INVALID_CONTEXT);
+    char pageable[N * 4];
+    CUDA_MEMCPY3D hp = cp;
+    hp.dstMemoryType = CU_MEMORYTYPE_HOST;
+    hp.dstHost = pageable;
+    ck_assert_int_eq(cuGraphAddMemcpyNode(&bad, g, NULL, 0, &hp, ctx), CUDA_ERROR_INVALID_VALUE);
+    CUDA_MEMSET_NODE_PARAMS ms3 = ms;
+    ms3.elementSize = 3;
+    ck_assert_int_eq(cuGraphAddMemsetNode(&bad, g, NULL, 0, &ms3, ctx), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuGraphAddChildGraphNode(&bad, g, NULL, 0, g), CUDA_ERROR_INVALID_VALUE);
+    /* Run it: y = 2 on the first four floats, 1 elsewhere. */
+    CUgraphExec e, e2;
+    OK(cuGraphInstantiate(&e, g, 0));
+    OK(cuGraphLaunch(e, s));
+    OK(cuStreamSynchronize(s));
+    float out[N];
+    OK(cuMemcpyDtoH(out, y, sizeof out));
+    ck_assert_float_eq(out[0], 2.0f);
+    ck_assert_float_eq(out[4], 1.0f);
+    /* An exec update: fill 5.0 into 8 floats; the graph (and a second exec) keep 1.0 and 4. */
+    float v5 = 5.0f;
+    int eight = 8;
+    void *fargs[] = {&x, &v5, &eight, &us};
+    CUDA_KERNEL_NODE_PARAMS up = {.func = fill,
+                                  .gridDimX = 1,
+                                  .gridDimY = 1,
+                                  .gridDimZ = 1,
+                                  .blockDimX = 32,
+                                  .blockDimY = 1,
+                                  .blockDimZ = 1,
+                                  .kernelParams = fargs};
+    OK(cuGraphExecKernelNodeSetParams(e, kfill, &up));
+    ck_assert_int_eq(cuGraphExecKernelNodeSetParams(e, mset, &up), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuGraphExecKernelNodeSetParams(e, cn, &up), CUDA_ERROR_INVALID_VALUE);
+    OK(cuGraphInstantiate(&e2, g, 0));
+    OK(cuGraphLaunch(e, s));
+    OK(cuStreamSynchronize(s));
+    OK(cuMemcpyDtoH(out, y, sizeof out));
+    ck_assert_float_eq(out[7], 6.0f);
+    ck_assert_float_eq(out[8], 1.0f);
+    OK(cuGraphLaunch(e2, s));
+    OK(cuStreamSynchronize(s));
+    OK(cuMemcpyDtoH(out, y, sizeof out));
+    ck_assert_float_eq(out[3], 2.0f);
+    ck_assert_float_eq(out[7], 1.0f);
+    /* Order comes from dependencies, not creation: addone(z) made first, memset z after it, then
+     * the edge memset -> addone. */
+    CUgraph o;
+    OK(cuGraphCreate(&o, 0));
+    add_args[0] = &z;
+    CUgraphNode inc, clear;
+    OK(cuGraphAddKernelNode(&inc, o, NULL, 0, &ap));
+    CUDA_MEMSET_NODE_PARAMS mz = ms;
+    mz.dst = z;
+    OK(cuGraphAddMemsetNode(&clear, o, NULL, 0, &mz, ctx));
+    OK(cuGraphAddDependencies(o, &clear, &inc, NULL, 1));
+    ck_assert_int_eq(cuGraphAddDependencies(o, &clear, &inc, NULL, 1), CUDA_ERROR_INVALID_VALUE);
+    CUgraphExec oe;
+    OK(cuGraphInstantiate(&oe, o, 0));
+    OK(cuMemsetD32(z, 0x40a00000u, N)); /* 5.0f */
+    OK(cuGraphLaunch(oe, s));
+    OK(cuStreamSynchronize(s));
+    OK(cuMemcpyDtoH(out, z, sizeof out));
+    ck_assert_float_eq(out[0], 1.0f);
+    OK(cuGraphExecDestroy(oe));
+    /* A cycle fails instantiation. */
+    OK(cuGraphAddDependencies(o, &inc, &clear, NULL, 1));
+    ck_assert_int_eq(cuGraphInstantiate(&oe, o, 0), CUDA_ERROR_INVALID_VALUE);
+    /* Capture into an existing graph, after a node: z += 1 after the fill of `other`. */
+    float seven = 7.0f;
+    int all = N;
+    CUgraphNode first = add_fill_node(other, NULL, 0, fill, &z, &seven, &all, &us);
+    OK(cuStreamBeginCaptureToGraph(s, other, &first, NULL, 1, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    OK(cuLaunchKernel(addone, 1, 1, 1, 1, 1, 1, 0, s, add_args, NULL));
+    CUgraph got;
+    OK(cuStreamEndCapture(s, &got));
+    ck_assert_ptr_eq(got, other);
+    OK(cuGraphGetNodes(other, NULL, &count));
+    ck_assert_uint_eq(count, 2);
+    OK(cuGraphInstantiate(&oe, other, 0));
+    OK(cuGraphLaunch(oe, s));
+    OK(cuStreamSynchronize(s));
+    OK(cuMemcpyDtoH(out, z, sizeof out));
+    ck_assert_float_eq(out[N - 1], 8.0f);
+    /* Allocation during a global-mode capture to a graph: refused, the capture invalidated. */
+    CUgraphEdgeData port = {.from_port = 1};
+    ck_assert_int_eq(
+        cuStreamBeginCaptureToGraph(s, other, &first, &port, 1, CU_STREAM_CAPTURE_MODE_GLOBAL),
+        CUDA_ERROR_INVALID_VALUE);
+    OK(cuStreamBeginCaptureToGraph(s, other, NULL, NULL, 0, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CUdeviceptr tmp;
+    ck_assert_int_eq(cuMemAlloc(&tmp, 256), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    ck_assert_int_eq(cuLaunchKernel(addone, 1, 1, 1, 1, 1, 1, 0, s, add_args, NULL),
+                     CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    ck_assert_int_eq(cuStreamEndCapture(s, &got), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    OK(cuGraphGetNodes(other, NULL, &count));
+    ck_assert_uint_eq(count, 2);
+    OK(cuGraphExecDestroy(oe));
+    OK(cuGraphExecDestroy(e));
+    OK(cuGraphExecDestroy(e2));
+    OK(cuGraphDestroy(o));
+    OK(cuGraphDestroy(other));
+    OK(cuGraphDestroy(g));
+    OK(cuGraphDestroy(child));
+    fakecuda_stats_t st = stats_now();
+    ck_assert_uint_eq(st.graphs_live + st.graph_execs_live, 0);
+    OK(cuMemFree(x));
+    OK(cuMemFree(y));
+    OK(cuMemFree(z));
+    OK(cuStreamDestroy(s));
+}
+END_TEST
+
 Suite *suite_fakecuda(void) {
     Suite *s = suite_create("fakecuda");
     TCase *t = tcase_create("driver");
@@ -1870,6 +2061,7 @@ Suite *suite_fakecuda(void) {
     tcase_add_test(fw, test_tensor_maps_hide_the_address_and_drive_kernels);
     tcase_add_test(fw, test_tensor_map_encoders_enforce_the_documented_rules);
     tcase_add_test(fw, test_device_pointer_table_kernel);
+    tcase_add_test(fw, test_explicit_graphs_run_in_dependency_order_with_exec_updates);
     suite_add_tcase(s, fw);
     return s;
 }

@@ -635,8 +635,11 @@ static int clone_set(fc_op_t *dst, const fc_op_t *src) {
     return 0;
 }
 
-static CUresult set2d(const char *what, CUdeviceptr dst, size_t pitch, uint32_t value,
-                      unsigned elem, size_t width, size_t height, CUstream h, int ptds) {
+/* Builds a set op after the call-time checks; `captured`: its rows are checked when the graph
+ * runs instead. *out is NULL for an empty set. */
+static CUresult set_op(const char *what, CUdeviceptr dst, size_t pitch, uint32_t value,
+                       unsigned elem, size_t width, size_t height, int captured, fc_op_t **out) {
+    *out = NULL;
     if (width == 0 || height == 0)
         return CUDA_SUCCESS;
     if ((uintptr_t)dst % elem || (height > 1 && pitch < width * elem))
@@ -646,13 +649,9 @@ static CUresult set2d(const char *what, CUdeviceptr dst, size_t pitch, uint32_t 
     size_t span = (height - 1) * pitch + width * elem;
     if (side_of((uintptr_t)dst) == SIDE_PAGEABLE)
         return CUDA_ERROR_INVALID_VALUE;
-    /* Captured: the rows are checked when the graph runs. */
-    for (size_t y = 0; y < height && !fc_capturing(h, ptds); y++)
+    for (size_t y = 0; y < height && !captured; y++)
         if (fc_mem_check((uintptr_t)dst + y * pitch, width * elem, FC_ACC_RW) != 0)
             return CUDA_ERROR_INVALID_VALUE;
-    fc_stream_t *s = fc_stream_resolve(h, ptds);
-    if (!s)
-        return CUDA_ERROR_INVALID_HANDLE;
     set_payload_t *p = malloc(sizeof *p);
     if (!p)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -667,6 +666,34 @@ static CUresult set2d(const char *what, CUdeviceptr dst, size_t pitch, uint32_t 
     fc_op_ref(op, (uintptr_t)dst, (uintptr_t)dst + span);
     op->n_memsets = 1;
     op->clone = clone_set;
+    *out = op;
+    return CUDA_SUCCESS;
+}
+
+CUresult fc_memset_op(const CUDA_MEMSET_NODE_PARAMS *m, fc_op_t **out) {
+    *out = NULL;
+    if (!m || (m->elementSize != 1 && m->elementSize != 2 && m->elementSize != 4) ||
+        m->width == 0 || m->height == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (m->elementSize < 4 && m->value >> (8 * m->elementSize))
+        return CUDA_ERROR_INVALID_VALUE;
+    return set_op("memset node", m->dst, m->pitch, m->value, m->elementSize, m->width, m->height, 1,
+                  out);
+}
+
+static CUresult set2d(const char *what, CUdeviceptr dst, size_t pitch, uint32_t value,
+                      unsigned elem, size_t width, size_t height, CUstream h, int ptds) {
+    if (width == 0 || height == 0)
+        return CUDA_SUCCESS;
+    fc_stream_t *s = fc_stream_resolve(h, ptds);
+    fc_op_t *op;
+    CUresult r = set_op(what, dst, pitch, value, elem, width, height, fc_capturing(h, ptds), &op);
+    if (r != CUDA_SUCCESS || !op)
+        return r;
+    if (!s) {
+        fc_op_free(op);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
     return fc_submit(s, op, NULL);
 }
 

@@ -511,15 +511,14 @@ static int parse_extra(void **extra, void **buf, size_t *size) {
     return -1;
 }
 
-static CUresult launch(CUfunction func, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                       unsigned by, unsigned bz, unsigned shared, CUstream h, void **kparams,
-                       void **extra, int ptds) {
+CUresult fc_launch_op(CUfunction func, const unsigned grid[3], const unsigned block[3],
+                      unsigned shared, void **kparams, void **extra, fc_op_t **out) {
     fc_func_t *f = func_of(func);
     if (!f)
         f = kernel_of(func); /* a CUkernel cast to CUfunction launches, as on the driver */
     if (!f)
         return CUDA_ERROR_INVALID_HANDLE;
-    atomic_store(&f->loaded, 1); /* a launch finishes loading a lazily loaded function */
+    unsigned gx = grid[0], gy = grid[1], gz = grid[2], bx = block[0], by = block[1], bz = block[2];
     if (!gx || !gy || !gz || !bx || !by || !bz || bz > 64 || gy > 65535 || gz > 65535 ||
         (uint64_t)bx * by * bz > 1024)
         return CUDA_ERROR_INVALID_VALUE;
@@ -527,9 +526,6 @@ static CUresult launch(CUfunction func, unsigned gx, unsigned gy, unsigned gz, u
         return CUDA_ERROR_INVALID_VALUE;
     if (kparams && extra)
         return CUDA_ERROR_INVALID_VALUE;
-    fc_stream_t *s = fc_stream_resolve(h, ptds);
-    if (!s)
-        return CUDA_ERROR_INVALID_HANDLE;
     const fakecuda_kernel_t *k = f->k;
     launch_payload_t *lp = calloc(1, sizeof *lp + f->total_bytes + 8);
     if (!lp)
@@ -561,11 +557,29 @@ static CUresult launch(CUfunction func, unsigned gx, unsigned gy, unsigned gz, u
         free(lp);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    atomic_store(&f->loaded, 1); /* a launch finishes loading a lazily loaded function */
     op->engine = FC_ENG_COMPUTE;
     op->model_ns = g_fc.cfg.launch_us * 1000.0;
     launch_refs(op, lp);
     op->n_kernels = 1;
     op->clone = clone_launch;
+    *out = op;
+    return CUDA_SUCCESS;
+}
+
+static CUresult launch(CUfunction func, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                       unsigned by, unsigned bz, unsigned shared, CUstream h, void **kparams,
+                       void **extra, int ptds) {
+    if (!func_of(func) && !kernel_of(func))
+        return CUDA_ERROR_INVALID_HANDLE;
+    fc_stream_t *s = fc_stream_resolve(h, ptds);
+    if (!s)
+        return CUDA_ERROR_INVALID_HANDLE;
+    const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
+    fc_op_t *op;
+    CUresult r = fc_launch_op(func, grid, block, shared, kparams, extra, &op);
+    if (r != CUDA_SUCCESS)
+        return r;
     return fc_submit(s, op, NULL);
 }
 

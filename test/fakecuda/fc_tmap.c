@@ -7,8 +7,9 @@
  * 64-bit word, this encoding scrambles it: the address is XORed with a key derived from the rest
  * of the descriptor and split in two 32-bit halves stored at unaligned byte offsets (5 and 77),
  * so it is never stored as a plain word (a scan of the aligned words finds it only by chance;
- * the suite checks that it does not). A check byte (the last) makes a descriptor that was not encoded here, or was altered,
- * undecodable: a kernel given one faults. Kernels take the descriptor by value (a
+ * the suite checks that it does not). A check byte (the last) makes a descriptor that was not
+ * encoded here, or was altered, undecodable: a kernel given one faults. Kernels take the descriptor
+ * by value (a
  * __grid_constant__ parameter, FAKECUDA_PARAM_ALIGNED(128, 64)) and reach the tensor only
  * through fakecuda_tensor_map_decode and fakecuda_access.
  *
@@ -32,7 +33,8 @@
 
 /* Bits per element of each CUtensorMapDataType, 0 for an unknown one. */
 static unsigned elem_bits(unsigned t) {
-    static const unsigned char bits[] = {8, 16, 32, 32, 64, 64, 16, 32, 64, 16, 32, 32, 32, 4, 4, 6};
+    static const unsigned char bits[] = {8,  16, 32, 32, 64, 64, 16, 32,
+                                         64, 16, 32, 32, 32, 4,  4,  6};
     return t < sizeof bits ? bits[t] : 0;
 }
 
@@ -88,10 +90,10 @@ static void put_common(unsigned char *b, unsigned kind, unsigned dtype, unsigned
 }
 
 /* The rules every encode shares (see the header comment). */
-static CUresult check_common(const CUtensorMap *tm, unsigned dtype, unsigned rank, unsigned min_rank,
-                             const void *addr, const cuuint64_t *dim, const cuuint64_t *stride,
-                             const cuuint32_t *es, unsigned il, unsigned sw, unsigned l2,
-                             unsigned oob) {
+static CUresult check_common(const CUtensorMap *tm, unsigned dtype, unsigned rank,
+                             unsigned min_rank, const void *addr, const cuuint64_t *dim,
+                             const cuuint64_t *stride, const cuuint32_t *es, unsigned il,
+                             unsigned sw, unsigned l2, unsigned oob) {
     if (!tm || (uintptr_t)tm % 64 || !elem_bits(dtype) || rank < min_rank || rank > 5 || !dim ||
         (rank > 1 && !stride) || !es)
         return CUDA_ERROR_INVALID_VALUE;
@@ -116,7 +118,8 @@ static CUresult check_common(const CUtensorMap *tm, unsigned dtype, unsigned ran
         return CUDA_ERROR_INVALID_VALUE;
     if (dtype == CU_TENSOR_MAP_DATA_TYPE_16U4_ALIGN8B && dim[0] % 2)
         return CUDA_ERROR_INVALID_VALUE;
-    int is_float = dtype >= CU_TENSOR_MAP_DATA_TYPE_FLOAT16 && dtype <= CU_TENSOR_MAP_DATA_TYPE_TFLOAT32_FTZ;
+    int is_float =
+        dtype >= CU_TENSOR_MAP_DATA_TYPE_FLOAT16 && dtype <= CU_TENSOR_MAP_DATA_TYPE_TFLOAT32_FTZ;
     if (oob != CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE && !is_float)
         return CUDA_ERROR_INVALID_VALUE;
     return CUDA_SUCCESS;
