@@ -72,7 +72,8 @@ static CUcontext ctx;
 static void open_device(const char *const *env) {
     for (; env && *env; env += 2)
         setenv(env[0], env[1], 1);
-    ck_assert_int_eq(fakecuda_register_kernels(test_kernels, 3), 0);
+    ck_assert_int_eq(
+        fakecuda_register_kernels(test_kernels, sizeof test_kernels / sizeof test_kernels[0]), 0);
     OK(cuInit(0));
     OK(cuDevicePrimaryCtxRetain(&ctx, 0));
     OK(cuCtxSetCurrent(ctx));
@@ -1219,6 +1220,792 @@ START_TEST(test_graph_entry_points_and_nested_capture) {
 }
 END_TEST
 
+/* ---- where real frameworks live ---------------------------------------------------------------
+ */
+
+/* A library's CUkernel is a handle of its own: it launches cast to CUfunction, but only
+ * cuKernelGetParamInfo answers for it; the function it yields is loaded lazily. */
+START_TEST(test_library_kernels_are_lazy_handles_of_their_own) {
+    open_device(inline_);
+    CUlibrary lib;
+    CUkernel k;
+    CUfunction f;
+    size_t off, size;
+    CUfunctionLoadingState st;
+    const char *name;
+    OK(cuLibraryLoadData(&lib, FAKECUDA_IMAGE_PREFIX "fctest", NULL, NULL, 0, NULL, NULL, 0));
+    OK(cuLibraryGetKernel(&k, lib, "mixed"));
+    ck_assert_int_eq(cuLibraryGetKernel(&k, lib, "no_such_kernel"), CUDA_ERROR_NOT_FOUND);
+    OK(cuLibraryGetKernel(&k, lib, "mixed"));
+    ck_assert_int_eq(cuFuncGetParamInfo((CUfunction)(void *)k, 0, &off, &size),
+                     CUDA_ERROR_INVALID_HANDLE);
+    static const size_t want_off[] = {0, 8, 16, 20, 32};
+    for (size_t i = 0; i < 5; i++) {
+        OK(cuKernelGetParamInfo(k, i, &off, &size));
+        ck_assert_uint_eq(off, want_off[i]);
+    }
+    ck_assert_int_eq(cuKernelGetParamInfo(k, 5, &off, &size), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuKernelGetParamInfo(k, 0, NULL, &size), CUDA_ERROR_INVALID_VALUE);
+    OK(cuKernelGetName(&name, k));
+    ck_assert_str_eq(name, "mixed");
+    OK(cuKernelGetFunction(&f, k));
+    ck_assert_ptr_ne((void *)f, (void *)k);
+    ck_assert_int_eq(cuKernelGetParamInfo((CUkernel)(void *)f, 0, &off, &size),
+                     CUDA_ERROR_INVALID_VALUE);
+    OK(cuFuncGetParamInfo(f, 4, &off, &size));
+    ck_assert_uint_eq(off, 32);
+    ck_assert_uint_eq(size, 8);
+    OK(cuFuncIsLoaded(&st, f));
+    ck_assert_int_eq(st, CU_FUNCTION_LOADING_STATE_UNLOADED);
+    ck_assert_int_eq(cuFuncIsLoaded(&st, (CUfunction)(void *)k), CUDA_ERROR_INVALID_HANDLE);
+    ck_assert_int_eq(cuFuncIsLoaded(NULL, f), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuFuncLoad((CUfunction)(void *)k), CUDA_ERROR_INVALID_HANDLE);
+    OK(cuFuncLoad(f));
+    OK(cuFuncIsLoaded(&st, f));
+    ck_assert_int_eq(st, CU_FUNCTION_LOADING_STATE_LOADED);
+    /* A launch through the kernel handle loads the function too. */
+    CUkernel kf;
+    CUfunction ff;
+    CUdeviceptr a;
+    OK(cuLibraryGetKernel(&kf, lib, "fill"));
+    OK(cuKernelGetFunction(&ff, kf));
+    OK(cuFuncIsLoaded(&st, ff));
+    ck_assert_int_eq(st, CU_FUNCTION_LOADING_STATE_UNLOADED);
+    OK(cuMemAlloc(&a, 64));
+    launch_fill((CUfunction)(void *)kf, a, 1.5f, 16, 0, NULL);
+    OK(cuFuncIsLoaded(&st, ff));
+    ck_assert_int_eq(st, CU_FUNCTION_LOADING_STATE_LOADED);
+    float out[16];
+    OK(cuMemcpyDtoH(out, a, sizeof out));
+    ck_assert_float_eq(out[0], 1.5f);
+    /* A module's function is loaded when obtained. */
+    OK(cuFuncIsLoaded(&st, get_kernel("addone")));
+    ck_assert_int_eq(st, CU_FUNCTION_LOADING_STATE_LOADED);
+    OK(cuMemFree(a));
+    OK(cuLibraryUnload(lib));
+    ck_assert_int_eq(cuKernelGetName(&name, k), CUDA_ERROR_INVALID_HANDLE);
+}
+END_TEST
+
+/* 2D and 3D copies move the rows the reference manual describes, typed memory types are checked,
+ * and malformed descriptions are invalid values; cuMemsetD2D16 and peer copies within the one
+ * device work in every form. */
+START_TEST(test_2d_3d_copies_sets_and_peer_copies) {
+    open_device(threaded);
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    enum { W = 48, H = 5, PITCH = 64, D = 3 };
+    CUdeviceptr a, b;
+    OK(cuMemAlloc(&a, PITCH * H * D));
+    OK(cuMemAlloc(&b, PITCH * H * D));
+    OK(cuMemsetD8(b, 0, PITCH * H * D));
+    unsigned char host[PITCH * H * D], back[PITCH * H * D];
+    for (size_t i = 0; i < sizeof host; i++)
+        host[i] = (unsigned char)(i * 7 + 1);
+    /* Host to device, rows 1..H-1 from x = 8 into a pitched buffer. */
+    CUDA_MEMCPY2D c = {.srcXInBytes = 8,
+                       .srcY = 1,
+                       .srcMemoryType = CU_MEMORYTYPE_HOST,
+                       .srcHost = host,
+                       .srcPitch = PITCH,
+                       .dstMemoryType = CU_MEMORYTYPE_DEVICE,
+                       .dstDevice = a,
+                       .dstPitch = PITCH,
+                       .WidthInBytes = W,
+                       .Height = H - 1};
+    OK(cuMemsetD8(a, 0xee, PITCH * H * D));
+    OK(cuMemcpy2D(&c));
+    OK(cuMemcpyDtoH(back, a, sizeof back));
+    for (int y = 0; y < H - 1; y++)
+        for (int x = 0; x < PITCH; x++)
+            ck_assert_uint_eq(back[y * PITCH + x], x < W ? host[(y + 1) * PITCH + 8 + x] : 0xee);
+    /* Device to device, async on a stream, through the unified memory type. */
+    CUDA_MEMCPY2D dd = {.srcMemoryType = CU_MEMORYTYPE_UNIFIED,
+                        .srcDevice = a,
+                        .srcPitch = PITCH,
+                        .dstXInBytes = 16,
+                        .dstMemoryType = CU_MEMORYTYPE_DEVICE,
+                        .dstDevice = b,
+                        .dstPitch = PITCH,
+                        .WidthInBytes = W,
+                        .Height = H - 1};
+    OK(cuMemcpy2DAsync(&dd, s));
+    OK(cuStreamSynchronize(s));
+    OK(cuMemcpyDtoH(back, b, sizeof back));
+    ck_assert_uint_eq(back[16], host[PITCH + 8]);
+    ck_assert_uint_eq(back[PITCH + 16 + W - 1], host[2 * PITCH + 8 + W - 1]);
+    ck_assert_uint_eq(back[15], 0);
+    /* The rules: pitch >= width + x, typed sides, LOD 0, reserved NULL, no arrays. */
+    CUDA_MEMCPY2D bad = c;
+    bad.dstPitch = W - 1;
+    ck_assert_int_eq(cuMemcpy2D(&bad), CUDA_ERROR_INVALID_VALUE);
+    bad = c;
+    bad.srcXInBytes = PITCH - W + 1;
+    ck_assert_int_eq(cuMemcpy2D(&bad), CUDA_ERROR_INVALID_VALUE);
+    bad = c;
+    bad.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+    bad.srcDevice = (CUdeviceptr)(uintptr_t)host;
+    ck_assert_int_eq(cuMemcpy2D(&bad), CUDA_ERROR_INVALID_VALUE);
+    bad = c;
+    bad.dstMemoryType = CU_MEMORYTYPE_ARRAY;
+    ck_assert_int_eq(cuMemcpy2D(&bad), CUDA_ERROR_INVALID_VALUE);
+    bad = c;
+    bad.Height = H * D + 1; /* past the end of the allocation */
+    bad.srcY = 0;
+    ck_assert_int_eq(cuMemcpy2DUnaligned(&bad), CUDA_ERROR_INVALID_VALUE);
+    /* 3D: D slices of H rows, device to host, with a source height. */
+    CUDA_MEMCPY3D t = {.srcMemoryType = CU_MEMORYTYPE_DEVICE,
+                       .srcDevice = a,
+                       .srcPitch = PITCH,
+                       .srcHeight = H,
+                       .dstMemoryType = CU_MEMORYTYPE_HOST,
+                       .dstHost = back,
+                       .dstPitch = PITCH,
+                       .dstHeight = H,
+                       .WidthInBytes = PITCH,
+                       .Height = H,
+                       .Depth = D};
+    OK(cuMemcpyHtoD(a, host, sizeof host));
+    memset(back, 0, sizeof back);
+    OK(cuMemcpy3D(&t));
+    ck_assert_int_eq(memcmp(back, host, sizeof host), 0);
+    CUDA_MEMCPY3D t2 = t;
+    t2.srcLOD = 1;
+    ck_assert_int_eq(cuMemcpy3D(&t2), CUDA_ERROR_INVALID_VALUE);
+    t2 = t;
+    t2.srcHeight = H - 1;
+    ck_assert_int_eq(cuMemcpy3DAsync(&t2, s), CUDA_ERROR_INVALID_VALUE);
+    t2 = t;
+    t2.reserved0 = host;
+    ck_assert_int_eq(cuMemcpy3D(&t2), CUDA_ERROR_INVALID_VALUE);
+    /* 16-bit 2D set, then peer copies (the current context on both sides). */
+    OK(cuMemsetD2D16(b, PITCH, 0xbeef, 4, 2));
+    OK(cuMemsetD2D16Async(b + 8, PITCH, 0x1234, 2, 1, s));
+    ck_assert_int_eq(cuMemsetD2D16(b + 1, PITCH, 1, 4, 2), CUDA_ERROR_INVALID_VALUE);
+    OK(cuStreamSynchronize(s));
+    uint16_t h16[PITCH / 2 + 8];
+    OK(cuMemcpyDtoH(h16, b, sizeof h16));
+    ck_assert_uint_eq(h16[0], 0xbeef);
+    ck_assert_uint_eq(h16[3], 0xbeef);
+    ck_assert_uint_eq(h16[4], 0x1234);
+    ck_assert_uint_eq(h16[PITCH / 2 + 3], 0xbeef);
+    OK(cuMemcpyPeer(b, ctx, a, ctx, 64));
+    OK(cuMemcpyPeerAsync(b + 64, ctx, a + 64, ctx, 64, s));
+    ck_assert_int_eq(cuMemcpyPeer(b, NULL, a, ctx, 64), CUDA_ERROR_INVALID_CONTEXT);
+    ck_assert_int_eq(cuMemcpyPeer(b, ctx, (CUdeviceptr)(uintptr_t)host, ctx, 64),
+                     CUDA_ERROR_INVALID_VALUE);
+    OK(cuStreamSynchronize(s));
+    OK(cuMemcpyDtoH(back, b, 128));
+    ck_assert_int_eq(memcmp(back, host, 128), 0);
+    fakecuda_stats_t st = stats_now();
+    ck_assert_uint_eq(fakecuda_call_count("cuMemcpy2D"), 5); /* failed calls count too */
+    ck_assert_uint_ge(st.memcpys, 7);
+    OK(cuMemFree(a));
+    OK(cuMemFree(b));
+    OK(cuStreamDestroy(s));
+}
+END_TEST
+
+/* Stream memory operations: a wait holds its stream until another stream's write satisfies it;
+ * a batch runs in order; bad flags, alignment and counts are invalid values. */
+START_TEST(test_stream_memory_operations_order_streams) {
+    open_device(threaded);
+    CUfunction addone = get_kernel("addone");
+    CUstream s1, s2;
+    OK(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+    OK(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr flag, x;
+    OK(cuMemAlloc(&flag, 64));
+    OK(cuMemAlloc(&x, 64));
+    OK(cuMemsetD32(flag, 0, 16));
+    OK(cuMemsetD32(x, 0, 16));
+    OK(cuCtxSynchronize());
+    /* s1 waits for flag >= 1, then adds one; s2 adds one first (after sleeping), then writes. */
+    OK(cuStreamWaitValue32(s1, flag, 1, CU_STREAM_WAIT_VALUE_GEQ));
+    int n = 16;
+    void *args[] = {&x, &n};
+    OK(cuLaunchKernel(addone, 1, 1, 1, 1, 1, 1, 0, s1, args, NULL));
+    CUfunction fill = get_kernel("fill");
+    launch_fill(fill, x, 10.0f, 16, 20000, s2);
+    OK(cuStreamWriteValue32(s2, flag, 1, CU_STREAM_WRITE_VALUE_DEFAULT));
+    OK(cuStreamSynchronize(s1));
+    float out[16];
+    OK(cuMemcpyDtoH(out, x, sizeof out));
+    ck_assert_float_eq(out[0], 11.0f);
+    /* 64-bit forms and a batch: write 5, wait for == 5, write 7 (in order). */
+    CUstreamBatchMemOpParams ops[3];
+    memset(ops, 0, sizeof ops);
+    ops[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+    ops[0].writeValue.address = flag + 8;
+    ops[0].writeValue.value64 = 5;
+    ops[1].waitValue.operation = CU_STREAM_MEM_OP_WAIT_VALUE_64;
+    ops[1].waitValue.address = flag + 8;
+    ops[1].waitValue.value64 = 5;
+    ops[1].waitValue.flags = CU_STREAM_WAIT_VALUE_EQ;
+    ops[2].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    ops[2].writeValue.address = flag + 16;
+    ops[2].writeValue.value = 7;
+    OK(cuStreamBatchMemOp(s1, 3, ops, 0));
+    OK(cuStreamWaitValue64(s2, flag + 8, 4, CU_STREAM_WAIT_VALUE_AND));
+    OK(cuStreamWriteValue64(s2, flag + 24, 0x100000000ull, 0));
+    OK(cuCtxSynchronize());
+    uint32_t words[8];
+    OK(cuMemcpyDtoH(words, flag, sizeof words));
+    ck_assert_uint_eq(words[2], 5);
+    ck_assert_uint_eq(words[4], 7);
+    ck_assert_uint_eq(words[6], 0);
+    ck_assert_uint_eq(words[7], 1);
+    /* The rules. */
+    ck_assert_int_eq(cuStreamWaitValue32(s1, flag + 2, 1, 0), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuStreamWaitValue64(s1, flag + 4, 1, 0), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuStreamWaitValue32(s1, flag, 1, 7), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuStreamWriteValue32(s1, flag, 1, 2), CUDA_ERROR_INVALID_VALUE);
+    char pageable[8];
+    ck_assert_int_eq(cuStreamWriteValue32(s1, (CUdeviceptr)(uintptr_t)pageable, 1, 0),
+                     CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuStreamBatchMemOp(s1, 0, ops, 0), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuStreamBatchMemOp(s1, 256, ops, 0), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuStreamBatchMemOp(s1, 3, ops, 1), CUDA_ERROR_INVALID_VALUE);
+    ops[0].operation = (CUstreamBatchMemOpType)99;
+    ck_assert_int_eq(cuStreamBatchMemOp(s1, 3, ops, 0), CUDA_ERROR_INVALID_VALUE);
+    OK(cuMemFree(flag));
+    OK(cuMemFree(x));
+    OK(cuStreamDestroy(s1));
+    OK(cuStreamDestroy(s2));
+}
+END_TEST
+
+static void host_fn_bump(void *p) {
+    (*(int *)p)++;
+}
+
+/* cuPointerGetAttributes answers for every pointer: unknown ones read as zero. cuLaunchHostFunc
+ * runs in stream order. */
+START_TEST(test_pointer_get_attributes_and_host_functions) {
+    open_device(threaded);
+    CUdeviceptr a;
+    OK(cuMemAlloc(&a, 4096));
+    CUpointer_attribute at[4] = {
+        CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+        CU_POINTER_ATTRIBUTE_RANGE_SIZE, CU_POINTER_ATTRIBUTE_HOST_POINTER};
+    unsigned type = 99;
+    CUdeviceptr start = 1;
+    size_t size = 1;
+    void *hp = &type;
+    void *data[4] = {&type, &start, &size, &hp};
+    OK(cuPointerGetAttributes(4, at, data, a + 100));
+    ck_assert_uint_eq(type, CU_MEMORYTYPE_DEVICE);
+    ck_assert_uint_eq(start, a);
+    ck_assert_uint_eq(size, 4096);
+    ck_assert_ptr_null(hp);
+    int stack;
+    OK(cuPointerGetAttributes(4, at, data, (CUdeviceptr)(uintptr_t)&stack));
+    ck_assert_uint_eq(type, 0);
+    ck_assert_uint_eq(start, 0);
+    ck_assert_uint_eq(size, 0);
+    ck_assert_int_eq(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                           (CUdeviceptr)(uintptr_t)&stack),
+                     CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuPointerGetAttributes(0, at, data, a), CUDA_ERROR_INVALID_VALUE);
+    data[1] = NULL;
+    ck_assert_int_eq(cuPointerGetAttributes(4, at, data, a), CUDA_ERROR_INVALID_VALUE);
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUfunction fill = get_kernel("fill");
+    int count = 0;
+    launch_fill(fill, a, 1.0f, 16, 20000, s);
+    OK(cuLaunchHostFunc(s, host_fn_bump, &count));
+    ck_assert_int_eq(count, 0); /* still behind the sleeping kernel */
+    OK(cuStreamSynchronize(s));
+    ck_assert_int_eq(count, 1);
+    ck_assert_int_eq(cuLaunchHostFunc(s, NULL, &count), CUDA_ERROR_INVALID_VALUE);
+    OK(cuStreamDestroy(s));
+    OK(cuMemFree(a));
+}
+END_TEST
+
+/* cuGetProcAddress_v2 resolves every new entry point at the ABI version that introduced it, and
+ * its per-thread variant; an older version finds nothing. */
+START_TEST(test_get_proc_address_resolves_framework_entry_points) {
+    open_device(inline_);
+    static const struct {
+        const char *name;
+        int version;
+        const char *sym, *ptds_sym;
+    } want[] = {
+        {"cuKernelGetParamInfo", 12040, "cuKernelGetParamInfo", NULL},
+        {"cuFuncLoad", 12040, "cuFuncLoad", NULL},
+        {"cuFuncIsLoaded", 12040, "cuFuncIsLoaded", NULL},
+        {"cuMemcpy2D", 3020, "cuMemcpy2D_v2", "cuMemcpy2D_v2_ptds"},
+        {"cuMemcpy2DAsync", 3020, "cuMemcpy2DAsync_v2", "cuMemcpy2DAsync_v2_ptsz"},
+        {"cuMemcpy3D", 3020, "cuMemcpy3D_v2", "cuMemcpy3D_v2_ptds"},
+        {"cuMemcpy3DAsync", 3020, "cuMemcpy3DAsync_v2", "cuMemcpy3DAsync_v2_ptsz"},
+        {"cuMemcpyPeer", 4000, "cuMemcpyPeer", "cuMemcpyPeer_ptds"},
+        {"cuMemcpyPeerAsync", 4000, "cuMemcpyPeerAsync", "cuMemcpyPeerAsync_ptsz"},
+        {"cuMemsetD2D16", 3020, "cuMemsetD2D16_v2", "cuMemsetD2D16_v2_ptds"},
+        {"cuMemsetD2D16Async", 3020, "cuMemsetD2D16Async", "cuMemsetD2D16Async_ptsz"},
+        {"cuStreamWaitValue32", 11070, "cuStreamWaitValue32_v2", "cuStreamWaitValue32_v2_ptsz"},
+        {"cuStreamWriteValue64", 11070, "cuStreamWriteValue64_v2", "cuStreamWriteValue64_v2_ptsz"},
+        {"cuStreamBatchMemOp", 11070, "cuStreamBatchMemOp_v2", "cuStreamBatchMemOp_v2_ptsz"},
+        {"cuPointerGetAttributes", 7000, "cuPointerGetAttributes", NULL},
+    };
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    ck_assert_ptr_nonnull(lib);
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        void *fn = NULL;
+        CUdriverProcAddressQueryResult q;
+        OK(cuGetProcAddress_v2(want[i].name, &fn, 13000, CU_GET_PROC_ADDRESS_DEFAULT, &q));
+        ck_assert_msg(q == CU_GET_PROC_ADDRESS_SUCCESS && fn == dlsym(lib, want[i].sym), "%s",
+                      want[i].name);
+        fn = NULL;
+        cuGetProcAddress_v2(want[i].name, &fn, want[i].version - 1, CU_GET_PROC_ADDRESS_DEFAULT,
+                            &q);
+        ck_assert_msg(fn == NULL, "%s below %d", want[i].name, want[i].version);
+        if (want[i].ptds_sym) {
+            OK(cuGetProcAddress_v2(want[i].name, &fn, 13000,
+                                   CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &q));
+            ck_assert_msg(fn == dlsym(lib, want[i].ptds_sym), "%s per thread", want[i].name);
+        }
+    }
+    dlclose(lib);
+}
+END_TEST
+
+/* tma_scale(CUtensorMap src, CUtensorMap dst, float alpha): dst = alpha * src over a 2D float
+ * tensor, reached only through the descriptors (taken by value, 64-byte aligned). */
+static int k_tma_scale(fakecuda_launch_t *l) {
+    fakecuda_tensor_map_t s, d;
+    if (fakecuda_tensor_map_decode(l->params[0], &s) != 0 ||
+        fakecuda_tensor_map_decode(l->params[1], &d) != 0 || s.rank != 2 || d.rank != 2)
+        return -1;
+    float alpha = FAKECUDA_ARG(l, 2, float);
+    const char *sp = fakecuda_access(l, s.base, fakecuda_tensor_map_span(&s), 0);
+    char *dp = fakecuda_access(l, d.base, fakecuda_tensor_map_span(&d), 1);
+    if (!sp || !dp)
+        return -1;
+    for (uint64_t y = 0; y < s.dims[1]; y++)
+        for (uint64_t x = 0; x < s.dims[0]; x++) {
+            float v;
+            memcpy(&v, sp + y * s.strides[1] + x * 4, 4);
+            v *= alpha;
+            memcpy(dp + y * d.strides[1] + x * 4, &v, 4);
+        }
+    return 0;
+}
+
+/* table_sum(const float **table, int count, int n, float *out): out[i] = sum of table[j][i]; the
+ * pointers are read from device memory, where no launch-time scan can see them. */
+static int k_table_sum(fakecuda_launch_t *l) {
+    CUdeviceptr tp = FAKECUDA_ARG(l, 0, CUdeviceptr);
+    int count = FAKECUDA_ARG(l, 1, int);
+    int n = FAKECUDA_ARG(l, 2, int);
+    CUdeviceptr op = FAKECUDA_ARG(l, 3, CUdeviceptr);
+    const CUdeviceptr *table = fakecuda_access(l, tp, (size_t)count * sizeof(CUdeviceptr), 0);
+    float *out = fakecuda_access(l, op, (size_t)n * sizeof(float), 1);
+    if (!table || !out)
+        return -1;
+    for (int i = 0; i < n; i++)
+        out[i] = 0;
+    for (int j = 0; j < count; j++) {
+        const float *p = fakecuda_access(l, table[j], (size_t)n * sizeof(float), 0);
+        if (!p)
+            return -1;
+        for (int i = 0; i < n; i++)
+            out[i] += p[i];
+    }
+    return 0;
+}
+
+static const fakecuda_kernel_t fw_kernels[] = {
+    {"fctest",
+     "tma_scale",
+     3,
+     {FAKECUDA_PARAM_ALIGNED(128, 64), FAKECUDA_PARAM_ALIGNED(128, 64), 4},
+     k_tma_scale},
+    {"fctest", "table_sum", 4, {8, 4, 4, 8}, k_table_sum},
+};
+
+static void encode_2d(CUtensorMap *tm, CUdeviceptr base, uint64_t w, uint64_t h, uint64_t pitch) {
+    cuuint64_t dim[2] = {w, h}, stride[1] = {pitch};
+    cuuint32_t box[2] = {4, 4}, es[2] = {1, 1};
+    OK(cuTensorMapEncodeTiled(tm, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, (void *)(uintptr_t)base, dim,
+                              stride, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                              CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE));
+}
+
+/* TMA descriptors: the address is not a plain word of the descriptor, a kernel taking descriptors
+ * by value (64-byte aligned) reaches the tensors through them, cuTensorMapReplaceAddress retargets
+ * one, and every documented rule of the encoders is enforced. */
+START_TEST(test_tensor_maps_hide_the_address_and_drive_kernels) {
+    open_device(threaded);
+    ck_assert_int_eq(fakecuda_register_kernels(fw_kernels, 2), 0);
+    CUfunction f = get_kernel("tma_scale");
+    size_t off, size;
+    OK(cuFuncGetParamInfo(f, 1, &off, &size));
+    ck_assert_uint_eq(off, 128);
+    ck_assert_uint_eq(size, 128);
+    OK(cuFuncGetParamInfo(f, 2, &off, &size));
+    ck_assert_uint_eq(off, 256);
+    enum { W = 8, H = 6, PITCH = 64 };
+    CUdeviceptr a, b, c;
+    OK(cuMemAlloc(&a, PITCH * H));
+    OK(cuMemAlloc(&b, PITCH * H));
+    OK(cuMemAlloc(&c, PITCH * H));
+    float host[PITCH / 4 * H], out[PITCH / 4 * H];
+    for (int i = 0; i < PITCH / 4 * H; i++)
+        host[i] = (float)i;
+    OK(cuMemcpyHtoD(a, host, sizeof host));
+    OK(cuMemsetD8(b, 0, PITCH * H));
+    CUtensorMap src, dst;
+    encode_2d(&src, a, W, H, PITCH);
+    encode_2d(&dst, b, W, H, PITCH);
+    for (int i = 0; i < 16; i++) {
+        ck_assert_msg(src.opaque[i] < a || src.opaque[i] >= a + PITCH * H, "word %d is %#llx", i,
+                      (unsigned long long)src.opaque[i]);
+        ck_assert_msg(dst.opaque[i] < b || dst.opaque[i] >= b + PITCH * H, "word %d", i);
+    }
+    float alpha = 2.0f;
+    void *args[] = {&src, &dst, &alpha};
+    OK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+    OK(cuMemcpyDtoH(out, b, sizeof out));
+    ck_assert_float_eq(out[PITCH / 4 * 5 + 7], 2.0f * host[PITCH / 4 * 5 + 7]);
+    ck_assert_float_eq(out[W], 0.0f); /* past the row: untouched */
+    /* Retarget the destination; the old one is left alone. */
+    OK(cuTensorMapReplaceAddress(&dst, (void *)(uintptr_t)c));
+    alpha = 3.0f;
+    OK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+    OK(cuMemcpyDtoH(out, c, sizeof out));
+    ck_assert_float_eq(out[PITCH / 4 + 1], 3.0f * host[PITCH / 4 + 1]);
+    OK(cuMemcpyDtoH(out, b, sizeof out));
+    ck_assert_float_eq(out[PITCH / 4 + 1], 2.0f * host[PITCH / 4 + 1]);
+    ck_assert_int_eq(cuTensorMapReplaceAddress(&dst, (void *)(uintptr_t)(c + 8)),
+                     CUDA_ERROR_INVALID_VALUE);
+    /* A descriptor over freed memory faults the kernel, like any illegal address. */
+    OK(cuMemFree(c));
+    OK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+    ck_assert_int_eq(cuCtxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
+}
+END_TEST
+
+/* An altered descriptor does not decode (the kernel faults), and the encoders' rules hold. */
+START_TEST(test_tensor_map_encoders_enforce_the_documented_rules) {
+    open_device(inline_);
+    ck_assert_int_eq(fakecuda_register_kernels(fw_kernels, 2), 0);
+    CUdeviceptr a;
+    OK(cuMemAlloc(&a, 1 << 16));
+    void *p = (void *)(uintptr_t)a;
+    CUtensorMap tm;
+    cuuint64_t dim[5] = {64, 64, 4, 4, 4}, stride[4] = {256, 256 * 64, 256 * 64 * 4, 1 << 20};
+    cuuint32_t box[5] = {8, 8, 1, 1, 1}, es[5] = {1, 1, 1, 1, 1};
+#define TILED(dt, rank, addr, d, st, bx, e, il, sw, oob)                                           \
+    cuTensorMapEncodeTiled(&tm, dt, rank, addr, d, st, bx, e, il, sw,                              \
+                           CU_TENSOR_MAP_L2_PROMOTION_NONE, oob)
+    const CUtensorMapDataType F32 = CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+    const CUtensorMapInterleave NO = CU_TENSOR_MAP_INTERLEAVE_NONE;
+    const CUtensorMapSwizzle SN = CU_TENSOR_MAP_SWIZZLE_NONE;
+    const CUtensorMapFloatOOBfill ON = CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE;
+    OK(TILED(F32, 2, p, dim, stride, box, es, NO, SN, ON));
+    OK(TILED(F32, 5, p, dim, stride, box, es, NO, SN, ON));
+    ck_assert_int_eq(TILED(F32, 0, p, dim, stride, box, es, NO, SN, ON), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(TILED(F32, 6, p, dim, stride, box, es, NO, SN, ON), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(TILED((CUtensorMapDataType)99, 2, p, dim, stride, box, es, NO, SN, ON),
+                     CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(TILED(F32, 2, (char *)p + 8, dim, stride, box, es, NO, SN, ON),
+                     CUDA_ERROR_INVALID_VALUE); /* 16-byte alignment */
+    cuuint64_t bad_stride[1] = {72};
+    ck_assert_int_eq(TILED(F32, 2, p, dim, bad_stride, box, es, NO, SN, ON),
+                     CUDA_ERROR_INVALID_VALUE); /* stride multiple of 16 */
+    cuuint64_t zero_dim[2] = {0, 4};
+    ck_assert_int_eq(TILED(F32, 2, p, zero_dim, stride, box, es, NO, SN, ON),
+                     CUDA_ERROR_INVALID_VALUE);
+    cuuint32_t big_box[2] = {257, 1}, odd_box[2] = {3, 1}, bad_es[2] = {1, 9};
+    ck_assert_int_eq(TILED(F32, 2, p, dim, stride, big_box, es, NO, SN, ON),
+                     CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(TILED(F32, 2, p, dim, stride, odd_box, es, NO, SN, ON),
+                     CUDA_ERROR_INVALID_VALUE); /* box[0] * 4 bytes not a multiple of 16 */
+    ck_assert_int_eq(TILED(F32, 2, p, dim, stride, box, bad_es, NO, SN, ON),
+                     CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(TILED(F32, 2, p, dim, stride, box, es, CU_TENSOR_MAP_INTERLEAVE_16B, SN, ON),
+                     CUDA_ERROR_INVALID_VALUE); /* interleave needs rank >= 3 */
+    cuuint32_t wide_box[2] = {16, 1};
+    ck_assert_int_eq(TILED(F32, 2, p, dim, stride, wide_box, es, NO, CU_TENSOR_MAP_SWIZZLE_32B, ON),
+                     CUDA_ERROR_INVALID_VALUE); /* 64 bytes inner box > 32-byte swizzle */
+    ck_assert_int_eq(TILED(CU_TENSOR_MAP_DATA_TYPE_INT32, 2, p, dim, stride, box, es, NO, SN,
+                           CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA),
+                     CUDA_ERROR_INVALID_VALUE);
+    char raw[256];
+    CUtensorMap *mis = (CUtensorMap *)(void *)(((uintptr_t)raw + 63) / 64 * 64 + 32);
+    ck_assert_int_eq(cuTensorMapEncodeTiled(mis, F32, 2, p, dim, stride, box, es, NO, SN,
+                                            CU_TENSOR_MAP_L2_PROMOTION_NONE, ON),
+                     CUDA_ERROR_INVALID_VALUE); /* descriptor aligned to 64 */
+    /* Im2col: rank 3..5, corners in range, channels <= 256, pixels <= 1024. */
+    int lo[3] = {-1, -1, -1}, hi[3] = {1, 1, 1};
+    OK(cuTensorMapEncodeIm2col(&tm, F32, 4, p, dim, stride, lo, hi, 8, 64, es, NO, SN,
+                               CU_TENSOR_MAP_L2_PROMOTION_NONE, ON));
+    ck_assert_int_eq(cuTensorMapEncodeIm2col(&tm, F32, 2, p, dim, stride, lo, hi, 8, 64, es, NO, SN,
+                                             CU_TENSOR_MAP_L2_PROMOTION_NONE, ON),
+                     CUDA_ERROR_INVALID_VALUE);
+    int far[2] = {128, 0};
+    ck_assert_int_eq(cuTensorMapEncodeIm2col(&tm, F32, 4, p, dim, stride, far, hi, 8, 64, es, NO,
+                                             SN, CU_TENSOR_MAP_L2_PROMOTION_NONE, ON),
+                     CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuTensorMapEncodeIm2col(&tm, F32, 4, p, dim, stride, lo, hi, 257, 64, es, NO,
+                                             SN, CU_TENSOR_MAP_L2_PROMOTION_NONE, ON),
+                     CUDA_ERROR_INVALID_VALUE);
+    /* Im2colWide: mode and swizzle (64B or 128B forms only). */
+    OK(cuTensorMapEncodeIm2colWide(&tm, F32, 3, p, dim, stride, -1, 1, 16, 32, es, NO,
+                                   CU_TENSOR_MAP_IM2COL_WIDE_MODE_W, CU_TENSOR_MAP_SWIZZLE_128B,
+                                   CU_TENSOR_MAP_L2_PROMOTION_NONE, ON));
+    ck_assert_int_eq(cuTensorMapEncodeIm2colWide(&tm, F32, 3, p, dim, stride, -1, 1, 16, 32, es, NO,
+                                                 CU_TENSOR_MAP_IM2COL_WIDE_MODE_W, SN,
+                                                 CU_TENSOR_MAP_L2_PROMOTION_NONE, ON),
+                     CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuTensorMapEncodeIm2colWide(&tm, F32, 3, p, dim, stride, -1, 1, 16, 32, es, NO,
+                                                 (CUtensorMapIm2ColWideMode)7,
+                                                 CU_TENSOR_MAP_SWIZZLE_128B,
+                                                 CU_TENSOR_MAP_L2_PROMOTION_NONE, ON),
+                     CUDA_ERROR_INVALID_VALUE);
+    /* An altered descriptor: ReplaceAddress refuses it, a kernel given it faults. */
+    encode_2d(&tm, a, 8, 8, 64);
+    CUtensorMap dst = tm;
+    fakecuda_tensor_map_t t;
+    ck_assert_int_eq(fakecuda_tensor_map_decode(&tm, &t), 0);
+    ck_assert_uint_eq(t.base, a);
+    ck_assert_uint_eq(t.dims[1], 8);
+    ck_assert_uint_eq(t.strides[1], 64);
+    tm.opaque[1] ^= 1;
+    ck_assert_int_eq(cuTensorMapReplaceAddress(&tm, p), CUDA_ERROR_INVALID_VALUE);
+    float alpha = 1;
+    void *args[] = {&tm, &dst, &alpha};
+    CUfunction f = get_kernel("tma_scale");
+    OK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL)); /* runs inline: faults */
+    ck_assert_int_eq(cuCtxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
+#undef TILED
+}
+END_TEST
+
+/* A kernel that reads a table of device pointers from device memory: freeing a buffer the table
+ * names faults the kernel, though no launch parameter points at that buffer. */
+START_TEST(test_device_pointer_table_kernel) {
+    open_device(threaded);
+    ck_assert_int_eq(fakecuda_register_kernels(fw_kernels, 2), 0);
+    CUfunction f = get_kernel("table_sum");
+    enum { N = 16 };
+    CUdeviceptr bufs[3], table, out;
+    float host[N];
+    for (int j = 0; j < 3; j++) {
+        OK(cuMemAlloc(&bufs[j], N * sizeof(float)));
+        for (int i = 0; i < N; i++)
+            host[i] = (float)(j + 1) * (float)i;
+        OK(cuMemcpyHtoD(bufs[j], host, sizeof host));
+    }
+    OK(cuMemAlloc(&table, sizeof bufs));
+    OK(cuMemAlloc(&out, N * sizeof(float)));
+    OK(cuMemcpyHtoD(table, bufs, sizeof bufs));
+    int count = 3, n = N;
+    void *args[] = {&table, &count, &n, &out};
+    OK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+    OK(cuMemcpyDtoH(host, out, sizeof host));
+    ck_assert_float_eq(host[5], 30.0f);
+    OK(cuMemFree(bufs[1]));
+    OK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+    ck_assert_int_eq(cuCtxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
+    ck_assert_uint_ge(stats_now().illegal_accesses, 1);
+}
+END_TEST
+
+static CUgraphNode add_fill_node(CUgraph g, const CUgraphNode *deps, size_t n, CUfunction f,
+                                 CUdeviceptr *d, float *v, int *count, int *us) {
+    void *args[] = {d, v, count, us};
+    CUDA_KERNEL_NODE_PARAMS p = {.func = f,
+                                 .gridDimX = 1,
+                                 .gridDimY = 1,
+                                 .gridDimZ = 1,
+                                 .blockDimX = 32,
+                                 .blockDimY = 1,
+                                 .blockDimZ = 1,
+                                 .kernelParams = args};
+    CUgraphNode node;
+    OK(cuGraphAddKernelNode(&node, g, deps, n, &p));
+    return node;
+}
+
+/* The explicit graph API as XLA uses it: kernel, memset, memcpy (CUDA_MEMCPY3D), child and empty
+ * nodes run in dependency order; an exec update changes one executable graph's kernel parameters
+ * and nothing else; cuStreamBeginCaptureToGraph appends to a graph; the rules hold. */
+START_TEST(test_explicit_graphs_run_in_dependency_order_with_exec_updates) {
+    open_device(threaded);
+    CUfunction fill = get_kernel("fill"), addone = get_kernel("addone");
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    enum { N = 16 };
+    CUdeviceptr x, y, z;
+    OK(cuMemAlloc(&x, N * 4));
+    OK(cuMemAlloc(&y, N * 4));
+    OK(cuMemAlloc(&z, N * 4));
+    /* The child: y += 1. */
+    CUgraph child, g, other;
+    OK(cuGraphCreate(&child, 0));
+    ck_assert_int_eq(cuGraphCreate(&other, 1), CUDA_ERROR_INVALID_VALUE);
+    OK(cuGraphCreate(&other, 0));
+    int n = N, us = 0;
+    void *add_args[] = {&y, &n};
+    CUDA_KERNEL_NODE_PARAMS ap = {.func = addone,
+                                  .gridDimX = 1,
+                                  .gridDimY = 1,
+                                  .gridDimZ = 1,
+                                  .blockDimX = 1,
+                                  .blockDimY = 1,
+                                  .blockDimZ = 1,
+                                  .kernelParams = add_args};
+    CUgraphNode cn;
+    OK(cuGraphAddKernelNode(&cn, child, NULL, 0, &ap));
+    /* g: memset x = 0 -> fill x (1.0, 4 floats) -> copy x to y (2D: 1 row) -> child -> empty. */
+    OK(cuGraphCreate(&g, 0));
+    CUDA_MEMSET_NODE_PARAMS ms = {
+        .dst = x, .pitch = 0, .value = 0, .elementSize = 4, .width = N, .height = 1};
+    CUgraphNode mset, kfill, copy, sub, empty;
+    OK(cuGraphAddMemsetNode(&mset, g, NULL, 0, &ms, ctx));
+    float v = 1.0f;
+    int four = 4;
+    kfill = add_fill_node(g, &mset, 1, fill, &x, &v, &four, &us);
+    CUDA_MEMCPY3D cp = {.srcMemoryType = CU_MEMORYTYPE_DEVICE,
+                        .srcDevice = x,
+                        .srcPitch = N * 4,
+                        .dstMemoryType = CU_MEMORYTYPE_DEVICE,
+                        .dstDevice = y,
+                        .dstPitch = N * 4,
+                        .WidthInBytes = N * 4,
+                        .Height = 1,
+                        .Depth = 1};
+    OK(cuGraphAddMemcpyNode(&copy, g, &kfill, 1, &cp, ctx));
+    OK(cuGraphAddChildGraphNode(&sub, g, &copy, 1, child));
+    OK(cuGraphAddEmptyNode(&empty, g, &sub, 1));
+    CUgraphNodeType type;
+    OK(cuGraphNodeGetType(sub, &type));
+    ck_assert_int_eq(type, CU_GRAPH_NODE_TYPE_GRAPH);
+    size_t count = 0;
+    OK(cuGraphGetNodes(g, NULL, &count));
+    ck_assert_uint_eq(count, 5);
+    /* The rules of node creation. */
+    CUgraphNode bad;
+    ck_assert_int_eq(cuGraphAddEmptyNode(&bad, other, &mset, 1), CUDA_ERROR_INVALID_VALUE);
+    CUgraphNode twice[2] = {mset, mset};
+    ck_assert_int_eq(cuGraphAddEmptyNode(&bad, g, twice, 2), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuGraphAddMemcpyNode(&bad, g, NULL, 0, &cp, NULL), CUDA_ERROR_INVALID_CONTEXT);
+    char pageable[N * 4];
+    CUDA_MEMCPY3D hp = cp;
+    hp.dstMemoryType = CU_MEMORYTYPE_HOST;
+    hp.dstHost = pageable;
+    ck_assert_int_eq(cuGraphAddMemcpyNode(&bad, g, NULL, 0, &hp, ctx), CUDA_ERROR_INVALID_VALUE);
+    CUDA_MEMSET_NODE_PARAMS ms3 = ms;
+    ms3.elementSize = 3;
+    ck_assert_int_eq(cuGraphAddMemsetNode(&bad, g, NULL, 0, &ms3, ctx), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuGraphAddChildGraphNode(&bad, g, NULL, 0, g), CUDA_ERROR_INVALID_VALUE);
+    /* Run it: y = 2 on the first four floats, 1 elsewhere. */
+    CUgraphExec e, e2;
+    OK(cuGraphInstantiate(&e, g, 0));
+    OK(cuGraphLaunch(e, s));
+    OK(cuStreamSynchronize(s));
+    float out[N];
+    OK(cuMemcpyDtoH(out, y, sizeof out));
+    ck_assert_float_eq(out[0], 2.0f);
+    ck_assert_float_eq(out[4], 1.0f);
+    /* An exec update: fill 5.0 into 8 floats; the graph (and a second exec) keep 1.0 and 4. */
+    float v5 = 5.0f;
+    int eight = 8;
+    void *fargs[] = {&x, &v5, &eight, &us};
+    CUDA_KERNEL_NODE_PARAMS up = {.func = fill,
+                                  .gridDimX = 1,
+                                  .gridDimY = 1,
+                                  .gridDimZ = 1,
+                                  .blockDimX = 32,
+                                  .blockDimY = 1,
+                                  .blockDimZ = 1,
+                                  .kernelParams = fargs};
+    OK(cuGraphExecKernelNodeSetParams(e, kfill, &up));
+    ck_assert_int_eq(cuGraphExecKernelNodeSetParams(e, mset, &up), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuGraphExecKernelNodeSetParams(e, cn, &up), CUDA_ERROR_INVALID_VALUE);
+    OK(cuGraphInstantiate(&e2, g, 0));
+    OK(cuGraphLaunch(e, s));
+    OK(cuStreamSynchronize(s));
+    OK(cuMemcpyDtoH(out, y, sizeof out));
+    ck_assert_float_eq(out[7], 6.0f);
+    ck_assert_float_eq(out[8], 1.0f);
+    OK(cuGraphLaunch(e2, s));
+    OK(cuStreamSynchronize(s));
+    OK(cuMemcpyDtoH(out, y, sizeof out));
+    ck_assert_float_eq(out[3], 2.0f);
+    ck_assert_float_eq(out[7], 1.0f);
+    /* Order comes from dependencies, not creation: addone(z) made first, memset z after it, then
+     * the edge memset -> addone. */
+    CUgraph o;
+    OK(cuGraphCreate(&o, 0));
+    add_args[0] = &z;
+    CUgraphNode inc, clear;
+    OK(cuGraphAddKernelNode(&inc, o, NULL, 0, &ap));
+    CUDA_MEMSET_NODE_PARAMS mz = ms;
+    mz.dst = z;
+    OK(cuGraphAddMemsetNode(&clear, o, NULL, 0, &mz, ctx));
+    OK(cuGraphAddDependencies(o, &clear, &inc, NULL, 1));
+    ck_assert_int_eq(cuGraphAddDependencies(o, &clear, &inc, NULL, 1), CUDA_ERROR_INVALID_VALUE);
+    CUgraphExec oe;
+    OK(cuGraphInstantiate(&oe, o, 0));
+    OK(cuMemsetD32(z, 0x40a00000u, N)); /* 5.0f */
+    OK(cuGraphLaunch(oe, s));
+    OK(cuStreamSynchronize(s));
+    OK(cuMemcpyDtoH(out, z, sizeof out));
+    ck_assert_float_eq(out[0], 1.0f);
+    OK(cuGraphExecDestroy(oe));
+    /* A cycle fails instantiation. */
+    OK(cuGraphAddDependencies(o, &inc, &clear, NULL, 1));
+    ck_assert_int_eq(cuGraphInstantiate(&oe, o, 0), CUDA_ERROR_INVALID_VALUE);
+    /* Capture into an existing graph, after a node: z += 1 after the fill of `other`. */
+    float seven = 7.0f;
+    int all = N;
+    CUgraphNode first = add_fill_node(other, NULL, 0, fill, &z, &seven, &all, &us);
+    OK(cuStreamBeginCaptureToGraph(s, other, &first, NULL, 1, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    OK(cuLaunchKernel(addone, 1, 1, 1, 1, 1, 1, 0, s, add_args, NULL));
+    CUgraph got;
+    OK(cuStreamEndCapture(s, &got));
+    ck_assert_ptr_eq(got, other);
+    OK(cuGraphGetNodes(other, NULL, &count));
+    ck_assert_uint_eq(count, 2);
+    OK(cuGraphInstantiate(&oe, other, 0));
+    OK(cuGraphLaunch(oe, s));
+    OK(cuStreamSynchronize(s));
+    OK(cuMemcpyDtoH(out, z, sizeof out));
+    ck_assert_float_eq(out[N - 1], 8.0f);
+    /* Allocation during a global-mode capture to a graph: refused, the capture invalidated. */
+    CUgraphEdgeData port = {.from_port = 1};
+    ck_assert_int_eq(
+        cuStreamBeginCaptureToGraph(s, other, &first, &port, 1, CU_STREAM_CAPTURE_MODE_GLOBAL),
+        CUDA_ERROR_INVALID_VALUE);
+    OK(cuStreamBeginCaptureToGraph(s, other, NULL, NULL, 0, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CUdeviceptr tmp;
+    ck_assert_int_eq(cuMemAlloc(&tmp, 256), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    ck_assert_int_eq(cuLaunchKernel(addone, 1, 1, 1, 1, 1, 1, 0, s, add_args, NULL),
+                     CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    ck_assert_int_eq(cuStreamEndCapture(s, &got), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    OK(cuGraphGetNodes(other, NULL, &count));
+    ck_assert_uint_eq(count, 2);
+    OK(cuGraphExecDestroy(oe));
+    OK(cuGraphExecDestroy(e));
+    OK(cuGraphExecDestroy(e2));
+    OK(cuGraphDestroy(o));
+    OK(cuGraphDestroy(other));
+    OK(cuGraphDestroy(g));
+    OK(cuGraphDestroy(child));
+    fakecuda_stats_t st = stats_now();
+    ck_assert_uint_eq(st.graphs_live + st.graph_execs_live, 0);
+    OK(cuMemFree(x));
+    OK(cuMemFree(y));
+    OK(cuMemFree(z));
+    OK(cuStreamDestroy(s));
+}
+END_TEST
+
 Suite *suite_fakecuda(void) {
     Suite *s = suite_create("fakecuda");
     TCase *t = tcase_create("driver");
@@ -1264,5 +2051,17 @@ Suite *suite_fakecuda(void) {
     tcase_add_test_raise_signal(g, test_strict_mode_aborts_on_unmap_under_a_queued_graph, SIGABRT);
     tcase_add_test(g, test_graph_entry_points_and_nested_capture);
     suite_add_tcase(s, g);
+    TCase *fw = tcase_create("frameworks");
+    tcase_set_timeout(fw, 20);
+    tcase_add_test(fw, test_library_kernels_are_lazy_handles_of_their_own);
+    tcase_add_test(fw, test_2d_3d_copies_sets_and_peer_copies);
+    tcase_add_test(fw, test_stream_memory_operations_order_streams);
+    tcase_add_test(fw, test_pointer_get_attributes_and_host_functions);
+    tcase_add_test(fw, test_get_proc_address_resolves_framework_entry_points);
+    tcase_add_test(fw, test_tensor_maps_hide_the_address_and_drive_kernels);
+    tcase_add_test(fw, test_tensor_map_encoders_enforce_the_documented_rules);
+    tcase_add_test(fw, test_device_pointer_table_kernel);
+    tcase_add_test(fw, test_explicit_graphs_run_in_dependency_order_with_exec_updates);
+    suite_add_tcase(s, fw);
     return s;
 }

@@ -43,6 +43,12 @@ typedef struct fakecuda_kernel {
     fakecuda_kernel_fn fn;
 } fakecuda_kernel_t;
 
+/* A param_bytes entry for a parameter aligned more strictly than min(size, 8): a CUtensorMap
+ * taken by value (__grid_constant__) is FAKECUDA_PARAM_ALIGNED(128, 64), as nvcc lays it out. */
+#define FAKECUDA_PARAM_ALIGNED(bytes, align) ((unsigned)(bytes) | ((unsigned)(align) << 24))
+#define FAKECUDA_PARAM_SIZE(entry)           ((entry)&0xffffffu)
+#define FAKECUDA_PARAM_ALIGN(entry)          ((entry) >> 24)
+
 /* Value of parameter i, of the given C type. */
 #define FAKECUDA_ARG(l, i, type) (*(const type *)(l)->params[(i)])
 
@@ -51,6 +57,25 @@ typedef struct fakecuda_kernel {
  * does not, after recording the illegal access. Kernels must touch device memory only through
  * addresses this returned. Thread-safe. */
 FAKECUDA_API void *fakecuda_access(fakecuda_launch_t *l, CUdeviceptr p, size_t bytes, int write);
+
+/* A TMA descriptor (CUtensorMap) as a kernel sees it once decoded: the global address, data type
+ * (CUtensorMapDataType), rank, element size in bits, each dimension's size in elements and stride
+ * in bytes (strides[0] is the element size), and for a tiled map the box. */
+typedef struct fakecuda_tensor_map {
+    CUdeviceptr base;
+    unsigned kind; /* 1 tiled, 2 im2col, 3 im2col wide */
+    unsigned dtype, rank, elem_bits;
+    uint64_t dims[5], strides[5];
+    unsigned box[5];
+} fakecuda_tensor_map_t;
+
+/* Decodes the 128 bytes of a CUtensorMap made by cuTensorMapEncode* (tmap need not be aligned: a
+ * kernel passes its parameter's bytes). Returns 0, or -1 when the bytes are not a descriptor this
+ * driver encoded (the kernel then returns -1: a fault). Thread-safe. */
+FAKECUDA_API int fakecuda_tensor_map_decode(const void *tmap, fakecuda_tensor_map_t *out);
+
+/* Bytes from the tensor's base address to the end of its last element. */
+FAKECUDA_API uint64_t fakecuda_tensor_map_span(const fakecuda_tensor_map_t *t);
 
 /* Declares the work a kernel does, for the timing model: the launch occupies the compute engine
  * for launch_floor + flops / FAKECUDA_GFLOPS + bytes / FAKECUDA_HBM_GBPS. No-op without timing. */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* fc_copy.c: simulated copies and sets, every form the shim hooks (sync, Async, _ptds/_ptsz,
- * batched, 2D sets).
+/* fc_copy.c: simulated copies and sets in every form (sync, Async, _ptds/_ptsz, batched, 2D and
+ * 3D copies, peer copies within the one device, 2D sets of 8, 16 and 32 bits).
  *
  * Device ranges are validated when the call is made (CUDA_ERROR_INVALID_VALUE, as the driver
  * does for an unknown pointer) and again when the op runs (a range unmapped meanwhile is a
@@ -163,7 +163,8 @@ static void account(fc_op_t *op, const copy_one_t *c) {
 
 /* Queues `count` prepared copies as one op on the stream; waits for it when `wait` is set or a
  * destination is pageable host memory. */
-static CUresult submit_copies(copy_payload_t *p, const char *what, CUstream h, int ptds, int wait) {
+static CUresult submit_copies(copy_payload_t *p, const char *what, CUstream h, int ptds, int wait,
+                              uint32_t ncalls) {
     fc_stream_t *s = fc_stream_resolve(h, ptds);
     if (!s) {
         free(p);
@@ -204,7 +205,7 @@ static CUresult submit_copies(copy_payload_t *p, const char *what, CUstream h, i
     }
     for (size_t i = 0; i < p->count; i++)
         account(op, &p->c[i]);
-    op->n_memcpys = (uint32_t)p->count;
+    op->n_memcpys = ncalls;
     op->clone = clone_copy;
     uint64_t seq;
     CUresult r = fc_submit(s, op, &seq);
@@ -224,7 +225,7 @@ static CUresult copy1(const char *what, uintptr_t dst, uintptr_t src, size_t n, 
         free(p);
         return r;
     }
-    return submit_copies(p, what, h, ptds, wait);
+    return submit_copies(p, what, h, ptds, wait, 1);
 }
 
 #define ANY  (-1)
@@ -288,6 +289,239 @@ ASYNC_COPY(fc_dtod_async_ptsz, "cuMemcpyDtoDAsync", cuMemcpyDtoDAsync_v2_ptsz,
            PFN_cuMemcpyDtoDAsync_v7000_ptsz, "memcpy DtoD async", DEV, DEV, 1, CUdeviceptr,
            CUdeviceptr);
 
+/* ---- 2D and 3D copies, peer copies ----------------------------------------------------------
+ *
+ * A 2D or 3D copy is one op of Height x Depth row copies, each prepared (validated, classified)
+ * like a 1D copy; it counts as one memcpy. Arrays (CU_MEMORYTYPE_ARRAY) are not simulated: no
+ * CUarray can exist here, so one is an invalid value. The rules are the reference manual's:
+ * srcLOD and dstLOD 0, the reserved fields NULL, each pitch at least WidthInBytes plus its X
+ * offset and (for more than one slice) each height at least Height plus its Y offset. */
+
+/* One side of a 2D/3D copy, as the CUDA_MEMCPY2D/3D fields give it. */
+typedef struct side3d {
+    CUmemorytype type;
+    const void *host;
+    CUdeviceptr dev;
+    size_t x, y, z, pitch, height;
+} side3d_t;
+
+/* The base address of one side and the side a typed copy expects (see prepare). */
+static CUresult side_base(const side3d_t *sd, size_t width, size_t height, size_t depth,
+                          uintptr_t *base, int *expect) {
+    switch (sd->type) {
+    case CU_MEMORYTYPE_HOST:
+        *base = (uintptr_t)sd->host;
+        *expect = SIDE_PAGEABLE; /* any host memory: pageable or pinned, never device */
+        break;
+    case CU_MEMORYTYPE_DEVICE:
+        *base = (uintptr_t)sd->dev;
+        *expect = SIDE_DEVICE;
+        break;
+    case CU_MEMORYTYPE_UNIFIED:
+        *base = (uintptr_t)sd->dev;
+        *expect = ANY;
+        break;
+    default: /* CU_MEMORYTYPE_ARRAY (none can exist) or not a memory type */
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    if (!*base || sd->pitch < width || sd->x > sd->pitch - width)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (depth > 1 && (sd->height < height || sd->y > sd->height - height))
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t slice = depth > 1 ? sd->height : 0;
+    size_t off;
+    if (__builtin_mul_overflow(sd->z, slice, &off) || __builtin_add_overflow(off, sd->y, &off) ||
+        __builtin_mul_overflow(off, sd->pitch, &off) || __builtin_add_overflow(off, sd->x, &off) ||
+        __builtin_add_overflow(*base, off, base))
+        return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+/* Builds the payload of a 2D/3D copy: one prepared row copy per (y, z). On success *out owns it
+ * (NULL for an empty copy). */
+static CUresult rows_payload(const side3d_t *src, const side3d_t *dst, size_t width, size_t height,
+                             size_t depth, int captured, copy_payload_t **out) {
+    *out = NULL;
+    uintptr_t sb, db;
+    int es, ed;
+    CUresult r = side_base(src, width, height, depth, &sb, &es);
+    if (r == CUDA_SUCCESS)
+        r = side_base(dst, width, height, depth, &db, &ed);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (width == 0 || height == 0 || depth == 0)
+        return CUDA_SUCCESS;
+    size_t rows;
+    if (__builtin_mul_overflow(height, depth, &rows) ||
+        rows > (SIZE_MAX - sizeof(copy_payload_t)) / sizeof(copy_one_t))
+        return CUDA_ERROR_INVALID_VALUE;
+    copy_payload_t *p = malloc(sizeof *p + rows * sizeof(copy_one_t));
+    if (!p)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    p->count = rows;
+    size_t sslice = depth > 1 ? src->height * src->pitch : 0;
+    size_t dslice = depth > 1 ? dst->height * dst->pitch : 0;
+    for (size_t z = 0, i = 0; z < depth; z++) {
+        for (size_t y = 0; y < height; y++, i++) {
+            r = prepare(&p->c[i], db + z * dslice + y * dst->pitch,
+                        sb + z * sslice + y * src->pitch, width, ed, es, captured);
+            if (r != CUDA_SUCCESS) {
+                free(p);
+                return r;
+            }
+        }
+    }
+    *out = p;
+    return CUDA_SUCCESS;
+}
+
+static CUresult sides_of(const CUDA_MEMCPY3D *c, side3d_t *src, side3d_t *dst) {
+    if (!c || c->srcLOD || c->dstLOD || c->reserved0 || c->reserved1)
+        return CUDA_ERROR_INVALID_VALUE;
+    *src = (side3d_t){c->srcMemoryType, c->srcHost, c->srcDevice, c->srcXInBytes,
+                      c->srcY,          c->srcZ,    c->srcPitch,  c->srcHeight};
+    *dst = (side3d_t){c->dstMemoryType, c->dstHost, c->dstDevice, c->dstXInBytes,
+                      c->dstY,          c->dstZ,    c->dstPitch,  c->dstHeight};
+    return CUDA_SUCCESS;
+}
+
+static CUresult copy3d(const char *what, const CUDA_MEMCPY3D *c, CUstream h, int ptds, int wait) {
+    side3d_t src, dst;
+    CUresult r = sides_of(c, &src, &dst);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (!fc_stream_resolve(h, ptds))
+        return CUDA_ERROR_INVALID_HANDLE;
+    copy_payload_t *p;
+    r = rows_payload(&src, &dst, c->WidthInBytes, c->Height, c->Depth, fc_capturing(h, ptds), &p);
+    if (r != CUDA_SUCCESS || !p)
+        return r;
+    return submit_copies(p, what, h, ptds, wait, 1);
+}
+
+static CUresult copy2d(const char *what, const CUDA_MEMCPY2D *c, CUstream h, int ptds, int wait) {
+    if (!c)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUDA_MEMCPY3D d = {.srcXInBytes = c->srcXInBytes,
+                       .srcY = c->srcY,
+                       .srcMemoryType = c->srcMemoryType,
+                       .srcHost = c->srcHost,
+                       .srcDevice = c->srcDevice,
+                       .srcArray = c->srcArray,
+                       .srcPitch = c->srcPitch,
+                       .dstXInBytes = c->dstXInBytes,
+                       .dstY = c->dstY,
+                       .dstMemoryType = c->dstMemoryType,
+                       .dstHost = c->dstHost,
+                       .dstDevice = c->dstDevice,
+                       .dstArray = c->dstArray,
+                       .dstPitch = c->dstPitch,
+                       .WidthInBytes = c->WidthInBytes,
+                       .Height = c->Height,
+                       .Depth = 1};
+    return copy3d(what, &d, h, ptds, wait);
+}
+
+CUresult fc_copy3d_op(const CUDA_MEMCPY3D *c, fc_op_t **out) {
+    *out = NULL;
+    side3d_t src, dst;
+    CUresult r = sides_of(c, &src, &dst);
+    if (r != CUDA_SUCCESS)
+        return r;
+    copy_payload_t *p;
+    r = rows_payload(&src, &dst, c->WidthInBytes, c->Height, c->Depth, 1, &p);
+    if (r != CUDA_SUCCESS || !p)
+        return r;
+    for (size_t i = 0; i < p->count; i++) {
+        if (p->c[i].dside == SIDE_PAGEABLE || p->c[i].sside == SIDE_PAGEABLE) {
+            free(p); /* a graph cannot hold memory that is only valid during this call */
+            return CUDA_ERROR_INVALID_VALUE;
+        }
+    }
+    fc_op_t *op = fc_op_new("memcpy node", run_copy, p, dispose_copy);
+    if (!op) {
+        free(p);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    for (size_t i = 0; i < p->count; i++)
+        account(op, &p->c[i]);
+    op->n_memcpys = 1;
+    op->clone = clone_copy;
+    *out = op;
+    return CUDA_SUCCESS;
+}
+
+#define COPY2D(fname, base, sym, pfn, what, ptds, wait, ...)                                       \
+    static CUresult fname(const CUDA_MEMCPY2D *c __VA_ARGS__) {                                    \
+        FC_ENTER(base);                                                                            \
+        return copy2d(what, c, HSTREAM, ptds, wait);                                               \
+    }                                                                                              \
+    FC_EXPORT(sym, pfn, fname)
+#define COPY3D(fname, base, sym, pfn, what, ptds, wait, ...)                                       \
+    static CUresult fname(const CUDA_MEMCPY3D *c __VA_ARGS__) {                                    \
+        FC_ENTER(base);                                                                            \
+        return copy3d(what, c, HSTREAM, ptds, wait);                                               \
+    }                                                                                              \
+    FC_EXPORT(sym, pfn, fname)
+
+#define HSTREAM NULL
+COPY2D(fc_copy2d, "cuMemcpy2D", cuMemcpy2D_v2, PFN_cuMemcpy2D_v3020, "memcpy 2D", 0, 1);
+COPY2D(fc_copy2d_ptds, "cuMemcpy2D", cuMemcpy2D_v2_ptds, PFN_cuMemcpy2D_v7000_ptds, "memcpy 2D", 1,
+       1);
+COPY2D(fc_copy2du, "cuMemcpy2DUnaligned", cuMemcpy2DUnaligned_v2, PFN_cuMemcpy2DUnaligned_v3020,
+       "memcpy 2D", 0, 1);
+COPY2D(fc_copy2du_ptds, "cuMemcpy2DUnaligned", cuMemcpy2DUnaligned_v2_ptds,
+       PFN_cuMemcpy2DUnaligned_v7000_ptds, "memcpy 2D", 1, 1);
+COPY3D(fc_copy3d, "cuMemcpy3D", cuMemcpy3D_v2, PFN_cuMemcpy3D_v3020, "memcpy 3D", 0, 1);
+COPY3D(fc_copy3d_ptds, "cuMemcpy3D", cuMemcpy3D_v2_ptds, PFN_cuMemcpy3D_v7000_ptds, "memcpy 3D", 1,
+       1);
+#undef HSTREAM
+#define HSTREAM h
+COPY2D(fc_copy2d_async, "cuMemcpy2DAsync", cuMemcpy2DAsync_v2, PFN_cuMemcpy2DAsync_v3020,
+       "memcpy 2D async", 0, 0, , CUstream h);
+COPY2D(fc_copy2d_async_ptsz, "cuMemcpy2DAsync", cuMemcpy2DAsync_v2_ptsz,
+       PFN_cuMemcpy2DAsync_v7000_ptsz, "memcpy 2D async", 1, 0, , CUstream h);
+COPY3D(fc_copy3d_async, "cuMemcpy3DAsync", cuMemcpy3DAsync_v2, PFN_cuMemcpy3DAsync_v3020,
+       "memcpy 3D async", 0, 0, , CUstream h);
+COPY3D(fc_copy3d_async_ptsz, "cuMemcpy3DAsync", cuMemcpy3DAsync_v2_ptsz,
+       PFN_cuMemcpy3DAsync_v7000_ptsz, "memcpy 3D async", 1, 0, , CUstream h);
+#undef HSTREAM
+
+/* Peer copies: the simulated device is the only one, so both contexts must be live contexts (of
+ * that device) and the copy is a device-to-device copy. */
+static CUresult peer(const char *what, CUdeviceptr dst, CUcontext dctx, CUdeviceptr src,
+                     CUcontext sctx, size_t n, CUstream h, int ptds, int wait) {
+    if (!fc_ctx_valid(dctx) || !fc_ctx_valid(sctx))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    return copy1(what, (uintptr_t)dst, (uintptr_t)src, n, DEV, DEV, h, ptds, wait);
+}
+
+static CUresult fc_peer(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n) {
+    FC_ENTER("cuMemcpyPeer");
+    return peer("memcpy peer", d, dc, s, sc, n, NULL, 0, 1);
+}
+FC_EXPORT(cuMemcpyPeer, PFN_cuMemcpyPeer_v4000, fc_peer);
+
+static CUresult fc_peer_ptds(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n) {
+    FC_ENTER("cuMemcpyPeer");
+    return peer("memcpy peer", d, dc, s, sc, n, NULL, 1, 1);
+}
+FC_EXPORT(cuMemcpyPeer_ptds, PFN_cuMemcpyPeer_v7000_ptds, fc_peer_ptds);
+
+static CUresult fc_peer_async(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc, size_t n,
+                              CUstream h) {
+    FC_ENTER("cuMemcpyPeerAsync");
+    return peer("memcpy peer async", d, dc, s, sc, n, h, 0, 0);
+}
+FC_EXPORT(cuMemcpyPeerAsync, PFN_cuMemcpyPeerAsync_v4000, fc_peer_async);
+
+static CUresult fc_peer_async_ptsz(CUdeviceptr d, CUcontext dc, CUdeviceptr s, CUcontext sc,
+                                   size_t n, CUstream h) {
+    FC_ENTER("cuMemcpyPeerAsync");
+    return peer("memcpy peer async", d, dc, s, sc, n, h, 1, 0);
+}
+FC_EXPORT(cuMemcpyPeerAsync_ptsz, PFN_cuMemcpyPeerAsync_v7000_ptsz, fc_peer_async_ptsz);
+
 /* ---- batched copies
  * ------------------------------------------------------------------------------- */
 
@@ -316,7 +550,7 @@ static CUresult batch(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_
             return r;
         }
     }
-    return submit_copies(p, "memcpy batch", h, ptds, 0);
+    return submit_copies(p, "memcpy batch", h, ptds, 0, (uint32_t)count);
 }
 
 static CUresult fc_batch_12080(CUdeviceptr *d, CUdeviceptr *s, size_t *n, size_t count,
@@ -401,8 +635,11 @@ static int clone_set(fc_op_t *dst, const fc_op_t *src) {
     return 0;
 }
 
-static CUresult set2d(const char *what, CUdeviceptr dst, size_t pitch, uint32_t value,
-                      unsigned elem, size_t width, size_t height, CUstream h, int ptds) {
+/* Builds a set op after the call-time checks; `captured`: its rows are checked when the graph
+ * runs instead. *out is NULL for an empty set. */
+static CUresult set_op(const char *what, CUdeviceptr dst, size_t pitch, uint32_t value,
+                       unsigned elem, size_t width, size_t height, int captured, fc_op_t **out) {
+    *out = NULL;
     if (width == 0 || height == 0)
         return CUDA_SUCCESS;
     if ((uintptr_t)dst % elem || (height > 1 && pitch < width * elem))
@@ -412,13 +649,9 @@ static CUresult set2d(const char *what, CUdeviceptr dst, size_t pitch, uint32_t 
     size_t span = (height - 1) * pitch + width * elem;
     if (side_of((uintptr_t)dst) == SIDE_PAGEABLE)
         return CUDA_ERROR_INVALID_VALUE;
-    /* Captured: the rows are checked when the graph runs. */
-    for (size_t y = 0; y < height && !fc_capturing(h, ptds); y++)
+    for (size_t y = 0; y < height && !captured; y++)
         if (fc_mem_check((uintptr_t)dst + y * pitch, width * elem, FC_ACC_RW) != 0)
             return CUDA_ERROR_INVALID_VALUE;
-    fc_stream_t *s = fc_stream_resolve(h, ptds);
-    if (!s)
-        return CUDA_ERROR_INVALID_HANDLE;
     set_payload_t *p = malloc(sizeof *p);
     if (!p)
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -433,6 +666,34 @@ static CUresult set2d(const char *what, CUdeviceptr dst, size_t pitch, uint32_t 
     fc_op_ref(op, (uintptr_t)dst, (uintptr_t)dst + span);
     op->n_memsets = 1;
     op->clone = clone_set;
+    *out = op;
+    return CUDA_SUCCESS;
+}
+
+CUresult fc_memset_op(const CUDA_MEMSET_NODE_PARAMS *m, fc_op_t **out) {
+    *out = NULL;
+    if (!m || (m->elementSize != 1 && m->elementSize != 2 && m->elementSize != 4) ||
+        m->width == 0 || m->height == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (m->elementSize < 4 && m->value >> (8 * m->elementSize))
+        return CUDA_ERROR_INVALID_VALUE;
+    return set_op("memset node", m->dst, m->pitch, m->value, m->elementSize, m->width, m->height, 1,
+                  out);
+}
+
+static CUresult set2d(const char *what, CUdeviceptr dst, size_t pitch, uint32_t value,
+                      unsigned elem, size_t width, size_t height, CUstream h, int ptds) {
+    if (width == 0 || height == 0)
+        return CUDA_SUCCESS;
+    fc_stream_t *s = fc_stream_resolve(h, ptds);
+    fc_op_t *op;
+    CUresult r = set_op(what, dst, pitch, value, elem, width, height, fc_capturing(h, ptds), &op);
+    if (r != CUDA_SUCCESS || !op)
+        return r;
+    if (!s) {
+        fc_op_free(op);
+        return CUDA_ERROR_INVALID_HANDLE;
+    }
     return fc_submit(s, op, NULL);
 }
 
@@ -483,6 +744,9 @@ SET1_ASYNC(fc_set32_async_ptsz, "cuMemsetD32Async", cuMemsetD32Async_ptsz,
 SET2(fc_set2d8, "cuMemsetD2D8", cuMemsetD2D8_v2, PFN_cuMemsetD2D8_v3020, 1, unsigned char, 0);
 SET2(fc_set2d8_ptds, "cuMemsetD2D8", cuMemsetD2D8_v2_ptds, PFN_cuMemsetD2D8_v7000_ptds, 1,
      unsigned char, 1);
+SET2(fc_set2d16, "cuMemsetD2D16", cuMemsetD2D16_v2, PFN_cuMemsetD2D16_v3020, 2, unsigned short, 0);
+SET2(fc_set2d16_ptds, "cuMemsetD2D16", cuMemsetD2D16_v2_ptds, PFN_cuMemsetD2D16_v7000_ptds, 2,
+     unsigned short, 1);
 SET2(fc_set2d32, "cuMemsetD2D32", cuMemsetD2D32_v2, PFN_cuMemsetD2D32_v3020, 4, unsigned int, 0);
 SET2(fc_set2d32_ptds, "cuMemsetD2D32", cuMemsetD2D32_v2_ptds, PFN_cuMemsetD2D32_v7000_ptds, 4,
      unsigned int, 1);
@@ -498,6 +762,10 @@ SET2_ASYNC(fc_set2d8_async, "cuMemsetD2D8Async", cuMemsetD2D8Async, PFN_cuMemset
            unsigned char, 0);
 SET2_ASYNC(fc_set2d8_async_ptsz, "cuMemsetD2D8Async", cuMemsetD2D8Async_ptsz,
            PFN_cuMemsetD2D8Async_v7000_ptsz, 1, unsigned char, 1);
+SET2_ASYNC(fc_set2d16_async, "cuMemsetD2D16Async", cuMemsetD2D16Async, PFN_cuMemsetD2D16Async_v3020,
+           2, unsigned short, 0);
+SET2_ASYNC(fc_set2d16_async_ptsz, "cuMemsetD2D16Async", cuMemsetD2D16Async_ptsz,
+           PFN_cuMemsetD2D16Async_v7000_ptsz, 2, unsigned short, 1);
 SET2_ASYNC(fc_set2d32_async, "cuMemsetD2D32Async", cuMemsetD2D32Async, PFN_cuMemsetD2D32Async_v3020,
            4, unsigned int, 0);
 SET2_ASYNC(fc_set2d32_async_ptsz, "cuMemsetD2D32Async", cuMemsetD2D32Async_ptsz,

@@ -657,6 +657,10 @@ static CUresult fc_ctx_destroy(CUcontext c) {
 }
 FC_EXPORT(cuCtxDestroy_v2, PFN_cuCtxDestroy_v4000, fc_ctx_destroy);
 
+int fc_ctx_valid(CUcontext c) {
+    return c && c->magic == FC_MAGIC_CTX;
+}
+
 CUresult fc_require_ctx(void) {
     if (ctx_depth == 0 || ctx_stack[ctx_depth - 1] == NULL)
         return CUDA_ERROR_INVALID_CONTEXT;

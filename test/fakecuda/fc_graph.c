@@ -1,28 +1,39 @@
 /* SPDX-License-Identifier: MIT */
-/* fc_graph.c: simulated stream capture and CUDA graphs: cuStreamBeginCapture (both ABIs),
- * cuStreamEndCapture, cuStreamIsCapturing, cuGraphInstantiate (every ABI), cuGraphLaunch,
- * cuGraphExecDestroy and cuGraphDestroy, with their per-thread-stream variants.
+/* fc_graph.c: simulated CUDA graphs: stream capture (cuStreamBeginCapture, both ABIs, and
+ * cuStreamBeginCaptureToGraph; cuStreamEndCapture, cuStreamIsCapturing), the explicit graph API
+ * XLA builds its command buffers with (cuGraphCreate, kernel, memcpy (CUDA_MEMCPY3D), memset,
+ * child-graph and empty nodes, dependencies, cuGraphGetNodes, cuGraphNodeGetType), instantiation
+ * (every ABI), exec updates of kernel nodes (cuGraphExecKernelNodeSetParams, both ABIs),
+ * cuGraphLaunch, cuGraphExecDestroy and cuGraphDestroy, with their per-thread-stream variants.
  *
- * A graph is linear: the kernels, copies, sets and host functions captured from one stream, in
- * order (fc_submit adds them while the stream captures; they never run themselves). What a graph
- * of several branches would need (an event record or a wait on a capturing stream: fork and
- * join) is refused with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED and invalidates the capture, and
- * so is everything a capture cannot take on the driver either (fc_stream.c): a synchronous wait,
- * pageable memory, the legacy stream while a blocking stream captures, and, while a capture in
- * global mode is in progress, cuMemAlloc, cuMemFree and cuCtxSynchronize. Graph memory nodes
- * (cuMemAllocAsync/cuMemFreeAsync in a capture) are not simulated and refused the same way.
+ * A graph is a set of nodes with dependencies on earlier nodes. A node holds the op it runs (a
+ * template: fc_op_t.clone makes a runnable copy), or a child graph (its own deep copy, as
+ * cuGraphAddChildGraphNode makes), or nothing (an empty node). Capture appends the captured ops
+ * as a chain of nodes, to a new graph or (cuStreamBeginCaptureToGraph) to an existing one after
+ * the given dependencies. What a capture of several branches would need (an event record or a
+ * wait on a capturing stream: fork and join) is refused with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+ * and invalidates the capture, and so is everything a capture cannot take on the driver either
+ * (fc_stream.c): a synchronous wait, pageable memory, the legacy stream while a blocking stream
+ * captures, and, while a capture in global mode is in progress, cuMemAlloc, cuMemAllocPitch,
+ * cuMemFree and cuCtxSynchronize. Graph memory nodes (cuMemAllocAsync/cuMemFreeAsync in a
+ * capture) are not simulated and refused the same way.
  *
- * cuGraphLaunch queues on the launch stream, in order, a fresh copy of every captured op
- * (fc_op_t.clone), so a launched graph is ordinary work: its kernels and copies check their
- * memory when they run (memory unmapped since the capture faults with a sticky
- * CUDA_ERROR_ILLEGAL_ADDRESS, like any kernel), strict mode sees their references (a kernel's
- * are found again at launch), the timing model times them and the statistics count them. Each
- * launch of an executable graph runs after its previous launch, as on the driver. A graph
- * launched into a capturing stream is captured as its ops (the child graph, flattened).
+ * Instantiation orders the nodes topologically (among nodes ready together, the one created
+ * first), flattens child graphs in place, and gives the executable graph its own copy of every
+ * op: later changes to the graph do not reach it, cuGraphExecKernelNodeSetParams changes only it
+ * (a kernel node of the graph it came from, not inside a child graph). A dependency cycle fails
+ * instantiation with CUDA_ERROR_INVALID_VALUE. cuGraphLaunch queues on the launch stream, in that
+ * order, a fresh copy of every op, so a launched graph is ordinary work: its kernels and copies
+ * check their memory when they run (memory unmapped since the graph was built faults with a
+ * sticky CUDA_ERROR_ILLEGAL_ADDRESS), strict mode sees their references (a kernel's are found
+ * again at launch), the timing model times them and the statistics count them. Running the
+ * nodes one after another is one of the orders the dependencies allow. Each launch of an
+ * executable graph runs after its previous launch, as on the driver. A graph launched into a
+ * capturing stream is captured as its ops (the child graph, flattened).
  *
- * Locking: capture state is guarded by g_fc.lock; a graph and its executable graphs share one
- * immutable op list, reference counted under g_fc.lock; an executable graph's mutex orders its
- * launches. */
+ * Locking: capture state is guarded by g_fc.lock; graphs are not thread-safe (as on the driver:
+ * the caller serialises calls on one graph); an executable graph's mutex orders its launches and
+ * updates. */
 #include "fc_internal.h"
 
 #include <stdlib.h>
@@ -31,18 +42,37 @@
 #define FC_MAGIC_GRAPH 0x47524150u
 #define FC_MAGIC_GEXEC 0x47455845u
 
+#define FC_MAGIC_GNODE 0x474e4f44u
+
+struct CUgraphNode_st {
+    uint32_t magic;
+    struct CUgraph_st *g;
+    CUgraphNodeType type;
+    fc_op_t *op;              /* the template it runs, NULL for child and empty nodes */
+    struct CUgraph_st *child; /* CU_GRAPH_NODE_TYPE_GRAPH: its own copy of the child graph */
+    struct CUgraphNode_st **deps;
+    size_t ndeps;
+    size_t idx; /* position in g->nodes (creation order) */
+};
+
 struct CUgraph_st {
     uint32_t magic;
-    fc_oplist_t *list;
+    struct CUgraphNode_st **nodes;
+    size_t n, cap;
 };
 
 struct CUgraphExec_st {
     uint32_t magic;
-    fc_oplist_t *list;
+    fc_op_t **ops;                  /* templates, in launch order */
+    struct CUgraphNode_st **origin; /* the kernel node each op came from (NULL inside a child) */
+    size_t n;
     pthread_mutex_t lock;
     fc_stream_t *last_s; /* where its previous launch's last op was queued */
     uint64_t last_seq;
 };
+
+typedef struct CUgraphNode_st fc_node_t;
+typedef struct CUgraph_st fc_graph_t;
 
 static uint64_t capture_ids; /* guarded by g_fc.lock */
 
@@ -53,12 +83,6 @@ static fc_oplist_t *oplist_new(void) {
     if (l)
         l->refs = 1;
     return l;
-}
-
-static void oplist_get(fc_oplist_t *l) {
-    pthread_mutex_lock(&g_fc.lock);
-    l->refs++;
-    pthread_mutex_unlock(&g_fc.lock);
 }
 
 void fc_oplist_put(fc_oplist_t *l) {
@@ -96,6 +120,342 @@ static fc_op_t *op_clone(const fc_op_t *t) {
     return op;
 }
 
+/* ---- graphs and nodes ------------------------------------------------------------------------ */
+
+static fc_graph_t *graph_of(CUgraph g) {
+    return (g && g->magic == FC_MAGIC_GRAPH) ? g : NULL;
+}
+
+static struct CUgraphExec_st *exec_of(CUgraphExec e) {
+    return (e && e->magic == FC_MAGIC_GEXEC) ? e : NULL;
+}
+
+static fc_node_t *node_of(CUgraphNode n) {
+    return (n && n->magic == FC_MAGIC_GNODE) ? n : NULL;
+}
+
+static fc_graph_t *graph_new(void) {
+    fc_graph_t *g = calloc(1, sizeof *g);
+    if (!g)
+        return NULL;
+    g->magic = FC_MAGIC_GRAPH;
+    FC_STAT(graphs_live, 1);
+    return g;
+}
+
+static void graph_free(fc_graph_t *g);
+
+static void node_free(fc_node_t *n) {
+    if (n->op)
+        fc_op_free(n->op);
+    if (n->child)
+        graph_free(n->child);
+    free(n->deps);
+    n->magic = 0;
+    free(n);
+}
+
+static void graph_free(fc_graph_t *g) {
+    for (size_t i = 0; i < g->n; i++)
+        node_free(g->nodes[i]);
+    free(g->nodes);
+    g->magic = 0;
+    free(g);
+    FC_STAT(graphs_live, -1);
+}
+
+/* Checks a dependency list for a new node of g: each a node of g, none twice. */
+static CUresult check_deps(fc_graph_t *g, const CUgraphNode *deps, size_t n) {
+    if (n && !deps)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < n; i++) {
+        fc_node_t *d = node_of(deps[i]);
+        if (!d || d->g != g)
+            return CUDA_ERROR_INVALID_VALUE;
+        for (size_t j = 0; j < i; j++)
+            if (deps[j] == deps[i])
+                return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* Adds a node to g after the (checked) dependencies; takes ownership of op and child, also on
+ * failure. Returns the node or NULL (out of memory). */
+static fc_node_t *node_add(fc_graph_t *g, CUgraphNodeType type, fc_op_t *op, fc_graph_t *child,
+                           const CUgraphNode *deps, size_t ndeps) {
+    fc_node_t *n = calloc(1, sizeof *n);
+    fc_node_t **d = n && ndeps ? malloc(ndeps * sizeof *d) : NULL;
+    if (g->n == g->cap && n && (d || !ndeps)) {
+        size_t nc = g->cap ? g->cap * 2 : 16;
+        fc_node_t **nn = realloc(g->nodes, nc * sizeof *nn);
+        if (nn) {
+            g->nodes = nn;
+            g->cap = nc;
+        }
+    }
+    if (!n || (ndeps && !d) || g->n == g->cap) {
+        free(n);
+        free(d);
+        if (op)
+            fc_op_free(op);
+        if (child)
+            graph_free(child);
+        return NULL;
+    }
+    n->magic = FC_MAGIC_GNODE;
+    n->g = g;
+    n->type = type;
+    n->op = op;
+    n->child = child;
+    if (ndeps)
+        memcpy(d, deps, ndeps * sizeof *d);
+    n->deps = d;
+    n->ndeps = ndeps;
+    n->idx = g->n;
+    g->nodes[g->n++] = n;
+    return n;
+}
+
+/* A node's type for a captured op, by what it does. */
+static CUgraphNodeType op_type(const fc_op_t *op) {
+    return op->n_kernels   ? CU_GRAPH_NODE_TYPE_KERNEL
+           : op->n_memcpys ? CU_GRAPH_NODE_TYPE_MEMCPY
+           : op->n_memsets ? CU_GRAPH_NODE_TYPE_MEMSET
+                           : CU_GRAPH_NODE_TYPE_HOST;
+}
+
+/* A deep copy of g (each op a fresh template), for a child-graph node. NULL when out of memory. */
+static fc_graph_t *graph_clone(const fc_graph_t *g) {
+    fc_graph_t *c = graph_new();
+    if (!c)
+        return NULL;
+    for (size_t i = 0; i < g->n; i++) {
+        const fc_node_t *s = g->nodes[i];
+        fc_op_t *op = s->op ? op_clone(s->op) : NULL;
+        fc_graph_t *child = s->child ? graph_clone(s->child) : NULL;
+        fc_node_t **deps = s->ndeps ? malloc(s->ndeps * sizeof *deps) : NULL;
+        if ((s->op && !op) || (s->child && !child) || (s->ndeps && !deps)) {
+            if (op)
+                fc_op_free(op);
+            if (child)
+                graph_free(child);
+            free(deps);
+            graph_free(c);
+            return NULL;
+        }
+        for (size_t k = 0; k < s->ndeps; k++)
+            deps[k] = c->nodes[s->deps[k]->idx];
+        fc_node_t *n = node_add(c, s->type, op, child, deps, s->ndeps);
+        free(deps);
+        if (!n) {
+            graph_free(c);
+            return NULL;
+        }
+    }
+    return c;
+}
+
+static CUresult fc_graph_create(CUgraph *out, unsigned int flags) {
+    FC_ENTER("cuGraphCreate");
+    if (!out || flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    fc_graph_t *g = graph_new();
+    if (!g)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *out = g;
+    return CUDA_SUCCESS;
+}
+FC_EXPORT(cuGraphCreate, PFN_cuGraphCreate_v10000, fc_graph_create);
+
+/* The common part of every cuGraphAdd*Node: checks, then adds the node (taking op and child). */
+static CUresult add_node(CUgraphNode *out, CUgraph hg, const CUgraphNode *deps, size_t ndeps,
+                         CUgraphNodeType type, fc_op_t *op, fc_graph_t *child) {
+    fc_graph_t *g = graph_of(hg);
+    CUresult r = !out || !g ? CUDA_ERROR_INVALID_VALUE : check_deps(g, deps, ndeps);
+    if (r != CUDA_SUCCESS) {
+        if (op)
+            fc_op_free(op);
+        if (child)
+            graph_free(child);
+        return r;
+    }
+    fc_node_t *n = node_add(g, type, op, child, deps, ndeps);
+    if (!n)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *out = n;
+    return CUDA_SUCCESS;
+}
+
+static CUresult kernel_op(const CUDA_KERNEL_NODE_PARAMS *p, fc_op_t **op) {
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUfunction f = p->func ? p->func : (CUfunction)(void *)p->kern;
+    if (!f)
+        return CUDA_ERROR_INVALID_VALUE;
+    const unsigned grid[3] = {p->gridDimX, p->gridDimY, p->gridDimZ};
+    const unsigned block[3] = {p->blockDimX, p->blockDimY, p->blockDimZ};
+    return fc_launch_op(f, grid, block, p->sharedMemBytes, p->kernelParams, p->extra, op);
+}
+
+/* The CUDA 10 layout is the CUDA 12 one without its last two fields (kern, ctx). */
+static CUDA_KERNEL_NODE_PARAMS from_v1(const CUDA_KERNEL_NODE_PARAMS_v1 *p) {
+    CUDA_KERNEL_NODE_PARAMS q = {0};
+    if (p)
+        memcpy(&q, p, sizeof *p);
+    return q;
+}
+
+static CUresult add_kernel(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t n,
+                           const CUDA_KERNEL_NODE_PARAMS *p) {
+    if (!graph_of(g) || !out)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = check_deps(g, deps, n);
+    fc_op_t *op = NULL;
+    if (r == CUDA_SUCCESS)
+        r = kernel_op(p, &op);
+    if (r != CUDA_SUCCESS)
+        return r;
+    return add_node(out, g, deps, n, CU_GRAPH_NODE_TYPE_KERNEL, op, NULL);
+}
+
+static CUresult fc_add_kernel_v1(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t n,
+                                 const CUDA_KERNEL_NODE_PARAMS_v1 *p) {
+    FC_ENTER("cuGraphAddKernelNode");
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUDA_KERNEL_NODE_PARAMS q = from_v1(p);
+    return add_kernel(out, g, deps, n, &q);
+}
+FC_EXPORT(cuGraphAddKernelNode, PFN_cuGraphAddKernelNode_v10000, fc_add_kernel_v1);
+
+static CUresult fc_add_kernel(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t n,
+                              const CUDA_KERNEL_NODE_PARAMS *p) {
+    FC_ENTER("cuGraphAddKernelNode");
+    return add_kernel(out, g, deps, n, p);
+}
+FC_EXPORT(cuGraphAddKernelNode_v2, PFN_cuGraphAddKernelNode_v12000, fc_add_kernel);
+
+static CUresult fc_add_memcpy(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t n,
+                              const CUDA_MEMCPY3D *c, CUcontext ctx) {
+    FC_ENTER("cuGraphAddMemcpyNode");
+    if (!graph_of(g) || !out)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!fc_ctx_valid(ctx))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    CUresult r = check_deps(g, deps, n);
+    fc_op_t *op = NULL;
+    if (r == CUDA_SUCCESS)
+        r = fc_copy3d_op(c, &op);
+    if (r != CUDA_SUCCESS)
+        return r;
+    return add_node(out, g, deps, n, CU_GRAPH_NODE_TYPE_MEMCPY, op, NULL);
+}
+FC_EXPORT(cuGraphAddMemcpyNode, PFN_cuGraphAddMemcpyNode_v10000, fc_add_memcpy);
+
+static CUresult fc_add_memset(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t n,
+                              const CUDA_MEMSET_NODE_PARAMS *m, CUcontext ctx) {
+    FC_ENTER("cuGraphAddMemsetNode");
+    if (!graph_of(g) || !out)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!fc_ctx_valid(ctx))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    CUresult r = check_deps(g, deps, n);
+    fc_op_t *op = NULL;
+    if (r == CUDA_SUCCESS)
+        r = fc_memset_op(m, &op);
+    if (r != CUDA_SUCCESS)
+        return r;
+    return add_node(out, g, deps, n, CU_GRAPH_NODE_TYPE_MEMSET, op, NULL);
+}
+FC_EXPORT(cuGraphAddMemsetNode, PFN_cuGraphAddMemsetNode_v10000, fc_add_memset);
+
+static CUresult fc_add_child(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t n,
+                             CUgraph child) {
+    FC_ENTER("cuGraphAddChildGraphNode");
+    fc_graph_t *c = graph_of(child);
+    if (!graph_of(g) || !out || !c || c == g)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = check_deps(g, deps, n);
+    if (r != CUDA_SUCCESS)
+        return r;
+    fc_graph_t *copy = graph_clone(c);
+    if (!copy)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    return add_node(out, g, deps, n, CU_GRAPH_NODE_TYPE_GRAPH, NULL, copy);
+}
+FC_EXPORT(cuGraphAddChildGraphNode, PFN_cuGraphAddChildGraphNode_v10000, fc_add_child);
+
+static CUresult fc_add_empty(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t n) {
+    FC_ENTER("cuGraphAddEmptyNode");
+    return add_node(out, g, deps, n, CU_GRAPH_NODE_TYPE_EMPTY, NULL, NULL);
+}
+FC_EXPORT(cuGraphAddEmptyNode, PFN_cuGraphAddEmptyNode_v10000, fc_add_empty);
+
+/* Adds edges from[i] -> to[i]: both nodes of g, the edge new; edge data, when given, must be
+ * the default edge (full completion). A cycle is found at instantiation. */
+static CUresult add_deps(CUgraph hg, const CUgraphNode *from, const CUgraphNode *to,
+                         const CUgraphEdgeData *edges, size_t n) {
+    fc_graph_t *g = graph_of(hg);
+    if (!g || (n && (!from || !to)))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < n; i++) {
+        fc_node_t *a = node_of(from[i]), *b = node_of(to[i]);
+        if (!a || !b || a->g != g || b->g != g || a == b)
+            return CUDA_ERROR_INVALID_VALUE;
+        if (edges && (edges[i].from_port || edges[i].to_port || edges[i].type))
+            return CUDA_ERROR_INVALID_VALUE;
+        for (size_t k = 0; k < b->ndeps; k++)
+            if (b->deps[k] == a)
+                return CUDA_ERROR_INVALID_VALUE;
+    }
+    for (size_t i = 0; i < n; i++) {
+        fc_node_t *b = to[i];
+        fc_node_t **d = realloc(b->deps, (b->ndeps + 1) * sizeof *d);
+        if (!d)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        d[b->ndeps++] = from[i];
+        b->deps = d;
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_add_deps(CUgraph hg, const CUgraphNode *from, const CUgraphNode *to, size_t n) {
+    FC_ENTER("cuGraphAddDependencies");
+    return add_deps(hg, from, to, NULL, n);
+}
+FC_EXPORT(cuGraphAddDependencies, PFN_cuGraphAddDependencies_v10000, fc_add_deps);
+
+static CUresult fc_add_deps_v2(CUgraph hg, const CUgraphNode *from, const CUgraphNode *to,
+                               const CUgraphEdgeData *edges, size_t n) {
+    FC_ENTER("cuGraphAddDependencies");
+    return add_deps(hg, from, to, edges, n);
+}
+FC_EXPORT(cuGraphAddDependencies_v2, PFN_cuGraphAddDependencies_v12030, fc_add_deps_v2);
+
+static CUresult fc_graph_nodes(CUgraph hg, CUgraphNode *nodes, size_t *count) {
+    FC_ENTER("cuGraphGetNodes");
+    fc_graph_t *g = graph_of(hg);
+    if (!g || !count)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (nodes)
+        for (size_t i = 0; i < g->n && i < *count; i++)
+            nodes[i] = g->nodes[i];
+    if (!nodes || *count > g->n)
+        *count = g->n;
+    return CUDA_SUCCESS;
+}
+FC_EXPORT(cuGraphGetNodes, PFN_cuGraphGetNodes_v10000, fc_graph_nodes);
+
+static CUresult fc_node_type(CUgraphNode hn, CUgraphNodeType *type) {
+    FC_ENTER("cuGraphNodeGetType");
+    fc_node_t *n = node_of(hn);
+    if (!n || !type)
+        return CUDA_ERROR_INVALID_VALUE;
+    *type = n->type;
+    return CUDA_SUCCESS;
+}
+FC_EXPORT(cuGraphNodeGetType, PFN_cuGraphNodeGetType_v10000, fc_node_type);
+
 /* ---- capture --------------------------------------------------------------------------------- */
 
 void fc_capture_invalidate(fc_stream_t *s, const char *why) {
@@ -111,7 +471,10 @@ static int is_legacy(CUstream h, int ptds) {
     return h == CU_STREAM_LEGACY || (h == NULL && !ptds);
 }
 
-static CUresult begin_capture(CUstream h, int ptds, CUstreamCaptureMode mode) {
+/* Begins a capture on the stream of h: into a new graph (target NULL), or appended to target
+ * after the nodes deps[0..ndeps) (checked by the caller). */
+static CUresult begin_capture(CUstream h, int ptds, CUstreamCaptureMode mode, fc_graph_t *target,
+                              const CUgraphNode *deps, size_t ndeps) {
     if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
         mode != CU_STREAM_CAPTURE_MODE_RELAXED)
         return CUDA_ERROR_INVALID_VALUE;
@@ -122,16 +485,24 @@ static CUresult begin_capture(CUstream h, int ptds, CUstreamCaptureMode mode) {
         return CUDA_ERROR_INVALID_HANDLE;
     fc_capture_t *c = calloc(1, sizeof *c);
     fc_oplist_t *l = c ? oplist_new() : NULL;
-    if (!l) {
+    fc_node_t **d = l && ndeps ? malloc(ndeps * sizeof *d) : NULL;
+    if (!l || (ndeps && !d)) {
+        free(l);
         free(c);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    if (ndeps)
+        memcpy(d, deps, ndeps * sizeof *d);
     c->mode = mode;
     c->thread = pthread_self();
     c->list = l;
+    c->target = target;
+    c->target_deps = d;
+    c->ntarget_deps = ndeps;
     pthread_mutex_lock(&g_fc.lock);
     if (s->capture) {
         pthread_mutex_unlock(&g_fc.lock);
+        free(d);
         free(l);
         free(c);
         return CUDA_ERROR_ILLEGAL_STATE;
@@ -143,6 +514,8 @@ static CUresult begin_capture(CUstream h, int ptds, CUstreamCaptureMode mode) {
     return CUDA_SUCCESS;
 }
 
+/* Ends the capture: its ops become a chain of nodes (the first after the capture's dependencies)
+ * of a new graph, or of the graph cuStreamBeginCaptureToGraph named. */
 static CUresult end_capture(CUstream h, int ptds, CUgraph *out) {
     if (!out)
         return CUDA_ERROR_INVALID_VALUE;
@@ -166,20 +539,36 @@ static CUresult end_capture(CUstream h, int ptds, CUgraph *out) {
     pthread_mutex_unlock(&g_fc.lock);
     *out = NULL;
     fc_oplist_t *l = c->list;
-    int invalidated = c->invalidated;
+    fc_graph_t *target = c->target, *g = NULL;
+    fc_node_t **deps = c->target_deps;
+    size_t ndeps = c->ntarget_deps;
+    CUresult r = CUDA_SUCCESS;
+    if (c->invalidated)
+        r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    else if (!(g = target ? target : graph_new()))
+        r = CUDA_ERROR_OUT_OF_MEMORY;
     free(c);
-    if (invalidated) {
-        fc_oplist_put(l);
-        return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+    fc_node_t *last = NULL;
+    size_t nops = l->n;
+    for (size_t i = 0; r == CUDA_SUCCESS && i < nops; i++) {
+        fc_op_t *op = l->ops[i];
+        l->ops[i] = NULL; /* the node owns it now (node_add frees it on failure) */
+        last = i == 0 ? node_add(g, op_type(op), op, NULL, deps, ndeps)
+                      : node_add(g, op_type(op), op, NULL, &last, 1);
+        if (!last)
+            r = CUDA_ERROR_OUT_OF_MEMORY;
     }
-    struct CUgraph_st *g = calloc(1, sizeof *g);
-    if (!g) {
-        fc_oplist_put(l);
-        return CUDA_ERROR_OUT_OF_MEMORY;
+    free(deps);
+    for (size_t i = 0; i < nops; i++)
+        if (l->ops[i])
+            fc_op_free(l->ops[i]); /* not turned into nodes: invalidated, or after a failure */
+    l->n = 0;
+    fc_oplist_put(l);
+    if (r != CUDA_SUCCESS) {
+        if (g && !target)
+            graph_free(g);
+        return r;
     }
-    g->magic = FC_MAGIC_GRAPH;
-    g->list = l;
-    FC_STAT(graphs_live, 1);
     *out = g;
     return CUDA_SUCCESS;
 }
@@ -214,26 +603,26 @@ static CUresult is_capturing(CUstream h, int ptds, CUstreamCaptureStatus *st) {
 
 static CUresult fc_begin_capture_v1(CUstream h) {
     FC_ENTER("cuStreamBeginCapture");
-    return begin_capture(h, 0, CU_STREAM_CAPTURE_MODE_GLOBAL);
+    return begin_capture(h, 0, CU_STREAM_CAPTURE_MODE_GLOBAL, NULL, NULL, 0);
 }
 FC_EXPORT(cuStreamBeginCapture, PFN_cuStreamBeginCapture_v10000, fc_begin_capture_v1);
 
 static CUresult fc_begin_capture_v1_ptsz(CUstream h) {
     FC_ENTER("cuStreamBeginCapture");
-    return begin_capture(h, 1, CU_STREAM_CAPTURE_MODE_GLOBAL);
+    return begin_capture(h, 1, CU_STREAM_CAPTURE_MODE_GLOBAL, NULL, NULL, 0);
 }
 FC_EXPORT(cuStreamBeginCapture_ptsz, PFN_cuStreamBeginCapture_v10000_ptsz,
           fc_begin_capture_v1_ptsz);
 
 static CUresult fc_begin_capture(CUstream h, CUstreamCaptureMode mode) {
     FC_ENTER("cuStreamBeginCapture");
-    return begin_capture(h, 0, mode);
+    return begin_capture(h, 0, mode, NULL, NULL, 0);
 }
 FC_EXPORT(cuStreamBeginCapture_v2, PFN_cuStreamBeginCapture_v10010, fc_begin_capture);
 
 static CUresult fc_begin_capture_ptsz(CUstream h, CUstreamCaptureMode mode) {
     FC_ENTER("cuStreamBeginCapture");
-    return begin_capture(h, 1, mode);
+    return begin_capture(h, 1, mode, NULL, NULL, 0);
 }
 FC_EXPORT(cuStreamBeginCapture_v2_ptsz, PFN_cuStreamBeginCapture_v10010_ptsz,
           fc_begin_capture_ptsz);
@@ -264,15 +653,70 @@ FC_EXPORT(cuStreamIsCapturing_ptsz, PFN_cuStreamIsCapturing_v10000_ptsz, fc_is_c
 
 /* ---- instantiation --------------------------------------------------------------------------- */
 
-static struct CUgraph_st *graph_of(CUgraph g) {
-    return (g && g->magic == FC_MAGIC_GRAPH) ? g : NULL;
-}
-
-static struct CUgraphExec_st *exec_of(CUgraphExec e) {
-    return (e && e->magic == FC_MAGIC_GEXEC) ? e : NULL;
-}
-
 /* Flags a linear graph of kernels, copies and sets can honour (device launch it cannot). */
+#define INSTANTIATE_FLAGS                                                                          \
+    ((unsigned long long)(CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH |                        \
+                          CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY))
+
+/* Appends a template copy of each op of g to e, in a topological order (among ready nodes the
+ * one created first), child graphs flattened in place. `top`: g is the instantiated graph, whose
+ * kernel nodes exec updates may name. Returns CUDA_SUCCESS, CUDA_ERROR_INVALID_VALUE (a cycle) or
+ * CUDA_ERROR_OUT_OF_MEMORY. */
+static CUresult flatten(struct CUgraphExec_st *e, const fc_graph_t *g, int top) {
+    unsigned char *done = calloc(g->n ? g->n : 1, 1);
+    if (!done)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = CUDA_SUCCESS;
+    for (size_t emitted = 0; emitted < g->n && r == CUDA_SUCCESS; emitted++) {
+        const fc_node_t *next = NULL;
+        for (size_t i = 0; i < g->n && !next; i++) {
+            const fc_node_t *n = g->nodes[i];
+            int ready = !done[i];
+            for (size_t k = 0; k < n->ndeps && ready; k++)
+                ready = done[n->deps[k]->idx];
+            if (ready)
+                next = n;
+        }
+        if (!next) {
+            r = CUDA_ERROR_INVALID_VALUE; /* a dependency cycle */
+            break;
+        }
+        done[next->idx] = 1;
+        if (next->child) {
+            r = flatten(e, next->child, 0);
+        } else if (next->op) {
+            fc_op_t **ops = realloc(e->ops, (e->n + 1) * sizeof *ops);
+            if (ops)
+                e->ops = ops;
+            fc_node_t **origin = ops ? realloc(e->origin, (e->n + 1) * sizeof *origin) : NULL;
+            if (origin)
+                e->origin = origin;
+            fc_op_t *op = origin ? op_clone(next->op) : NULL;
+            if (!op) {
+                r = CUDA_ERROR_OUT_OF_MEMORY;
+                break;
+            }
+            e->ops[e->n] = op;
+            e->origin[e->n] =
+                top && next->type == CU_GRAPH_NODE_TYPE_KERNEL ? (fc_node_t *)next : NULL;
+            e->n++;
+        }
+    }
+    free(done);
+    return r;
+}
+
+static void exec_free(struct CUgraphExec_st *e) {
+    for (size_t i = 0; i < e->n; i++)
+        fc_op_free(e->ops[i]);
+    free(e->ops);
+    free(e->origin);
+    pthread_mutex_destroy(&e->lock);
+    e->magic = 0;
+    free(e);
+}
+
+/* Flags a graph of kernels, copies and sets can honour (device launch it cannot). */
 #define INSTANTIATE_FLAGS                                                                          \
     ((unsigned long long)(CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH |                        \
                           CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY))
@@ -280,7 +724,7 @@ static struct CUgraphExec_st *exec_of(CUgraphExec e) {
 static CUresult instantiate(CUgraphExec *out, CUgraph hg, unsigned long long flags) {
     if (!out)
         return CUDA_ERROR_INVALID_VALUE;
-    struct CUgraph_st *g = graph_of(hg);
+    fc_graph_t *g = graph_of(hg);
     if (!g || (flags & ~INSTANTIATE_FLAGS))
         return CUDA_ERROR_INVALID_VALUE;
     struct CUgraphExec_st *e = calloc(1, sizeof *e);
@@ -288,8 +732,11 @@ static CUresult instantiate(CUgraphExec *out, CUgraph hg, unsigned long long fla
         return CUDA_ERROR_OUT_OF_MEMORY;
     e->magic = FC_MAGIC_GEXEC;
     pthread_mutex_init(&e->lock, NULL);
-    oplist_get(g->list);
-    e->list = g->list;
+    CUresult r = flatten(e, g, 1);
+    if (r != CUDA_SUCCESS) {
+        exec_free(e);
+        return r;
+    }
     FC_STAT(graph_execs_live, 1);
     *out = e;
     return CUDA_SUCCESS;
@@ -366,6 +813,9 @@ FC_EXPORT(cuGraphInstantiateWithParams_ptsz, PFN_cuGraphInstantiateWithParams_v1
 /* Queues a copy of each captured op on s, in order, after the exec's previous launch. An op that
  * cannot be queued stops the launch there (the ops before it stay queued, as a partial launch
  * would on a device that ran out of memory mid-way). */
+/* Queues a copy of each op on s, in order, after the exec's previous launch. An op that cannot be
+ * queued stops the launch there (the ops before it stay queued, as a partial launch would on a
+ * device that ran out of memory mid-way). */
 static CUresult launch(CUgraphExec he, CUstream h, int ptds) {
     struct CUgraphExec_st *e = exec_of(he);
     if (!e)
@@ -377,8 +827,8 @@ static CUresult launch(CUgraphExec he, CUstream h, int ptds) {
     CUresult r = CUDA_SUCCESS;
     uint64_t seq = 0;
     int queued = 0;
-    for (size_t i = 0; i < e->list->n && r == CUDA_SUCCESS; i++) {
-        fc_op_t *op = op_clone(e->list->ops[i]);
+    for (size_t i = 0; i < e->n && r == CUDA_SUCCESS; i++) {
+        fc_op_t *op = op_clone(e->ops[i]);
         if (!op) {
             r = CUDA_ERROR_OUT_OF_MEMORY;
             break;
@@ -400,6 +850,83 @@ static CUresult launch(CUgraphExec he, CUstream h, int ptds) {
     return r;
 }
 
+/* Replaces the parameters of kernel node hn in the executable graph only (launches already queued
+ * keep theirs). hn must be a kernel node of the graph e was instantiated from, not one inside a
+ * child graph: CUDA_ERROR_INVALID_VALUE otherwise. The node's pointer is only compared, never
+ * read (the graph may be gone). */
+static CUresult exec_kernel_set(CUgraphExec he, CUgraphNode hn, const CUDA_KERNEL_NODE_PARAMS *p) {
+    struct CUgraphExec_st *e = exec_of(he);
+    if (!e || !hn || !p)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t i = 0;
+    while (i < e->n && e->origin[i] != hn)
+        i++;
+    if (i == e->n)
+        return CUDA_ERROR_INVALID_VALUE;
+    fc_op_t *op;
+    CUresult r = kernel_op(p, &op);
+    if (r != CUDA_SUCCESS)
+        return r;
+    pthread_mutex_lock(&e->lock);
+    fc_op_t *old = e->ops[i];
+    e->ops[i] = op;
+    pthread_mutex_unlock(&e->lock);
+    fc_op_free(old);
+    return CUDA_SUCCESS;
+}
+
+static CUresult fc_exec_kernel_set_v1(CUgraphExec e, CUgraphNode n,
+                                      const CUDA_KERNEL_NODE_PARAMS_v1 *p) {
+    FC_ENTER("cuGraphExecKernelNodeSetParams");
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUDA_KERNEL_NODE_PARAMS q = from_v1(p);
+    return exec_kernel_set(e, n, &q);
+}
+FC_EXPORT(cuGraphExecKernelNodeSetParams, PFN_cuGraphExecKernelNodeSetParams_v10010,
+          fc_exec_kernel_set_v1);
+
+static CUresult fc_exec_kernel_set(CUgraphExec e, CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS *p) {
+    FC_ENTER("cuGraphExecKernelNodeSetParams");
+    return exec_kernel_set(e, n, p);
+}
+FC_EXPORT(cuGraphExecKernelNodeSetParams_v2, PFN_cuGraphExecKernelNodeSetParams_v12000,
+          fc_exec_kernel_set);
+
+/* cuStreamBeginCaptureToGraph: the captured work is appended to hg after the dependencies (edge
+ * data, when given, must be the default edge: full completion). */
+static CUresult begin_capture_to(CUstream h, CUgraph hg, const CUgraphNode *deps,
+                                 const CUgraphEdgeData *edges, size_t ndeps,
+                                 CUstreamCaptureMode mode, int ptds) {
+    fc_graph_t *g = graph_of(hg);
+    if (!g)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = check_deps(g, deps, ndeps);
+    if (r != CUDA_SUCCESS)
+        return r;
+    for (size_t i = 0; edges && i < ndeps; i++)
+        if (edges[i].from_port || edges[i].to_port || edges[i].type)
+            return CUDA_ERROR_INVALID_VALUE;
+    return begin_capture(h, ptds, mode, g, deps, ndeps);
+}
+
+static CUresult fc_begin_capture_to(CUstream h, CUgraph g, const CUgraphNode *deps,
+                                    const CUgraphEdgeData *edges, size_t n,
+                                    CUstreamCaptureMode mode) {
+    FC_ENTER("cuStreamBeginCaptureToGraph");
+    return begin_capture_to(h, g, deps, edges, n, mode, 0);
+}
+FC_EXPORT(cuStreamBeginCaptureToGraph, PFN_cuStreamBeginCaptureToGraph_v12030, fc_begin_capture_to);
+
+static CUresult fc_begin_capture_to_ptsz(CUstream h, CUgraph g, const CUgraphNode *deps,
+                                         const CUgraphEdgeData *edges, size_t n,
+                                         CUstreamCaptureMode mode) {
+    FC_ENTER("cuStreamBeginCaptureToGraph");
+    return begin_capture_to(h, g, deps, edges, n, mode, 1);
+}
+FC_EXPORT(cuStreamBeginCaptureToGraph_ptsz, PFN_cuStreamBeginCaptureToGraph_v12030_ptsz,
+          fc_begin_capture_to_ptsz);
+
 static CUresult fc_graph_launch(CUgraphExec e, CUstream h) {
     FC_ENTER("cuGraphLaunch");
     return launch(e, h, 0);
@@ -418,10 +945,7 @@ static CUresult fc_exec_destroy(CUgraphExec he) {
     struct CUgraphExec_st *e = exec_of(he);
     if (!e)
         return CUDA_ERROR_INVALID_VALUE;
-    e->magic = 0;
-    fc_oplist_put(e->list);
-    pthread_mutex_destroy(&e->lock);
-    free(e);
+    exec_free(e);
     FC_STAT(graph_execs_live, -1);
     return CUDA_SUCCESS;
 }
@@ -429,13 +953,10 @@ FC_EXPORT(cuGraphExecDestroy, PFN_cuGraphExecDestroy_v10000, fc_exec_destroy);
 
 static CUresult fc_graph_destroy(CUgraph hg) {
     FC_ENTER_("cuGraphDestroy", 1, 0);
-    struct CUgraph_st *g = graph_of(hg);
+    fc_graph_t *g = graph_of(hg);
     if (!g)
         return CUDA_ERROR_INVALID_VALUE;
-    g->magic = 0;
-    fc_oplist_put(g->list);
-    free(g);
-    FC_STAT(graphs_live, -1);
+    graph_free(g);
     return CUDA_SUCCESS;
 }
 FC_EXPORT(cuGraphDestroy, PFN_cuGraphDestroy_v10000, fc_graph_destroy);

@@ -138,6 +138,11 @@ typedef struct fc_capture {
     uint64_t id;
     int invalidated; /* a rule of stream capture was broken: cuStreamEndCapture fails */
     fc_oplist_t *list;
+    /* cuStreamBeginCaptureToGraph: the graph the ops are added to, and the nodes the first of
+     * them depends on (owned); NULL for a capture into a new graph. */
+    struct CUgraph_st *target;
+    struct CUgraphNode_st **target_deps;
+    size_t ntarget_deps;
 } fc_capture_t;
 
 struct CUstream_st {
@@ -171,6 +176,7 @@ struct CUevent_st {
 #define FC_MAGIC_FUNC   0x46554e43u
 #define FC_MAGIC_MODULE 0x4d4f444cu
 #define FC_MAGIC_CTX    0x43545854u
+#define FC_MAGIC_KERNEL 0x4b45524eu
 
 /* ---- global state --------------------------------------------------------------------------- */
 typedef struct fc_global {
@@ -210,6 +216,8 @@ FC_HIDDEN void fc_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2
 FC_HIDDEN void fc_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 FC_HIDDEN uint64_t fc_now_ns(void);
 FC_HIDDEN CUresult fc_require_ctx(void);
+/* Is c a live context (of the one simulated device)? */
+FC_HIDDEN int fc_ctx_valid(CUcontext c);
 FC_HIDDEN void fc_set_sticky(CUresult e);
 FC_HIDDEN void fc_stat_add(size_t offset, int64_t delta);
 #define FC_STAT(field, delta) fc_stat_add(offsetof(fakecuda_stats_t, field), (int64_t)(delta))
@@ -300,9 +308,24 @@ FC_HIDDEN int fc_strict_check(uintptr_t lo, uintptr_t hi, const char *what);
 FC_HIDDEN void fc_streams_shutdown(void);
 FC_HIDDEN int fc_stream_valid(CUstream h);
 
+/* ---- fc_copy.c --------------------------------------------------------------------------------
+ */
+/* Builds, without issuing, the op of a CUDA_MEMCPY3D for a graph's memcpy node (its device
+ * ranges are checked when the graph runs; pageable host memory is refused). *out is NULL for an
+ * empty copy. Returns CUDA_SUCCESS or the driver's error. */
+FC_HIDDEN CUresult fc_copy3d_op(const CUDA_MEMCPY3D *c, fc_op_t **out);
+/* Builds, without issuing, the op of a graph's memset node (CUDA_MEMSET_NODE_PARAMS: element size
+ * 1, 2 or 4, a value that fits it, non-empty). */
+FC_HIDDEN CUresult fc_memset_op(const CUDA_MEMSET_NODE_PARAMS *m, fc_op_t **out);
+
 /* ---- fc_kernel.c ------------------------------------------------------------------------------
  */
 FC_HIDDEN void fc_kernels_init(void);
+/* Builds, without issuing, the op of a kernel launch (a function, or a CUkernel cast to one): the
+ * checks and parameter copy of cuLaunchKernel. Returns CUDA_SUCCESS (*out is the op) or the
+ * launch's error. */
+FC_HIDDEN CUresult fc_launch_op(CUfunction func, const unsigned grid[3], const unsigned block[3],
+                                unsigned shared, void **kparams, void **extra, fc_op_t **out);
 FC_HIDDEN void fc_kernels_shutdown(void);
 
 #endif

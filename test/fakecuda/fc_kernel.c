@@ -71,7 +71,16 @@ struct CUfunc_st {
     uint32_t magic;
     const fakecuda_kernel_t *k;
     unsigned offset[FAKECUDA_MAX_PARAMS];
+    unsigned size[FAKECUDA_MAX_PARAMS];
     size_t total_bytes;
+    atomic_int loaded;        /* CU_FUNCTION_LOADING_STATE_LOADED once loaded */
+    struct CUkern_st *kernel; /* its library kernel handle, made by cuLibraryGetKernel */
+};
+
+/* A library's kernel (CUkernel): a handle of its own, distinct from the function it yields. */
+struct CUkern_st {
+    uint32_t magic;
+    struct CUfunc_st *f;
 };
 
 struct CUmod_st {
@@ -87,7 +96,9 @@ typedef struct CUmod_st fc_module_t;
 
 static fc_module_t *live_modules; /* guarded by reg_lock */
 
-static unsigned param_align(unsigned size) {
+static unsigned param_align(unsigned size, unsigned want) {
+    if (want)
+        return want;
     unsigned a = 1;
     while (a < 8 && size % (a * 2) == 0)
         a *= 2;
@@ -102,10 +113,11 @@ static fc_func_t *func_new(const fakecuda_kernel_t *k) {
     f->k = k;
     size_t off = 0;
     for (unsigned i = 0; i < k->nparams; i++) {
-        unsigned a = param_align(k->param_bytes[i]);
+        f->size[i] = FAKECUDA_PARAM_SIZE(k->param_bytes[i]);
+        unsigned a = param_align(f->size[i], FAKECUDA_PARAM_ALIGN(k->param_bytes[i]));
         off = (off + a - 1) / a * a;
         f->offset[i] = (unsigned)off;
-        off += k->param_bytes[i];
+        off += f->size[i];
     }
     f->total_bytes = off;
     return f;
@@ -185,6 +197,10 @@ static void module_free(fc_module_t *m) {
     if (m->next)
         m->next->prev = m->prev;
     for (size_t i = 0; i < m->nfuncs; i++) {
+        if (m->funcs[i]->kernel) {
+            m->funcs[i]->kernel->magic = 0;
+            free(m->funcs[i]->kernel);
+        }
         m->funcs[i]->magic = 0;
         free(m->funcs[i]);
     }
@@ -237,24 +253,34 @@ FC_EXPORT(cuModuleUnload, PFN_cuModuleUnload_v2000, fc_module_unload);
 
 static CUresult fc_module_get_function(CUfunction *out, CUmodule m, const char *name) {
     FC_ENTER("cuModuleGetFunction");
-    return module_get(out, m, name);
+    fc_func_t *f = NULL;
+    CUresult r = module_get(&f, m, name);
+    if (r != CUDA_SUCCESS)
+        return r;
+    /* Lazy loading loads a module's function when it is first obtained this way. */
+    atomic_store(&f->loaded, 1);
+    *out = f;
+    return CUDA_SUCCESS;
 }
 FC_EXPORT(cuModuleGetFunction, PFN_cuModuleGetFunction_v2000, fc_module_get_function);
 
-/* A library is a module; a CUkernel is the same object as the CUfunction it yields. */
+/* A library is a module. Its CUkernel handles are objects of their own: cuKernelGetFunction
+ * yields the (not yet loaded) function; cuLaunchKernel accepts the kernel handle cast to a
+ * function, but cuFuncGetParamInfo, cuFuncLoad and cuFuncIsLoaded do not (the driver documents
+ * them for functions only): cuKernelGetParamInfo answers for a kernel. */
 static CUresult fc_library_load_data(CUlibrary *out, const void *code, CUjit_option *jo, void **jv,
                                      unsigned int nj, CUlibraryOption *lo, void **lv,
                                      unsigned int nl) {
     FC_ENTER("cuLibraryLoadData");
     (void)jo;
     (void)jv;
-    (void)nj;
     (void)lo;
     (void)lv;
-    (void)nl;
+    if ((nj && (!jo || !jv)) || (nl && (!lo || !lv)))
+        return CUDA_ERROR_INVALID_VALUE;
     fc_module_t *m = NULL;
     CUresult r = module_load(&m, code);
-    if (r == CUDA_SUCCESS && out)
+    if (r == CUDA_SUCCESS)
         *out = (CUlibrary)(void *)m;
     return r;
 }
@@ -270,9 +296,22 @@ static CUresult fc_library_get_kernel(CUkernel *out, CUlibrary lib, const char *
     FC_ENTER("cuLibraryGetKernel");
     fc_func_t *f = NULL;
     CUresult r = module_get(&f, (fc_module_t *)(void *)lib, name);
-    if (r == CUDA_SUCCESS && out)
-        *out = (CUkernel)(void *)f;
-    return r;
+    if (r != CUDA_SUCCESS)
+        return r;
+    pthread_mutex_lock(&reg_lock);
+    if (!f->kernel) {
+        f->kernel = calloc(1, sizeof *f->kernel);
+        if (f->kernel) {
+            f->kernel->magic = FC_MAGIC_KERNEL;
+            f->kernel->f = f;
+        }
+    }
+    struct CUkern_st *k = f->kernel;
+    pthread_mutex_unlock(&reg_lock);
+    if (!k)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *out = k;
+    return CUDA_SUCCESS;
 }
 FC_EXPORT(cuLibraryGetKernel, PFN_cuLibraryGetKernel_v12000, fc_library_get_kernel);
 
@@ -281,9 +320,14 @@ static fc_func_t *func_of(const void *p) {
     return (f && f->magic == FC_MAGIC_FUNC) ? (fc_func_t *)f : NULL;
 }
 
+static fc_func_t *kernel_of(const void *p) {
+    const struct CUkern_st *k = p;
+    return (k && k->magic == FC_MAGIC_KERNEL) ? k->f : NULL;
+}
+
 static CUresult fc_kernel_get_function(CUfunction *out, CUkernel k) {
     FC_ENTER("cuKernelGetFunction");
-    fc_func_t *f = func_of(k);
+    fc_func_t *f = kernel_of(k);
     if (!out)
         return CUDA_ERROR_INVALID_VALUE;
     if (!f)
@@ -293,20 +337,34 @@ static CUresult fc_kernel_get_function(CUfunction *out, CUkernel k) {
 }
 FC_EXPORT(cuKernelGetFunction, PFN_cuKernelGetFunction_v12000, fc_kernel_get_function);
 
+static CUresult param_info(const fc_func_t *f, size_t index, size_t *offset, size_t *size) {
+    if (index >= f->k->nparams || !offset)
+        return CUDA_ERROR_INVALID_VALUE;
+    *offset = f->offset[index];
+    if (size)
+        *size = f->size[index];
+    return CUDA_SUCCESS;
+}
+
+/* A CUkernel cast to CUfunction is not a function here: CUDA_ERROR_INVALID_HANDLE. */
 static CUresult fc_func_param_info(CUfunction func, size_t index, size_t *offset, size_t *size) {
     FC_ENTER("cuFuncGetParamInfo");
     fc_func_t *f = func_of(func);
     if (!f)
         return CUDA_ERROR_INVALID_HANDLE;
-    if (index >= f->k->nparams)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (offset)
-        *offset = f->offset[index];
-    if (size)
-        *size = f->k->param_bytes[index];
-    return CUDA_SUCCESS;
+    return param_info(f, index, offset, size);
 }
 FC_EXPORT(cuFuncGetParamInfo, PFN_cuFuncGetParamInfo_v12040, fc_func_param_info);
+
+/* The documentation lists only CUDA_ERROR_INVALID_VALUE, for a function handle as well. */
+static CUresult fc_kernel_param_info(CUkernel kern, size_t index, size_t *offset, size_t *size) {
+    FC_ENTER("cuKernelGetParamInfo");
+    fc_func_t *f = kernel_of(kern);
+    if (!f)
+        return CUDA_ERROR_INVALID_VALUE;
+    return param_info(f, index, offset, size);
+}
+FC_EXPORT(cuKernelGetParamInfo, PFN_cuKernelGetParamInfo_v12040, fc_kernel_param_info);
 
 static CUresult fc_func_name(const char **name, CUfunction func) {
     FC_ENTER("cuFuncGetName");
@@ -319,6 +377,43 @@ static CUresult fc_func_name(const char **name, CUfunction func) {
     return CUDA_SUCCESS;
 }
 FC_EXPORT(cuFuncGetName, PFN_cuFuncGetName_v12030, fc_func_name);
+
+static CUresult fc_kernel_name(const char **name, CUkernel kern) {
+    FC_ENTER("cuKernelGetName");
+    fc_func_t *f = kernel_of(kern);
+    if (!name || !kern)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!f)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *name = f->k->name;
+    return CUDA_SUCCESS;
+}
+FC_EXPORT(cuKernelGetName, PFN_cuKernelGetName_v12030, fc_kernel_name);
+
+static CUresult fc_func_load(CUfunction func) {
+    FC_ENTER("cuFuncLoad");
+    fc_func_t *f = func_of(func);
+    if (!func)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!f)
+        return CUDA_ERROR_INVALID_HANDLE;
+    atomic_store(&f->loaded, 1);
+    return CUDA_SUCCESS;
+}
+FC_EXPORT(cuFuncLoad, PFN_cuFuncLoad_v12040, fc_func_load);
+
+static CUresult fc_func_is_loaded(CUfunctionLoadingState *state, CUfunction func) {
+    FC_ENTER("cuFuncIsLoaded");
+    fc_func_t *f = func_of(func);
+    if (!state || !func)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!f)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *state = atomic_load(&f->loaded) ? CU_FUNCTION_LOADING_STATE_LOADED
+                                     : CU_FUNCTION_LOADING_STATE_UNLOADED;
+    return CUDA_SUCCESS;
+}
+FC_EXPORT(cuFuncIsLoaded, PFN_cuFuncIsLoaded_v12040, fc_func_is_loaded);
 
 /* ---- launches ---------------------------------------------------------------------------------
  */
@@ -416,12 +511,14 @@ static int parse_extra(void **extra, void **buf, size_t *size) {
     return -1;
 }
 
-static CUresult launch(CUfunction func, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                       unsigned by, unsigned bz, unsigned shared, CUstream h, void **kparams,
-                       void **extra, int ptds) {
+CUresult fc_launch_op(CUfunction func, const unsigned grid[3], const unsigned block[3],
+                      unsigned shared, void **kparams, void **extra, fc_op_t **out) {
     fc_func_t *f = func_of(func);
     if (!f)
+        f = kernel_of(func); /* a CUkernel cast to CUfunction launches, as on the driver */
+    if (!f)
         return CUDA_ERROR_INVALID_HANDLE;
+    unsigned gx = grid[0], gy = grid[1], gz = grid[2], bx = block[0], by = block[1], bz = block[2];
     if (!gx || !gy || !gz || !bx || !by || !bz || bz > 64 || gy > 65535 || gz > 65535 ||
         (uint64_t)bx * by * bz > 1024)
         return CUDA_ERROR_INVALID_VALUE;
@@ -429,9 +526,6 @@ static CUresult launch(CUfunction func, unsigned gx, unsigned gy, unsigned gz, u
         return CUDA_ERROR_INVALID_VALUE;
     if (kparams && extra)
         return CUDA_ERROR_INVALID_VALUE;
-    fc_stream_t *s = fc_stream_resolve(h, ptds);
-    if (!s)
-        return CUDA_ERROR_INVALID_HANDLE;
     const fakecuda_kernel_t *k = f->k;
     launch_payload_t *lp = calloc(1, sizeof *lp + f->total_bytes + 8);
     if (!lp)
@@ -452,7 +546,7 @@ static CUresult launch(CUfunction func, unsigned gx, unsigned gy, unsigned gz, u
             return CUDA_ERROR_INVALID_VALUE;
         }
         for (unsigned i = 0; i < k->nparams; i++)
-            memcpy(lp->buf + f->offset[i], kparams[i], k->param_bytes[i]);
+            memcpy(lp->buf + f->offset[i], kparams[i], f->size[i]);
     }
     lp->k = k;
     for (unsigned i = 0; i < k->nparams; i++)
@@ -463,11 +557,29 @@ static CUresult launch(CUfunction func, unsigned gx, unsigned gy, unsigned gz, u
         free(lp);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    atomic_store(&f->loaded, 1); /* a launch finishes loading a lazily loaded function */
     op->engine = FC_ENG_COMPUTE;
     op->model_ns = g_fc.cfg.launch_us * 1000.0;
     launch_refs(op, lp);
     op->n_kernels = 1;
     op->clone = clone_launch;
+    *out = op;
+    return CUDA_SUCCESS;
+}
+
+static CUresult launch(CUfunction func, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                       unsigned by, unsigned bz, unsigned shared, CUstream h, void **kparams,
+                       void **extra, int ptds) {
+    if (!func_of(func) && !kernel_of(func))
+        return CUDA_ERROR_INVALID_HANDLE;
+    fc_stream_t *s = fc_stream_resolve(h, ptds);
+    if (!s)
+        return CUDA_ERROR_INVALID_HANDLE;
+    const unsigned grid[3] = {gx, gy, gz}, block[3] = {bx, by, bz};
+    fc_op_t *op;
+    CUresult r = fc_launch_op(func, grid, block, shared, kparams, extra, &op);
+    if (r != CUDA_SUCCESS)
+        return r;
     return fc_submit(s, op, NULL);
 }
 

@@ -525,8 +525,9 @@ FC_EXPORT(cuMemHostUnregister, PFN_cuMemHostUnregister_v4000, fc_host_unregister
 /* ---- pointer attributes
  * ----------------------------------------------------------------------------- */
 
-static CUresult fc_pointer_attr(void *data, CUpointer_attribute a, CUdeviceptr p) {
-    FC_ENTER("cuPointerGetAttribute");
+/* One attribute of the range holding p; CUDA_ERROR_INVALID_VALUE for a pointer the driver does
+ * not know or an attribute it does not simulate. */
+static CUresult pointer_attr(void *data, CUpointer_attribute a, CUdeviceptr p) {
     if (!data)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_rwlock_rdlock(&g_fc.mem_lock);
@@ -571,7 +572,53 @@ static CUresult fc_pointer_attr(void *data, CUpointer_attribute a, CUdeviceptr p
         return CUDA_ERROR_INVALID_VALUE;
     }
 }
+
+static CUresult fc_pointer_attr(void *data, CUpointer_attribute a, CUdeviceptr p) {
+    FC_ENTER("cuPointerGetAttribute");
+    return pointer_attr(data, a, p);
+}
 FC_EXPORT(cuPointerGetAttribute, PFN_cuPointerGetAttribute_v4000, fc_pointer_attr);
+
+/* The size of one attribute's value, 0 for an attribute this driver does not simulate. */
+static size_t attr_size(CUpointer_attribute a) {
+    switch (a) {
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+        return sizeof(unsigned int);
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+        return sizeof(CUdeviceptr);
+    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+        return sizeof(void *);
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+    case CU_POINTER_ATTRIBUTE_MAPPED:
+        return sizeof(int);
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+        return sizeof(unsigned long long);
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+        return sizeof(size_t);
+    default:
+        return 0;
+    }
+}
+
+/* As documented, and unlike cuPointerGetAttribute: a pointer the driver does not know is not an
+ * error; its attributes read as zero (NULL), and so does an attribute that does not apply to it
+ * (the host pointer of device memory). An attribute that is not simulated is an invalid value. */
+static CUresult fc_pointer_attrs(unsigned int n, CUpointer_attribute *attrs, void **data,
+                                 CUdeviceptr p) {
+    FC_ENTER("cuPointerGetAttributes");
+    if (n == 0 || !attrs || !data)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < n; i++)
+        if (!data[i] || attr_size(attrs[i]) == 0)
+            return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < n; i++)
+        if (pointer_attr(data[i], attrs[i], p) != CUDA_SUCCESS)
+            memset(data[i], 0, attr_size(attrs[i]));
+    return CUDA_SUCCESS;
+}
+FC_EXPORT(cuPointerGetAttributes, PFN_cuPointerGetAttributes_v7000, fc_pointer_attrs);
 
 /* ---- VMM: reservations
  * ------------------------------------------------------------------------------ */

@@ -496,6 +496,7 @@ void fc_streams_shutdown(void) {
         if (t->capture) {
             /* A capture the program never ended: its ops go with it. */
             fc_oplist_put(t->capture->list);
+            free(t->capture->target_deps);
             free(t->capture);
             atomic_fetch_sub(&g_fc.captures, 1);
         }
