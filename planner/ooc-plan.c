@@ -305,13 +305,17 @@ int main(int argc, char **argv) {
         ooc_profile_free(p);
         return 1;
     }
-    uint64_t must = 0;
-    uint64_t bound = ooc_model_bound_ns(m, budget, &must);
+    ooc_bound_t bd;
+    ooc_model_bound(m, budget, &bd);
+    uint64_t bound = bd.bound_ns;
     printf("profile %s: %s, %u ops, %u buffers\n", dir, p->program, p->nops, p->nbufs);
-    printf("budget %.2f GiB, chunk %llu KiB, in-core time %.3f ms, lower bound %.3f ms "
-           "(%.2f GB must cross the link)\n",
+    printf("budget %.2f GiB, chunk %llu KiB, in-core time %.3f ms, lower bound %.3f ms",
            (double)budget / (1u << 30), (unsigned long long)(chunk >> 10),
-           (double)m->compute_ns / 1e6, (double)bound / 1e6, (double)must / 1e9);
+           (double)m->compute_ns / 1e6, (double)bound / 1e6);
+    if (bd.cut_op >= 0)
+        printf(" (at op %d: %.2f GB off the device)\n", bd.cut_op, (double)bd.off_bytes / 1e9);
+    else
+        printf(" (the compute time)\n");
     int status = 1;
     if (incore) {
         ooc_timeline_t tl;
