@@ -4,8 +4,9 @@
  * Candidates: the plan of every other policy (so auto is never worse than any of them in
  * simulation, by construction), and our own: for each window size of the window policy's grid,
  * the window schedule with its swap-ins moved as early as memory allows; then, from the best of
- * those, PoocH's classification (keep what stalls, recompute where r(X) < 1). The fastest
- * feasible candidate wins; ties go to the earlier candidate, so the result is deterministic. */
+ * those, PoocH's classification (keep what stalls, recompute where r(X) < 1); and the next-use
+ * (belady) schedule, refined the same way. The fastest feasible candidate wins; ties go to the
+ * earlier candidate, so the result is deterministic. */
 #include "schedule.h"
 
 #include <stdlib.h>
@@ -89,6 +90,20 @@ int pol_auto(const ooc_model_t *m, const ooc_policy_opts_t *o, ooc_plan_t **out)
             rc = pooch_refine(&s, o->budget_bytes, sched_sim_budget(m));
         if (!rc && (rc = sched_plan(&s, "auto", o->budget_bytes, &pl)) == 0)
             rc = consider(m, &best, pl);
+    }
+    /* the next-use schedule, refined by PoocH's classification */
+    if (!rc) {
+        uint64_t sc;
+        rc = belady_best(&s, o->budget_bytes, &sc);
+        ooc_plan_t *pl = NULL;
+        /* the belady policy's plan, as a candidate of its own */
+        if (!rc && (rc = sched_plan(&s, "auto", o->budget_bytes, &pl)) == 0)
+            rc = consider(m, &best, pl);
+        if (!rc && sc != UINT64_MAX) {
+            rc = pooch_refine(&s, o->budget_bytes, sched_sim_budget(m));
+            if (!rc && (rc = sched_plan(&s, "auto", o->budget_bytes, &pl)) == 0)
+                rc = consider(m, &best, pl);
+        }
     }
     sched_free(&s);
     if (rc) {

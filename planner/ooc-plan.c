@@ -31,7 +31,7 @@ static void usage(FILE *f) {
             "       ooc-plan --plan PLAN [--timeline FILE] [--trace-json FILE] PROFILE_DIR\n"
             "       ooc-plan --incore [--budget B] [--chunk C] [--timeline FILE]\n"
             "                [--trace-json FILE] PROFILE_DIR\n"
-            "  P: swapall, lms, superneurons, window, pooch, auto (default)\n"
+            "  P: swapall, lms, superneurons, window, pooch, belady, auto (default)\n"
             "  B, W, C: bytes, with an optional K, M, G or T suffix (powers of 1024);\n"
             "           B defaults to the profile's budget_bytes, W to tuning by simulation,\n"
             "           C to the profile's chunk_bytes\n"
@@ -257,7 +257,7 @@ int main(int argc, char **argv) {
         if (!ok) {
             fprintf(stderr,
                     "ooc-plan: --policy '%s': expected all, swapall, lms, superneurons, window, "
-                    "pooch or auto\n",
+                    "pooch, belady or auto\n",
                     policy);
             return 2;
         }
