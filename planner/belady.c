@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* belady.c: the next-use policy: rebuild what may be recomputed cheaply, then walk the ops and,
- * whenever the buffers that must be resident exceed the budget, evict the kept buffer whose next
- * use is farthest (Belady's rule, sized: the farthest use first), swapping it out after its last
- * use and back in before its next one.
+/* belady.c: the next-use policy: walk the ops and, whenever the buffers that must be resident
+ * exceed the budget, evict the kept buffer whose next use is farthest (Belady's rule; the larger
+ * first among equals), swapping it out after its last use and back in before its next one, or
+ * rebuilding it there when its producers are cheap enough (either every such buffer up front, or
+ * only those evicted).
  *
  * The walk is static (no timing): memory is the footprint of the buffers resident between their
  * uses under the decisions taken so far, the way sched_place_swapins counts it. Evicting a buffer
@@ -72,21 +73,25 @@ static double rebuild_ns(const ooc_model_t *m, int32_t b) {
     return t;
 }
 
-int belady_schedule(sched_t *s, uint64_t budget, double rec_ns_per_byte) {
+/* May gap g be rebuilt instead of kept, at most rec_ns_per_byte per byte? */
+static int cheap_rebuild(const ooc_model_t *m, const gap_t *g, double rec_ns_per_byte) {
+    int32_t b = g->buf;
+    return rec_ns_per_byte > 0 && m->recomp[b] && g->to < (int32_t)m->n &&
+           g->to <= m->recomp_until[b] &&
+           rebuild_ns(m, b) <= rec_ns_per_byte * (double)m->prof->bufs[b].bytes;
+}
+
+int belady_schedule(sched_t *s, uint64_t budget, double rec_ns_per_byte, int on_evict) {
     const ooc_model_t *m = s->m;
     const ooc_profile_t *p = m->prof;
     int32_t n = (int32_t)m->n;
     if (n == 0)
         return 0;
-    /* 1. recompute every gap that may be, where it costs at most rec_ns_per_byte */
+    /* 1. unless rebuilds wait for evictions, rebuild every gap that may be, cheaply enough */
     for (uint32_t k = 0; k < s->ng; k++) {
         gap_t *g = &s->g[k];
-        g->dec = OOC_KEEP;
+        g->dec = !on_evict && cheap_rebuild(m, g, rec_ns_per_byte) ? OOC_RECOMPUTE : OOC_KEEP;
         g->in_at = g->to;
-        int32_t b = g->buf;
-        if (rec_ns_per_byte > 0 && m->recomp[b] && g->to < n && g->to <= m->recomp_until[b] &&
-            rebuild_ns(m, b) <= rec_ns_per_byte * (double)p->bufs[b].bytes)
-            g->dec = OOC_RECOMPUTE;
     }
     /* per op: the gaps that start there (by reference), to push them when the op is done */
     uint32_t *start_off = calloc((size_t)n + 2, sizeof *start_off);
@@ -150,7 +155,7 @@ int belady_schedule(sched_t *s, uint64_t budget, double rec_ns_per_byte) {
             int32_t t = g->to >= n && i <= g->from ? i + n : i;
             if (g->dec != OOC_KEEP || !(g->from < t && t < g->to))
                 continue;
-            g->dec = OOC_SWAP;
+            g->dec = on_evict && cheap_rebuild(m, g, rec_ns_per_byte) ? OOC_RECOMPUTE : OOC_SWAP;
             res -= (int64_t)m->fp[g->buf];
             int32_t back = g->to < n ? g->to : t == i + n ? g->to - n : -1;
             if (back >= 0)
@@ -199,9 +204,11 @@ int belady_best(sched_t *s, uint64_t budget, uint64_t *score) {
     const ooc_profile_t *p = m->prof;
     /* recompute: never, where cheaper than one copy, than both copies, or always */
     double per_byte = 1e9 / (p->h2d_bps < p->d2h_bps ? p->h2d_bps : p->d2h_bps);
-    const double rec[] = {0, per_byte, 2 * per_byte, 1e300};
-    static const double fill[] = {1.0, 0.95, 0.9, 0.8};
-    static const int32_t ahead[] = {0, 1, 2, 4, 8};
+    /* rebuild thresholds, each up front or on eviction (none: once) */
+    const double rec[] = {0, per_byte, per_byte, 2 * per_byte, 2 * per_byte, 1e300, 1e300};
+    static const int evict[] = {0, 0, 1, 0, 1, 0, 1};
+    static const double fill[] = {1.0, 0.9, 0.8};
+    static const int32_t ahead[] = {0, 2, 8};
     sched_t best = {0};
     uint64_t best_sc = UINT64_MAX;
     int rc = 0;
@@ -210,7 +217,7 @@ int belady_best(sched_t *s, uint64_t budget, uint64_t *score) {
             uint64_t b2 = (uint64_t)((double)budget * fill[f]);
             if (f > 0 && ooc_model_check_budget(m, b2, NULL, NULL, 0))
                 break;
-            if ((rc = belady_schedule(s, b2, rec[a])))
+            if ((rc = belady_schedule(s, b2, rec[a], evict[a])))
                 break;
             for (size_t h = 0; h < sizeof ahead / sizeof ahead[0] && !rc; h++) {
                 ooc_sim_result_t r;

@@ -58,12 +58,13 @@ int window_schedule(sched_t *s, uint64_t budget, uint64_t window_bytes);
  * every evaluation. At most `max_sims` simulations. */
 int pooch_refine(sched_t *s, uint64_t budget, uint32_t max_sims);
 
-/* The next-use schedule (belady.c): recompute the gaps that may be where the producers cost at
- * most rec_ns_per_byte per byte (0: none), then evict the kept buffer with the farthest next use
- * whenever the resident footprint exceeds `budget`. Swap-ins are left at their uses. */
-int belady_schedule(sched_t *s, uint64_t budget, double rec_ns_per_byte);
-/* The best of belady_schedule's variants (which recomputes, 80-100% of the budget for the walk,
- * swap-ins as early as memory allows or 1-8 ops ahead) by simulation under `budget`; s is left
+/* The next-use schedule (belady.c): evict the kept buffer with the farthest next use whenever the
+ * resident footprint exceeds `budget`. Gaps whose producers cost at most rec_ns_per_byte per byte
+ * (0: none) are rebuilt instead: all of them up front, or (on_evict) only those evicted. Swap-ins
+ * are left at their uses. */
+int belady_schedule(sched_t *s, uint64_t budget, double rec_ns_per_byte, int on_evict);
+/* The best of belady_schedule's variants (which rebuilds, 80-100% of the budget for the walk,
+ * swap-ins as early as memory allows or 2 or 8 ops ahead) by simulation under `budget`; s is left
  * holding it and *score its simulated time (UINT64_MAX: none feasible). */
 int belady_best(sched_t *s, uint64_t budget, uint64_t *score);
 

@@ -394,6 +394,37 @@ START_TEST(test_memcpy_is_never_a_producer) {
 }
 END_TEST
 
+/* FORMAT.md's waits: exactly one wait after each swap-in whose buffer is used again in the
+ * iteration, before that use; none without a swap-in to wait for. */
+static void check_waits(const ooc_model_t *m, const ooc_plan_t *pl, const char *what) {
+    int32_t *pending = malloc((pl->nbufs ? pl->nbufs : 1) * sizeof *pending);
+    for (uint32_t b = 0; b < pl->nbufs; b++)
+        pending[b] = -1;
+    for (uint32_t i = 0; i < pl->nacts; i++) {
+        const ooc_action_t *a = &pl->acts[i];
+        if (a->kind == OOC_ACT_SWAPIN)
+            pending[a->buf] = a->op;
+        if (a->kind != OOC_ACT_WAIT)
+            continue;
+        ck_assert_msg(pending[a->buf] >= 0,
+                      "%s %s: a wait for buffer %d before op %d without a swap-in", what,
+                      pl->policy, a->buf, a->op);
+        uint32_t nu = ooc_model_next_use(m, a->buf, pending[a->buf]);
+        int32_t use = nu < m->nuse[a->buf] ? m->uses[m->use_off[a->buf] + nu] : -1;
+        ck_assert_msg(use < 0 || a->op <= use,
+                      "%s %s: buffer %d used by op %d before its wait at %d", what, pl->policy,
+                      a->buf, use, a->op);
+        pending[a->buf] = -1;
+    }
+    /* what is still pending may only be a swap-in for the next iteration */
+    for (uint32_t b = 0; b < pl->nbufs; b++)
+        if (pending[b] >= 0)
+            ck_assert_msg(ooc_model_next_use(m, (int32_t)b, pending[b]) == m->nuse[b],
+                          "%s %s: buffer %u swapped in before op %d and used with no wait", what,
+                          pl->policy, b, pending[b]);
+    free(pending);
+}
+
 /* Plans the model with every policy, checks each plan's trace, and checks that auto is at
  * least as fast as every other policy. Returns the number of feasible policies. */
 static int check_all_policies(const ooc_model_t *m, uint64_t budget, const char *what) {
@@ -411,6 +442,7 @@ static int check_all_policies(const ooc_model_t *m, uint64_t budget, const char 
             continue;
         }
         ck_assert_msg(rc == 0, "%s %s: %s", what, ooc_policy_names[i], err);
+        check_waits(m, pl, what);
         ooc_sim_result_t r;
         run_checked(m, pl, &r);
         /* a plan may run out of memory, but must never break a rule */
