@@ -251,7 +251,10 @@ static int budgets_table(const char *recorded, const char *synthetic, entry_t *e
             if (ooc_model_check_budget(m, budgets[b], NULL, NULL, 0))
                 continue;
             char lb[32];
-            snprintf(lb, sizeof lb, "%s %.1fG", label[b], (double)budgets[b] / (1u << 30));
+            if (budgets[b] >= (1ull << 30))
+                snprintf(lb, sizeof lb, "%s %.1fG", label[b], (double)budgets[b] / (1u << 30));
+            else
+                snprintf(lb, sizeof lb, "%s %.0fM", label[b], (double)budgets[b] / (1u << 20));
             printf("%-22s %9s", base ? base + 1 : names[i], lb);
             double t[NPOL], other = -1;
             for (int k = 0; k < NPOL; k++) {
