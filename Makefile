@@ -385,7 +385,7 @@ $(PL_BENCH): test/bench_planner.c $(PL_LIB)
 	    $(LDFLAGS_ALL) -lm
 
 bench-planner: $(PL_BENCH)
-	$(Q)$(PL_BENCH) profiles/synthetic
+	$(Q)$(PL_BENCH) profiles/synthetic profiles/recorded
 
 $(FUZZ_DIR)/fuzz_%: test/fuzz_%.c $(PL_FUZZ_SRC) planner/ooc_planner.h planner/schedule.h
 	@mkdir -p $(@D)

@@ -3,8 +3,9 @@
  *
  * Candidates: the plan of every other policy (so auto is never worse than any of them in
  * simulation, by construction), and our own: for each window size of the window policy's grid,
- * the window schedule with its swap-ins moved as early as memory allows; then, from the best of
- * those, PoocH's classification (keep what stalls, recompute where r(X) < 1). The fastest
+ * the window schedule with its swap-ins moved as early as memory allows, and the next-use
+ * (belady) schedule; then, from each of the two (from the better only on iterations of more than
+ * 2,000 ops), PoocH's classification (keep what stalls, recompute where r(X) < 1). The fastest
  * feasible candidate wins; ties go to the earlier candidate, so the result is deterministic. */
 #include "schedule.h"
 
@@ -78,11 +79,25 @@ int pol_auto(const ooc_model_t *m, const ooc_policy_opts_t *o, ooc_plan_t **out)
         if (w >= total || w > UINT64_MAX / 4)
             break;
     }
-    if (!rc && best_w) {
+    /* the next-use (belady) schedule: a candidate of its own, and a seed */
+    uint64_t sb = UINT64_MAX;
+    ooc_plan_t *pl = NULL;
+    if (!rc)
+        rc = belady_best(&s, o->budget_bytes, &sb);
+    if (!rc && (rc = sched_plan(&s, "auto", o->budget_bytes, &pl)) == 0)
+        rc = consider(m, &best, pl);
+    /* PoocH's classification refines the better seed, or both on iterations of up to 2,000 ops
+     * (on longer ones refining both would double the planning time for little) */
+    int both = m->n <= 2000;
+    if (!rc && sb != UINT64_MAX && (both || sb <= best_sc)) {
+        rc = pooch_refine(&s, o->budget_bytes, sched_sim_budget(m));
+        if (!rc && (rc = sched_plan(&s, "auto", o->budget_bytes, &pl)) == 0)
+            rc = consider(m, &best, pl);
+    }
+    if (!rc && best_w && best_sc != UINT64_MAX && (both || best_sc < sb)) {
         rc = window_schedule(&s, o->budget_bytes, best_w);
         if (!rc)
             rc = sched_place_swapins(&s, o->budget_bytes);
-        ooc_plan_t *pl = NULL;
         if (!rc && (rc = sched_plan(&s, "auto", o->budget_bytes, &pl)) == 0)
             rc = consider(m, &best, pl);
         if (!rc)

@@ -1,14 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /* model.c: facts derived once from a profile (footprints, uses, working sets, which buffers may
- * be recomputed) and the lower bound on iteration time.
+ * be recomputed). The lower bound on iteration time is in bound.c.
  *
  * A model borrows its profile and is read-only after ooc_model_build, so the simulator and every
  * policy can share one. Recompute eligibility follows DESIGN.md section 7: the profile must list
- * producer ops verified re-executable; each producer must write the buffer and nothing else; no
- * later op may write the buffer; and
- * the buffers the producers read must not be written or freed before the recompute point (kept
- * per buffer as recomp_until). Residency of those inputs at that point is checked by the
- * simulator, since it depends on the plan. */
+ * producer ops verified re-executable, none of them a copy, memset or host op (the shim re-launches
+ * kernels and library calls only); each producer must write the buffer and nothing else; no
+ * later op may write the buffer; and the buffers the producers read must not be written or freed
+ * before the recompute point (kept per buffer as recomp_until). Residency of those inputs at that
+ * point is checked by the simulator, since it depends on the plan. */
 #include "ooc_planner.h"
 
 #include <stdarg.h>
@@ -67,6 +67,10 @@ static void recompute_rule(ooc_model_t *m, int32_t b) {
         int32_t op = p->prods[bf->prod_off + k];
         const ooc_op_t *o = &p->ops[op];
         last_prod = op;
+        /* copies, memsets and host work are never producers: the shim re-launches kernels (and
+         * library calls) only, and a copy from the host would cost a transfer, not compute */
+        if (o->kind == OOC_KIND_MEMCPY || o->kind == OOC_KIND_MEMSET || o->kind == OOC_KIND_HOST)
+            return;
         for (uint32_t r = 0; r < o->nref; r++) {
             const ooc_ref_t *rf = &p->refs[o->ref_off + r];
             if (rf->buf == b) {
@@ -241,110 +245,4 @@ int ooc_model_check_budget(const ooc_model_t *m, uint64_t budget_bytes, int32_t 
             return OOC_EINFEASIBLE;
         }
     return 0;
-}
-
-/* At any op i the bytes that are live (needed now or later) but exceed the budget must be off
- * the device, and each must come back over the link before its next use unless it is recomputed,
- * which costs at least its producers' time once. At the op with the largest excess E we take the
- * cheapest recomputations per byte first and minimise max(compute + recompute time, (E -
- * recomputed bytes) / bandwidth) over the bytes recomputed: no plan can beat that. */
-typedef struct {
-    double cost_per_byte;
-    uint64_t bytes;
-    double cost;
-} rc_item_t;
-
-static int rc_cmp(const void *a, const void *b) {
-    const rc_item_t *x = a, *y = b;
-    return x->cost_per_byte < y->cost_per_byte ? -1 : x->cost_per_byte > y->cost_per_byte;
-}
-
-static void live_range(const ooc_model_t *m, uint32_t b, int32_t *lo, int32_t *hi) {
-    const ooc_buffer_t *bf = &m->prof->bufs[b];
-    *lo = bf->alloc_idx < 0 ? 0 : m->uses[m->use_off[b]];
-    *hi = bf->free_idx < 0 ? (int32_t)m->n - 1 : m->uses[m->use_off[b] + m->nuse[b] - 1];
-}
-
-uint64_t ooc_model_bound_ns(const ooc_model_t *m, uint64_t budget_bytes, uint64_t *must_bytes) {
-    const ooc_profile_t *p = m->prof;
-    size_t n = m->n;
-    int64_t *d = calloc(n + 1, sizeof *d);
-    double bw = p->h2d_bps / 1e9; /* bytes per ns */
-    double best = (double)m->compute_ns, must = 0;
-    if (d && n) {
-        int64_t live = 0, worst = 0;
-        int32_t at = -1;
-        for (uint32_t b = 0; b < m->nb; b++) {
-            if (m->nuse[b] == 0)
-                continue;
-            if (p->bufs[b].persistent) {
-                live += (int64_t)m->fp[b];
-                continue;
-            }
-            int32_t lo, hi;
-            live_range(m, b, &lo, &hi);
-            d[lo] += (int64_t)m->fp[b];
-            d[hi + 1] -= (int64_t)m->fp[b];
-        }
-        for (size_t i = 0; i < n; i++) {
-            live += d[i];
-            if (live - (int64_t)budget_bytes > worst) {
-                worst = live - (int64_t)budget_bytes;
-                at = (int32_t)i;
-            }
-        }
-        rc_item_t *it = at >= 0 ? malloc((m->nb ? m->nb : 1) * sizeof *it) : NULL;
-        if (it) {
-            uint32_t k = 0;
-            for (uint32_t b = 0; b < m->nb; b++) {
-                int32_t lo, hi;
-                if (!m->recomp[b])
-                    continue;
-                live_range(m, b, &lo, &hi);
-                if (lo > at || hi < at)
-                    continue;
-                double c = 0;
-                const ooc_buffer_t *bf = &p->bufs[b];
-                for (uint32_t j = 0; j < bf->nprod; j++)
-                    c += (double)p->ops[p->prods[bf->prod_off + j]].duration_ns;
-                it[k++] = (rc_item_t){c / (double)m->fp[b], m->fp[b], c};
-            }
-            qsort(it, k, sizeof *it, rc_cmp);
-            double e = (double)worst, r0 = 0, c0 = (double)m->compute_ns;
-            best = -1;
-            for (uint32_t j = 0; j <= k; j++) {
-                /* at r0 the transfer side is (e - r0) / bw, the compute side c0 */
-                double tx = (e - r0) / bw;
-                if (c0 >= tx) { /* crossed at (or before) this breakpoint */
-                    best = c0;
-                    must = e - r0;
-                    break;
-                }
-                if (j == k || r0 >= e) {
-                    best = tx > c0 ? tx : c0;
-                    must = e - r0;
-                    break;
-                }
-                double f = (double)it[j].bytes, slope = it[j].cost / f;
-                if (r0 + f > e)
-                    f = e - r0;
-                /* solve c0 + slope * x = (e - r0 - x) / bw within [0, f] */
-                double x = ((e - r0) / bw - c0) / (slope + 1.0 / bw);
-                if (x <= f) {
-                    best = c0 + slope * x;
-                    must = e - r0 - x;
-                    break;
-                }
-                r0 += f;
-                c0 += slope * f;
-            }
-            free(it);
-        }
-        if (best < (double)m->compute_ns)
-            best = (double)m->compute_ns;
-    }
-    free(d);
-    if (must_bytes)
-        *must_bytes = must > 0 ? (uint64_t)must : 0;
-    return (uint64_t)best;
 }

@@ -31,7 +31,7 @@ static void usage(FILE *f) {
             "       ooc-plan --plan PLAN [--timeline FILE] [--trace-json FILE] PROFILE_DIR\n"
             "       ooc-plan --incore [--budget B] [--chunk C] [--timeline FILE]\n"
             "                [--trace-json FILE] PROFILE_DIR\n"
-            "  P: swapall, lms, superneurons, window, pooch, auto (default)\n"
+            "  P: swapall, lms, superneurons, window, pooch, belady, auto (default)\n"
             "  B, W, C: bytes, with an optional K, M, G or T suffix (powers of 1024);\n"
             "           B defaults to the profile's budget_bytes, W to tuning by simulation,\n"
             "           C to the profile's chunk_bytes\n"
@@ -257,7 +257,7 @@ int main(int argc, char **argv) {
         if (!ok) {
             fprintf(stderr,
                     "ooc-plan: --policy '%s': expected all, swapall, lms, superneurons, window, "
-                    "pooch or auto\n",
+                    "pooch, belady or auto\n",
                     policy);
             return 2;
         }
@@ -305,13 +305,17 @@ int main(int argc, char **argv) {
         ooc_profile_free(p);
         return 1;
     }
-    uint64_t must = 0;
-    uint64_t bound = ooc_model_bound_ns(m, budget, &must);
+    ooc_bound_t bd;
+    ooc_model_bound(m, budget, &bd);
+    uint64_t bound = bd.bound_ns;
     printf("profile %s: %s, %u ops, %u buffers\n", dir, p->program, p->nops, p->nbufs);
-    printf("budget %.2f GiB, chunk %llu KiB, in-core time %.3f ms, lower bound %.3f ms "
-           "(%.2f GB must cross the link)\n",
+    printf("budget %.2f GiB, chunk %llu KiB, in-core time %.3f ms, lower bound %.3f ms",
            (double)budget / (1u << 30), (unsigned long long)(chunk >> 10),
-           (double)m->compute_ns / 1e6, (double)bound / 1e6, (double)must / 1e9);
+           (double)m->compute_ns / 1e6, (double)bound / 1e6);
+    if (bd.cut_op >= 0)
+        printf(" (at op %d: %.2f GB off the device)\n", bd.cut_op, (double)bd.off_bytes / 1e9);
+    else
+        printf(" (the compute time)\n");
     int status = 1;
     if (incore) {
         ooc_timeline_t tl;

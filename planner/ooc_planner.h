@@ -151,8 +151,19 @@ uint32_t ooc_model_next_use(const ooc_model_t *m, int32_t b, int64_t i);
 int ooc_model_check_budget(const ooc_model_t *m, uint64_t budget_bytes, int32_t *op_out, char *err,
                            size_t errlen);
 
-/* The lower bound of section 3 of issue 7: max(compute time, bytes that must cross the link
- * under the budget / host-to-device bandwidth). *must_bytes receives the bytes (may be NULL). */
+/* A lower bound on the iteration time of every valid plan under a budget (planner/bound.c gives
+ * the argument): at the cut of some op k, what does not fit the budget is off the device, was
+ * copied out before k and comes back (by a copy, or by re-launching its producers) after it. */
+typedef struct ooc_bound {
+    uint64_t bound_ns;  /* the bound (at least the in-core compute time) */
+    int32_t cut_op;     /* the op whose cut gives it; -1: the compute time alone */
+    uint64_t off_bytes; /* footprint that must be off the device at that cut */
+} ooc_bound_t;
+
+/* Computes the bound into *out. Returns 0, OOC_EINFEASIBLE when some op's own buffers exceed the
+ * budget (out->bound_ns is then the compute time), or OOC_ENOMEM. Deterministic. */
+int ooc_model_bound(const ooc_model_t *m, uint64_t budget_bytes, ooc_bound_t *out);
+/* The same bound's time alone; *must_bytes (may be NULL) receives off_bytes. */
 uint64_t ooc_model_bound_ns(const ooc_model_t *m, uint64_t budget_bytes, uint64_t *must_bytes);
 
 /* ---- plans (planner/plan.c) ------------------------------------------------------------------ */

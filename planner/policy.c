@@ -11,12 +11,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const ooc_policy_names[] = {"swapall", "lms", "superneurons", "window", "pooch",
-                                        "auto",    NULL};
+const char *const ooc_policy_names[] = {"swapall", "lms",    "superneurons", "window",
+                                        "pooch",   "belady", "auto",         NULL};
 
 typedef int (*policy_fn)(const ooc_model_t *, const ooc_policy_opts_t *, ooc_plan_t **);
-static const policy_fn policy_fns[] = {pol_swapall, pol_lms,   pol_superneurons,
-                                       pol_window,  pol_pooch, pol_auto};
+static const policy_fn policy_fns[] = {pol_swapall, pol_lms,    pol_superneurons, pol_window,
+                                       pol_pooch,   pol_belady, pol_auto};
 
 int ooc_policy_plan(const ooc_model_t *m, const char *policy, const ooc_policy_opts_t *o,
                     ooc_plan_t **out, char *err, size_t errlen) {
@@ -28,8 +28,8 @@ int ooc_policy_plan(const ooc_model_t *m, const char *policy, const ooc_policy_o
     if (which < 0) {
         if (err && errlen)
             snprintf(err, errlen,
-                     "unknown policy '%s' (expected swapall, lms, superneurons, window, pooch or "
-                     "auto)",
+                     "unknown policy '%s' (expected swapall, lms, superneurons, window, pooch, "
+                     "belady or auto)",
                      policy);
         return OOC_EINVAL;
     }

@@ -155,6 +155,31 @@ static int emit_gap(ooc_plan_t *pl, const ooc_model_t *m, const gap_t *g) {
     return rc ? OOC_ENOMEM : 0;
 }
 
+/* Keeps, of the waits of a finalized plan, only the first after each swap-in (the one before the
+ * buffer's first use, or before a recompute reading it if that comes first): a second wait for
+ * the same copy, or two waits at one op (a recompute input that is also the op's), would be
+ * redundant. Actions stay in replay order. Returns 0 or OOC_ENOMEM. */
+static int one_wait_per_swapin(ooc_plan_t *pl) {
+    uint8_t *pending = calloc(pl->nbufs ? pl->nbufs : 1, 1);
+    if (!pending)
+        return OOC_ENOMEM;
+    uint32_t w = 0;
+    for (uint32_t i = 0; i < pl->nacts; i++) {
+        const ooc_action_t *a = &pl->acts[i];
+        if (a->kind == OOC_ACT_SWAPIN)
+            pending[a->buf] = 1;
+        if (a->kind == OOC_ACT_WAIT) {
+            if (!pending[a->buf])
+                continue;
+            pending[a->buf] = 0;
+        }
+        pl->acts[w++] = *a;
+    }
+    pl->nacts = w;
+    free(pending);
+    return 0;
+}
+
 int sched_plan(const sched_t *s0, const char *policy, uint64_t budget, ooc_plan_t **out) {
     const ooc_model_t *m = s0->m;
     const ooc_profile_t *p = m->prof;
@@ -216,6 +241,11 @@ int sched_plan(const sched_t *s0, const char *policy, uint64_t budget, ooc_plan_
         return rc;
     }
     ooc_plan_finalize(pl);
+    rc = one_wait_per_swapin(pl);
+    if (rc) {
+        ooc_plan_free(pl);
+        return rc;
+    }
     *out = pl;
     return 0;
 }

@@ -48,6 +48,7 @@ int pol_lms(const ooc_model_t *m, const ooc_policy_opts_t *o, ooc_plan_t **out);
 int pol_superneurons(const ooc_model_t *m, const ooc_policy_opts_t *o, ooc_plan_t **out);
 int pol_window(const ooc_model_t *m, const ooc_policy_opts_t *o, ooc_plan_t **out);
 int pol_pooch(const ooc_model_t *m, const ooc_policy_opts_t *o, ooc_plan_t **out);
+int pol_belady(const ooc_model_t *m, const ooc_policy_opts_t *o, ooc_plan_t **out);
 int pol_auto(const ooc_model_t *m, const ooc_policy_opts_t *o, ooc_plan_t **out);
 
 /* The window schedule for one window size (window.c). */
@@ -56,6 +57,16 @@ int window_schedule(sched_t *s, uint64_t budget, uint64_t window_bytes);
  * refining the schedule in place (pooch.c); swap-ins are placed as early as memory allows at
  * every evaluation. At most `max_sims` simulations. */
 int pooch_refine(sched_t *s, uint64_t budget, uint32_t max_sims);
+
+/* The next-use schedule (belady.c): evict the kept buffer with the farthest next use whenever the
+ * resident footprint exceeds `budget`. Gaps whose producers cost at most rec_ns_per_byte per byte
+ * (0: none) are rebuilt instead: all of them up front, or (on_evict) only those evicted. Swap-ins
+ * are left at their uses. */
+int belady_schedule(sched_t *s, uint64_t budget, double rec_ns_per_byte, int on_evict);
+/* The best of belady_schedule's variants (which rebuilds, 80-100% of the budget for the walk,
+ * swap-ins as early as memory allows or 2 or 8 ops ahead) by simulation under `budget`; s is left
+ * holding it and *score its simulated time (UINT64_MAX: none feasible). */
+int belady_best(sched_t *s, uint64_t budget, uint64_t *score);
 
 /* Time of a simulated plan for comparisons: infeasible plans are UINT64_MAX. */
 uint64_t sched_score(const ooc_sim_result_t *r);

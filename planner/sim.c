@@ -381,6 +381,13 @@ static void end_compute(sim_t *s) {
             return;
         }
         if (a->kind == OOC_ACT_DROP) {
+            if (ooc_model_next_use(m, b, a->op + 1) == m->nuse[b]) {
+                violate(s, OOC_EFORMAT, a->op, b,
+                        "drop of buffer %d after op %d, which has no later use to rebuild it for "
+                        "(a dead buffer leaves by a swap-out)",
+                        b, a->op);
+                return;
+            }
             unmap(s, b);
             s->st[b] = ST_NONE;
             s->dropped[b] = 1;

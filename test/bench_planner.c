@@ -3,7 +3,12 @@
  * policy's planning time and predicted time on every reference profile, and the
  * window-scheduling paper's Table-1-style throughput tables (a benchmark, not a test).
  *
- *     build/bench-planner [PROFILES_DIR]     (default profiles/synthetic)
+ *     build/bench-planner [SYNTHETIC_DIR [RECORDED_DIR]]
+ *         (default profiles/synthetic and profiles/recorded)
+ *
+ * The last table runs every profile of both directories at its own budget and at 1/2, 1/4 and
+ * 1/8 of its in-core peak, with the lower bound (planner/bound.c) and auto's ratios to it and to
+ * the best other policy.
  */
 #include <dirent.h>
 #include <stdio.h>
@@ -166,7 +171,7 @@ static int bench_10k(void) {
     return 0;
 }
 
-#define NPOL 6
+#define NPOL 7
 typedef struct {
     char name[256];
     char model[64];
@@ -185,7 +190,130 @@ static int entry_cmp(const void *a, const void *b) {
     return c ? c : (x->size > y->size) - (x->size < y->size);
 }
 
+static int dbl_cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* One directory's profiles, sorted by name, into names[] (at most cap). */
+static int list_profiles(const char *root, char (*names)[600], int n, int cap) {
+    DIR *d = opendir(root);
+    if (!d)
+        return n;
+    struct dirent *de;
+    int first = n;
+    while ((de = readdir(d)) && n < cap)
+        if (de->d_name[0] != '.')
+            snprintf(names[n++], 600, "%s/%s", root, de->d_name);
+    closedir(d);
+    qsort(names + first, (size_t)(n - first), sizeof names[0],
+          (int (*)(const void *, const void *))strcmp);
+    return n;
+}
+
+/* Every reference profile at its budget and at 1/2, 1/4 and 1/8 of its in-core peak (where the
+ * largest op fits): each policy's predicted time, the lower bound, auto over the bound and auto
+ * over the best other policy; then the median and the worst of those ratios. */
+static int budgets_table(const char *recorded, const char *synthetic, entry_t *e, int ne) {
+    static char names[128][600];
+    int np = list_profiles(synthetic, names, 0, 128);
+    np = list_profiles(recorded, names, np, 128);
+    double *ratio = calloc(4 * (size_t)np + 1, sizeof *ratio);
+    double *vs = calloc(4 * (size_t)np + 1, sizeof *vs);
+    int nr = 0;
+    printf("\n== every reference profile at its budget and 1/2, 1/4, 1/8 of its in-core peak: "
+           "predicted ms\n");
+    printf("%-22s %9s", "profile", "budget");
+    for (int k = 0; k < NPOL; k++)
+        printf(" %12s", ooc_policy_names[k]);
+    printf(" %10s %10s %10s\n", "bound", "auto/bound", "auto/other");
+    for (int i = 0; i < np; i++) {
+        char err[512] = "";
+        ooc_profile_t *p;
+        if (ooc_profile_read(names[i], &p, err, sizeof err)) {
+            fprintf(stderr, "bench: %s\n", err);
+            free(ratio);
+            free(vs);
+            return 1;
+        }
+        ooc_model_t *m;
+        ooc_model_build(p, p->chunk_bytes, &m);
+        ooc_plan_t *keep = ooc_plan_new("keep", m->n, m->nb, UINT64_MAX / 2, m->chunk_bytes);
+        ooc_plan_finalize(keep);
+        ooc_sim_result_t r;
+        ooc_sim_run(m, keep, NULL, &r);
+        uint64_t peak = r.peak_bytes;
+        ooc_plan_free(keep);
+        const char *label[4] = {"own", "1/2", "1/4", "1/8"};
+        uint64_t budgets[4] = {p->budget_bytes, peak / 2, peak / 4, peak / 8};
+        const char *base = strrchr(names[i], '/');
+        for (int b = 0; b < 4; b++) {
+            if (ooc_model_check_budget(m, budgets[b], NULL, NULL, 0))
+                continue;
+            char lb[32];
+            if (budgets[b] >= (1ull << 30))
+                snprintf(lb, sizeof lb, "%s %.1fG", label[b], (double)budgets[b] / (1u << 30));
+            else
+                snprintf(lb, sizeof lb, "%s %.0fM", label[b], (double)budgets[b] / (1u << 20));
+            printf("%-22s %9s", base ? base + 1 : names[i], lb);
+            double t[NPOL], other = -1;
+            for (int k = 0; k < NPOL; k++) {
+                ooc_policy_opts_t o = {.budget_bytes = budgets[b]};
+                ooc_plan_t *pl = NULL;
+                t[k] = -1;
+                if (ooc_policy_plan(m, ooc_policy_names[k], &o, &pl, err, sizeof err) == 0) {
+                    ooc_sim_run(m, pl, NULL, &r);
+                    if (r.feasible)
+                        t[k] = (double)r.time_ns / 1e6;
+                    ooc_plan_free(pl);
+                }
+                if (t[k] >= 0)
+                    printf(" %12.2f", t[k]);
+                else
+                    printf(" %12s", "x");
+                if (k < NPOL - 1 && t[k] >= 0 && (other < 0 || t[k] < other))
+                    other = t[k];
+            }
+            double bound = (double)ooc_model_bound_ns(m, budgets[b], NULL) / 1e6;
+            double a = t[NPOL - 1];
+            for (int q = 0; q < ne && b == 0; q++)
+                if (base && strcmp(e[q].name, base + 1) == 0) {
+                    memcpy(e[q].t_ms, t, sizeof t);
+                    e[q].incore_ms = (double)m->compute_ns / 1e6;
+                    e[q].bound_ms = bound;
+                    e[q].fits = 1;
+                    e[q].incore = peak <= budgets[b];
+                }
+            printf(" %10.2f", bound);
+            if (a >= 0) {
+                ratio[nr] = a / bound;
+                vs[nr] = other > 0 ? a / other : 1;
+                printf(" %10.3f %10.3f\n", ratio[nr], vs[nr]);
+                nr++;
+            } else {
+                printf(" %10s %10s\n", "x", "x");
+            }
+        }
+        ooc_model_free(m);
+        ooc_profile_free(p);
+    }
+    if (nr) {
+        double worst_vs = 0;
+        for (int i = 0; i < nr; i++)
+            worst_vs = vs[i] > worst_vs ? vs[i] : worst_vs;
+        qsort(ratio, (size_t)nr, sizeof *ratio, dbl_cmp);
+        printf("auto/bound over %d cases: median %.3f, worst %.3f; auto/best other policy: worst "
+               "%.3f\n",
+               nr, nr % 2 ? ratio[nr / 2] : (ratio[nr / 2 - 1] + ratio[nr / 2]) / 2, ratio[nr - 1],
+               worst_vs);
+    }
+    free(ratio);
+    free(vs);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* progress shows as it goes */
     const char *root = argc > 1 ? argv[1] : "profiles/synthetic";
     if (bench_10k())
         return 1;
@@ -201,6 +329,8 @@ int main(int argc, char **argv) {
         if (de->d_name[0] == '.')
             continue;
         entry_t *x = &e[n];
+        for (int k = 0; k < NPOL; k++)
+            x->t_ms[k] = -1;
         snprintf(x->name, sizeof x->name, "%s", de->d_name);
         const char *dash = strrchr(de->d_name, '-');
         if (!dash)
@@ -214,52 +344,10 @@ int main(int argc, char **argv) {
     }
     closedir(d);
     qsort(e, (size_t)n, sizeof *e, entry_cmp);
-    printf("\n== every policy on every reference profile (budget from the profile: 8 GiB)\n");
-    printf("%-24s %-13s %9s %11s %9s %8s\n", "profile", "policy", "plan_ms", "time_ms", "x_incore",
-           "x_bound");
-    for (int i = 0; i < n; i++) {
-        char path[600], err[512] = "";
-        snprintf(path, sizeof path, "%s/%s", root, e[i].name);
-        ooc_profile_t *p;
-        if (ooc_profile_read(path, &p, err, sizeof err)) {
-            fprintf(stderr, "bench: %s\n", err);
-            return 1;
-        }
-        ooc_model_t *m;
-        ooc_model_build(p, p->chunk_bytes, &m);
-        uint64_t budget = p->budget_bytes;
-        e[i].incore_ms = (double)m->compute_ns / 1e6;
-        e[i].bound_ms = (double)ooc_model_bound_ns(m, budget, NULL) / 1e6;
-        e[i].fits = ooc_model_check_budget(m, budget, NULL, NULL, 0) == 0;
-        ooc_plan_t *keep = ooc_plan_new("keep", m->n, m->nb, budget, m->chunk_bytes);
-        ooc_plan_finalize(keep);
-        ooc_sim_result_t r;
-        ooc_sim_run(m, keep, NULL, &r);
-        e[i].incore = r.feasible;
-        ooc_plan_free(keep);
-        for (int k = 0; k < NPOL; k++) {
-            ooc_policy_opts_t o = {.budget_bytes = budget};
-            ooc_plan_t *pl = NULL;
-            double t0 = now_ms();
-            int rc = ooc_policy_plan(m, ooc_policy_names[k], &o, &pl, err, sizeof err);
-            e[i].plan_ms[k] = now_ms() - t0;
-            e[i].t_ms[k] = -1;
-            if (rc == 0) {
-                ooc_sim_run(m, pl, NULL, &r);
-                if (r.feasible)
-                    e[i].t_ms[k] = (double)r.time_ns / 1e6;
-                ooc_plan_free(pl);
-            }
-            if (e[i].t_ms[k] >= 0)
-                printf("%-24s %-13s %9.1f %11.3f %9.3f %8.3f\n", e[i].name, ooc_policy_names[k],
-                       e[i].plan_ms[k], e[i].t_ms[k], e[i].t_ms[k] / e[i].incore_ms,
-                       e[i].t_ms[k] / e[i].bound_ms);
-            else
-                printf("%-24s %-13s %9.1f %11s\n", e[i].name, ooc_policy_names[k], e[i].plan_ms[k],
-                       "x");
-        }
-        ooc_model_free(m);
-        ooc_profile_free(p);
+    /* every profile at its budget and fractions of its peak; fills e[] at the own budget */
+    if (budgets_table(argc > 2 ? argv[2] : "profiles/recorded", root, e, n)) {
+        free(e);
+        return 1;
     }
     /* Table-1-style tables: one per model */
     for (int i = 0; i < n;) {

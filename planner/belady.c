@@ -1,0 +1,254 @@
+/* SPDX-License-Identifier: MIT */
+/* belady.c: the next-use policy: walk the ops and, whenever the buffers that must be resident
+ * exceed the budget, evict the kept buffer whose next use is farthest (Belady's rule; the larger
+ * first among equals), swapping it out after its last use and back in before its next one, or
+ * rebuilding it there when its producers are cheap enough (either every such buffer up front, or
+ * only those evicted).
+ *
+ * The walk is static (no timing): memory is the footprint of the buffers resident between their
+ * uses under the decisions taken so far, the way sched_place_swapins counts it. Evicting a buffer
+ * frees it from its last use on, so earlier ops only get more room. The result is a schedule;
+ * swap-ins are placed by the caller (as early as memory allows, or a fixed number of ops ahead),
+ * and the simulator judges it. `belady_schedule` is shared with auto, which evaluates several
+ * variants (which recomputes, how much of the budget the walk may fill, where swap-ins go). */
+#include "schedule.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* A max-heap of gap indices by `to` (the next use), then by footprint. */
+typedef struct {
+    uint32_t *a;
+    uint32_t n;
+    const sched_t *s;
+} heap_t;
+
+static int above(const heap_t *h, uint32_t x, uint32_t y) {
+    const gap_t *gx = &h->s->g[x], *gy = &h->s->g[y];
+    if (gx->to != gy->to)
+        return gx->to > gy->to;
+    uint64_t fx = h->s->m->fp[gx->buf], fy = h->s->m->fp[gy->buf];
+    if (fx != fy)
+        return fx > fy;
+    return x < y;
+}
+
+static void hpush(heap_t *h, uint32_t v) {
+    uint32_t i = h->n++;
+    h->a[i] = v;
+    while (i > 0 && above(h, h->a[i], h->a[(i - 1) / 2])) {
+        uint32_t p = (i - 1) / 2, t = h->a[p];
+        h->a[p] = h->a[i];
+        h->a[i] = t;
+        i = p;
+    }
+}
+
+static uint32_t hpop(heap_t *h) {
+    uint32_t top = h->a[0];
+    h->a[0] = h->a[--h->n];
+    for (uint32_t i = 0;;) {
+        uint32_t l = 2 * i + 1, r = l + 1, b = i;
+        if (l < h->n && above(h, h->a[l], h->a[b]))
+            b = l;
+        if (r < h->n && above(h, h->a[r], h->a[b]))
+            b = r;
+        if (b == i)
+            break;
+        uint32_t t = h->a[b];
+        h->a[b] = h->a[i];
+        h->a[i] = t;
+        i = b;
+    }
+    return top;
+}
+
+/* Producers' time of buffer b, ns. */
+static double rebuild_ns(const ooc_model_t *m, int32_t b) {
+    const ooc_profile_t *p = m->prof;
+    const ooc_buffer_t *bf = &p->bufs[b];
+    double t = 0;
+    for (uint32_t k = 0; k < bf->nprod; k++)
+        t += (double)p->ops[p->prods[bf->prod_off + k]].duration_ns;
+    return t;
+}
+
+/* May gap g be rebuilt instead of kept, at most rec_ns_per_byte per byte? */
+static int cheap_rebuild(const ooc_model_t *m, const gap_t *g, double rec_ns_per_byte) {
+    int32_t b = g->buf;
+    return rec_ns_per_byte > 0 && m->recomp[b] && g->to < (int32_t)m->n &&
+           g->to <= m->recomp_until[b] &&
+           rebuild_ns(m, b) <= rec_ns_per_byte * (double)m->prof->bufs[b].bytes;
+}
+
+int belady_schedule(sched_t *s, uint64_t budget, double rec_ns_per_byte, int on_evict) {
+    const ooc_model_t *m = s->m;
+    const ooc_profile_t *p = m->prof;
+    int32_t n = (int32_t)m->n;
+    if (n == 0)
+        return 0;
+    /* 1. unless rebuilds wait for evictions, rebuild every gap that may be, cheaply enough */
+    for (uint32_t k = 0; k < s->ng; k++) {
+        gap_t *g = &s->g[k];
+        g->dec = !on_evict && cheap_rebuild(m, g, rec_ns_per_byte) ? OOC_RECOMPUTE : OOC_KEEP;
+        g->in_at = g->to;
+    }
+    /* per op: the gaps that start there (by reference), to push them when the op is done */
+    uint32_t *start_off = calloc((size_t)n + 2, sizeof *start_off);
+    uint32_t *starts = malloc((s->ng ? s->ng : 1) * sizeof *starts);
+    heap_t h = {malloc(((size_t)s->ng + m->nb + 1) * sizeof(uint32_t)), 0, s};
+    int64_t *delta = calloc((size_t)n + 1, sizeof *delta); /* memory arriving at op i */
+    if (!start_off || !starts || !h.a || !delta) {
+        free(start_off);
+        free(starts);
+        free(h.a);
+        free(delta);
+        return OOC_ENOMEM;
+    }
+    for (uint32_t k = 0; k < s->ng; k++)
+        start_off[s->g[k].from + 1]++;
+    for (int32_t i = 0; i < n; i++)
+        start_off[i + 1] += start_off[i];
+    {
+        uint32_t *pos = calloc((size_t)n + 1, sizeof *pos);
+        if (!pos) {
+            free(start_off);
+            free(starts);
+            free(h.a);
+            free(delta);
+            return OOC_ENOMEM;
+        }
+        for (uint32_t k = 0; k < s->ng; k++) {
+            int32_t f = s->g[k].from;
+            starts[start_off[f] + pos[f]++] = k;
+        }
+        free(pos);
+    }
+    /* memory at the start: buffers that exist; persistent ones sit in their wrapping gap, which
+     * may be evicted like any other */
+    int64_t res = 0;
+    for (uint32_t b = 0; b < m->nb; b++) {
+        const ooc_buffer_t *bf = &p->bufs[b];
+        if (bf->alloc_idx >= 0 || (bf->persistent && m->nuse[b] == 0))
+            continue;
+        res += (int64_t)m->fp[b];
+        if (bf->persistent) {
+            uint32_t last = s->gap_off[b + 1];
+            if (last > s->gap_off[b] && s->g[last - 1].to >= n)
+                hpush(&h, last - 1);
+        }
+    }
+    for (int32_t i = 0; i < n; i++) {
+        const ooc_op_t *o = &p->ops[i];
+        /* buffers op i needs that are not resident: first uses, and gaps that end here */
+        res += delta[i];
+        for (uint32_t r = 0; r < o->nref; r++) {
+            int32_t b = p->refs[o->ref_off + r].buf;
+            if (m->uses[m->use_off[b]] == i && p->bufs[b].alloc_idx >= 0)
+                res += (int64_t)m->fp[b];
+        }
+        /* over the budget: evict the kept buffer whose next use is farthest */
+        while (res > (int64_t)budget && h.n > 0) {
+            uint32_t k = hpop(&h);
+            gap_t *g = &s->g[k];
+            /* stale: decided already, or not open at op i (op i itself uses it) */
+            int32_t t = g->to >= n && i <= g->from ? i + n : i;
+            if (g->dec != OOC_KEEP || !(g->from < t && t < g->to))
+                continue;
+            g->dec = on_evict && cheap_rebuild(m, g, rec_ns_per_byte) ? OOC_RECOMPUTE : OOC_SWAP;
+            res -= (int64_t)m->fp[g->buf];
+            int32_t back = g->to < n ? g->to : t == i + n ? g->to - n : -1;
+            if (back >= 0)
+                delta[back] += (int64_t)m->fp[g->buf]; /* else: back in the next iteration */
+        }
+        /* after op i: gaps that start here are kept for now; recomputed and swapped ones leave;
+         * a buffer without a next use leaves (freed, or swapped out dead) */
+        for (uint32_t q = start_off[i]; q < start_off[i + 1]; q++) {
+            gap_t *g = &s->g[starts[q]];
+            if (g->dec == OOC_KEEP) {
+                hpush(&h, starts[q]);
+            } else {
+                res -= (int64_t)m->fp[g->buf];
+                if (g->to < n)
+                    delta[g->to] += (int64_t)m->fp[g->buf];
+            }
+        }
+        for (uint32_t r = 0; r < o->nref; r++) {
+            int32_t b = p->refs[o->ref_off + r].buf;
+            if (!p->bufs[b].persistent && m->uses[m->use_off[b] + m->nuse[b] - 1] == i)
+                res -= (int64_t)m->fp[b]; /* the next use, if any, is counted by its gap */
+        }
+    }
+    free(start_off);
+    free(starts);
+    free(h.a);
+    free(delta);
+    return 0;
+}
+
+/* Sets every swapped gap's swap-in `ahead` ops before its use (0: as early as memory allows). */
+static int place(sched_t *s, uint64_t budget, int32_t ahead) {
+    if (ahead == 0)
+        return sched_place_swapins(s, budget);
+    for (uint32_t k = 0; k < s->ng; k++) {
+        gap_t *g = &s->g[k];
+        if (g->dec != OOC_SWAP)
+            continue;
+        g->in_at = g->to - ahead > g->from ? g->to - ahead : g->from + 1;
+    }
+    return 0;
+}
+
+int belady_best(sched_t *s, uint64_t budget, uint64_t *score) {
+    const ooc_model_t *m = s->m;
+    const ooc_profile_t *p = m->prof;
+    /* recompute: never, where cheaper than one copy, than both copies, or always */
+    double per_byte = 1e9 / (p->h2d_bps < p->d2h_bps ? p->h2d_bps : p->d2h_bps);
+    /* rebuild thresholds, each up front or on eviction (none: once) */
+    const double rec[] = {0, per_byte, per_byte, 2 * per_byte, 2 * per_byte, 1e300, 1e300};
+    static const int evict[] = {0, 0, 1, 0, 1, 0, 1};
+    static const double fill[] = {1.0, 0.9, 0.8};
+    static const int32_t ahead[] = {0, 2, 8};
+    sched_t best = {0};
+    uint64_t best_sc = UINT64_MAX;
+    int rc = 0;
+    for (size_t a = 0; a < sizeof rec / sizeof rec[0] && !rc; a++)
+        for (size_t f = 0; f < sizeof fill / sizeof fill[0] && !rc; f++) {
+            uint64_t b2 = (uint64_t)((double)budget * fill[f]);
+            if (f > 0 && ooc_model_check_budget(m, b2, NULL, NULL, 0))
+                break;
+            if ((rc = belady_schedule(s, b2, rec[a], evict[a])))
+                break;
+            for (size_t h = 0; h < sizeof ahead / sizeof ahead[0] && !rc; h++) {
+                ooc_sim_result_t r;
+                if ((rc = place(s, budget, ahead[h])) || (rc = sched_eval(s, budget, NULL, &r)))
+                    break;
+                uint64_t sc = sched_score(&r);
+                ooc_sim_result_free(&r);
+                if (sc < best_sc) {
+                    best_sc = sc;
+                    sched_free(&best);
+                    rc = sched_copy(&best, s);
+                }
+            }
+        }
+    if (!rc && best.g) {
+        memcpy(s->g, best.g, s->ng * sizeof *s->g);
+    }
+    sched_free(&best);
+    *score = best_sc;
+    return rc;
+}
+
+int pol_belady(const ooc_model_t *m, const ooc_policy_opts_t *o, ooc_plan_t **out) {
+    sched_t s;
+    int rc = sched_init(&s, m);
+    if (rc)
+        return rc;
+    uint64_t sc;
+    rc = belady_best(&s, o->budget_bytes, &sc);
+    if (rc == 0)
+        rc = sched_plan(&s, "belady", o->budget_bytes, out);
+    sched_free(&s);
+    return rc;
+}
