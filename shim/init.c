@@ -27,8 +27,18 @@ __attribute__((constructor)) static void framework_defaults(void) {
     setenv("XLA_PYTHON_CLIENT_ALLOCATOR", "platform", 0);
 }
 
+/* Set in a child forked after the first driver call. The child has none of the parent's threads
+ * (the replay worker, the simulated or real driver's) and its copies of our locks may be held by
+ * threads that do not exist there: it takes none of them. Every hook passes through (mode off),
+ * so the driver answers, as it does after a fork (CUDA_ERROR_NOT_INITIALIZED for the parent's
+ * device), and the exit handler does nothing: the pool, the profile and the statistics are the
+ * parent's. */
+static atomic_int forked_child;
+
 static void on_fork_child(void) {
+    atomic_store(&forked_child, 1);
     atomic_store(&ooc_mode_now, OOC_MODE_OFF);
+    ooc_mem_forget_in_child();
 }
 
 /* Was the option set in the environment (not defaulted)? */
@@ -66,6 +76,8 @@ const ooc_options_t *ooc_opts(void) {
 }
 
 static void at_exit(void) {
+    if (atomic_load(&forked_child))
+        return;
     ooc_replay_stop();
     ooc_record_finish_at_exit();
     if (ooc_options()->stats)

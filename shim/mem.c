@@ -1397,6 +1397,10 @@ int ooc_mem_owns(uintptr_t p) {
            p - M.va_base < M.va_size;
 }
 
+void ooc_mem_forget_in_child(void) {
+    __atomic_store_n(&M.ready, 0, __ATOMIC_RELEASE);
+}
+
 /* ---- buffers --------------------------------------------------------------------------------- */
 
 static int slab_insert(slab_t *s, buf_t *b) {

@@ -161,6 +161,10 @@ CUresult ooc_mem_alloc(CUdeviceptr *out, size_t size, uint64_t *id);
 CUresult ooc_mem_free(CUdeviceptr p, CUstream stream, uint64_t *id);
 /* Is p inside the shim's reservation? (Cheap; no lock.) */
 int ooc_mem_owns(uintptr_t p);
+/* In a forked child (init.c's atfork handler): nothing is ours any more (ooc_mem_owns answers
+ * 0), so every call passes through to the driver and none takes a lock of ours, which a thread
+ * of the parent that does not exist in the child may hold. */
+void ooc_mem_forget_in_child(void);
 /* The live buffer containing p: its start and size; -1 if none. */
 int ooc_mem_lookup(uintptr_t p, uintptr_t *base, size_t *size);
 /* Notes the buffer containing p (if ours) in the access set, used read-write; takes no lock. */

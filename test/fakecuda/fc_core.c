@@ -139,7 +139,20 @@ static int env_bool(const char *name, int dflt) {
 
 static int fc_parse_faults(const char *spec, int apply);
 
+/* A child forked after cuInit: the parent's device, streams and worker threads are not its own.
+ * As with the real driver, every call that needs initialisation (cuInit included) fails with
+ * CUDA_ERROR_NOT_INITIALIZED, and the child's exit leaves the parent's state (stream threads
+ * it does not have, the statistics file, the trace) alone. A child forked before cuInit may
+ * initialise for itself. */
+static atomic_int forked_after_init;
+
+static void on_fork_child(void) {
+    if (atomic_load(&g_fc.inited))
+        atomic_store(&forked_after_init, 1);
+}
+
 static void config_load_once(void) {
+    pthread_atfork(NULL, NULL, on_fork_child);
     fc_config_t *c = &g_fc.cfg;
     c->mem_bytes = env_size("FAKECUDA_MEM_BYTES", 64ull << 30);
     c->granularity = env_size("FAKECUDA_GRANULARITY", 2ull << 20);
@@ -311,7 +324,7 @@ CUresult fc_enter(fc_api_slot_t *slot, int need_init, int check_sticky) {
             return faults[i].code;
         }
     }
-    if (need_init && !atomic_load(&g_fc.inited))
+    if (need_init && (!atomic_load(&g_fc.inited) || atomic_load(&forked_after_init)))
         return CUDA_ERROR_NOT_INITIALIZED;
     if (check_sticky) {
         CUresult s = atomic_load(&g_fc.sticky);
@@ -396,7 +409,7 @@ static void write_stats(void) {
 static atomic_int shut_down;
 
 FAKECUDA_API void fakecuda_shutdown(void) {
-    if (atomic_exchange(&shut_down, 1))
+    if (atomic_exchange(&shut_down, 1) || atomic_load(&forked_after_init))
         return;
     if (atomic_load(&g_fc.inited)) {
         fc_streams_shutdown();
@@ -437,6 +450,8 @@ static void init_once_fn(void) {
 
 static CUresult fc_init(unsigned int flags) {
     FC_ENTER_ANY("cuInit");
+    if (atomic_load(&forked_after_init))
+        return CUDA_ERROR_NOT_INITIALIZED;
     if (flags != 0)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_once(&init_once, init_once_fn);
