@@ -284,8 +284,8 @@ check-gpu:
 ALL := $(FC_LIB) $(DNN_LIB) $(WL_BIN) $(PL_LIB) $(PL_CLI) $(SH_LIB) $(TP_BIN) $(OPT_CLI) \
     $(MAN_PAGES)
 
-.PHONY: all deps test check-run demo bench valgrind format check-format clean gpu-progs gpu-build \
-    check-gpu install uninstall
+.PHONY: all deps test check-run check-arch demo bench valgrind format check-format clean gpu-progs \
+    gpu-build check-gpu install uninstall
 all: $(ALL)
 
 deps:
@@ -296,7 +296,13 @@ test: deps
 	$(Q)$(MAKE) --no-print-directory check-run
 
 check-run: $(ALL) $(T_RUNNER) $(if $(SANITIZE),,$(GPU_BIN))
+	$(Q)scripts/check-arch $(B)
 	$(Q)OOC_BUILD=$(B) $(T_RUNNER)
+
+# `make check-arch`: file sizes, include and call cycles among the shim's files, no call from the
+# memory layer up into record or replay, one error vocabulary (scripts/check-arch).
+check-arch: $(SH_LIB)
+	$(Q)scripts/check-arch $(B)
 
 demo: deps
 	$(Q)$(MAKE) --no-print-directory all

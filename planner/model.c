@@ -16,7 +16,7 @@
 #include <string.h>
 
 uint64_t ooc_model_fp(uint64_t bytes, uint64_t chunk_bytes) {
-    if (bytes * 8 > chunk_bytes) /* the shim's rule (shim/mem.c): above chunk/8, whole chunks */
+    if (bytes * 8 > chunk_bytes) /* the shim's rule (shim/buffer.c): above chunk/8, whole chunks */
         return (bytes + chunk_bytes - 1) / chunk_bytes * chunk_bytes;
     return (bytes + 255) / 256 * 256;
 }

@@ -14,13 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#ifndef OOC_ENOMEM
-#define OOC_ENOMEM (-12) /* out of host memory */
-#define OOC_EINVAL (-22) /* bad argument */
-#define OOC_EIO    (-5)  /* a file could not be read or written */
-#endif
-#define OOC_EFORMAT     (-200) /* a malformed profile or plan (the message names file, line, field) */
-#define OOC_EINFEASIBLE (-201) /* no plan can run under this budget (the message names the op) */
+#include "ooc_err.h" /* the error codes, shared with the shim */
 
 #define OOC_FORMAT_VERSION 1
 
@@ -119,7 +113,7 @@ const char *ooc_kind_name(ooc_op_kind_t k);
 /* ---- the derived model (planner/model.c) ----------------------------------------------------- */
 
 /* Facts derived once from a profile and a chunk size, shared by the simulator and the policies.
- * Footprint: a buffer of more than an eighth of a chunk occupies whole chunks (shim/mem.c places
+ * Footprint: a buffer of more than an eighth of a chunk occupies whole chunks (shim/buffer.c places
  * it so); a smaller one lives in a shared slab chunk and occupies its size rounded up to 256
  * bytes. */
 typedef struct ooc_model {

@@ -4,8 +4,9 @@
  *
  * Compiled with __CUDA_API_VERSION_INTERNAL so cuda.h leaves versioned names (cuMemAlloc_v2,
  * cuLaunchKernel_ptsz) unrenamed; every hook is checked against its cudaTypedefs.h type.
- * Data flows hooks.c -> launch.c (what an op touches) -> mem.c (make it resident) -> real.c
- * (the only caller of the real driver). */
+ * Data flows hooks.c -> launch.c (what an op touches) -> the memory layer (make it resident:
+ * buffer.c, resident.c and the files listed in mem_int.h) -> real.c (the only caller of the real
+ * driver). */
 #ifndef OOC_SHIM_H
 #define OOC_SHIM_H
 
@@ -108,7 +109,7 @@ extern _Atomic int ooc_mode_now OOC_INTERNAL;
  * caller. Thread-safe, idempotent. */
 CUresult ooc_device_init(void);
 
-/* ---- mem.c: buffers, chunks and residency ---------------------------------------------------- */
+/* ---- the memory layer (mem_int.h lists its files): buffers, chunks and residency ------------- */
 
 /* How an op uses a range (the planner's OOC_ACCESS_* values). */
 #define OOC_USE_R  1u
@@ -185,7 +186,7 @@ CUresult ooc_mem_begin(const ooc_access_t *a, CUstream stream, int per_thread);
 /* Notes that the op was issued on `stream` (if issued), and releases the lock. */
 void ooc_mem_end(const ooc_access_t *a, CUstream stream, int per_thread, int issued);
 
-/* The lock-free fast path (mem.c, "The fast path"). ooc_mem_fast_begin returns 1 when the op
+/* The lock-free fast path (fastpath.c). ooc_mem_fast_begin returns 1 when the op
  * may be issued without the residency lock: every chunk it references is resident and stable
  * (hot) with the op's stream among its users, and neither recording nor replay is on. The
  * caller then issues it and calls ooc_mem_fast_end (issued: the real call succeeded) on the same

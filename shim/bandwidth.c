@@ -1,0 +1,105 @@
+/* SPDX-License-Identifier: MIT */
+/* bandwidth.c: the recorder's probe of host<->device bandwidth, measured with a scratch chunk
+ * and two host slots of the pool.
+ *
+ * Locking: takes mem_lock for the whole probe (run once per recorded profile, on an idle
+ * device). Callers: record.c. */
+#include "mem_int.h"
+
+#include <string.h>
+
+/* One timed batch: `reps` copies of `bytes` between slot s and the device chunk at dev, on
+ * stream st, host-to-device when h2d. Caller holds mem_lock. */
+static CUresult bw_copies(CUstream st, hslot_t *s, CUdeviceptr dev, uint64_t bytes, int reps,
+                          int h2d) {
+    CUresult r = CUDA_SUCCESS;
+    for (int i = 0; i < reps && r == CUDA_SUCCESS; i++) {
+        if (M.safe)
+            r = h2d ? ooc_real.cuMemcpyDtoDAsync_v2(dev, s->va, bytes, st)
+                    : ooc_real.cuMemcpyDtoDAsync_v2(s->va, dev, bytes, st);
+        else
+            r = h2d ? ooc_real.cuMemcpyHtoDAsync_v2(dev, s->p, bytes, st)
+                    : ooc_real.cuMemcpyDtoHAsync_v2(s->p, dev, bytes, st);
+    }
+    return r;
+}
+
+CUresult ooc_mem_measure_bw(uint64_t bytes, double *h2d_bps, double *d2h_bps, double *bidir_bps) {
+    pthread_mutex_lock(&mem_lock);
+    if (bytes > M.chunk)
+        bytes = M.chunk;
+    int reps = (int)((8 * M.chunk) / bytes);
+    if (reps < 4)
+        reps = 4;
+    /* On an idle device: copies still queued (the recorded iteration's swaps) would share the
+     * engines and make the link look slower than it is. Once per profile. */
+    ooc_real.cuCtxSynchronize();
+    M.serial++;
+    CUresult r = need_phys(1);
+    uint64_t idx = 0;
+    int have_va = r == CUDA_SUCCESS && va_take(1, &idx) == 0;
+    chunk_t scratch;
+    memset(&scratch, 0, sizeof scratch);
+    scratch.idx = idx;
+    if (r == CUDA_SUCCESS && !have_va)
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    int mapped = r == CUDA_SUCCESS && (r = map_chunk(&scratch)) == CUDA_SUCCESS;
+    hslot_t *s1 = mapped ? host_slot() : NULL, *s2 = s1 ? host_slot() : NULL;
+    CUstream st2 = NULL;
+    CUevent ev[4] = {NULL, NULL, NULL, NULL};
+    if (mapped && (!s1 || !s2))
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    if (r == CUDA_SUCCESS)
+        r = ooc_real.cuStreamCreate(&st2, CU_STREAM_NON_BLOCKING);
+    for (int i = 0; i < 4 && r == CUDA_SUCCESS; i++)
+        r = ooc_real.cuEventCreate(&ev[i], CU_EVENT_DEFAULT);
+    CUdeviceptr dev = (CUdeviceptr)chunk_addr(&scratch);
+    float ms[3] = {0, 0, 0};
+    for (int dir = 0; dir < 2 && r == CUDA_SUCCESS; dir++) {
+        /* One direction at a time: dir 0 host to device, dir 1 device to host. */
+        if ((r = ooc_real.cuEventRecord(ev[0], M.swap)) == CUDA_SUCCESS &&
+            (r = bw_copies(M.swap, s1, dev, bytes, reps, dir == 0)) == CUDA_SUCCESS &&
+            (r = ooc_real.cuEventRecord(ev[1], M.swap)) == CUDA_SUCCESS &&
+            (r = ooc_real.cuEventSynchronize(ev[1])) == CUDA_SUCCESS)
+            r = ooc_real.cuEventElapsedTime(&ms[dir], ev[0], ev[1]);
+    }
+    if (r == CUDA_SUCCESS) {
+        /* Both at once: the device-to-host stream starts when the host-to-device one does. */
+        float a = 0, b = 0;
+        if ((r = ooc_real.cuEventRecord(ev[0], M.swap)) == CUDA_SUCCESS &&
+            (r = ooc_real.cuStreamWaitEvent(st2, ev[0], 0)) == CUDA_SUCCESS &&
+            (r = bw_copies(M.swap, s1, dev, bytes, reps, 1)) == CUDA_SUCCESS &&
+            (r = bw_copies(st2, s2, dev, bytes, reps, 0)) == CUDA_SUCCESS &&
+            (r = ooc_real.cuEventRecord(ev[1], M.swap)) == CUDA_SUCCESS &&
+            (r = ooc_real.cuEventRecord(ev[2], st2)) == CUDA_SUCCESS &&
+            (r = ooc_real.cuEventSynchronize(ev[1])) == CUDA_SUCCESS &&
+            (r = ooc_real.cuEventSynchronize(ev[2])) == CUDA_SUCCESS &&
+            (r = ooc_real.cuEventElapsedTime(&a, ev[0], ev[1])) == CUDA_SUCCESS &&
+            (r = ooc_real.cuEventElapsedTime(&b, ev[0], ev[2])) == CUDA_SUCCESS)
+            ms[2] = a > b ? a : b;
+    }
+    /* Nothing may still run on the scratch chunk when it is unmapped. */
+    ooc_real.cuStreamSynchronize(M.swap);
+    if (st2) {
+        ooc_real.cuStreamSynchronize(st2);
+        ooc_real.cuStreamDestroy_v2(st2);
+    }
+    for (int i = 0; i < 4; i++)
+        if (ev[i])
+            ooc_real.cuEventDestroy_v2(ev[i]);
+    host_slot_put(s1);
+    host_slot_put(s2);
+    if (mapped)
+        unmap_chunk(&scratch);
+    if (have_va)
+        va_give(idx, 1);
+    mem_unlock();
+    if (r != CUDA_SUCCESS)
+        return r;
+    double total = (double)bytes * reps;
+    /* A timer that reads 0 (too fast to see) would make an infinite bandwidth: floor at 1 us. */
+    *h2d_bps = total / ((ms[0] > 1e-3f ? ms[0] : 1e-3f) * 1e-3);
+    *d2h_bps = total / ((ms[1] > 1e-3f ? ms[1] : 1e-3f) * 1e-3);
+    *bidir_bps = 2 * total / ((ms[2] > 1e-3f ? ms[2] : 1e-3f) * 1e-3);
+    return CUDA_SUCCESS;
+}

@@ -1,0 +1,236 @@
+/* SPDX-License-Identifier: MIT */
+/* buffer.c: the program's buffers: allocation and free at stable addresses, large buffers
+ * owning whole chunks and small ones sharing slab chunks, and address lookup.
+ *
+ * Invariants: a buffer of more than chunk/8 bytes owns whole chunks (waste below one chunk);
+ * smaller ones are bump-allocated, SLAB_ALIGN-aligned, in the current slab chunk, whose sorted
+ * buffer list serves lookups. A chunk is released (retire.c) when no live buffer uses it.
+ * Locking: the public functions take mem_lock; the helpers expect it held. Callers: the hooks
+ * (allocation, free, parameter noting), resident.c and transfer.c (lookup). */
+#include "mem_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- buffers --------------------------------------------------------------------------------- */
+
+static int slab_insert(slab_t *s, buf_t *b) {
+    if (s->n == s->cap) {
+        size_t nc = s->cap ? s->cap * 2 : 16;
+        buf_t **n = realloc(s->bufs, nc * sizeof *n);
+        if (!n)
+            return -1;
+        s->bufs = n;
+        s->cap = nc;
+    }
+    s->bufs[s->n++] = b; /* bump allocation: addresses only grow */
+    return 0;
+}
+
+static buf_t *slab_find(const slab_t *s, uintptr_t p) {
+    size_t lo = 0, hi = s->n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        const buf_t *b = s->bufs[mid];
+        if (p < b->addr)
+            hi = mid;
+        else if (p >= b->addr + b->size)
+            lo = mid + 1;
+        else
+            return s->bufs[mid];
+    }
+    return NULL;
+}
+
+static void slab_remove(slab_t *s, const buf_t *b) {
+    for (size_t i = 0; i < s->n; i++) {
+        if (s->bufs[i] == b) {
+            memmove(&s->bufs[i], &s->bufs[i + 1], (s->n - i - 1) * sizeof *s->bufs);
+            s->n--;
+            return;
+        }
+    }
+}
+
+static CUresult alloc_small(buf_t *b, size_t size) {
+    size_t need = (size + SLAB_ALIGN - 1) & ~(size_t)(SLAB_ALIGN - 1);
+    chunk_t *c = M.slab_cur;
+    if (!c || c->slab->offset + need > M.chunk) {
+        uint64_t idx;
+        if (va_take(1, &idx) != 0)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        c = chunk_new(idx, idx, 1);
+        slab_t *s = calloc(1, sizeof *s);
+        if (!c || !s) {
+            free(s);
+            if (c)
+                chunk_delete(c);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        c->slab = s;
+        chunk_t *full = M.slab_cur;
+        M.slab_cur = c;
+        /* A full slab chunk whose buffers are all freed already: no later free releases it. */
+        if (full && full->nbufs == 0)
+            chunk_release(full, NULL);
+    }
+    if (slab_insert(c->slab, b) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    b->addr = chunk_addr(c) + c->slab->offset;
+    b->small = 1;
+    c->slab->offset += need;
+    c->nbufs++;
+    return CUDA_SUCCESS;
+}
+
+static CUresult alloc_large(buf_t *b, size_t size) {
+    uint64_t count = (size + M.chunk - 1) >> M.shift, first;
+    if (va_take(count, &first) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    for (uint64_t i = 0; i < count; i++) {
+        chunk_t *c = chunk_new(first + i, first, count);
+        if (!c) {
+            for (uint64_t j = 0; j < i; j++)
+                chunk_delete(chunk_find(first + j));
+            va_give(first, count);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        c->owner = b;
+        c->nbufs = 1;
+    }
+    b->addr = M.va_base + ((uintptr_t)first << M.shift);
+    return CUDA_SUCCESS;
+}
+
+CUresult ooc_mem_alloc(CUdeviceptr *out, size_t size, uint64_t *id) {
+    if (!out || size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&mem_lock);
+    if (size > M.budget_chunks * M.chunk) {
+        mem_unlock();
+        OOC_LOG_E("allocation of %zu bytes exceeds the whole budget of %llu bytes: it could "
+                  "never be resident",
+                  size, (unsigned long long)(M.budget_chunks * M.chunk));
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    buf_t *b = calloc(1, sizeof *b);
+    CUresult r = b ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    if (r == CUDA_SUCCESS) {
+        b->size = size;
+        r = size <= M.chunk / 8 ? alloc_small(b, size) : alloc_large(b, size);
+    }
+    if (r == CUDA_SUCCESS) {
+        oom_flag = 0;
+        HASH_ADD(hh, M.bufs, addr, sizeof b->addr, b);
+        if (oom_flag)
+            r = CUDA_ERROR_OUT_OF_MEMORY; /* the VA is lost; the buffer is not */
+    }
+    if (r != CUDA_SUCCESS) {
+        free(b);
+        mem_unlock();
+        return r;
+    }
+    uint64_t mapped = b->small ? ((size + SLAB_ALIGN - 1) & ~(uint64_t)(SLAB_ALIGN - 1))
+                               : (((size + M.chunk - 1) >> M.shift) << M.shift);
+    ooc_stats_alloc(size, mapped);
+    *out = (CUdeviceptr)b->addr;
+    b->id = ++M.next_id;
+    if (id)
+        *id = b->id;
+    mem_unlock();
+    return CUDA_SUCCESS;
+}
+
+CUresult ooc_mem_free(CUdeviceptr p, CUstream stream, uint64_t *id) {
+    pthread_mutex_lock(&mem_lock);
+    uintptr_t a = (uintptr_t)p;
+    buf_t *b;
+    HASH_FIND(hh, M.bufs, &a, sizeof a, b);
+    if (!b) {
+        mem_unlock();
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    HASH_DEL(M.bufs, b);
+    if (id)
+        *id = b->id;
+    uint64_t first = (b->addr - M.va_base) >> M.shift;
+    if (b->small) {
+        chunk_t *c = chunk_find(first);
+        slab_remove(c->slab, b);
+        if (stream)
+            chunk_add_user(c, stream);
+        if (--c->nbufs == 0 && c != M.slab_cur)
+            chunk_release(c, stream);
+        ooc_stats_free(b->size, (b->size + SLAB_ALIGN - 1) & ~(uint64_t)(SLAB_ALIGN - 1));
+    } else {
+        uint64_t count = (b->size + M.chunk - 1) >> M.shift;
+        for (uint64_t i = 0; i < count; i++) {
+            chunk_t *c = chunk_find(first + i);
+            c->owner = NULL;
+            c->nbufs = 0;
+            chunk_release(c, stream);
+        }
+        ooc_stats_free(b->size, count << M.shift);
+    }
+    free(b);
+    mem_unlock();
+    return CUDA_SUCCESS;
+}
+
+/* Caller holds mem_lock. */
+buf_t *lookup(uintptr_t p) {
+    if (!ooc_mem_owns(p))
+        return NULL;
+    chunk_t *c = chunk_find((p - M.va_base) >> M.shift);
+    if (!c)
+        return NULL;
+    if (c->owner)
+        return p < c->owner->addr + c->owner->size ? c->owner : NULL;
+    return c->slab ? slab_find(c->slab, p) : NULL;
+}
+
+int ooc_mem_lookup(uintptr_t p, uintptr_t *base, size_t *size) {
+    pthread_mutex_lock(&mem_lock);
+    buf_t *b = lookup(p);
+    if (b) {
+        *base = b->addr;
+        *size = b->size;
+    }
+    mem_unlock();
+    return b ? 0 : -1;
+}
+
+/* Appends a query for [p, p + n) (n == 0: the buffer containing p); resolved to buffers by
+ * ooc_mem_begin under its lock, so that noting takes no lock. */
+static void note(ooc_access_t *a, uintptr_t p, size_t n, unsigned use) {
+    for (unsigned i = 0; i < a->n; i++) {
+        if (a->refs[i].lo == p && a->refs[i].hi == p + n) {
+            a->refs[i].use |= use;
+            return;
+        }
+    }
+    if (a->n == OOC_MAX_REFS) {
+        a->overflow = 1;
+        return;
+    }
+    a->refs[a->n].lo = p;
+    a->refs[a->n].hi = p + n;
+    a->refs[a->n].use = use;
+    a->n++;
+}
+
+void ooc_mem_note(ooc_access_t *a, uintptr_t p) {
+    if (ooc_mem_owns(p))
+        note(a, p, 0, OOC_USE_RW);
+}
+
+void ooc_mem_note_range(ooc_access_t *a, uintptr_t p, size_t n, unsigned use) {
+    if (ooc_mem_owns(p) && n)
+        note(a, p, n, use);
+}
+
+/* The indices of the first and last chunk b lies in. */
+void buf_span(const buf_t *b, uint64_t *c0, uint64_t *c1) {
+    *c0 = (b->addr - M.va_base) >> M.shift;
+    *c1 = (b->addr + b->size - 1 - M.va_base) >> M.shift;
+}

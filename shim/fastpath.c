@@ -1,0 +1,234 @@
+/* SPDX-License-Identifier: MIT */
+/* fastpath.c: the residency lock (mem_lock), the writer sections that hold the lock-free fast path
+ * back, and the fast path itself: an op whose chunks are all hot is issued without the lock.
+ *
+ * Locking: every release of mem_lock goes through mem_unlock or mem_wait, which leave the writer
+ * section this hold may have entered (quiesce). Readers (ooc_mem_fast_begin/end) take no lock:
+ * they count themselves in a reader slot and read only atomics (the chunk table, each chunk's
+ * hot flag, users, extent and touched flag, the safe-mode stream serials, fc_dirty). Code under
+ * the lock that changes what they rely on calls cool() or quiesce() first. Callers: the hooks
+ * (launch.c, hooks.c) for the fast path; every other memory file for the lock and sections. */
+#include "mem_int.h"
+
+#include <sched.h>
+#include <stdlib.h>
+
+/* ---- readers and writers: the fast path's grace periods ---------------------------------------
+ *
+ * A thread on the fast path is a reader: it counts itself in its reader slot (seq_cst), then
+ * reads the writer flag (seq_cst) and gives up if it is set. Code under mem_lock that is about to
+ * make a hot chunk not hot, free a chunk object, or (safe mode) gather the streams that issued
+ * work, first enters a writer section (quiesce): it sets the flag (seq_cst), then waits until
+ * every slot reads 0. This is Dekker's pattern: of a reader's increment and a writer's store,
+ * whichever comes first in the single total order of seq_cst operations is seen by the other's
+ * load, so either the reader sees the flag and issues nothing, or the writer sees the reader and
+ * waits until it has issued its op and noted what it must (its decrement releases those writes
+ * to the writer's acquiring load). From then on until the writer leaves the section no reader
+ * passes the flag, so the writer may change anything the fast path reads. The section is left
+ * when mem_lock is released (mem_unlock, mem_wait): it cannot be forgotten, and a whole locked
+ * op that entered it is one step to the fast path. */
+
+#define FP_SLOTS 16
+
+static struct { _Alignas(64) _Atomic unsigned long n; } fp_readers[FP_SLOTS];
+
+static _Atomic int fp_writer; /* a writer section is open */
+
+_Atomic int fp_on; /* the fast path may be used (the reservation's table exists) */
+
+static _Atomic unsigned fp_next_slot;
+
+static _Thread_local int fp_slot = -1;
+
+static _Thread_local int fp_stream = -1; /* the op's index in M.streams (safe mode) */
+
+/* Enters a writer section (idempotent within one hold of mem_lock): returns once no fast-path op
+ * is between its check of the writer flag and its end, and none can start one until mem_lock is
+ * released. Caller holds mem_lock. */
+void quiesce(void) {
+    if (M.quiesced)
+        return;
+    M.quiesced = 1;
+    atomic_store(&fp_writer, 1);
+    for (unsigned i = 0; i < FP_SLOTS; i++)
+        for (unsigned spin = 0; atomic_load(&fp_readers[i].n) != 0; spin++)
+            if (spin > 64)
+                sched_yield();
+    /* The chunks deleted before: no reader that could have read their pointers is left. */
+    for (size_t i = 0; i < M.ngrave; i++)
+        free(M.grave[i]);
+    M.ngrave = 0;
+}
+
+/* Leaves the writer section, if this hold entered one. Caller holds mem_lock. */
+static void quiesce_end(void) {
+    if (M.quiesced) {
+        M.quiesced = 0;
+        atomic_store(&fp_writer, 0);
+    }
+}
+
+/* Every release of mem_lock goes through one of these two. */
+void mem_unlock(void) {
+    quiesce_end();
+    pthread_mutex_unlock(&mem_lock);
+}
+
+void mem_wait(pthread_cond_t *cv) {
+    quiesce_end();
+    pthread_cond_wait(cv, &mem_lock);
+}
+
+/* Makes c not hot, inside a writer section. Every change to a chunk that the fast path's
+ * conditions depend on (set_hot) is preceded by this. A chunk that is not hot needs no section:
+ * hot only goes from 1 to 0 here, so no fast-path op that saw it hot is still running. Caller
+ * holds mem_lock. */
+void cool(chunk_t *c) {
+    if (atomic_load_explicit(&c->hot, memory_order_relaxed)) {
+        quiesce();
+        atomic_store_explicit(&c->hot, 0, memory_order_relaxed);
+    }
+}
+
+/* ---- the fast path -----------------------------------------------------------------------------
+ *
+ * An op whose chunks are all hot, on a stream they already count among their users, is issued
+ * without mem_lock: ooc_mem_fast_begin checks that inside a reader section (see quiesce) and the
+ * caller issues the op, then calls ooc_mem_fast_end. What the locked path would have done for it
+ * is done here: each chunk's `touched` flag stands for the move to the LRU's head; in safe mode
+ * the stream's `last` serial is raised (to one past the serial read after the issue, so that a
+ * chunk mapped before the issue counts it: its `since` is at most that serial); fc_dirty makes
+ * the next fence_ev record a fresh event. The serial itself is not advanced: it numbers locked
+ * ops only. Everything else the locked path does for such an op is a no-op on hot chunks.
+ *
+ * Which chunks an op uses, without the buffer table: a query [lo, hi) uses every chunk from
+ * lo's to (hi-1)'s and, through each chunk's extent, the whole buffer of each; a query with
+ * hi == lo (a parameter word) uses the extent of the chunk lo points into, and nothing when no
+ * live buffer owns that chunk (the locked path ignores such a word too). An extent covers the
+ * whole buffer of a large buffer's chunk and the whole of a slab chunk, which may be more than
+ * the locked path would look at (a word past a buffer's end, or at a freed slot of a slab) but
+ * never less, so the fast path is taken only when the locked path would find everything the op
+ * uses resident and would make nothing else resident. A range over a chunk with no live buffer
+ * goes to the locked path.
+ *
+ * Not on the fast path: recording and replay (ops are logged and matched in order: their
+ * transitions to on enter a writer section after the flag is set, so no fast-path op that read
+ * them off is still running after), an access set that overflowed, and a stream that safe mode
+ * does not follow yet. */
+
+static _Atomic unsigned long *fp_my_slot(void) {
+    if (fp_slot < 0)
+        fp_slot =
+            (int)(atomic_fetch_add_explicit(&fp_next_slot, 1, memory_order_relaxed) % FP_SLOTS);
+    return &fp_readers[fp_slot].n;
+}
+
+/* Is c hot, with s among its users (an op on s would not add one)? Marks it used. */
+static int fast_chunk(chunk_t *c, CUstream s) {
+    if (!atomic_load_explicit(&c->hot, memory_order_acquire))
+        return 0;
+    unsigned n = atomic_load_explicit(&c->nusers, memory_order_acquire);
+    unsigned i = 0;
+    while (i < n && atomic_load_explicit(&c->users[i], memory_order_relaxed) != s)
+        i++;
+    if (i == n && !(atomic_load_explicit(&c->users_unknown, memory_order_relaxed) &&
+                    (s == CU_STREAM_PER_THREAD || n == MAX_USERS)))
+        return 0;
+    if (!atomic_load_explicit(&c->touched, memory_order_relaxed))
+        atomic_store_explicit(&c->touched, 1, memory_order_relaxed);
+    return 1;
+}
+
+enum { FX_OK, FX_NONE, FX_COLD };
+
+/* Checks the extent of the chunk at idx; on FX_OK, *next is the index past it. */
+static int fast_extent(uint64_t idx, CUstream s, uint64_t *next) {
+    chunk_t *c = atomic_load_explicit(&M.table[idx], memory_order_acquire);
+    if (!c)
+        return FX_NONE;
+    uint64_t first = atomic_load_explicit(&c->ext_first, memory_order_relaxed);
+    uint64_t n = atomic_load_explicit(&c->ext_n, memory_order_relaxed);
+    if (n == 0)
+        return FX_NONE;
+    for (uint64_t j = first; j < first + n; j++) {
+        chunk_t *x = j == idx ? c : atomic_load_explicit(&M.table[j], memory_order_acquire);
+        if (!x || !fast_chunk(x, s))
+            return FX_COLD;
+    }
+    *next = first + n;
+    return FX_OK;
+}
+
+/* Safe mode: the index of s in M.streams, or -1 when the locked path must add it first. */
+static int fast_stream(CUstream s) {
+    if (s == CU_STREAM_PER_THREAD)
+        return MAX_STREAMS; /* counted in streams_lost */
+    unsigned n = atomic_load_explicit(&M.nstreams, memory_order_acquire);
+    for (unsigned i = 0; i < n; i++)
+        if (atomic_load_explicit(&M.streams[i].s, memory_order_relaxed) == s)
+            return (int)i;
+    return -1;
+}
+
+int ooc_mem_fast_begin(const ooc_access_t *a, CUstream stream, int per_thread) {
+    if (a->overflow)
+        return 0;
+    CUstream s = (per_thread && stream == NULL) ? CU_STREAM_PER_THREAD : stream;
+    _Atomic unsigned long *slot = fp_my_slot();
+    atomic_fetch_add(slot, 1);
+    if (atomic_load(&fp_writer) || !atomic_load_explicit(&fp_on, memory_order_relaxed) ||
+        ooc_record_on() || ooc_replay_on())
+        goto slow;
+    if (M.safe && (fp_stream = fast_stream(s)) < 0)
+        goto slow;
+    for (unsigned i = 0; i < a->n; i++) {
+        uintptr_t lo = a->refs[i].lo, hi = a->refs[i].hi;
+        uint64_t idx = (lo - M.va_base) >> M.shift, next = 0;
+        if (lo - M.va_base >= M.va_size)
+            goto slow;
+        if (hi == lo) {
+            if (fast_extent(idx, s, &next) == FX_COLD)
+                goto slow;
+            continue;
+        }
+        if (hi - 1 - M.va_base >= M.va_size)
+            goto slow; /* past the reservation: the locked path sorts it out */
+        for (uint64_t last = (hi - 1 - M.va_base) >> M.shift; idx <= last; idx = next)
+            if (fast_extent(idx, s, &next) != FX_OK)
+                goto slow;
+    }
+    ooc_stats_add(OOC_STAT_fast_ops, 1);
+    return 1;
+slow:
+    atomic_fetch_sub_explicit(slot, 1, memory_order_release);
+    return 0;
+}
+
+void ooc_mem_fast_end(int issued) {
+    if (issued) {
+        if (M.safe) {
+            uint64_t v = atomic_load(&M.serial) + 1;
+            raise_to(fp_stream == MAX_STREAMS ? &M.streams_lost : &M.streams[fp_stream].last, v);
+        }
+        if (!atomic_load_explicit(&M.fc_dirty, memory_order_relaxed))
+            atomic_store_explicit(&M.fc_dirty, 1, memory_order_relaxed);
+    }
+    atomic_fetch_sub_explicit(fp_my_slot(), 1, memory_order_release);
+}
+
+void ooc_mem_fast_enable(void) {
+    pthread_mutex_lock(&mem_lock);
+    if (M.ready && M.table)
+        atomic_store(&fp_on, 1);
+    mem_unlock();
+}
+
+void ooc_mem_quiesce(void) {
+    pthread_mutex_lock(&mem_lock);
+    quiesce();
+    mem_unlock();
+}
+
+void ooc_mem_l_quiesce(void) {
+    quiesce();
+}

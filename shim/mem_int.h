@@ -1,0 +1,296 @@
+/* SPDX-License-Identifier: MIT */
+/* mem_int.h: the memory layer's private header: the chunk and buffer types, the one state M under
+ * mem_lock, and the functions the memory files share. Only shim/ files of the memory layer
+ * include it; the rest of the shim sees shim.h's ooc_mem_* functions.
+ *
+ * The rooms, lowest first (a file calls only into files above it in this list; scripts/check-arch
+ * checks it): fastpath.c (the lock, writer sections, the lock-free path), pool.c (events, host
+ * slots), streams.c (a chunk's users, waiting for them), vmm.c (VA runs, chunk table, mapping,
+ * LRU), retire.c (retiring and dying chunks), buffer.c (buffers, slabs, lookup), resident.c
+ * (demand residency, eviction, the op's chunks), transfer.c (the plan's transfers), worker.c
+ * (the replay worker), external.c (the program's own VMM memory), bandwidth.c (the recorder's
+ * bandwidth probe), mem.c (state, start-up, shutdown, queries). */
+#ifndef OOC_MEM_INT_H
+#define OOC_MEM_INT_H
+
+#include "shim.h"
+
+#include <stdlib.h>
+
+/* The uthash tables of the memory layer report an allocation failure here (under mem_lock). */
+extern int oom_flag OOC_INTERNAL;
+#define uthash_nonfatal_oom(obj) (oom_flag = 1)
+#include <uthash.h>
+
+enum { C_EMPTY, C_RESIDENT, C_SWAPPED };
+
+#define MAX_USERS       4
+#define MAX_STREAMS     16
+#define SLAB_ALIGN      256
+#define QUARANTINE_RUNS 64
+
+/* A pooled event with a reference count: chunks and host slots waiting on the same copy share
+ * one. Returned to the pool when the last reference is dropped (a later record does not disturb
+ * waits already enqueued: cuStreamWaitEvent captures the record it sees). */
+typedef struct evref {
+    CUevent e;
+    unsigned refs;
+    struct evref *next;
+} evref_t;
+
+typedef struct phys {
+    CUmemGenericAllocationHandle h;
+    struct phys *next;
+} phys_t;
+
+typedef struct buf {
+    uintptr_t addr;
+    size_t size;
+    uint64_t id;     /* serial number, never reused */
+    uint64_t opmark; /* op serial that listed it in op_bufs */
+    int small;
+    UT_hash_handle hh;
+} buf_t;
+
+typedef struct slab {
+    size_t offset; /* bump pointer */
+    size_t n, cap;
+    buf_t **bufs; /* sorted by address */
+} slab_t;
+
+/* A pinned host slot of one chunk. In safe mode it is host-located VMM memory (handle h),
+ * mapped at `va` in a staging reservation, and mapped again at a swapped chunk's own address. */
+typedef struct hslot {
+    void *p;        /* host address (pinned mode) */
+    CUdeviceptr va; /* staging address (safe mode) */
+    CUmemGenericAllocationHandle h;
+    struct hslot *next;
+} hslot_t;
+
+typedef struct chunk {
+    uint64_t idx;
+    UT_hash_handle hh;
+    /* Read by the fast path without the lock (see "The fast path" below); written under it. */
+    _Atomic int hot;            /* the fast path may issue ops that use it: see set_hot */
+    _Atomic int touched;        /* used by the fast path since it was last placed in the LRU */
+    _Atomic uint64_t ext_first; /* the chunks of its buffer (a slab chunk: itself); */
+    _Atomic uint64_t ext_n;     /* ext_n = 0 once no live buffer owns it */
+    int state;
+    phys_t *phys;
+    hslot_t *host;
+    int aliased;               /* safe mode: the host slot is mapped at the chunk's address */
+    uint64_t since;            /* op serial when it was last mapped (to a device or host chunk) */
+    struct chunk *prev, *next; /* LRU of resident live chunks, most recent at head */
+    _Atomic(CUstream) users[MAX_USERS]; /* only grows while it is hot (chunk_add_user) */
+    _Atomic unsigned nusers;
+    _Atomic int users_unknown; /* a user we cannot wait for precisely: synchronise the context */
+    unsigned nbufs;
+    buf_t *owner;
+    slab_t *slab;
+    uint64_t pin; /* op serial that pinned it */
+    int dying;
+    /* Replay (planned, asynchronous transfers): */
+    evref_t *in_ev;  /* a planned swap-in's copy: ops using the chunk wait for it on their stream */
+    evref_t *out_ev; /* retiring: a planned swap-out's copy was issued; unmapped once it is done */
+    int queued;      /* a planned swap-in is queued for the worker */
+    int discard;     /* recompute: evicted without a copy (replay rebuilds its bytes) */
+    /* Dying: events after the work of every stream that may still use it (fenced = 1), so its
+     * memory can be taken back when they are done, without waiting for anything later. */
+    evref_t *fence[MAX_USERS];
+    unsigned nfence;
+    int fenced;
+    uint64_t when; /* the op serial when it began to die or retire */
+} chunk_t;
+
+/* A host slot that a copy still writes or reads: back to the pool once `ev` has completed. */
+typedef struct limbo {
+    hslot_t *slot;
+    evref_t *ev;
+} limbo_t;
+
+/* A planned swap-in for the worker: the buffer at addr, if it is still serial `id`. */
+typedef struct job {
+    uintptr_t addr;
+    uint64_t id;
+    evref_t *gate; /* start once it has completed (may be NULL) */
+} job_t;
+
+/* A physical allocation the program made itself with the VMM API (NCCL does). */
+typedef struct ext {
+    CUmemGenericAllocationHandle h;
+    size_t size;
+    UT_hash_handle hh;
+} ext_t;
+
+typedef struct run {
+    uint64_t first, count;
+} run_t;
+
+extern pthread_mutex_t mem_lock OOC_INTERNAL;
+
+/* The state of the memory layer, guarded by mem_lock (the atomics are read without it by the
+ * fast path). Defined in mem.c. */
+struct mem_state {
+    int ready;
+    uint64_t chunk;
+    unsigned shift;
+    uintptr_t va_base;
+    size_t va_size;
+    uint64_t va_chunks, va_next;
+    uint64_t budget_chunks, phys_made, resident;
+    uint64_t budget_bytes;   /* OOC_BUDGET, less what the device turned out not to have */
+    uint64_t external_bytes; /* device memory the program made with cuMemCreate itself */
+    ext_t *external;
+    phys_t *phys_free;
+    chunk_t *chunks;
+    buf_t *bufs;
+    chunk_t lru;
+    chunk_t *slab_cur;
+    run_t quarantine[QUARANTINE_RUNS];
+    unsigned q_head, q_len;
+    run_t *free_runs;
+    size_t nfree_runs, cap_free_runs;
+    chunk_t **dying;
+    size_t ndying, cap_dying;
+    hslot_t *host_free;
+    hslot_t **host_blocks; /* arrays of HOST_BLOCK_CHUNKS slots */
+    size_t nhost_blocks;
+    int safe; /* swapped chunks are aliased to their host copies */
+    CUmemLocation host_loc;
+    struct {
+        _Atomic(CUstream) s;
+        _Atomic uint64_t last; /* serial of the last op issued on it (fast path: serial + 1) */
+    } streams[MAX_STREAMS];
+    _Atomic unsigned nstreams;     /* entries are only added (the fast path reads them) */
+    _Atomic uint64_t streams_lost; /* the serial when a stream could not be tracked: wait for all */
+    CUstream swap;
+    CUdevice dev;
+    CUcontext ctx;
+    _Atomic uint64_t serial; /* advanced by every locked op; the fast path reads it */
+    chunk_t **op_chunks;
+    size_t nop, cap_op;
+    chunk_t **op_tmp; /* scratch for planned swap-outs */
+    size_t cap_tmp;
+    struct {
+        CUstream s;
+        uint64_t epoch;
+        evref_t *v; /* holds a reference */
+    } fcache[8];    /* events after the work issued so far, per stream, this epoch */
+    unsigned fc_next;
+    uint64_t fc_epoch;    /* advances whenever work is issued on a stream the shim follows */
+    _Atomic int fc_dirty; /* the fast path issued work since fc_epoch last advanced */
+    /* The fast path: the chunk of every index of the reservation (NULL: none), and whether this
+     * hold of mem_lock is in a writer section (see quiesce). */
+    _Atomic(chunk_t *) *table;
+    size_t table_bytes;
+    int quiesced;
+    chunk_t **grave; /* deleted chunks a fast-path op may still read: freed by quiesce */
+    size_t ngrave, cap_grave;
+    ooc_opbuf_t *op_bufs;
+    size_t nopb, cap_opb;
+    uint64_t next_id;
+    /* Replay: pooled events, side streams, retiring chunks, host slots in flight, the worker. */
+    evref_t *ev_free;
+    evref_t **ev_all;
+    size_t nev_all, cap_ev_all;
+    CUstream h2d, d2h;
+    chunk_t **ret; /* retiring chunks, in swap-out order */
+    size_t nret, cap_ret;
+    limbo_t *limbo;
+    size_t nlimbo, cap_limbo;
+    job_t *jobs; /* a ring */
+    size_t job_head, njobs, cap_jobs;
+    pthread_t worker;
+    int worker_on, worker_stop;
+    pthread_cond_t work_cv;
+    pthread_cond_t done_cv; /* the worker finished with a chunk (queued went to 0) */
+};
+extern struct mem_state M OOC_INTERNAL;
+
+/* The fast path may be used (the reservation's table exists): fastpath.c. */
+extern _Atomic int fp_on OOC_INTERNAL;
+
+static inline uintptr_t chunk_addr(const chunk_t *c) {
+    return M.va_base + ((uintptr_t)c->idx << M.shift);
+}
+
+/* ---- growing arrays and pooled events ------------------------------------------------------ */
+
+/* Makes room for `need` elements of `elem` bytes in *p; 0 or -1 when out of memory. */
+static inline int grow(void *p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap)
+        return 0;
+    size_t nc = *cap ? *cap * 2 : 64;
+    while (nc < need)
+        nc *= 2;
+    void *n = realloc(*(void **)p, nc * elem);
+    if (!n)
+        return -1;
+    *(void **)p = n;
+    *cap = nc;
+    return 0;
+}
+
+/* Raises *cell to v (the fast path raises the same cells without the lock). */
+static inline void raise_to(_Atomic uint64_t *cell, uint64_t v) {
+    uint64_t old = atomic_load_explicit(cell, memory_order_relaxed);
+    while (old < v && !atomic_compare_exchange_weak_explicit(cell, &old, v, memory_order_relaxed,
+                                                             memory_order_relaxed)) {
+    }
+}
+
+/* fastpath.c */
+void quiesce(void);
+void mem_unlock(void);
+void mem_wait(pthread_cond_t *cv);
+void cool(chunk_t *c);
+/* pool.c */
+evref_t *ev_take(void);
+void ev_drop(evref_t *v);
+int ev_done(const evref_t *v);
+hslot_t *host_slot(void);
+void host_slot_put(hslot_t *s);
+CUresult copy_out(chunk_t *c, CUstream st);
+CUresult copy_in(chunk_t *c, CUstream st);
+void host_blocks_free(void);
+void limbo_put(hslot_t *s, evref_t *ev);
+void limbo_poll(void);
+/* streams.c */
+void add_user(CUstream *users, unsigned *n, int *unknown, CUstream s);
+void chunk_add_user(chunk_t *c, CUstream s);
+void stream_issued(CUstream s);
+int gather_streams(chunk_t *const *cs, size_t n, CUstream *users, unsigned *nu_out);
+CUresult wait_chunks(chunk_t *const *cs, size_t n);
+evref_t *fence_ev(CUstream s);
+/* vmm.c */
+void lru_remove(chunk_t *c);
+void lru_push(chunk_t *c);
+void lru_push_tail(chunk_t *c);
+int va_take(uint64_t count, uint64_t *first);
+void va_give(uint64_t first, uint64_t count);
+chunk_t *chunk_new(uint64_t idx, uint64_t first, uint64_t n);
+chunk_t *chunk_find(uint64_t idx);
+void chunk_delete(chunk_t *c);
+CUresult unmap_chunk(chunk_t *c);
+void alias_chunk(chunk_t *c);
+CUresult unalias_chunk(chunk_t *c);
+CUresult map_chunk(chunk_t *c);
+/* retire.c */
+void retire_cancel(chunk_t *c);
+unsigned retire_poll(int block);
+void settle_in(chunk_t *c);
+void chunk_release(chunk_t *c, CUstream free_stream);
+CUresult reap_dying(int block);
+/* buffer.c */
+buf_t *lookup(uintptr_t p);
+void buf_span(const buf_t *b, uint64_t *c0, uint64_t *c1);
+/* resident.c */
+int any_discard(void);
+CUresult need_phys(uint64_t want);
+/* transfer.c */
+buf_t *plan_buf(uintptr_t addr, uint64_t id);
+chunk_t *plan_chunk(const buf_t *b, uint64_t i);
+uint64_t buf_chunks(const buf_t *b);
+void unqueue_buffer(const buf_t *b);
+
+#endif

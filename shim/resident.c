@@ -1,0 +1,492 @@
+/* SPDX-License-Identifier: MIT */
+/* resident.c: residency on demand: before an op is issued every chunk it references is made
+ * resident, evicting least recently used chunks (CLOCK second chance) when the budget is full.
+ *
+ * Invariants: ooc_mem_begin takes mem_lock and ooc_mem_end releases it, so no eviction slips
+ * between an op's residency check and its submission; the op's chunks are pinned (pin ==
+ * M.serial) and never evicted for it; resident chunks never exceed the budget. A chunk is made
+ * hot (set_hot) only when the fast path may issue ops on it. Callers: the hooks (through
+ * RUN_OP), record.c (ooc_mem_op_buffers), replay.c (ooc_mem_l_include); worker.c, external.c and
+ * bandwidth.c (need_phys). Known upward calls into replay.c (ooc_replay_op_begin/end) and
+ * record.c are listed in scripts/check-arch until the op sequence has one owner. */
+#include "mem_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Is some resident chunk's memory given up by the plan (need_phys takes it first)? */
+int any_discard(void) {
+    for (chunk_t *c = M.lru.prev; c != &M.lru; c = c->prev)
+        if (c->discard && c->pin != M.serial)
+            return 1;
+    return 0;
+}
+
+/* Takes the victims' memory back: waits for their users, copies them out (those whose bytes
+ * the plan gave up are not copied), unmaps them. Caller holds mem_lock. */
+static CUresult evict(chunk_t **victims, unsigned nv) {
+    CUresult r = wait_chunks(victims, nv);
+    if (r != CUDA_SUCCESS)
+        return r;
+    for (unsigned i = 0; i < nv; i++)
+        settle_in(victims[i]); /* the copy out must not read what the copy in still writes */
+    for (unsigned i = 0; i < nv && r == CUDA_SUCCESS; i++) {
+        if (victims[i]->discard)
+            continue; /* its bytes will be rebuilt: nothing to keep */
+        victims[i]->host = host_slot();
+        if (!victims[i]->host)
+            r = CUDA_ERROR_OUT_OF_MEMORY;
+        else
+            r = copy_out(victims[i], M.swap);
+    }
+    if (r == CUDA_SUCCESS)
+        r = ooc_real.cuStreamSynchronize(M.swap);
+    if (r != CUDA_SUCCESS) {
+        /* The victims stay resident with their data; nothing was unmapped. */
+        for (unsigned i = 0; i < nv; i++) {
+            host_slot_put(victims[i]->host);
+            victims[i]->host = NULL;
+        }
+        return r;
+    }
+    for (unsigned i = 0; i < nv; i++) {
+        OOC_LOG_D("op %llu: evicts chunk %llu (buffer %llu, last used at op %llu): resident %llu, "
+                  "retiring %llu, dying %llu",
+                  (unsigned long long)M.serial, (unsigned long long)victims[i]->idx,
+                  (unsigned long long)(victims[i]->owner ? victims[i]->owner->id : 0),
+                  (unsigned long long)victims[i]->pin, (unsigned long long)M.resident,
+                  (unsigned long long)M.nret, (unsigned long long)M.ndying);
+        lru_remove(victims[i]);
+        r = unmap_chunk(victims[i]);
+        if (r != CUDA_SUCCESS)
+            return r;
+        if (victims[i]->discard) {
+            victims[i]->state = C_EMPTY;
+            victims[i]->discard = 0;
+            ooc_stats_add(OOC_STAT_recompute_evictions, 1);
+            continue;
+        }
+        if (M.safe)
+            alias_chunk(victims[i]);
+        ooc_stats_add(OOC_STAT_swap_outs, 1);
+        ooc_stats_add(OOC_STAT_swap_out_bytes, M.chunk);
+        ooc_stats_add(OOC_STAT_lru_evictions, 1);
+    }
+    return CUDA_SUCCESS;
+}
+
+/* Makes a physical chunk available: a new one while under budget, else a dying chunk's, else
+ * by swapping out least recently used chunks (up to `want` at once). */
+CUresult need_phys(uint64_t want) {
+    if (M.phys_free)
+        return CUDA_SUCCESS;
+    if (M.phys_made < M.budget_chunks) {
+        CUmemAllocationProp prop;
+        memset(&prop, 0, sizeof prop);
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        prop.location.id = M.dev;
+        phys_t *p = calloc(1, sizeof *p);
+        if (!p)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        CUresult r = ooc_real.cuMemCreate(&p->h, M.chunk, &prop, 0);
+        if (r == CUDA_SUCCESS) {
+            p->next = M.phys_free;
+            M.phys_free = p;
+            M.phys_made++;
+            return CUDA_SUCCESS;
+        }
+        free(p);
+        if (r != CUDA_ERROR_OUT_OF_MEMORY)
+            return r;
+        /* The device has less than the budget: live with what we have. */
+        OOC_LOG_W("the device ran out of memory at %llu chunks, below the budget of %llu; "
+                  "using that as the budget",
+                  (unsigned long long)M.phys_made, (unsigned long long)M.budget_chunks);
+        M.budget_chunks = M.phys_made;
+        M.budget_bytes = M.phys_made * M.chunk + M.external_bytes;
+    }
+    /* Chunks whose bytes the plan gave up (dropped, to be rebuilt by recompute): the plan counts
+     * their memory as free from the drop on, so they go first, without a copy. */
+    chunk_t *victims[64];
+    unsigned nv = 0;
+    if (want > 64)
+        want = 64;
+    for (chunk_t *c = M.lru.prev; c != &M.lru && nv < want; c = c->prev)
+        if (c->discard && c->pin != M.serial)
+            victims[nv++] = c;
+    if (nv)
+        return evict(victims, nv);
+    /* Freed buffers and planned swap-outs whose work is done; else wait for the older. */
+    if (M.ndying)
+        reap_dying(0);
+    if (M.nret && !M.phys_free)
+        retire_poll(0);
+    while (!M.phys_free && (M.ndying || M.nret)) {
+        int dying_first =
+            M.ndying && (!M.nret || !M.dying[0]->fenced || M.dying[0]->when <= M.ret[0]->when);
+        if (dying_first) {
+            CUresult r = reap_dying(1);
+            if (r != CUDA_SUCCESS)
+                return r;
+        } else if (!retire_poll(1)) {
+            break;
+        }
+    }
+    if (M.phys_free)
+        return CUDA_SUCCESS;
+    /* Swap out the least recently used chunks that the current op does not need. A chunk the
+     * fast path used since it was placed in the list gets a second chance: it goes back to the
+     * head (the walk meets it again last, untouched, unless used again meanwhile: bounded). */
+    uint64_t steps = 2 * M.resident + 64;
+    for (chunk_t *c = M.lru.prev, *prev; c != &M.lru && nv < want && steps; c = prev, steps--) {
+        prev = c->prev;
+        if (c->pin == M.serial)
+            continue;
+        if (atomic_load_explicit(&c->touched, memory_order_relaxed)) {
+            lru_push(c);
+            continue;
+        }
+        victims[nv++] = c;
+    }
+    if (nv == 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    return evict(victims, nv);
+}
+
+/* Lists b for the current op (once), with how the query [lo, hi) uses it. */
+static int opbuf_add(buf_t *b, uintptr_t lo, uintptr_t hi, unsigned use) {
+    /* A write that does not cover the whole buffer keeps the rest: read-write for the planner. */
+    if (use == OOC_USE_W && (lo > b->addr || hi < b->addr + b->size))
+        use = OOC_USE_RW;
+    if (b->opmark == M.serial) {
+        for (size_t i = 0; i < M.nopb; i++)
+            if (M.op_bufs[i].id == b->id)
+                M.op_bufs[i].use |= use;
+        return 0;
+    }
+    if (M.nopb == M.cap_opb) {
+        size_t nc = M.cap_opb ? M.cap_opb * 2 : 32;
+        ooc_opbuf_t *n = realloc(M.op_bufs, nc * sizeof *n);
+        if (!n)
+            return -1;
+        M.op_bufs = n;
+        M.cap_opb = nc;
+    }
+    b->opmark = M.serial;
+    M.op_bufs[M.nopb++] = (ooc_opbuf_t){.id = b->id, .addr = b->addr, .bytes = b->size, .use = use};
+    return 0;
+}
+
+size_t ooc_mem_op_buffers(const ooc_opbuf_t **out) {
+    *out = M.op_bufs;
+    return M.nopb;
+}
+
+/* Adds c to the current op's chunks. 0, or -1 out of host memory. */
+static int op_push(chunk_t *c) {
+    if (M.nop == M.cap_op) {
+        size_t nc = M.cap_op ? M.cap_op * 2 : 64;
+        chunk_t **n = realloc(M.op_chunks, nc * sizeof *n);
+        if (!n)
+            return -1;
+        M.op_chunks = n;
+        M.cap_op = nc;
+    }
+    M.op_chunks[M.nop++] = c;
+    return 0;
+}
+
+/* Pins b's chunks for the current op (M.serial) and adds those not pinned yet to its chunks.
+ * 0, or -1 out of host memory. */
+static int pin_buffer(const buf_t *b) {
+    uint64_t c0, c1;
+    buf_span(b, &c0, &c1);
+    for (uint64_t idx = c0; idx <= c1; idx++) {
+        chunk_t *c = chunk_find(idx);
+        if (!c || c->pin == M.serial)
+            continue;
+        c->pin = M.serial;
+        if (op_push(c) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Is one of b's chunks queued for the worker? */
+static int buf_queued(const buf_t *b) {
+    uint64_t c0, c1;
+    buf_span(b, &c0, &c1);
+    for (uint64_t idx = c0; idx <= c1; idx++) {
+        chunk_t *c = chunk_find(idx);
+        if (c && c->queued)
+            return 1;
+    }
+    return 0;
+}
+
+int ooc_mem_l_include(uintptr_t addr, uint64_t id) {
+    buf_t *b = lookup(addr);
+    if (!b || b->id != id || b->addr != addr)
+        return -1;
+    return pin_buffer(b);
+}
+
+/* ---- residency ------------------------------------------------------------------------------ */
+
+static void log_oom(uint64_t need) {
+    size_t nbufs = HASH_COUNT(M.bufs);
+    OOC_LOG_E("out of memory: an operation needs %llu chunks of %llu bytes resident at once, "
+              "the budget holds %llu; %llu are resident, in use by %zu live buffers; nothing "
+              "else can be evicted because the operation itself needs every resident chunk",
+              (unsigned long long)need, (unsigned long long)M.chunk,
+              (unsigned long long)M.budget_chunks, (unsigned long long)M.resident, nbufs);
+}
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static CUresult make_resident(uint64_t missing);
+
+/* Is a chunk that op `a` references queued for the worker? Caller holds mem_lock. */
+static int any_queued(const ooc_access_t *a) {
+    for (unsigned i = 0; i < a->n; i++) {
+        uintptr_t p = a->refs[i].lo, end = a->refs[i].hi > p ? a->refs[i].hi : p + 1;
+        buf_t *b;
+        while (p < end && (b = lookup(p)) != NULL) {
+            if (buf_queued(b))
+                return 1;
+            p = b->addr + b->size;
+        }
+    }
+    return 0;
+}
+
+CUresult ooc_mem_begin(const ooc_access_t *a, CUstream stream, int per_thread) {
+    CUstream s = (per_thread && stream == NULL) ? CU_STREAM_PER_THREAD : stream;
+    pthread_mutex_lock(&mem_lock);
+    M.serial++;
+    M.nop = 0;
+    M.nopb = 0;
+    int list = ooc_record_on() || ooc_replay_on();
+    if (a->overflow) {
+        OOC_LOG_E("an operation references more than %d buffers; the shim cannot make them all "
+                  "resident",
+                  OOC_MAX_REFS);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    uint64_t missing = 0;
+    for (unsigned i = 0; i < a->n; i++) {
+        /* A query is [lo, hi), or the buffer containing lo when hi == lo; it may span buffers. */
+        uintptr_t p = a->refs[i].lo, end = a->refs[i].hi > p ? a->refs[i].hi : p + 1;
+        buf_t *b;
+        while (p < end && (b = lookup(p)) != NULL) {
+            if (list && opbuf_add(b, a->refs[i].lo, a->refs[i].hi, a->refs[i].use) != 0)
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            if (pin_buffer(b) != 0)
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            p = b->addr + b->size;
+        }
+    }
+    if (M.nop > M.budget_chunks) {
+        log_oom(M.nop);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    /* Planned swap-ins of this op's chunks that the worker has not done yet: wait for it (the
+     * lock is released meanwhile, so everything is looked up again after). */
+    if (M.worker_on) {
+        size_t nq = 0;
+        for (size_t i = 0; i < M.nop; i++)
+            nq += M.op_chunks[i]->queued != 0;
+        if (nq) {
+            ooc_stats_add(OOC_STAT_prefetch_late, nq);
+            OOC_LOG_D("op %llu: waits for %zu planned swap-ins (jobs queued %zu)",
+                      (unsigned long long)M.serial, nq, (size_t)M.njobs);
+            uint64_t t0 = now_ns();
+            while (any_queued(a))
+                mem_wait(&M.done_cv);
+            ooc_stats_add(OOC_STAT_stall_ns, now_ns() - t0);
+            mem_unlock();
+            return ooc_mem_begin(a, stream, per_thread); /* once: nothing is queued now */
+        }
+    }
+    /* The plan's actions before this op (swap-ins queued for the worker) go first. */
+    if (list && ooc_replay_on())
+        ooc_replay_op_begin(a, M.op_bufs, M.nopb, s);
+    for (size_t i = 0; i < M.nop; i++) {
+        chunk_t *c = M.op_chunks[i];
+        if (c->out_ev) {
+            OOC_LOG_D("op %llu: uses chunk %llu before its swap-out finished",
+                      (unsigned long long)M.serial, (unsigned long long)c->idx);
+            retire_cancel(c); /* used again before its swap-out finished */
+            lru_push(c);
+        }
+        c->queued = 0; /* queued by this op's own actions: bring it in now */
+        c->discard = 0;
+        if (c->state != C_RESIDENT)
+            missing++;
+    }
+    CUresult rc = CUDA_SUCCESS;
+    if (missing) {
+        OOC_LOG_D("op %llu: %llu of its %zu chunks are not resident (resident %llu, free %d, "
+                  "retiring %llu, dying %llu)",
+                  (unsigned long long)M.serial, (unsigned long long)missing, M.nop,
+                  (unsigned long long)M.resident, M.phys_free != NULL, (unsigned long long)M.nret,
+                  (unsigned long long)M.ndying);
+        ooc_stats_add(OOC_STAT_demand_ops, 1);
+        uint64_t t0 = now_ns();
+        rc = make_resident(missing);
+        ooc_stats_add(OOC_STAT_stall_ns, now_ns() - t0);
+    }
+    /* Chunks a planned swap-in brought: the op's stream waits for their copies. */
+    for (size_t i = 0; i < M.nop && rc == CUDA_SUCCESS; i++) {
+        chunk_t *c = M.op_chunks[i];
+        if (!c->in_ev)
+            continue;
+        if (ev_done(c->in_ev)) {
+            ev_drop(c->in_ev);
+            c->in_ev = NULL;
+        } else {
+            rc = ooc_real.cuStreamWaitEvent(s, c->in_ev->e, 0);
+        }
+    }
+    return rc;
+}
+
+/* Removes the host aliases of the op's swapped chunks (safe mode), after waiting for every
+ * stream that may have reached them through an address the shim could not see. */
+static CUresult unalias_op_chunks(void) {
+    chunk_t **al = NULL;
+    size_t nal = 0;
+    for (size_t i = 0; i < M.nop; i++) {
+        if (!M.op_chunks[i]->aliased)
+            continue;
+        if (!al && !(al = malloc(M.nop * sizeof *al)))
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        al[nal++] = M.op_chunks[i];
+    }
+    CUresult r = nal ? wait_chunks(al, nal) : CUDA_SUCCESS;
+    for (size_t i = 0; i < nal && r == CUDA_SUCCESS; i++)
+        r = unalias_chunk(al[i]);
+    free(al);
+    return r;
+}
+
+/* The op's chunks swapped in by make_resident (resident, host slot still attached): one event
+ * after their copies, which the op's stream waits for (ooc_mem_begin) while the host goes on;
+ * their slots go back once it has completed. Without an event, the host waits for the copies. */
+static CUresult swapins_issued(void) {
+    evref_t *v = ev_take();
+    CUresult r = v ? ooc_real.cuEventRecord(v->e, M.swap) : CUDA_ERROR_OUT_OF_MEMORY;
+    if (r != CUDA_SUCCESS) {
+        ev_drop(v);
+        v = NULL;
+        if ((r = ooc_real.cuStreamSynchronize(M.swap)) != CUDA_SUCCESS)
+            return r;
+    }
+    for (size_t i = 0; i < M.nop; i++) {
+        chunk_t *c = M.op_chunks[i];
+        if (c->state != C_RESIDENT || !c->host || c->out_ev)
+            continue;
+        if (v) {
+            limbo_put(c->host, v);
+            ev_drop(c->in_ev);
+            v->refs++;
+            c->in_ev = v;
+        } else {
+            host_slot_put(c->host);
+        }
+        c->host = NULL;
+    }
+    ev_drop(v);
+    return CUDA_SUCCESS;
+}
+
+/* Maps (and swaps in) the op's chunks that are not resident. Caller holds mem_lock. */
+static CUresult make_resident(uint64_t missing) {
+    int swapped_in = 0;
+    CUresult r = M.safe ? unalias_op_chunks() : CUDA_SUCCESS;
+    if (r != CUDA_SUCCESS)
+        return r;
+    for (size_t i = 0; i < M.nop; i++) {
+        chunk_t *c = M.op_chunks[i];
+        if (c->state == C_RESIDENT)
+            continue;
+        r = need_phys(missing);
+        if (r == CUDA_ERROR_OUT_OF_MEMORY)
+            log_oom(M.nop);
+        if (r == CUDA_SUCCESS)
+            r = map_chunk(c);
+        if (r != CUDA_SUCCESS) {
+            if (swapped_in)
+                swapins_issued();
+            return r;
+        }
+        if (c->state == C_SWAPPED) {
+            r = copy_in(c, M.swap);
+            if (r != CUDA_SUCCESS) {
+                /* Keep the host copy; give the physical chunk back (nothing used it yet). */
+                if (ooc_real.cuMemUnmap(chunk_addr(c), M.chunk) == CUDA_SUCCESS) {
+                    c->phys->next = M.phys_free;
+                    M.phys_free = c->phys;
+                    c->phys = NULL;
+                    M.resident--;
+                    ooc_stats_gauge_sub(OOC_STAT_resident_bytes, M.chunk);
+                    if (M.safe)
+                        alias_chunk(c);
+                }
+                if (swapped_in)
+                    swapins_issued();
+                return r;
+            }
+            swapped_in = 1;
+            ooc_stats_add(OOC_STAT_swap_ins, 1);
+            ooc_stats_add(OOC_STAT_swap_in_bytes, M.chunk);
+        }
+        c->state = C_RESIDENT;
+        lru_push(c);
+        missing--;
+    }
+    return swapped_in ? swapins_issued() : CUDA_SUCCESS;
+}
+
+/* Makes c hot when the fast path may issue an op that uses it on any of its users' streams:
+ * such an op would find c resident and stable, and the locked path would do nothing to c but
+ * note a user it already has and move c to the head of the LRU (the fast path sets `touched`
+ * instead). That is: resident; not retiring (out_ev), dying or queued for the worker, each of
+ * which a later op must act on; not aliased; no copy in that an op must wait for (in_ev); its
+ * bytes not given up to be rebuilt (discard); still owned by a live buffer. Called by the locked
+ * path after an op on c was issued. Caller holds mem_lock. */
+static void set_hot(chunk_t *c) {
+    if (c->in_ev && ev_done(c->in_ev)) { /* the copy that brought it in has completed */
+        ev_drop(c->in_ev);
+        c->in_ev = NULL;
+    }
+    if (M.table && c->state == C_RESIDENT && !c->out_ev && !c->dying && !c->queued && !c->aliased &&
+        !c->in_ev && !c->discard && c->ext_n)
+        atomic_store_explicit(&c->hot, 1, memory_order_release);
+}
+
+void ooc_mem_end(const ooc_access_t *a, CUstream stream, int per_thread, int issued) {
+    (void)a;
+    CUstream s = (per_thread && stream == NULL) ? CU_STREAM_PER_THREAD : stream;
+    if (issued) {
+        for (size_t i = 0; i < M.nop; i++) {
+            chunk_t *c = M.op_chunks[i];
+            chunk_add_user(c, s);
+            if (!c->dying)
+                lru_push(c);
+            set_hot(c);
+        }
+        stream_issued(s);
+        M.fc_epoch++;
+        if (ooc_replay_on())
+            ooc_replay_op_end(s); /* the plan's swap-outs after this op */
+    }
+    M.nop = 0;
+    mem_unlock();
+}

@@ -1,0 +1,221 @@
+/* SPDX-License-Identifier: MIT */
+/* retire.c: chunks on their way out: retiring (a planned swap-out copy in flight) and dying
+ * (their buffer freed, their memory back once the work of their users is done).
+ *
+ * Invariants: a retiring chunk is resident with out_ev set and is in M.ret in swap-out order; a
+ * dying chunk has `dying` set, is in M.dying, and is unmapped (chunk_bury) only once its fence
+ * events have completed or its users were waited for. Locking: caller holds mem_lock. Callers:
+ * buffer.c (free), resident.c (eviction, reuse), worker.c. */
+#include "mem_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Gives back what a dead chunk holds (its users are done): device or host mapping, host slot,
+ * addresses. */
+static CUresult chunk_bury(chunk_t *c) {
+    CUresult r = c->state == C_RESIDENT ? unmap_chunk(c) : unalias_chunk(c);
+    if (r != CUDA_SUCCESS)
+        return r;
+    for (unsigned i = 0; i < c->nfence; i++)
+        ev_drop(c->fence[i]);
+    host_slot_put(c->host);
+    c->host = NULL;
+    va_give(c->idx, 1);
+    chunk_delete(c);
+    return CUDA_SUCCESS;
+}
+
+static void ret_remove(chunk_t *c) {
+    for (size_t i = 0; i < M.nret; i++) {
+        if (M.ret[i] == c) {
+            memmove(&M.ret[i], &M.ret[i + 1], (M.nret - i - 1) * sizeof *M.ret);
+            M.nret--;
+            return;
+        }
+    }
+}
+
+/* A retiring chunk is used again before its swap-out was finished: it stays resident (its
+ * device bytes are current); its host slot goes back once the copy writing it is done. */
+void retire_cancel(chunk_t *c) {
+    ret_remove(c);
+    chunk_add_user(c, M.d2h); /* the copy still reads it */
+    limbo_put(c->host, c->out_ev);
+    c->host = NULL;
+    ev_drop(c->out_ev);
+    c->out_ev = NULL;
+    ooc_stats_add(OOC_STAT_swap_cancels, 1);
+}
+
+/* The swap-out copy of c is done: its physical chunk returns to the pool and, in safe mode, its
+ * host copy is mapped at its address. Every user of c was waited for by the copy (a later user
+ * would have cancelled the swap-out); in safe mode the streams that may reach it unseen are
+ * waited for here. */
+static CUresult retire_finish(chunk_t *c) {
+    CUresult r = M.safe ? wait_chunks(&c, 1) : CUDA_SUCCESS;
+    ret_remove(c);
+    ev_drop(c->out_ev);
+    c->out_ev = NULL;
+    if (r == CUDA_SUCCESS)
+        r = unmap_chunk(c); /* keeps c->host: the finished copy is now the chunk's bytes */
+    if (r != CUDA_SUCCESS) {
+        /* Still mapped, bytes current: it stays resident; the finished host copy is dropped. */
+        host_slot_put(c->host);
+        c->host = NULL;
+        lru_push(c);
+        return r;
+    }
+    if (M.safe)
+        alias_chunk(c);
+    return CUDA_SUCCESS;
+}
+
+/* Finishes the retiring chunks whose copies are done, oldest first (the device-to-host stream
+ * runs them in order); with `block`, waits for the oldest when none is. Returns how many. */
+unsigned retire_poll(int block) {
+    unsigned n = 0;
+    while (M.nret) {
+        chunk_t *c = M.ret[0];
+        if (!ev_done(c->out_ev)) {
+            if (!block || n)
+                break;
+            ooc_real.cuEventSynchronize(c->out_ev->e);
+        }
+        retire_finish(c); /* leaves the list either way */
+        n++;
+    }
+    return n;
+}
+
+/* Fences a dying chunk: events after the work of every stream that may use it (no later op may:
+ * its buffer is freed). Unfenced when the streams cannot all be named. */
+static void fence_chunk(chunk_t *c) {
+    CUstream us[MAX_USERS + MAX_STREAMS];
+    unsigned nu = 0;
+    c->fenced = 0;
+    if (gather_streams(&c, 1, us, &nu) || nu > MAX_USERS)
+        return;
+    if (c->in_ev && nu == MAX_USERS)
+        return;
+    for (unsigned i = 0; i < nu; i++) {
+        evref_t *v = fence_ev(us[i]);
+        if (!v)
+            return;
+        c->fence[c->nfence++] = v;
+    }
+    if (c->in_ev) { /* the copy that brought it in is not one of its users' streams */
+        c->in_ev->refs++;
+        c->fence[c->nfence++] = c->in_ev;
+    }
+    c->fenced = 1;
+}
+
+/* Waits for the copy that brought c in, if one may still run (before unmapping c without a
+ * fence that covers it). */
+void settle_in(chunk_t *c) {
+    if (c->in_ev) {
+        ooc_real.cuEventSynchronize(c->in_ev->e);
+        ev_drop(c->in_ev);
+        c->in_ev = NULL;
+    }
+}
+
+static int fence_done(const chunk_t *c) {
+    if (!c->fenced)
+        return 0;
+    for (unsigned i = 0; i < c->nfence; i++)
+        if (!ev_done(c->fence[i]))
+            return 0;
+    return 1;
+}
+
+/* A chunk that no live buffer uses any more: its memory goes back once its users are done. */
+void chunk_release(chunk_t *c, CUstream free_stream) {
+    cool(c);
+    /* A parameter word pointing into it no longer references a buffer. (A fast-path op that
+     * still reads the old extent finds the chunk cold and takes the locked path.) */
+    atomic_store_explicit(&c->ext_n, 0, memory_order_relaxed);
+    if (c->out_ev) {
+        /* Freed while its swap-out runs: the copy is one more user to wait for. */
+        ret_remove(c);
+        chunk_add_user(c, M.d2h);
+        ev_drop(c->out_ev);
+        c->out_ev = NULL;
+    }
+    c->queued = 0;
+    lru_remove(c);
+    if (c == M.slab_cur)
+        M.slab_cur = NULL;
+    if (c->state != C_RESIDENT && !c->aliased) {
+        chunk_bury(c); /* nothing mapped: cannot fail */
+        return;
+    }
+    if (free_stream)
+        chunk_add_user(c, free_stream);
+    if (M.ndying == M.cap_dying) {
+        size_t nc = M.cap_dying ? M.cap_dying * 2 : 64;
+        chunk_t **n = realloc(M.dying, nc * sizeof *n);
+        if (!n) {
+            /* No room to defer: wait now rather than unmap under running work. */
+            settle_in(c);
+            if (wait_chunks(&c, 1) == CUDA_SUCCESS)
+                chunk_bury(c);
+            return;
+        }
+        M.dying = n;
+        M.cap_dying = nc;
+    }
+    c->dying = 1;
+    c->when = M.serial;
+    fence_chunk(c);
+    M.dying[M.ndying++] = c;
+}
+
+/* Releases the memory of the dying chunks whose fences are done. With `block`, when none is:
+ * waits for the oldest one's fence, or, when it has none, for the users of every unfenced one. */
+CUresult reap_dying(int block) {
+    size_t k = 0;
+    unsigned freed = 0;
+    for (size_t i = 0; i < M.ndying; i++) {
+        chunk_t *c = M.dying[i];
+        if (fence_done(c) && chunk_bury(c) == CUDA_SUCCESS)
+            freed++;
+        else
+            M.dying[k++] = c;
+    }
+    M.ndying = k;
+    if (freed || !block || !M.ndying)
+        return CUDA_SUCCESS;
+    chunk_t *c = M.dying[0];
+    if (c->fenced) {
+        for (unsigned i = 0; i < c->nfence; i++)
+            ooc_real.cuEventSynchronize(c->fence[i]->e);
+        CUresult r = chunk_bury(c);
+        if (r == CUDA_SUCCESS)
+            memmove(&M.dying[0], &M.dying[1], --M.ndying * sizeof *M.dying);
+        return r;
+    }
+    /* Gather the unfenced at the front, each list keeping its order (a stable partition in
+     * place: an unfenced chunk moves down over the fenced ones before it). */
+    k = 0;
+    for (size_t i = 0; i < M.ndying; i++) {
+        if (M.dying[i]->fenced)
+            continue;
+        chunk_t *u = M.dying[i];
+        memmove(&M.dying[k + 1], &M.dying[k], (i - k) * sizeof *M.dying);
+        M.dying[k++] = u;
+    }
+    size_t nun = k;
+    CUresult r = wait_chunks(M.dying, nun);
+    for (size_t i = 0; i < nun; i++)
+        settle_in(M.dying[i]);
+    size_t left = 0;
+    for (size_t i = 0; i < M.ndying; i++) {
+        if (i < nun && r == CUDA_SUCCESS && chunk_bury(M.dying[i]) == CUDA_SUCCESS)
+            continue;
+        M.dying[left++] = M.dying[i];
+    }
+    M.ndying = left;
+    return r;
+}

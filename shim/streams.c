@@ -1,0 +1,163 @@
+/* SPDX-License-Identifier: MIT */
+/* streams.c: which streams used each chunk, and waiting for their work before a chunk
+ * is unmapped.
+ *
+ * Invariants: a chunk's user list only grows while it is hot (chunk_add_user publishes an entry
+ * before its count); a user that cannot be named (another thread's per-thread stream, or more
+ * than MAX_USERS) makes users_unknown set, and only a context synchronisation then will do. In
+ * safe mode every stream that issued an op since a chunk was mapped counts as its user (a hidden
+ * access may come from any). Locking: caller holds mem_lock. Callers: vmm.c, retire.c,
+ * resident.c, transfer.c, worker.c, buffer.c. */
+#include "mem_int.h"
+
+/* ---- waiting for a chunk's users --------------------------------------------------------------
+ */
+
+/* Waits until the work of every stream in `users` has completed; the context when unknown. */
+static CUresult wait_users(CUstream *users, unsigned n, int unknown) {
+    if (unknown)
+        return ooc_real.cuCtxSynchronize();
+    for (unsigned i = 0; i < n; i++) {
+        evref_t *v = ev_take();
+        CUresult r = v ? ooc_real.cuEventRecord(v->e, users[i]) : CUDA_ERROR_OUT_OF_MEMORY;
+        if (r == CUDA_SUCCESS)
+            r = ooc_real.cuEventSynchronize(v->e);
+        ev_drop(v);
+        if (r != CUDA_SUCCESS) /* e.g. the stream was destroyed: wait for everything */
+            return ooc_real.cuCtxSynchronize();
+    }
+    return CUDA_SUCCESS;
+}
+
+void add_user(CUstream *users, unsigned *n, int *unknown, CUstream s) {
+    if (s == CU_STREAM_PER_THREAD) {
+        *unknown = 1; /* another thread's per-thread stream cannot be named from ours */
+        return;
+    }
+    for (unsigned i = 0; i < *n; i++)
+        if (users[i] == s)
+            return;
+    if (*n == MAX_USERS)
+        *unknown = 1;
+    else
+        users[(*n)++] = s;
+}
+
+/* add_user for a chunk's own list, which the fast path reads without the lock: the entry is
+ * written before the count that publishes it, and entries are never changed, only appended (the
+ * list is emptied only when the chunk is unmapped, which cools it first). */
+void chunk_add_user(chunk_t *c, CUstream s) {
+    unsigned n = atomic_load_explicit(&c->nusers, memory_order_relaxed);
+    if (s == CU_STREAM_PER_THREAD) {
+        c->users_unknown = 1;
+        return;
+    }
+    for (unsigned i = 0; i < n; i++)
+        if (atomic_load_explicit(&c->users[i], memory_order_relaxed) == s)
+            return;
+    if (n == MAX_USERS) {
+        c->users_unknown = 1;
+        return;
+    }
+    atomic_store_explicit(&c->users[n], s, memory_order_relaxed);
+    atomic_store_explicit(&c->nusers, n + 1, memory_order_release);
+}
+
+/* Notes that an op was issued on s. Caller holds mem_lock. */
+void stream_issued(CUstream s) {
+    if (s == CU_STREAM_PER_THREAD) {
+        raise_to(&M.streams_lost, M.serial);
+        return;
+    }
+    for (unsigned i = 0; i < M.nstreams; i++) {
+        if (M.streams[i].s == s) {
+            raise_to(&M.streams[i].last, M.serial);
+            return;
+        }
+    }
+    if (M.nstreams == MAX_STREAMS) {
+        raise_to(&M.streams_lost, M.serial);
+        return;
+    }
+    M.streams[M.nstreams].s = s;
+    M.streams[M.nstreams].last = M.serial;
+    atomic_store_explicit(&M.nstreams, M.nstreams + 1, memory_order_release);
+}
+
+/* The streams whose work must complete before the chunks can be unmapped (users, at most
+ * MAX_USERS + MAX_STREAMS of them): see wait_chunks. Returns 1 when some cannot be named (then
+ * only a context synchronisation will do). Caller holds mem_lock. */
+int gather_streams(chunk_t *const *cs, size_t n, CUstream *users, unsigned *nu_out) {
+    unsigned nu = 0;
+    int unknown = 0;
+    uint64_t since = UINT64_MAX;
+    /* The chunks are about to be waited for: no fast-path op may add work on them from now on,
+     * and in safe mode every fast-path issue so far must be seen in M.streams (a hidden access
+     * may come from any of them). */
+    if (M.safe)
+        quiesce();
+    for (size_t i = 0; i < n; i++)
+        cool(cs[i]);
+    for (size_t i = 0; i < n; i++) {
+        unknown |= cs[i]->users_unknown;
+        for (unsigned u = 0; u < cs[i]->nusers; u++)
+            add_user(users, &nu, &unknown, cs[i]->users[u]);
+        if (cs[i]->since < since)
+            since = cs[i]->since;
+    }
+    if (M.safe && n) {
+        if (M.streams_lost > since)
+            unknown = 1;
+        for (unsigned i = 0; i < M.nstreams && !unknown; i++) {
+            if (M.streams[i].last <= since)
+                continue;
+            unsigned k = 0;
+            while (k < nu && users[k] != M.streams[i].s)
+                k++;
+            if (k == nu)
+                users[nu++] = M.streams[i].s;
+        }
+    }
+    *nu_out = nu;
+    return unknown;
+}
+
+/* Waits until the chunks can be unmapped: the work of their known users has completed and, in
+ * safe mode, the work of every stream that issued an op since the oldest of them was mapped
+ * (an access the shim could not see, through a pointer stored in device memory, may be in
+ * flight on any of them). Caller holds mem_lock. */
+CUresult wait_chunks(chunk_t *const *cs, size_t n) {
+    CUstream users[MAX_USERS + MAX_STREAMS];
+    unsigned nu = 0;
+    int unknown = gather_streams(cs, n, users, &nu);
+    return wait_users(users, nu, unknown);
+}
+
+/* An event after the work issued so far on s (shared by the chunks freed between two ops). The
+ * cache is valid while no op was issued: locked ops advance fc_epoch, fast-path ops set
+ * fc_dirty, which is read here inside a writer section (all of them are seen). */
+evref_t *fence_ev(CUstream s) {
+    quiesce();
+    if (atomic_exchange_explicit(&M.fc_dirty, 0, memory_order_relaxed))
+        M.fc_epoch++;
+    for (unsigned i = 0; i < 8; i++) {
+        if (M.fcache[i].v && M.fcache[i].s == s && M.fcache[i].epoch == M.fc_epoch) {
+            M.fcache[i].v->refs++;
+            return M.fcache[i].v;
+        }
+    }
+    evref_t *v = ev_take();
+    if (!v)
+        return NULL;
+    if (ooc_real.cuEventRecord(v->e, s) != CUDA_SUCCESS) {
+        ev_drop(v);
+        return NULL;
+    }
+    unsigned k = M.fc_next++ % 8;
+    ev_drop(M.fcache[k].v);
+    M.fcache[k].s = s;
+    M.fcache[k].epoch = M.fc_epoch;
+    M.fcache[k].v = v;
+    v->refs++;
+    return v;
+}

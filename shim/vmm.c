@@ -1,0 +1,267 @@
+/* SPDX-License-Identifier: MIT */
+/* vmm.c: the address space and the chunk table: VA runs with a quarantine, chunk objects,
+ * mapping and unmapping them, safe-mode host aliases, and the LRU of resident chunks.
+ *
+ * Invariants: buffers never move; a freed run goes through a quarantine of QUARANTINE_RUNS runs
+ * before reuse (a use after free faults), and leaves it coalesced with its free neighbours. A
+ * chunk object is in the hash (M.chunks) and in the fast path's table (M.table) from chunk_new to
+ * chunk_delete, and is freed only in a writer section (the graveyard waits for one). A RESIDENT
+ * chunk is mapped read-write to its physical chunk; the LRU holds resident live chunks, most
+ * recent at the head. Locking: caller holds mem_lock. Callers: the other memory files. */
+#include "mem_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int oom_flag;
+
+/* ---- LRU ------------------------------------------------------------------------------------- */
+
+/* The list is ordered by the locked path; the fast path only sets a chunk's `touched` flag, and
+ * eviction gives a touched chunk a second chance (need_phys), as CLOCK does. */
+void lru_remove(chunk_t *c) {
+    if (!c->prev)
+        return;
+    c->prev->next = c->next;
+    c->next->prev = c->prev;
+    c->prev = c->next = NULL;
+}
+
+void lru_push(chunk_t *c) {
+    lru_remove(c);
+    atomic_store_explicit(&c->touched, 0, memory_order_relaxed);
+    c->next = M.lru.next;
+    c->prev = &M.lru;
+    M.lru.next->prev = c;
+    M.lru.next = c;
+}
+
+/* Puts c at the cold end: the first to be evicted. */
+void lru_push_tail(chunk_t *c) {
+    lru_remove(c);
+    atomic_store_explicit(&c->touched, 0, memory_order_relaxed);
+    c->prev = M.lru.prev;
+    c->next = &M.lru;
+    M.lru.prev->next = c;
+    M.lru.prev = c;
+}
+
+/* ---- VA runs ------------------------------------------------------------------------------- */
+
+/* Takes `count` contiguous chunk indices: a free run first (best fit), else the bump pointer.
+ * Returns 0 and the first index, or -1 when the reservation is exhausted. */
+int va_take(uint64_t count, uint64_t *first) {
+    size_t best = SIZE_MAX;
+    for (size_t i = 0; i < M.nfree_runs; i++)
+        if (M.free_runs[i].count >= count &&
+            (best == SIZE_MAX || M.free_runs[i].count < M.free_runs[best].count))
+            best = i;
+    if (best != SIZE_MAX) {
+        run_t *r = &M.free_runs[best];
+        *first = r->first;
+        r->first += count;
+        r->count -= count;
+        if (r->count == 0)
+            M.free_runs[best] = M.free_runs[--M.nfree_runs];
+        return 0;
+    }
+    if (M.va_next + count > M.va_chunks)
+        return -1;
+    *first = M.va_next;
+    M.va_next += count;
+    ooc_stats_gauge_add(OOC_STAT_va_bytes, count * M.chunk);
+    return 0;
+}
+
+/* Returns a run to the quarantine; the oldest quarantined run becomes reusable. */
+void va_give(uint64_t first, uint64_t count) {
+    if (M.q_len == QUARANTINE_RUNS) {
+        run_t old = M.quarantine[M.q_head];
+        M.q_head = (M.q_head + 1) % QUARANTINE_RUNS;
+        M.q_len--;
+        /* Coalesced with its free neighbours: a freed buffer's chunks come back one at a time,
+         * and only a coalesced run serves a multi-chunk buffer again (else the reservation would
+         * grow with every large free, and the search with it). A run that ends where the
+         * untouched tail begins joins the tail. */
+        for (size_t i = 0; i < M.nfree_runs;) {
+            run_t *r = &M.free_runs[i];
+            if (r->first + r->count == old.first || old.first + old.count == r->first) {
+                if (r->first < old.first)
+                    old.first = r->first;
+                old.count += r->count;
+                M.free_runs[i] = M.free_runs[--M.nfree_runs];
+                i = 0; /* the merged run may now touch one already passed */
+                continue;
+            }
+            i++;
+        }
+        if (old.first + old.count == M.va_next) {
+            M.va_next = old.first;
+            ooc_stats_gauge_sub(OOC_STAT_va_bytes, old.count * M.chunk);
+            old.count = 0;
+        }
+        if (old.count && M.nfree_runs == M.cap_free_runs) {
+            size_t nc = M.cap_free_runs ? M.cap_free_runs * 2 : 64;
+            run_t *n = realloc(M.free_runs, nc * sizeof *n);
+            if (n) {
+                M.free_runs = n;
+                M.cap_free_runs = nc;
+            }
+        }
+        if (old.count && M.nfree_runs < M.cap_free_runs)
+            M.free_runs[M.nfree_runs++] = old; /* else the range is lost: VA is plentiful */
+    }
+    M.quarantine[(M.q_head + M.q_len) % QUARANTINE_RUNS] = (run_t){first, count};
+    M.q_len++;
+}
+
+/* ---- chunk life --------------------------------------------------------------------------------
+ */
+
+/* A new chunk at idx, part of the buffer whose chunks are [first, first + n), published to the
+ * fast path (which finds it cold). Caller holds mem_lock. */
+chunk_t *chunk_new(uint64_t idx, uint64_t first, uint64_t n) {
+    chunk_t *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->idx = idx;
+    c->state = C_EMPTY;
+    atomic_store_explicit(&c->ext_first, first, memory_order_relaxed); /* published below */
+    atomic_store_explicit(&c->ext_n, n, memory_order_relaxed);
+    oom_flag = 0;
+    HASH_ADD(hh, M.chunks, idx, sizeof c->idx, c);
+    if (oom_flag) {
+        free(c);
+        return NULL;
+    }
+    if (M.table)
+        atomic_store_explicit(&M.table[idx], c, memory_order_release);
+    return c;
+}
+
+chunk_t *chunk_find(uint64_t idx) {
+    chunk_t *c;
+    HASH_FIND(hh, M.chunks, &idx, sizeof idx, c);
+    return c;
+}
+
+/* Forgets a chunk and frees it after a grace period: a fast-path op may have read its pointer
+ * from the table (it then finds the chunk cold: deleted chunks are). Inside a writer section no
+ * reader is left, so it is freed at once; otherwise it waits in the graveyard for the next
+ * writer section (a free of a chunk no op ever used need not stop the fast path). Caller holds
+ * mem_lock. */
+void chunk_delete(chunk_t *c) {
+    if (M.table && c->idx < M.va_chunks &&
+        atomic_load_explicit(&M.table[c->idx], memory_order_relaxed) == c)
+        atomic_store_explicit(&M.table[c->idx], NULL, memory_order_relaxed);
+    HASH_DEL(M.chunks, c);
+    if (c->slab) {
+        free(c->slab->bufs);
+        free(c->slab);
+        c->slab = NULL;
+    }
+    if (!M.quiesced && M.ngrave < 256 &&
+        grow(&M.grave, &M.cap_grave, M.ngrave + 1, sizeof *M.grave) == 0) {
+        M.grave[M.ngrave++] = c;
+        return;
+    }
+    quiesce();
+    free(c);
+}
+
+/* Unmaps a resident chunk whose users have completed; its physical chunk returns to the pool. */
+CUresult unmap_chunk(chunk_t *c) {
+    cool(c);
+    if (M.safe)
+        quiesce(); /* wait_chunks did already, unless the lock was let go since */
+    CUresult r = ooc_real.cuMemUnmap(chunk_addr(c), M.chunk);
+    if (r != CUDA_SUCCESS)
+        return r;
+    c->phys->next = M.phys_free;
+    M.phys_free = c->phys;
+    c->phys = NULL;
+    c->state = C_SWAPPED;
+    c->nusers = 0;
+    c->users_unknown = 0;
+    ev_drop(c->in_ev);
+    c->in_ev = NULL;
+    M.resident--;
+    ooc_stats_gauge_sub(OOC_STAT_resident_bytes, M.chunk);
+    return CUDA_SUCCESS;
+}
+
+/* Safe mode: maps a swapped chunk's host slot at the chunk's own address, so that an access the
+ * shim could not see reaches the host copy, slowly but correctly. A failure is logged and leaves
+ * the address unmapped (such an access would then fault); the data is safe either way. */
+void alias_chunk(chunk_t *c) {
+    CUresult r = ooc_real.cuMemMap(chunk_addr(c), M.chunk, 0, c->host->h, 0);
+    if (r == CUDA_SUCCESS) {
+        CUmemAccessDesc d;
+        memset(&d, 0, sizeof d);
+        d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        d.location.id = M.dev;
+        d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        r = ooc_real.cuMemSetAccess(chunk_addr(c), M.chunk, &d, 1);
+        if (r != CUDA_SUCCESS)
+            ooc_real.cuMemUnmap(chunk_addr(c), M.chunk);
+    }
+    if (r != CUDA_SUCCESS) {
+        OOC_LOG_W("safe mode: the swapped chunk at %#llx could not be mapped to its host copy "
+                  "(%s); an access the shim cannot see would fault there",
+                  (unsigned long long)chunk_addr(c), ooc_real_errname(r));
+        return;
+    }
+    c->aliased = 1;
+    c->since = M.serial;
+    ooc_stats_add(OOC_STAT_host_aliases, 1);
+}
+
+/* Removes a chunk's host alias; the caller waited for the streams that may use it. */
+CUresult unalias_chunk(chunk_t *c) {
+    if (!c->aliased)
+        return CUDA_SUCCESS;
+    cool(c);
+    quiesce();
+    CUresult r = ooc_real.cuMemUnmap(chunk_addr(c), M.chunk);
+    if (r == CUDA_SUCCESS)
+        c->aliased = 0;
+    return r;
+}
+
+/* Maps a physical chunk at c (taken from the free list) with read-write access. In safe mode no
+ * fast-path op may be issued between the mapping and the end of this hold of mem_lock (an op
+ * issued meanwhile could reach c unseen, and an error path unmaps c at once). */
+CUresult map_chunk(chunk_t *c) {
+    if (M.safe)
+        quiesce();
+    phys_t *p = M.phys_free;
+    CUresult r = ooc_real.cuMemMap(chunk_addr(c), M.chunk, 0, p->h, 0);
+    if (r != CUDA_SUCCESS)
+        return r;
+    CUmemAccessDesc d;
+    memset(&d, 0, sizeof d);
+    d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    d.location.id = M.dev;
+    d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    r = ooc_real.cuMemSetAccess(chunk_addr(c), M.chunk, &d, 1);
+    if (r != CUDA_SUCCESS) {
+        ooc_real.cuMemUnmap(chunk_addr(c), M.chunk);
+        return r;
+    }
+    M.phys_free = p->next;
+    c->phys = p;
+    c->since = M.serial;
+    c->discard = 0;
+    M.resident++;
+    ooc_stats_gauge_add(OOC_STAT_resident_bytes, M.chunk);
+    return CUDA_SUCCESS;
+}
+
+int ooc_mem_owns(uintptr_t p) {
+    return __atomic_load_n(&M.ready, __ATOMIC_ACQUIRE) && p >= M.va_base &&
+           p - M.va_base < M.va_size;
+}
+
+void ooc_mem_forget_in_child(void) {
+    __atomic_store_n(&M.ready, 0, __ATOMIC_RELEASE);
+}

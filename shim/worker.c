@@ -1,0 +1,229 @@
+/* SPDX-License-Identifier: MIT */
+/* worker.c: the replay worker thread, which performs the planned swap-ins queued by
+ * transfer.c and finishes the planned swap-outs whose copies are done.
+ *
+ * Invariants: the worker holds mem_lock except while it waits for an event or on work_cv; after
+ * each wait it looks everything up again. It never evicts what the plan keeps: a swap-in with no
+ * free memory coming is left to demand residency. Callers: replay.c (ooc_mem_replay_init);
+ * mem.c stops it at shutdown. */
+#include "mem_int.h"
+
+#include <stdio.h>
+
+/* The worker, holding mem_lock: waits without the lock for `v` (may be NULL) and, when `c` is
+ * not NULL in safe mode, for the work issued so far on the streams that may reach c unseen, so
+ * that the wait_chunks that follows under the lock has little left to wait for. The lock is
+ * released meanwhile: c may be gone on return. */
+static void worker_wait(evref_t *v, chunk_t *c) {
+    CUstream users[MAX_USERS + MAX_STREAMS];
+    unsigned nu = 0;
+    evref_t *pre[MAX_USERS + MAX_STREAMS];
+    unsigned npre = 0;
+    if (v)
+        v->refs++;
+    if (c && M.safe && !gather_streams(&c, 1, users, &nu)) {
+        for (unsigned u = 0; u < nu; u++) {
+            evref_t *e = ev_take();
+            if (e && ooc_real.cuEventRecord(e->e, users[u]) == CUDA_SUCCESS)
+                pre[npre++] = e;
+            else
+                ev_drop(e);
+        }
+    }
+    mem_unlock();
+    if (v)
+        ooc_real.cuEventSynchronize(v->e);
+    for (unsigned i = 0; i < npre; i++)
+        ooc_real.cuEventSynchronize(pre[i]->e);
+    pthread_mutex_lock(&mem_lock);
+    for (unsigned i = 0; i < npre; i++)
+        ev_drop(pre[i]);
+    ev_drop(v);
+}
+
+/* The worker: waits for the oldest swap-out's copy, then finishes what is done. */
+static void worker_wait_retiree(void) {
+    worker_wait(M.ret[0]->out_ev, M.ret[0]);
+    retire_poll(0);
+}
+
+/* The worker: the swap-in of one queued buffer, chunk by chunk, each copy on the host-to-device
+ * stream followed by its own event (ops that use the chunk wait for it on their streams). A
+ * chunk needs a free physical chunk: when there is none it waits for planned swap-outs to
+ * finish, and when none is under way it leaves the rest to demand residency rather than evict
+ * what the plan keeps. Caller holds mem_lock; it is released while waiting. */
+static void worker_swapin(job_t j) {
+    uint64_t drained = UINT64_MAX; /* the chunk whose streams were waited for without the lock */
+    for (;;) {
+        buf_t *b = plan_buf(j.addr, j.id);
+        if (!b)
+            return;
+        uint64_t n = buf_chunks(b), i = 0;
+        chunk_t *c = NULL;
+        for (; i < n && !c; i++) {
+            chunk_t *x = plan_chunk(b, i);
+            if (x && x->queued)
+                c = x;
+        }
+        if (!c)
+            return;
+        if (c->out_ev) {
+            /* Its swap-out was under way when the host planned the swap-in. The plan has the
+             * copy out end, its memory serve others meanwhile, and the copy in follow, and so
+             * does the worker: it waits for the copy out, unmaps the chunk (with the older
+             * retirees), and brings it in below. Keeping it mapped instead would hold memory
+             * that the plan gives to other buffers until then. */
+            if (!ev_done(c->out_ev)) {
+                worker_wait(c->out_ev, NULL);
+                continue; /* the lock was released: look again */
+            }
+            retire_poll(0);
+        }
+        if (c->state != C_SWAPPED) {
+            c->queued = 0;
+            continue;
+        }
+        if (!M.phys_free && M.phys_made >= M.budget_chunks && !M.ndying && !any_discard()) {
+            if (M.nret) {
+                worker_wait_retiree();
+                continue;
+            }
+            unqueue_buffer(b);
+            ooc_stats_add(OOC_STAT_prefetch_no_memory, 1);
+            if (OOC_LOG_ENABLED(OOC_LOG_DEBUG)) {
+                char line[600];
+                size_t o = 0;
+                unsigned ns = 0;
+                for (chunk_t *x = M.lru.next; x != &M.lru && o + 24 < sizeof line; x = x->next) {
+                    if (x->slab)
+                        ns++;
+                    else
+                        o += (size_t)snprintf(line + o, sizeof line - o, " %llu",
+                                              (unsigned long long)(x->owner ? x->owner->id : 0));
+                }
+                line[o] = 0;
+                OOC_LOG_D("resident: %u slab chunks; chunks of buffers:%s", ns, line);
+            }
+            OOC_LOG_D("op %llu: no memory coming for the planned swap-in of buffer %llu "
+                      "(resident %llu)",
+                      (unsigned long long)M.serial, (unsigned long long)j.id,
+                      (unsigned long long)M.resident);
+            return;
+        }
+        if (M.safe && c->aliased && drained != c->idx) {
+            drained = c->idx;
+            worker_wait(NULL, c); /* then look again: the lock was released */
+            continue;
+        }
+        CUresult r = need_phys(1); /* a new physical chunk while under budget */
+        if (r == CUDA_SUCCESS && M.safe && c->aliased && (r = wait_chunks(&c, 1)) == CUDA_SUCCESS)
+            r = unalias_chunk(c);
+        if (r == CUDA_SUCCESS)
+            r = map_chunk(c);
+        if (r != CUDA_SUCCESS) {
+            c->queued = 0;
+            continue;
+        }
+        evref_t *v = ev_take();
+        r = copy_in(c, M.h2d);
+        if (r == CUDA_SUCCESS && v)
+            r = ooc_real.cuEventRecord(v->e, M.h2d);
+        else if (r == CUDA_SUCCESS)
+            r = ooc_real.cuStreamSynchronize(M.h2d);
+        if (r != CUDA_SUCCESS) {
+            /* The host copy stays; the physical chunk goes back (the copy may not have run). */
+            ooc_real.cuStreamSynchronize(M.h2d);
+            ev_drop(v);
+            if (ooc_real.cuMemUnmap(chunk_addr(c), M.chunk) == CUDA_SUCCESS) {
+                c->phys->next = M.phys_free;
+                M.phys_free = c->phys;
+                c->phys = NULL;
+                M.resident--;
+                ooc_stats_gauge_sub(OOC_STAT_resident_bytes, M.chunk);
+                if (M.safe)
+                    alias_chunk(c);
+            } else {
+                c->state = C_RESIDENT; /* mapped: demand residency cannot tell; keep the data */
+            }
+            unqueue_buffer(b); /* the rest of the buffer too: demand residency retries it */
+            return;
+        }
+        c->state = C_RESIDENT;
+        c->queued = 0;
+        if (v) {
+            c->in_ev = v;
+            limbo_put(c->host, v);
+        } else {
+            host_slot_put(c->host);
+        }
+        c->host = NULL;
+        lru_push(c);
+        ooc_stats_add(OOC_STAT_swap_ins, 1);
+        ooc_stats_add(OOC_STAT_swap_in_bytes, M.chunk);
+        ooc_stats_add(OOC_STAT_prefetches, 1);
+    }
+}
+
+static void *worker_main(void *arg) {
+    (void)arg;
+    ooc_real.cuCtxSetCurrent(M.ctx);
+    pthread_mutex_lock(&mem_lock);
+    while (!M.worker_stop) {
+        if (M.njobs) {
+            job_t j = M.jobs[M.job_head++];
+            if (--M.njobs == 0)
+                M.job_head = 0;
+            if (j.gate) {
+                worker_wait(j.gate, NULL); /* the plan's point, in device time */
+                ev_drop(j.gate);
+            }
+            worker_swapin(j);
+            pthread_cond_broadcast(&M.done_cv);
+            continue;
+        }
+        if (M.nlimbo)
+            limbo_poll();
+        if (M.nret) {
+            if (!retire_poll(0))
+                worker_wait_retiree();
+            continue;
+        }
+        mem_wait(&M.work_cv);
+    }
+    mem_unlock();
+    return NULL;
+}
+
+int ooc_mem_replay_init(void) {
+    pthread_mutex_lock(&mem_lock);
+    int rc = 0;
+    if (M.ready && !M.worker_on) {
+        CUcontext prev = NULL;
+        ooc_real.cuCtxGetCurrent(&prev);
+        ooc_real.cuCtxSetCurrent(M.ctx);
+        if (ooc_real.cuStreamCreate(&M.h2d, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
+            ooc_real.cuStreamCreate(&M.d2h, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+            rc = -1;
+        } else {
+            pthread_cond_init(&M.work_cv, NULL);
+            pthread_cond_init(&M.done_cv, NULL);
+            if (pthread_create(&M.worker, NULL, worker_main, NULL) != 0) {
+                pthread_cond_destroy(&M.work_cv);
+                pthread_cond_destroy(&M.done_cv);
+                rc = -1;
+            }
+        }
+        if (rc != 0) {
+            if (M.h2d)
+                ooc_real.cuStreamDestroy_v2(M.h2d);
+            if (M.d2h)
+                ooc_real.cuStreamDestroy_v2(M.d2h);
+            M.h2d = M.d2h = NULL;
+        } else {
+            M.worker_on = 1;
+        }
+        ooc_real.cuCtxSetCurrent(prev);
+    }
+    mem_unlock();
+    return rc;
+}
