@@ -625,6 +625,39 @@ START_TEST(test_random_profiles_keep_invariants) {
 }
 END_TEST
 
+/* The exact optimum as an oracle (test/milp_oracle.py: a MILP of keep/swap with transfer timing on
+ * profiles coarsened to 16 stages, solved by HiGHS through python3-scipy): auto within 5% of
+ * every optimum the solver proves in 10 s, and at least three proved. */
+START_TEST(test_auto_near_the_milp_optimum) {
+    const char *argv[] = {"/usr/bin/python3",
+                          "test/milp_oracle.py",
+                          "--stages",
+                          "16",
+                          "--fractions",
+                          "0.75,0.9",
+                          "--time-limit",
+                          "10",
+                          "--min-proved",
+                          "3",
+                          "--ooc-plan",
+                          tu_build_path("ooc-plan"),
+                          "profiles/recorded/cnn",
+                          "profiles/recorded/large",
+                          "profiles/recorded/mlp",
+                          "profiles/synthetic/gpt2-seq1024",
+                          "profiles/synthetic/resnet50-batch128",
+                          "profiles/synthetic/unet-batch16",
+                          NULL};
+    tu_proc_t p;
+    ck_assert_int_eq(tu_run(argv, NULL, 800, &p), 0);
+    printf("%s", p.out);
+    ck_assert_msg(!strstr(p.err, "No module named"),
+                  "python3-scipy is missing (scripts/install-deps installs it): %s", p.err);
+    ck_assert_msg(p.status == 0, "%s%s", p.out, p.err);
+    tu_proc_free(&p);
+}
+END_TEST
+
 Suite *suite_planner_sim(void) {
     Suite *s = suite_create("planner_sim");
     TCase *tc = tcase_create("sim");
@@ -647,5 +680,9 @@ Suite *suite_planner_sim(void) {
     tcase_add_loop_test(tp, test_reference_profiles_keep_invariants_and_auto_is_best, 0, nrefs);
     tcase_add_test(tp, test_random_profiles_keep_invariants);
     suite_add_tcase(s, tp);
+    TCase *to = tcase_create("oracle");
+    tcase_set_timeout(to, 900);
+    tcase_add_test(to, test_auto_near_the_milp_optimum);
+    suite_add_tcase(s, to);
     return s;
 }
