@@ -396,19 +396,18 @@ END_TEST
 /* ---- exit status and signals ----------------------------------------------------------------- */
 
 /* Runs argv under Python's subprocess, which tells an exit status (>= 0) from a signal (< 0):
- * prints "returncode: N". With `term_after` > 0, sends SIGTERM to the child (ooc-run) after that
- * many seconds. */
-static int returncode(const char *const *cmd, double term_after, tu_proc_t *out) {
-    static const char code[] = "import signal, subprocess, sys, time\n"
-                               "after = float(sys.argv[1])\n"
-                               "p = subprocess.Popen(sys.argv[2:])\n"
-                               "if after > 0:\n"
-                               "    time.sleep(after)\n"
-                               "    p.send_signal(signal.SIGTERM)\n"
-                               "print('returncode: %d' % p.wait())\n";
-    char after[32];
-    snprintf(after, sizeof after, "%g", term_after);
-    const char *argv[16] = {"/usr/bin/python3", "-c", code, after};
+ * prints the child's output, then "returncode: N". With `term`, sends SIGTERM to the child
+ * (ooc-run) once the program has printed its first line. */
+static int returncode(const char *const *cmd, int term, tu_proc_t *out) {
+    static const char code[] =
+        "import signal, subprocess, sys\n"
+        "p = subprocess.Popen(sys.argv[2:], stdout=subprocess.PIPE, text=True)\n"
+        "if sys.argv[1] == '1':\n"
+        "    sys.stdout.write(p.stdout.readline())\n"
+        "    p.send_signal(signal.SIGTERM)\n"
+        "sys.stdout.write(p.stdout.read())\n"
+        "print('returncode: %d' % p.wait())\n";
+    const char *argv[16] = {"/usr/bin/python3", "-c", code, term ? "1" : "0"};
     size_t n = 4;
     for (; *cmd && n < 15; cmd++)
         argv[n++] = *cmd;
@@ -443,7 +442,7 @@ START_TEST(test_exit_status_and_signals_pass_through) {
                                                  "trap 'echo got-term; exit 3' TERM; "
                                                  "echo ready; while :; do sleep 0.05; done",
                                                  NULL},
-                                2, &p),
+                                1, &p),
                      3);
     ck_assert_msg(strstr(p.out, "ready\ngot-term\n"), "%s", p.out);
     tu_proc_free(&p);
