@@ -5,9 +5,11 @@
  * (tu_build_path("fakecuda")) and compares what it prints: the same checksum across repeated
  * runs, inline and threaded scheduling, jitter seeds, warm-up extras; the op count against the
  * driver's own statistics; the large workload's out-of-memory failure at its stated capacity;
- * cnn's --blocks option (its footprint and op count per identity block, its checks); and --time
- * (one line of per-iteration wall times on stderr, stdout unchanged byte for byte). The loop
- * index _i selects the workload. */
+ * cnn's --blocks option (its footprint and op count per identity block, its checks); xfmr's
+ * framework paths (--no-ptr-table gives the same checksum; the driver saw the graph launches, the
+ * TMA descriptors, the lazily loaded kernels and no illegal access); and --time (one line of
+ * per-iteration wall times on stderr, stdout unchanged byte for byte). The loop index _i selects
+ * the workload. */
 #include <check.h>
 #include <limits.h>
 #include <stdio.h>
@@ -17,10 +19,11 @@
 
 #include "testutil.h"
 
-static const char *const workloads[] = {"mlp", "cnn", "large"};
-#define NWORKLOADS  3
+static const char *const workloads[] = {"mlp", "cnn", "large", "xfmr"};
+#define NWORKLOADS  4
 #define CNN_IDX     1
 #define LARGE_IDX   2
+#define XFMR_IDX    3
 #define LARGE_CAP   "33554432" /* large.c's stated default capacity, 32 MiB */
 #define UNLIMITED   "FAKECUDA_MEM_BYTES=1073741824"
 #define RUN_TIMEOUT 90
@@ -265,6 +268,9 @@ START_TEST(test_help_documents_options) {
     if (_i == CNN_IDX)
         ck_assert_msg(strstr(r.out, "--blocks N (1..16, default 1)") != NULL,
                       "cnn --help does not document --blocks");
+    if (_i == XFMR_IDX)
+        ck_assert_msg(strstr(r.out, "--no-ptr-table") != NULL,
+                      "xfmr --help does not document --no-ptr-table");
     run(workloads[_i], bad, NULL, &e);
     ck_assert_int_eq(e.status, 1);
     result_free(&r);
@@ -467,6 +473,76 @@ START_TEST(test_cnn_rejects_bad_blocks) {
 }
 END_TEST
 
+/* Reads one counter from a FAKECUDA_STATS file (-1 when absent). */
+static long long stats_value(const char *path, const char *name) {
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "no stats file %s", path);
+    char key[128];
+    unsigned long long v;
+    long long found = -1;
+    while (fscanf(f, "%127s %llu", key, &v) == 2)
+        if (!strcmp(key, name))
+            found = (long long)v;
+    fclose(f);
+    return found;
+}
+
+/* xfmr without the device pointer table computes the same bits (the grouped GEMM and the three
+ * separate GEMMs run the same products), inline, threaded and under jitter, and the driver saw
+ * what the program claims: one graph launch per iteration, no illegal access. */
+START_TEST(test_xfmr_pointer_table_and_separate_gemms_agree) {
+    static const char *const nopt[] = {"--no-ptr-table", NULL};
+    static const char *const inl[] = {"FAKECUDA_SCHED=inline", NULL};
+    result_t a, b, c;
+    char path[64], stats[96];
+    snprintf(path, sizeof path, "/tmp/ooc-xfmr-stats-%d", (int)getpid());
+    snprintf(stats, sizeof stats, "FAKECUDA_STATS=%s", path);
+    const char *jit[] = {"FAKECUDA_SCHED=threaded", "FAKECUDA_JITTER_US=100", "FAKECUDA_SEED=5",
+                         stats, NULL};
+    run("xfmr", NULL, inl, &a);
+    run("xfmr", nopt, jit, &b);
+    expect_ok("with the table", &a);
+    expect_ok("--no-ptr-table", &b);
+    expect_same("--no-ptr-table", &a, &b);
+    /* Each grouped GEMM (a table copy and one launch) becomes three GEMMs. */
+    ck_assert_uint_eq(b.ops, a.ops + 2);
+    ck_assert_int_eq(stats_value(path, "graph_launches"), 6);
+    ck_assert_int_eq(stats_value(path, "illegal_accesses"), 0);
+    ck_assert_int_eq(stats_value(path, "graphs_live"), 0);
+    ck_assert_int_eq(stats_value(path, "graph_execs_live"), 0);
+    unlink(path);
+    run("xfmr", nopt, inl, &c);
+    expect_ok("--no-ptr-table inline", &c);
+    expect_same("--no-ptr-table inline", &a, &c);
+    result_free(&a);
+    result_free(&b);
+    result_free(&c);
+}
+END_TEST
+
+/* The batch size changes the tensor maps' shapes and the graph's gradient pointers: a run whose
+ * batch changes mid-way is still deterministic, and differs from one that does not. */
+START_TEST(test_xfmr_batch_change_reencodes_and_stays_deterministic) {
+    static const char *const change[] = {"--batch-from", "3:2", NULL};
+    static const char *const jit[] = {"FAKECUDA_SCHED=threaded", "FAKECUDA_JITTER_US=50",
+                                      "FAKECUDA_SEED=9", NULL};
+    static const char *const inl[] = {"FAKECUDA_SCHED=inline", NULL};
+    result_t a, b, full;
+    run("xfmr", change, jit, &a);
+    run("xfmr", change, inl, &b);
+    run("xfmr", NULL, inl, &full);
+    expect_ok("--batch-from (jitter)", &a);
+    expect_ok("--batch-from (inline)", &b);
+    expect_ok("full", &full);
+    expect_same("--batch-from", &a, &b);
+    ck_assert_msg(strcmp(a.checksum, full.checksum) != 0, "a smaller batch changed nothing");
+    ck_assert_ptr_nonnull(strstr(a.out, "iter 3: batch 2 "));
+    result_free(&a);
+    result_free(&b);
+    result_free(&full);
+}
+END_TEST
+
 Suite *suite_workloads(void);
 Suite *suite_workloads(void) {
     Suite *s = suite_create("workloads");
@@ -497,6 +573,11 @@ Suite *suite_workloads(void) {
     tcase_add_test(tc, test_cnn_footprint_grows_with_blocks);
     tcase_add_test(tc, test_cnn_blocks_ops_match_driver);
     tcase_add_test(tc, test_cnn_rejects_bad_blocks);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("xfmr");
+    tcase_set_timeout(tc, 240);
+    tcase_add_test(tc, test_xfmr_pointer_table_and_separate_gemms_agree);
+    tcase_add_test(tc, test_xfmr_batch_change_reencodes_and_stays_deterministic);
     suite_add_tcase(s, tc);
     return s;
 }
