@@ -20,6 +20,12 @@ WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototypes 
         -Wvla -Wundef -Wpointer-arith -Wwrite-strings -fno-common
 CFLAGS_ALL := -std=c11 -D_GNU_SOURCE -O2 -g $(WARN) -MMD -MP -pthread $(CFLAGS)
 LDFLAGS_ALL := -pthread $(LDFLAGS)
+# The sanitizer build also checks the memory layer's invariants at every release of its lock
+# (shim/memcheck.c); CHECKS=1 turns them on in any build.
+CHECKS ?= $(if $(SANITIZE),1,0)
+ifeq ($(CHECKS),1)
+CFLAGS_ALL  += -DOOC_CHECKS
+endif
 ifneq ($(SANITIZE),)
 CFLAGS_ALL  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=all
 LDFLAGS_ALL += -fsanitize=$(SANITIZE)

@@ -70,11 +70,13 @@ static void quiesce_end(void) {
 
 /* Every release of mem_lock goes through one of these two. */
 void mem_unlock(void) {
+    mem_check();
     quiesce_end();
     pthread_mutex_unlock(&mem_lock);
 }
 
 void mem_wait(pthread_cond_t *cv) {
+    mem_check();
     quiesce_end();
     pthread_cond_wait(cv, &mem_lock);
 }
@@ -170,10 +172,9 @@ static int fast_stream(CUstream s) {
     return -1;
 }
 
-int ooc_mem_fast_begin(const ooc_access_t *a, CUstream stream, int per_thread) {
+int ooc_mem_fast_begin(const ooc_access_t *a, CUstream s) {
     if (a->overflow)
         return 0;
-    CUstream s = (per_thread && stream == NULL) ? CU_STREAM_PER_THREAD : stream;
     _Atomic unsigned long *slot = fp_my_slot();
     atomic_fetch_add(slot, 1);
     if (atomic_load(&fp_writer) || !atomic_load_explicit(&fp_on, memory_order_relaxed) ||

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* hooks.c: the intercepted driver entry points (hooks.def). A hook holds no policy: it gathers
- * what the operation touches, asks mem.c to make it resident on the operation's stream order,
- * calls the real function, and tells mem.c the operation was issued.
+ * what the operation touches, runs it through op.c's sequence (record, replay, residency on the
+ * operation's stream order), calls the real function, and hands op.c the result.
  *
  * On a stream that is capturing a graph (graph.c), an operation does not run: its hook notes
  * what it touches in the capture and calls the real function, nothing more. A graph launch is
@@ -22,8 +22,8 @@ static int managing(void) {
 /* Runs `call` with the access set `a` resident on `stream`. While some stream captures (one
  * relaxed load when none does), an op on a capturing stream is captured, not run: its access set
  * goes to the capture and `call` is made as is. An op whose chunks are all resident and stable
- * is issued on the fast path, without the residency lock (mem.c, "The fast path"); any other,
- * and every op while recording or replaying, takes the lock. */
+ * is issued on the fast path, without the residency lock (fastpath.c); any other, and every op
+ * while recording or replaying, takes the lock. The sequence is op.c's. */
 #define RUN_OP(a, stream, ptds, call)                                                              \
     do {                                                                                           \
         if (OOC_UNLIKELY(atomic_load_explicit(&ooc_graph_captures, memory_order_relaxed))) {       \
@@ -34,32 +34,11 @@ static int managing(void) {
             if (cap_)                                                                              \
                 return (call);                                                                     \
         }                                                                                          \
-        int rec_ = ooc_record_on();                                                                \
-        if (rec_ && ooc_record_pending()) {                                                        \
-            ooc_record_finish();                                                                   \
-            rec_ = 0;                                                                              \
-        }                                                                                          \
-        CUresult r_;                                                                               \
-        if (!rec_ && ooc_mem_fast_begin((a), (stream), (ptds))) {                                  \
+        ooc_live_op_t op_;                                                                         \
+        CUresult r_ = ooc_op_begin(&op_, (a), (stream), (ptds));                                   \
+        if (r_ == CUDA_SUCCESS)                                                                    \
             r_ = (call);                                                                           \
-            ooc_mem_fast_end(r_ == CUDA_SUCCESS);                                                  \
-            if (r_ == CUDA_ERROR_ILLEGAL_ADDRESS)                                                  \
-                ooc_mem_report_fault(r_);                                                          \
-            return r_;                                                                             \
-        }                                                                                          \
-        r_ = ooc_mem_begin((a), (stream), (ptds));                                                 \
-        if (OOC_UNLIKELY(atomic_load_explicit(&ooc_replay_rebuilds, memory_order_relaxed)))        \
-            r_ = ooc_replay_op_ready(r_, (stream), (ptds));                                        \
-        if (r_ == CUDA_SUCCESS) {                                                                  \
-            int tok_ = rec_ ? ooc_record_op_begin((stream), (ptds)) : -1;                          \
-            r_ = (call);                                                                           \
-            if (rec_)                                                                              \
-                ooc_record_op_end(tok_, (a), (stream), (ptds), r_ == CUDA_SUCCESS);                \
-        }                                                                                          \
-        ooc_mem_end((a), (stream), (ptds), r_ == CUDA_SUCCESS);                                    \
-        if (r_ == CUDA_ERROR_ILLEGAL_ADDRESS)                                                      \
-            ooc_mem_report_fault(r_);                                                              \
-        return r_;                                                                                 \
+        return ooc_op_end(&op_, r_);                                                               \
     } while (0)
 
 #define NEED_REAL(sym)                                                                             \
@@ -289,15 +268,16 @@ OOC_EXPORT_HOOK(cuPointerGetAttribute, PFN_cuPointerGetAttribute_v4000);
 
 /* Issues a launch whose access set is `a`. */
 static CUresult issue_launch(ooc_access_t *a, CUfunction f, CUstream s, int ptds, void **params,
-                             void **extra, const CUlaunchConfig *cfg, int kind, unsigned shared) {
+                             void **extra, const CUlaunchConfig *cfg, ooc_launch_kind_t kind,
+                             unsigned shared) {
     unsigned gx = a->grid[0], gy = a->grid[1], gz = a->grid[2];
     unsigned bx = a->block[0], by = a->block[1], bz = a->block[2];
     switch (kind) {
-    case 0:
+    case OOC_LAUNCH_KERNEL:
         RUN_OP(a, s, ptds,
                (ptds ? ooc_real.cuLaunchKernel_ptsz : ooc_real.cuLaunchKernel)(
                    f, gx, gy, gz, bx, by, bz, shared, s, params, extra));
-    case 1:
+    case OOC_LAUNCH_KERNEL_EX:
         RUN_OP(a, s, ptds,
                (ptds ? ooc_real.cuLaunchKernelEx_ptsz : ooc_real.cuLaunchKernelEx)(cfg, f, params,
                                                                                    extra));
@@ -312,8 +292,9 @@ static CUresult issue_launch(ooc_access_t *a, CUfunction f, CUstream s, int ptds
 /* A kernel launch: what it touches, then the launch itself (recompute.c verifies it around the
  * launch while recording; replay.c may save it, through ooc_launch_now, to issue it again). */
 static CUresult launch_op(CUfunction f, CUstream s, int ptds, void **params, void **extra,
-                          const CUlaunchConfig *cfg, int kind, unsigned gx, unsigned gy,
-                          unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared) {
+                          const CUlaunchConfig *cfg, ooc_launch_kind_t kind, unsigned gx,
+                          unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                          unsigned shared) {
     ooc_access_t a;
     a.n = 0;
     a.overflow = 0;
@@ -354,7 +335,8 @@ CUresult ooc_hook_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigne
     NEED_REAL(cuLaunchKernel);
     if (!managing())
         return ooc_real.cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, s, params, extra);
-    return launch_op(f, s, 0, params, extra, NULL, 0, gx, gy, gz, bx, by, bz, shared);
+    return launch_op(f, s, 0, params, extra, NULL, OOC_LAUNCH_KERNEL, gx, gy, gz, bx, by, bz,
+                     shared);
 }
 OOC_EXPORT_HOOK(cuLaunchKernel, PFN_cuLaunchKernel_v4000);
 
@@ -364,7 +346,8 @@ CUresult ooc_hook_cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, un
     NEED_REAL(cuLaunchKernel_ptsz);
     if (!managing())
         return ooc_real.cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, shared, s, params, extra);
-    return launch_op(f, s, 1, params, extra, NULL, 0, gx, gy, gz, bx, by, bz, shared);
+    return launch_op(f, s, 1, params, extra, NULL, OOC_LAUNCH_KERNEL, gx, gy, gz, bx, by, bz,
+                     shared);
 }
 OOC_EXPORT_HOOK(cuLaunchKernel_ptsz, PFN_cuLaunchKernel_v7000_ptsz);
 
@@ -373,7 +356,8 @@ CUresult ooc_hook_cuLaunchKernelEx(const CUlaunchConfig *cfg, CUfunction f, void
     NEED_REAL(cuLaunchKernelEx);
     if (!managing() || !cfg)
         return ooc_real.cuLaunchKernelEx(cfg, f, params, extra);
-    return launch_op(f, cfg->hStream, 0, params, extra, cfg, 1, 0, 0, 0, 0, 0, 0, 0);
+    return launch_op(f, cfg->hStream, 0, params, extra, cfg, OOC_LAUNCH_KERNEL_EX, 0, 0, 0, 0, 0, 0,
+                     0);
 }
 OOC_EXPORT_HOOK(cuLaunchKernelEx, PFN_cuLaunchKernelEx_v11060);
 
@@ -382,7 +366,8 @@ CUresult ooc_hook_cuLaunchKernelEx_ptsz(const CUlaunchConfig *cfg, CUfunction f,
     NEED_REAL(cuLaunchKernelEx_ptsz);
     if (!managing() || !cfg)
         return ooc_real.cuLaunchKernelEx_ptsz(cfg, f, params, extra);
-    return launch_op(f, cfg->hStream, 1, params, extra, cfg, 1, 0, 0, 0, 0, 0, 0, 0);
+    return launch_op(f, cfg->hStream, 1, params, extra, cfg, OOC_LAUNCH_KERNEL_EX, 0, 0, 0, 0, 0, 0,
+                     0);
 }
 OOC_EXPORT_HOOK(cuLaunchKernelEx_ptsz, PFN_cuLaunchKernelEx_v11060_ptsz);
 
@@ -392,7 +377,8 @@ CUresult ooc_hook_cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned 
     NEED_REAL(cuLaunchCooperativeKernel);
     if (!managing())
         return ooc_real.cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shared, s, params);
-    return launch_op(f, s, 0, params, NULL, NULL, 2, gx, gy, gz, bx, by, bz, shared);
+    return launch_op(f, s, 0, params, NULL, NULL, OOC_LAUNCH_COOPERATIVE, gx, gy, gz, bx, by, bz,
+                     shared);
 }
 OOC_EXPORT_HOOK(cuLaunchCooperativeKernel, PFN_cuLaunchCooperativeKernel_v9000);
 
@@ -403,7 +389,8 @@ CUresult ooc_hook_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsi
     if (!managing())
         return ooc_real.cuLaunchCooperativeKernel_ptsz(f, gx, gy, gz, bx, by, bz, shared, s,
                                                        params);
-    return launch_op(f, s, 1, params, NULL, NULL, 2, gx, gy, gz, bx, by, bz, shared);
+    return launch_op(f, s, 1, params, NULL, NULL, OOC_LAUNCH_COOPERATIVE, gx, gy, gz, bx, by, bz,
+                     shared);
 }
 OOC_EXPORT_HOOK(cuLaunchCooperativeKernel_ptsz, PFN_cuLaunchCooperativeKernel_v9000_ptsz);
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* init.c: the shim's life in a process: configuration at the first driver call, the device side
- * at the first allocation that has a current context, the start-up line, the statistics table
- * and the release of the pool at exit, and fork.
+/* init.c: the shim's life in a process: the device side at the first allocation that has a
+ * current context, the start-up line, the statistics table and the release of the pool at exit,
+ * and what a forked child gives up. (The configuration and the mode are mode.c's.)
  *
  * The only constructor work is setting framework defaults with setenv (DESIGN.md section 5):
  * no driver call, no thread, no device memory. Everything else happens lazily, once
@@ -14,9 +14,6 @@
 #include <string.h>
 #include <unistd.h>
 
-_Atomic int ooc_mode_now = OOC_MODE_OFF;
-
-static pthread_once_t config_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t device_lock = PTHREAD_MUTEX_INITIALIZER;
 static int device_state; /* 0: not yet; 1: ready; -1: failed (result in device_rc) */
 static CUresult device_rc;
@@ -37,7 +34,7 @@ static atomic_int forked_child;
 
 static void on_fork_child(void) {
     atomic_store(&forked_child, 1);
-    atomic_store(&ooc_mode_now, OOC_MODE_OFF);
+    atomic_store(&ooc_mode_now, OOC_MODE_OFF); /* mode.c's own handler does too */
     ooc_mem_forget_in_child();
 }
 
@@ -49,39 +46,13 @@ static int was_set(const char *name) {
     return d && (ooc_options()->set_mask >> (d - t) & 1u);
 }
 
-static void config_once_fn(void) {
-    if (ooc_options_load() != 0) {
-        /* ooc_options_load printed the one line that names the variable, value and form. */
-        static const char msg[] = "ooc: stopping: fix the configuration above (see README.md)\n";
-        ssize_t w = write(2, msg, sizeof msg - 1);
-        (void)w;
-        exit(1);
-    }
-    const ooc_options_t *o = ooc_options();
-    int mode = o->mode;
-    if (o->plan[0] && mode != OOC_MODE_AUTO) {
-        OOC_LOG_W("OOC_PLAN=%s is ignored: plans are replayed in OOC_MODE=auto, not %s", o->plan,
-                  ooc_mode_name(mode));
-    }
-    pthread_atfork(NULL, NULL, on_fork_child);
-    atomic_store(&ooc_mode_now, mode);
-}
-
-void ooc_config_init(void) {
-    pthread_once(&config_once, config_once_fn);
-}
-
-const ooc_options_t *ooc_opts(void) {
-    return ooc_options();
-}
-
 static void at_exit(void) {
     if (atomic_load(&forked_child))
         return;
     ooc_replay_stop();
     ooc_record_finish_at_exit();
     if (ooc_options()->stats)
-        ooc_stats_print(2);
+        ooc_stats_print(ooc_log_fd()); /* where the log goes (OOC_LOG_FILE) */
     ooc_mem_shutdown();
 }
 
@@ -197,18 +168,12 @@ static CUresult device_setup(void) {
     if (ooc_mem_init(budget, chunk, dev, ctx, safe ? &safe_loc : NULL) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     atexit(at_exit);
-    char line[512], sb[32], st[32], sc[32];
-    int n = snprintf(line, sizeof line,
-                     "ooc[%d] ooc-shim: device %s, budget %s of %s, chunk %s, mode %s, safe mode "
-                     "%s%s%s\n",
-                     (int)getpid(), name, size_str(sb, sizeof sb, budget),
-                     size_str(st, sizeof st, total), size_str(sc, sizeof sc, chunk),
-                     ooc_mode_name(atomic_load(&ooc_mode_now)), safe ? "on" : "off (",
-                     safe ? "" : why, safe ? "" : ")");
-    if (n > 0 && ooc_log_level() >= OOC_LOG_WARN) {
-        ssize_t w = write(2, line, (size_t)(n < (int)sizeof line ? n : (int)sizeof line - 1));
-        (void)w;
-    }
+    pthread_atfork(NULL, NULL, on_fork_child); /* once: the memory layer is up from here */
+    char sb[32], st[32], sc[32];
+    ooc_log_banner("device %s, budget %s of %s, chunk %s, mode %s, safe mode %s%s%s", name,
+                   size_str(sb, sizeof sb, budget), size_str(st, sizeof st, total),
+                   size_str(sc, sizeof sc, chunk), ooc_mode_name(atomic_load(&ooc_mode_now)),
+                   safe ? "on" : "off (", safe ? "" : why, safe ? "" : ")");
     int mode = atomic_load(&ooc_mode_now);
     if (mode == OOC_MODE_AUTO && o->plan[0]) {
         if (ooc_replay_load(o->plan) != 0) {

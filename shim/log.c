@@ -32,6 +32,10 @@ int ooc_log_set_fd(int fd) {
     return atomic_exchange_explicit(&log_fd, fd, memory_order_relaxed);
 }
 
+int ooc_log_fd(void) {
+    return atomic_load_explicit(&log_fd, memory_order_relaxed);
+}
+
 char ooc_log_letter(int level) {
     static const char letters[] = "EWID";
     return level >= OOC_LOG_ERROR && level <= OOC_LOG_DEBUG ? letters[level] : '?';
@@ -108,5 +112,26 @@ void ooc_log_write(int level, _Atomic unsigned *site, const char *file, int line
         buf[len++] = '\n';
     write_all(atomic_load_explicit(&log_fd, memory_order_relaxed), buf, len);
 out:
+    errno = saved_errno;
+}
+
+void ooc_log_banner(const char *fmt, ...) {
+    if (!OOC_LOG_ENABLED(OOC_LOG_WARN))
+        return;
+    int saved_errno = errno;
+    char buf[OOC_LOG_BANNER_MAX];
+    int n = snprintf(buf, sizeof buf, "ooc[%ld] ooc-shim: ", (long)getpid());
+    size_t len = n > 0 ? (size_t)n : 0;
+    size_t room = sizeof buf - 1 - len; /* the newline's */
+    va_list ap;
+    va_start(ap, fmt);
+    int m = vsnprintf(buf + len, room + 1, fmt, ap);
+    va_end(ap);
+    if (m < 0)
+        m = 0;
+    len += (size_t)m > room ? room : (size_t)m;
+    if (len == 0 || buf[len - 1] != '\n')
+        buf[len++] = '\n';
+    write_all(atomic_load_explicit(&log_fd, memory_order_relaxed), buf, len);
     errno = saved_errno;
 }

@@ -40,6 +40,16 @@ int ooc_log_level(void);
  * ownership of both: the log never closes a descriptor. */
 int ooc_log_set_fd(int fd);
 
+/* The descriptor lines go to now (for the statistics table, which goes where the log goes). */
+int ooc_log_fd(void);
+
+/* Writes one banner line, "ooc[pid] ooc-shim: <message>", when warnings are on: the shim's own
+ * announcements (start-up, profile recorded, plan in force), to the log's descriptor. One
+ * write(2) from a stack buffer of OOC_LOG_BANNER_MAX bytes (longer messages are cut); no
+ * allocation; preserves errno. */
+#define OOC_LOG_BANNER_MAX 4608
+void ooc_log_banner(const char *fmt, ...) OOC_PRINTF(1, 2);
+
 /* The one-letter tag of a level ('E', 'W', 'I', 'D'); '?' for anything else. */
 char ooc_log_letter(int level);
 

@@ -4,12 +4,13 @@
  * include it; the rest of the shim sees shim.h's ooc_mem_* functions.
  *
  * The rooms, lowest first (a file calls only into files above it in this list; scripts/check-arch
- * checks it): fastpath.c (the lock, writer sections, the lock-free path), pool.c (events, host
- * slots), streams.c (a chunk's users, waiting for them), vmm.c (VA runs, chunk table, mapping,
- * LRU), retire.c (retiring and dying chunks), buffer.c (buffers, slabs, lookup), resident.c
- * (demand residency, eviction, the op's chunks), transfer.c (the plan's transfers), worker.c
- * (the replay worker), external.c (the program's own VMM memory), bandwidth.c (the recorder's
- * bandwidth probe), mem.c (state, start-up, shutdown, queries). */
+ * checks it): memcheck.c (the invariants, in OOC_CHECKS builds), fastpath.c (the lock, writer
+ * sections, the lock-free path), pool.c (events, host slots), streams.c (a chunk's users, waiting
+ * for them), vmm.c (VA runs, chunk table, mapping, LRU), retire.c (retiring and dying chunks),
+ * buffer.c (buffers, slabs, lookup), resident.c (demand residency, eviction, the op's chunks),
+ * transfer.c (the plan's transfers), worker.c (the replay worker), external.c (the program's own
+ * VMM memory), bandwidth.c (the recorder's bandwidth probe), mem.c (state, start-up, shutdown,
+ * queries). */
 #ifndef OOC_MEM_INT_H
 #define OOC_MEM_INT_H
 
@@ -239,6 +240,16 @@ static inline void raise_to(_Atomic uint64_t *cell, uint64_t v) {
     }
 }
 
+/* memcheck.c: the invariants, checked at every release of mem_lock in OOC_CHECKS builds. */
+#ifdef OOC_CHECKS
+void chunk_check(const chunk_t *c);
+void mem_check(void);
+#else
+static inline void chunk_check(const chunk_t *c) {
+    (void)c;
+}
+static inline void mem_check(void) {}
+#endif
 /* fastpath.c */
 void quiesce(void);
 void mem_unlock(void);

@@ -74,7 +74,7 @@ int ooc_launch_save(const ooc_launch_t *l, ooc_saved_launch_t *s) {
     s->nbytes = 0;
     s->nparams = 0;
     s->packed = 0;
-    if (l->kind == 1) {
+    if (l->kind == OOC_LAUNCH_KERNEL_EX) {
         if (!l->cfg || l->cfg->numAttrs > 8)
             return -1;
         s->cfg = *l->cfg;
@@ -156,12 +156,12 @@ CUresult ooc_launch_issue(const ooc_saved_launch_t *s, CUstream st) {
     void **params = s->packed ? NULL : s->ptrs;
     void **ex = s->packed ? extra : NULL;
     switch (s->kind) {
-    case 1: {
+    case OOC_LAUNCH_KERNEL_EX: {
         CUlaunchConfig cfg = s->cfg;
         cfg.hStream = st;
         return ooc_real.cuLaunchKernelEx(&cfg, s->fn, params, ex);
     }
-    case 2:
+    case OOC_LAUNCH_COOPERATIVE:
         return ooc_real.cuLaunchCooperativeKernel(s->fn, s->grid[0], s->grid[1], s->grid[2],
                                                   s->block[0], s->block[1], s->block[2], s->shared,
                                                   st, params);
@@ -236,12 +236,12 @@ static CUresult internal_op(const uintptr_t *addrs, unsigned n, CUstream s,
     a->fn = NULL;
     for (unsigned i = 0; i < n; i++)
         ooc_mem_note(a, addrs[i]);
-    ooc_internal_op = 1;
-    CUresult r = ooc_mem_begin(a, s, 0);
+    ooc_internal_op = OOC_OWN_VERIFY;
+    CUresult r = ooc_mem_begin(a, s);
     if (r == CUDA_SUCCESS)
         r = fn(ctx);
-    ooc_mem_end(a, s, 0, r == CUDA_SUCCESS);
-    ooc_internal_op = 0;
+    ooc_mem_end(a, s, r == CUDA_SUCCESS);
+    ooc_internal_op = OOC_OWN_NONE;
     free(a);
     return r;
 }
@@ -652,7 +652,7 @@ void ooc_verify_post(ooc_verify_t *v, const ooc_launch_t *l, CUstream s, CUresul
     pthread_mutex_unlock(&vf_lock);
     if (refused)
         OOC_LOG_I("producer refused: re-launching %s does not reproduce what it wrote",
-                  ooc_record_fn_name(l->fn));
+                  ooc_fnname_of(l->fn));
 out:
     if (scratch)
         ooc_mem_free(scratch, s, NULL);

@@ -35,7 +35,6 @@
 
 #include "iterdet.h"
 #include "ooc_planner.h"
-#include "ooc_shim.h" /* the public declaration of ooc_mark_iteration */
 
 #define uthash_nonfatal_oom(obj) (rec_oom = 1)
 static int rec_oom;
@@ -74,14 +73,7 @@ typedef struct rref {
     uint8_t use;
 } rref_t;
 
-typedef struct fname {
-    CUfunction f;
-    char *name;
-    UT_hash_handle hh;
-} fname_t;
-
 static pthread_mutex_t rec_lock = PTHREAD_MUTEX_INITIALIZER;
-static _Atomic int rec_state; /* 0 off, 1 recording, 2 done */
 
 static struct {
     rop_t *ops;
@@ -89,7 +81,6 @@ static struct {
     rref_t *refs;
     size_t nrefs, cap_refs;
     rbuf_t *bufs;
-    fname_t *fnames;
     CUstream streams[64];
     unsigned nstreams;
     ooc_iterdet_t *det;
@@ -104,13 +95,9 @@ static struct {
     CUcontext ctx;
 } R;
 
-int ooc_record_on(void) {
-    return atomic_load_explicit(&rec_state, memory_order_relaxed) == 1;
-}
-
 void ooc_record_start(void) {
     pthread_mutex_lock(&rec_lock);
-    if (atomic_load(&rec_state) == 0) {
+    if (atomic_load(&ooc_rec_state) == OOC_REC_OFF) {
         ooc_iterdet_t *d = NULL;
         if (ooc_iterdet_new(NULL, &d) != 0) {
             OOC_LOG_E("recording is off: the iteration detector could not be created");
@@ -126,7 +113,7 @@ void ooc_record_start(void) {
         OOC_LOG_W("this shim was built without libunwind: allocation call sites are not "
                   "recorded (the profile's site column is \"-\")");
 #endif
-        atomic_store(&rec_state, 1);
+        atomic_store(&ooc_rec_state, OOC_REC_ON);
     }
     pthread_mutex_unlock(&rec_lock);
 }
@@ -185,40 +172,6 @@ static uint32_t stream_id(CUstream s) {
     return R.nstreams; /* beyond 64 streams, the last id is shared */
 }
 
-/* The kernel's name, asked once per function; "kernel" when the driver cannot say. */
-static const char *fn_name(CUfunction f) {
-    fname_t *e;
-    HASH_FIND_PTR(R.fnames, &f, e);
-    if (e)
-        return e->name;
-    const char *n = NULL;
-    if (!ooc_real.cuFuncGetName || ooc_real.cuFuncGetName(&n, f) != CUDA_SUCCESS || !n)
-        n = "kernel";
-    e = calloc(1, sizeof *e);
-    char *copy = e ? strdup(n) : NULL;
-    if (!copy) {
-        free(e);
-        return "kernel";
-    }
-    e->f = f;
-    e->name = copy;
-    rec_oom = 0;
-    HASH_ADD_PTR(R.fnames, f, e);
-    if (rec_oom) {
-        free(copy);
-        free(e);
-        return "kernel";
-    }
-    return e->name;
-}
-
-const char *ooc_record_fn_name(CUfunction f) {
-    pthread_mutex_lock(&rec_lock);
-    const char *n = fn_name(f);
-    pthread_mutex_unlock(&rec_lock);
-    return n;
-}
-
 /* Reads the time of the pair at slot i into its op (waiting for it). Caller holds rec_lock. */
 static void harvest(unsigned i) {
     if (R.ev_op[i] < 0)
@@ -230,11 +183,10 @@ static void harvest(unsigned i) {
     R.ev_op[i] = -1;
 }
 
-int ooc_record_op_begin(CUstream stream, int per_thread) {
+int ooc_record_op_begin(CUstream s) {
     pthread_mutex_lock(&rec_lock);
     unsigned i = R.ev_next;
     harvest(i);
-    CUstream s = (per_thread && stream == NULL) ? CU_STREAM_PER_THREAD : stream;
     CUresult r = CUDA_SUCCESS;
     if (!R.ev0[i] && (r = ooc_real.cuEventCreate(&R.ev0[i], CU_EVENT_DEFAULT)) == CUDA_SUCCESS)
         r = ooc_real.cuEventCreate(&R.ev1[i], CU_EVENT_DEFAULT);
@@ -275,9 +227,7 @@ static uint64_t signature(const rop_t *o, const ooc_opbuf_t *b, size_t nb) {
     return h;
 }
 
-void ooc_record_op_end(int token, const ooc_access_t *a, CUstream stream, int per_thread,
-                       int issued) {
-    CUstream s = (per_thread && stream == NULL) ? CU_STREAM_PER_THREAD : stream;
+void ooc_record_op_end(int token, const ooc_access_t *a, CUstream s, int issued) {
     pthread_mutex_lock(&rec_lock);
     if (!issued || !ooc_record_on() || R.give_up) {
         pthread_mutex_unlock(&rec_lock);
@@ -298,7 +248,7 @@ void ooc_record_op_end(int token, const ooc_access_t *a, CUstream stream, int pe
     memset(o, 0, sizeof *o);
     o->stream = stream_id(s);
     o->kind = (uint8_t)a->kind;
-    o->name = a->kind == OOC_OP_KERNEL ? fn_name(a->fn) : a->name;
+    o->name = a->kind == OOC_OP_KERNEL ? ooc_fnname_of(a->fn) : a->name;
     memcpy(o->grid, a->grid, sizeof o->grid);
     memcpy(o->block, a->block, sizeof o->block);
     o->bytes = a->bytes;
@@ -341,11 +291,9 @@ int ooc_record_pending(void) {
 
 /* ---- the marker ------------------------------------------------------------------------------ */
 
-/* The user's iteration marker (Python: ctypes.CDLL(None).ooc_mark_iteration()). An iteration
+/* The recorder's side of the user's iteration marker (op.c's ooc_mark_iteration). An iteration
  * ends here; once called, only markers delimit iterations. Cheap; a no-op unless recording. */
-OOC_EXPORT void ooc_mark_iteration(void) {
-    if (ooc_replay_on())
-        ooc_replay_mark();
+void ooc_record_mark(void) {
     if (!ooc_record_on())
         return;
     pthread_mutex_lock(&rec_lock);
@@ -556,20 +504,20 @@ static ooc_profile_t *build(int64_t first, int64_t period, int64_t iters) {
     return p;
 }
 
-static void finish(int at_exit) {
+static ooc_profile_t *finish(int at_exit, char *dir_out, uint32_t *pos_out) {
     pthread_mutex_lock(&rec_lock);
-    if (atomic_load(&rec_state) != 1) {
+    if (atomic_load(&ooc_rec_state) != OOC_REC_ON) {
         pthread_mutex_unlock(&rec_lock);
-        return;
+        return NULL;
     }
-    atomic_store(&rec_state, 2);
+    atomic_store(&ooc_rec_state, OOC_REC_DONE);
     ooc_iterdet_event_t ev = R.ev;
     if (ev.source == OOC_ITERDET_NONE || ev.iters < 1 || ev.period <= 0) {
         pthread_mutex_unlock(&rec_lock);
         OOC_LOG_W("no profile written: no repeating iteration was found in %zu operations (call "
                   "ooc_mark_iteration() after each iteration to mark them)",
                   R.nops);
-        return;
+        return NULL;
     }
     for (unsigned i = 0; i < EV_RING; i++)
         harvest(i);
@@ -580,7 +528,7 @@ static void finish(int at_exit) {
     pthread_mutex_unlock(&rec_lock);
     if (!p) {
         OOC_LOG_E("no profile written: out of memory");
-        return;
+        return NULL;
     }
     uint64_t chunk, budget;
     ooc_mem_geometry(&chunk, &budget);
@@ -637,31 +585,27 @@ static void finish(int at_exit) {
                 fprintf(f, "%.0f\t%.6g\t%.6g\t%.6g\n", bw[i][0], bw[i][1], bw[i][2], bw[i][3]);
             fclose(f);
         }
-        char line[OOC_PATH_MAX + 256];
-        int n =
-            snprintf(line, sizeof line,
-                     "ooc[%d] ooc-shim: profile recorded in %s: %u ops, %u buffers per "
-                     "iteration (%s, %lld iterations matched after the warm-up)\n",
-                     (int)getpid(), dir, p->nops, p->nbufs,
-                     ev.source == OOC_ITERDET_MARKER ? "marked" : "detected", (long long)ev.iters);
-        if (n > 0 && ooc_log_level() >= OOC_LOG_WARN) {
-            ssize_t w = write(2, line, (size_t)(n < (int)sizeof line ? n : (int)sizeof line - 1));
-            (void)w;
-        }
+        ooc_log_banner("profile recorded in %s: %u ops, %u buffers per iteration (%s, %lld "
+                       "iterations matched after the warm-up)",
+                       dir, p->nops, p->nbufs,
+                       ev.source == OOC_ITERDET_MARKER ? "marked" : "detected",
+                       (long long)ev.iters);
         if (!at_exit && atomic_load(&ooc_mode_now) == OOC_MODE_AUTO) {
-            ooc_replay_plan(p, dir, next_pos); /* takes p */
-            return;
+            snprintf(dir_out, OOC_PATH_MAX, "%s", dir);
+            *pos_out = next_pos;
+            return p; /* the caller plans it (op.c) */
         }
     }
     ooc_profile_free(p);
+    return NULL;
 }
 
-void ooc_record_finish(void) {
-    finish(0);
+ooc_profile_t *ooc_record_finish(char *dir, uint32_t *pos) {
+    return finish(0, dir, pos);
 }
 
 void ooc_record_finish_at_exit(void) {
-    finish(1);
+    finish(1, NULL, NULL);
 }
 
 /* Takes a live buffer as existing before the first op of the new recording. */
@@ -689,7 +633,7 @@ static void seed(uint64_t id, uintptr_t addr, uint64_t bytes, void *ctx) {
 void ooc_record_restart_l(void) {
     pthread_mutex_lock(&rec_lock);
     ooc_iterdet_t *d = NULL;
-    if (atomic_load(&rec_state) == 1 || ooc_iterdet_new(NULL, &d) != 0) {
+    if (atomic_load(&ooc_rec_state) == OOC_REC_ON || ooc_iterdet_new(NULL, &d) != 0) {
         pthread_mutex_unlock(&rec_lock);
         return;
     }
@@ -713,6 +657,6 @@ void ooc_record_restart_l(void) {
     R.give_up = 0;
     ooc_verify_reset();
     ooc_mem_l_each_buffer(seed, NULL);
-    atomic_store(&rec_state, 1);
+    atomic_store(&ooc_rec_state, OOC_REC_ON);
     pthread_mutex_unlock(&rec_lock);
 }

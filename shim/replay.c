@@ -72,13 +72,16 @@ typedef struct recipes {
 } recipes_t;
 
 static pthread_mutex_t rp_lock = PTHREAD_MUTEX_INITIALIZER;
-static _Atomic int rp_on;
 _Atomic int ooc_replay_rebuilds;
 
 /* Rebuilds queued by ooc_replay_op_begin for the op being made resident, issued by
  * ooc_replay_op_ready before it (both under the residency lock, so never another op's). Kept
  * apart from P: a rebuild queued by the op whose divergence ends the replay still runs. */
 static recipes_t Q;
+
+/* The last op diverged once too often (rerecord): the replay stopped, and the recorder is to
+ * start again, which ooc_replay_op_begin's caller does. Guarded by the residency lock. */
+static int rerecord_due;
 
 static struct {
     ooc_profile_t *p;
@@ -100,10 +103,6 @@ static struct {
     recipes_t rc;      /* dropped buffers waiting to be rebuilt */
 } P;
 
-int ooc_replay_on(void) {
-    return atomic_load_explicit(&rp_on, memory_order_relaxed);
-}
-
 static void recipe_free(recipe_t *r) {
     for (uint32_t j = 0; r->sl && j < r->nvia; j++)
         ooc_launch_saved_free(&r->sl[j]);
@@ -122,7 +121,7 @@ static void recipes_clear(recipes_t *rs) {
 /* Forgets the plan (and the rebuilds pending: call resolve_all first when they are needed).
  * Caller holds rp_lock. */
 static void clear(void) {
-    atomic_store(&rp_on, 0);
+    atomic_store(&ooc_rp_on, 0);
     for (uint32_t i = 0; P.ops && i < P.n; i++)
         ooc_launch_saved_free(&P.ops[i].sl);
     recipes_clear(&P.rc);
@@ -218,7 +217,7 @@ static int start(ooc_profile_t *p, ooc_plan_t *pl, uint32_t pos) {
     P.iter = 1;
     P.pos = pos < P.n ? pos : 0;
     P.cur = -1;
-    atomic_store(&rp_on, 1);
+    atomic_store(&ooc_rp_on, 1);
     return 0;
 }
 
@@ -231,7 +230,7 @@ static int same_op(uint32_t i, const ooc_access_t *a) {
         if (memcmp(o->grid, a->grid, sizeof o->grid) || memcmp(o->block, a->block, sizeof o->block))
             return 0;
         if (o->fn != a->fn) {
-            if (strcmp(ooc_record_fn_name(a->fn), o->name) != 0)
+            if (strcmp(ooc_fnname_of(a->fn), o->name) != 0)
                 return 0;
             o->fn = a->fn;
         }
@@ -407,8 +406,7 @@ static void drop(uint32_t k, const bind_t *x) {
     ooc_mem_l_drop(x->addr, x->id);
 }
 
-CUresult ooc_replay_op_ready(CUresult r, CUstream stream, int per_thread) {
-    CUstream s = (per_thread && stream == NULL) ? CU_STREAM_PER_THREAD : stream;
+CUresult ooc_replay_op_ready(CUresult r, CUstream s) {
     pthread_mutex_lock(&rp_lock);
     size_t i = 0;
     for (; i < Q.n && r == CUDA_SUCCESS; i++) {
@@ -472,12 +470,22 @@ void ooc_replay_before_free(CUdeviceptr p, CUstream s) {
     a->kind = OOC_OP_KERNEL;
     a->name = "ooc-rebuild";
     ooc_mem_note(a, (uintptr_t)p);
-    ooc_internal_op = 2;
-    CUresult r = ooc_mem_begin(a, s, 0);
+    ooc_internal_op = OOC_OWN_REBUILD;
+    /* op.c's sequence, less the recorder: the recipes the op touches are settled first. */
+    int listed = 0;
+    CUresult r = ooc_mem_op_pin(a, &listed);
+    if (r == CUDA_SUCCESS) {
+        if (listed && ooc_replay_on()) {
+            const ooc_opbuf_t *b;
+            size_t nb = ooc_mem_op_buffers(&b);
+            ooc_replay_op_begin(a, b, nb, s);
+        }
+        r = ooc_mem_op_resident(s);
+    }
     if (atomic_load_explicit(&ooc_replay_rebuilds, memory_order_relaxed))
-        r = ooc_replay_op_ready(r, s, 0);
-    ooc_mem_end(a, s, 0, r == CUDA_SUCCESS);
-    ooc_internal_op = 0;
+        r = ooc_replay_op_ready(r, s);
+    ooc_mem_end(a, s, r == CUDA_SUCCESS);
+    ooc_internal_op = OOC_OWN_NONE;
     free(a);
 }
 
@@ -507,7 +515,7 @@ static void rerecord(void) {
      * lasts until the residency lock (held here) is released. */
     ooc_mem_l_quiesce();
     clear();
-    ooc_record_restart_l();
+    rerecord_due = 1; /* ooc_replay_op_begin's caller starts the recorder */
 }
 
 /* A bad iteration: counted once; enough in a row and the shim records again. */
@@ -534,8 +542,8 @@ static void diverge(uint32_t i, const char *why) {
     }
 }
 
-void ooc_replay_op_begin(const ooc_access_t *a, const ooc_opbuf_t *b, size_t nb, CUstream s) {
-    if (ooc_internal_op == 1)
+static void op_begin(const ooc_access_t *a, const ooc_opbuf_t *b, size_t nb, CUstream s) {
+    if (ooc_internal_op == OOC_OWN_VERIFY)
         return;
     pthread_mutex_lock(&rp_lock);
     if (!ooc_replay_on()) {
@@ -615,6 +623,13 @@ void ooc_replay_op_begin(const ooc_access_t *a, const ooc_opbuf_t *b, size_t nb,
     pthread_mutex_unlock(&rp_lock);
 }
 
+int ooc_replay_op_begin(const ooc_access_t *a, const ooc_opbuf_t *b, size_t nb, CUstream s) {
+    op_begin(a, b, nb, s);
+    int due = rerecord_due; /* set and cleared under the residency lock */
+    rerecord_due = 0;
+    return due ? OOC_REPLAY_RERECORD : 0;
+}
+
 void ooc_replay_op_end(CUstream s) {
     if (ooc_internal_op)
         return;
@@ -681,19 +696,13 @@ static int summarize(const ooc_profile_t *p, const ooc_plan_t *pl, const char *w
         ooc_model_free(m);
         return -1;
     }
-    char line[OOC_PATH_MAX + 512];
-    int n = snprintf(line, sizeof line,
-                     "ooc[%d] ooc-shim: plan (%s) %s, for a budget of %.1f MiB: keep %u, swap %u, "
-                     "recompute %u buffers; predicted %.3f ms per iteration, %.3fx the in-core "
-                     "%.3f ms, %.1f MiB each way; replaying\n",
-                     (int)getpid(), pl->policy, where, (double)pl->budget_bytes / 1048576.0,
-                     res.n_keep, res.n_swap, res.n_recompute, (double)res.time_ns / 1e6,
-                     m->compute_ns ? (double)res.time_ns / (double)m->compute_ns : 0.0,
-                     (double)m->compute_ns / 1e6, (double)res.h2d_bytes / 1048576.0);
-    if (n > 0 && ooc_log_level() >= OOC_LOG_WARN) {
-        ssize_t w = write(2, line, (size_t)(n < (int)sizeof line ? n : (int)sizeof line - 1));
-        (void)w;
-    }
+    ooc_log_banner("plan (%s) %s, for a budget of %.1f MiB: keep %u, swap %u, recompute %u "
+                   "buffers; predicted %.3f ms per iteration, %.3fx the in-core %.3f ms, %.1f "
+                   "MiB each way; replaying",
+                   pl->policy, where, (double)pl->budget_bytes / 1048576.0, res.n_keep, res.n_swap,
+                   res.n_recompute, (double)res.time_ns / 1e6,
+                   m->compute_ns ? (double)res.time_ns / (double)m->compute_ns : 0.0,
+                   (double)m->compute_ns / 1e6, (double)res.h2d_bytes / 1048576.0);
     ooc_sim_result_free(&res);
     ooc_model_free(m);
     return 0;

@@ -5,10 +5,11 @@
  * Invariants: ooc_mem_begin takes mem_lock and ooc_mem_end releases it, so no eviction slips
  * between an op's residency check and its submission; the op's chunks are pinned (pin ==
  * M.serial) and never evicted for it; resident chunks never exceed the budget. A chunk is made
- * hot (set_hot) only when the fast path may issue ops on it. Callers: the hooks (through
- * RUN_OP), record.c (ooc_mem_op_buffers), replay.c (ooc_mem_l_include); worker.c, external.c and
- * bandwidth.c (need_phys). Known upward calls into replay.c (ooc_replay_op_begin/end) and
- * record.c are listed in scripts/check-arch until the op sequence has one owner. */
+ * hot (set_hot) only when the fast path may issue ops on it. Callers: op.c, which runs the
+ * phases ooc_mem_op_pin, _resident, _issued and _release around the plan's actions (this file
+ * never calls up into replay or record); recompute.c and replay.c (ooc_mem_begin/end for the
+ * shim's own ops); record.c (ooc_mem_op_buffers), replay.c (ooc_mem_l_include); worker.c,
+ * external.c and bandwidth.c (need_phys). */
 #include "mem_int.h"
 
 #include <stdlib.h>
@@ -266,20 +267,19 @@ static int any_queued(const ooc_access_t *a) {
     return 0;
 }
 
-CUresult ooc_mem_begin(const ooc_access_t *a, CUstream stream, int per_thread) {
-    CUstream s = (per_thread && stream == NULL) ? CU_STREAM_PER_THREAD : stream;
+CUresult ooc_mem_op_pin(const ooc_access_t *a, int *listed) {
     pthread_mutex_lock(&mem_lock);
     M.serial++;
     M.nop = 0;
     M.nopb = 0;
     int list = ooc_record_on() || ooc_replay_on();
+    *listed = list;
     if (a->overflow) {
         OOC_LOG_E("an operation references more than %d buffers; the shim cannot make them all "
                   "resident",
                   OOC_MAX_REFS);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    uint64_t missing = 0;
     for (unsigned i = 0; i < a->n; i++) {
         /* A query is [lo, hi), or the buffer containing lo when hi == lo; it may span buffers. */
         uintptr_t p = a->refs[i].lo, end = a->refs[i].hi > p ? a->refs[i].hi : p + 1;
@@ -311,12 +311,14 @@ CUresult ooc_mem_begin(const ooc_access_t *a, CUstream stream, int per_thread) {
                 mem_wait(&M.done_cv);
             ooc_stats_add(OOC_STAT_stall_ns, now_ns() - t0);
             mem_unlock();
-            return ooc_mem_begin(a, stream, per_thread); /* once: nothing is queued now */
+            return ooc_mem_op_pin(a, listed); /* once: nothing is queued now */
         }
     }
-    /* The plan's actions before this op (swap-ins queued for the worker) go first. */
-    if (list && ooc_replay_on())
-        ooc_replay_op_begin(a, M.op_bufs, M.nopb, s);
+    return CUDA_SUCCESS;
+}
+
+CUresult ooc_mem_op_resident(CUstream s) {
+    uint64_t missing = 0;
     for (size_t i = 0; i < M.nop; i++) {
         chunk_t *c = M.op_chunks[i];
         if (c->out_ev) {
@@ -471,9 +473,7 @@ static void set_hot(chunk_t *c) {
         atomic_store_explicit(&c->hot, 1, memory_order_release);
 }
 
-void ooc_mem_end(const ooc_access_t *a, CUstream stream, int per_thread, int issued) {
-    (void)a;
-    CUstream s = (per_thread && stream == NULL) ? CU_STREAM_PER_THREAD : stream;
+void ooc_mem_op_issued(CUstream s, int issued) {
     if (issued) {
         for (size_t i = 0; i < M.nop; i++) {
             chunk_t *c = M.op_chunks[i];
@@ -484,9 +484,22 @@ void ooc_mem_end(const ooc_access_t *a, CUstream stream, int per_thread, int iss
         }
         stream_issued(s);
         M.fc_epoch++;
-        if (ooc_replay_on())
-            ooc_replay_op_end(s); /* the plan's swap-outs after this op */
     }
+}
+
+void ooc_mem_op_release(void) {
     M.nop = 0;
     mem_unlock();
+}
+
+CUresult ooc_mem_begin(const ooc_access_t *a, CUstream s) {
+    int listed;
+    CUresult r = ooc_mem_op_pin(a, &listed);
+    return r == CUDA_SUCCESS ? ooc_mem_op_resident(s) : r;
+}
+
+void ooc_mem_end(const ooc_access_t *a, CUstream s, int issued) {
+    (void)a;
+    ooc_mem_op_issued(s, issued);
+    ooc_mem_op_release();
 }

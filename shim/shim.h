@@ -94,6 +94,18 @@ const char *ooc_real_errname(CUresult r);
 /* ---- init.c: process state ----------------------------------------------------------------------
  */
 
+/* Sets up the device side (VA reservation, pool, swap stream) on the first call that has a
+ * current context; prints the start-up line. Returns CUDA_SUCCESS or the error to give the
+ * caller. Thread-safe, idempotent. */
+CUresult ooc_device_init(void);
+
+/* ---- fnname.c: kernel names ---------------------------------------------------------------- */
+
+/* The name of a kernel (cached; "kernel" when the driver cannot say). Thread-safe. */
+const char *ooc_fnname_of(CUfunction f);
+
+/* ---- mode.c: the mode now ------------------------------------------------------------------- */
+
 /* Reads the configuration once (ooc_real_load calls it first); a bad value stops the program
  * with one line naming the variable, the value and the accepted form. */
 void ooc_config_init(void);
@@ -101,13 +113,17 @@ void ooc_config_init(void);
 /* The configuration in force (after ooc_real_load). */
 const ooc_options_t *ooc_opts(void);
 
-/* The shim's mode; OOC_MODE_OFF until the options are loaded. Cheap: read on every hook. */
+/* The shim's mode (OOC_MODE_*); OOC_MODE_OFF until the options are loaded. Cheap: read on every
+ * hook. Set when the configuration is loaded. */
 extern _Atomic int ooc_mode_now OOC_INTERNAL;
-
-/* Sets up the device side (VA reservation, pool, swap stream) on the first call that has a
- * current context; prints the start-up line. Returns CUDA_SUCCESS or the error to give the
- * caller. Thread-safe, idempotent. */
-CUresult ooc_device_init(void);
+/* The recorder's state, written by record.c. */
+enum ooc_rec_state { OOC_REC_OFF, OOC_REC_ON, OOC_REC_DONE };
+extern _Atomic int ooc_rec_state OOC_INTERNAL;
+/* A plan is being replayed (0 or 1), written by replay.c. */
+extern _Atomic int ooc_rp_on OOC_INTERNAL;
+/* Is the recorder logging? Is a plan being replayed? (One relaxed atomic load each.) */
+int ooc_record_on(void);
+int ooc_replay_on(void);
 
 /* ---- the memory layer (mem_int.h lists its files): buffers, chunks and residency ------------- */
 
@@ -173,18 +189,33 @@ void ooc_mem_note(ooc_access_t *a, uintptr_t p);
 /* Notes every buffer of ours that [p, p + n) overlaps, used as `use` (OOC_USE_*); no lock. */
 void ooc_mem_note_range(ooc_access_t *a, uintptr_t p, size_t n, unsigned use);
 
-/* The buffers the op between ooc_mem_begin and ooc_mem_end references, each once, in the order
- * of its queries; valid until ooc_mem_end. Listed only while the recorder is on (nobody else
- * needs them, and the launch path should not pay for them). */
+/* The buffers the op between ooc_mem_op_pin and ooc_mem_op_release references, each once, in
+ * the order of its queries; valid until ooc_mem_op_release. Listed only while the recorder is on
+ * (nobody else needs them, and the launch path should not pay for them). */
 size_t ooc_mem_op_buffers(const ooc_opbuf_t **out);
 
-/* Makes every chunk the access set touches resident before an op on `stream` (whose NULL means
- * the per-thread stream when per_thread is set). The residency lock is held on return, whatever
- * the result, until ooc_mem_end.
- * Returns CUDA_SUCCESS, or CUDA_ERROR_OUT_OF_MEMORY (logged with what was resident). */
-CUresult ooc_mem_begin(const ooc_access_t *a, CUstream stream, int per_thread);
-/* Notes that the op was issued on `stream` (if issued), and releases the lock. */
-void ooc_mem_end(const ooc_access_t *a, CUstream stream, int per_thread, int issued);
+/* Residency of one op, in the phases that op.c sequences around the plan's actions (the
+ * residency lock is held from the start of op_pin to the end of op_release, whatever the
+ * results):
+ * - op_pin takes the lock, resolves the access set to buffers (listed for the recorder and the
+ *   plan when *listed is set on return), pins their chunks for this op and waits for the planned
+ *   swap-ins of them still queued for the worker. CUDA_SUCCESS, or CUDA_ERROR_OUT_OF_MEMORY.
+ * - op_resident makes the pinned chunks resident on stream s (ooc_stream_of's), evicting others
+ *   if it must; the stream waits for the copies
+ *   that bring them. CUDA_SUCCESS, CUDA_ERROR_OUT_OF_MEMORY (logged with what was resident) or
+ *   the driver's error.
+ * - op_issued notes that the op was issued on s (if issued); op_release releases the
+ *   lock. */
+CUresult ooc_mem_op_pin(const ooc_access_t *a, int *listed);
+CUresult ooc_mem_op_resident(CUstream s);
+void ooc_mem_op_issued(CUstream s, int issued);
+void ooc_mem_op_release(void);
+/* Residency alone, for the shim's own ops (ooc_internal_op: a verification, a rebuild), which are
+ * neither recorded nor matched against a plan: ooc_mem_begin is op_pin then op_resident (the
+ * lock is held on return, whatever the result, until ooc_mem_end); ooc_mem_end is op_issued
+ * then op_release. */
+CUresult ooc_mem_begin(const ooc_access_t *a, CUstream s);
+void ooc_mem_end(const ooc_access_t *a, CUstream s, int issued);
 
 /* The lock-free fast path (fastpath.c). ooc_mem_fast_begin returns 1 when the op
  * may be issued without the residency lock: every chunk it references is resident and stable
@@ -192,7 +223,7 @@ void ooc_mem_end(const ooc_access_t *a, CUstream stream, int per_thread, int iss
  * caller then issues it and calls ooc_mem_fast_end (issued: the real call succeeded) on the same
  * thread, with nothing in between that could wait for the residency lock. On 0 the caller takes
  * the locked path (ooc_mem_begin). Thread-safe; takes no lock. */
-int ooc_mem_fast_begin(const ooc_access_t *a, CUstream stream, int per_thread);
+int ooc_mem_fast_begin(const ooc_access_t *a, CUstream s);
 void ooc_mem_fast_end(int issued);
 /* Enables the fast path once the device is set up (and recording started, if it is). */
 void ooc_mem_fast_enable(void);
@@ -254,8 +285,8 @@ void ooc_mem_l_drop(uintptr_t addr, uint64_t id);
  *   discarded.
  * - lost: 1 when some chunk of the buffer lost its bytes to a discarding eviction (or the
  *   buffer is gone), 0 when every byte is still resident or on the host.
- * - include: called from ooc_replay_op_begin only (inside ooc_mem_begin, before the op's chunks
- *   are made resident): adds the chunks of buffer (addr, id), any size, to the op's, so that
+ * - include: called from ooc_replay_op_begin only (between ooc_mem_op_pin and
+ *   ooc_mem_op_resident): adds the chunks of buffer (addr, id), any size, to the op's, so that
  *   they are resident (an EMPTY chunk mapped without a copy) and used by the op's stream. 0, or
  *   -1 when the buffer is gone or memory ran out. */
 int ooc_mem_l_discard(uintptr_t addr, uint64_t id, int on);
@@ -265,44 +296,67 @@ int ooc_mem_l_include(uintptr_t addr, uint64_t id);
 void ooc_mem_l_each_buffer(void (*fn)(uint64_t id, uintptr_t addr, uint64_t bytes, void *ctx),
                            void *ctx);
 
+/* ---- op.c: the sequence of one operation ----------------------------------------------------- */
+
+/* The stream an op runs on: `stream`, whose NULL means this thread's per-thread stream when the
+ * entry point was a per-thread one (_ptsz, _ptds). Every stream below the hooks is this one. */
+static inline CUstream ooc_stream_of(CUstream stream, int per_thread) {
+    return (per_thread && stream == NULL) ? CU_STREAM_PER_THREAD : stream;
+}
+
+/* One operation of the program between ooc_op_begin and ooc_op_end (on the caller's stack). */
+typedef struct ooc_live_op {
+    const ooc_access_t *a;
+    CUstream s; /* ooc_stream_of(stream, per_thread) */
+    int fast;   /* issued on the lock-free path */
+    int rec;    /* logged by the recorder */
+    int began;  /* made resident: the real call is issued */
+    int token;  /* the recorder's */
+} ooc_live_op_t;
+
+/* Before the real call of an op that touches what `a` notes, on `stream` (whose NULL means the
+ * per-thread stream when per_thread is set): record, replay and residency in that order (op.c).
+ * Returns CUDA_SUCCESS when the caller may issue the call; either way the caller then calls
+ * ooc_op_end with the call's result (or this error) and returns what it returns. Thread-safe;
+ * the residency lock may be held from one to the other. */
+CUresult ooc_op_begin(ooc_live_op_t *op, const ooc_access_t *a, CUstream stream, int per_thread);
+CUresult ooc_op_end(ooc_live_op_t *op, CUresult r);
+/* The public marker: an iteration ends here (exported; op.c). */
+OOC_EXPORT void ooc_mark_iteration(void);
+
 /* ---- record.c: the recorder ----------------------------------------------------------------- */
 
 /* Starts recording (OOC_MODE=record): from now on every op, allocation and free is logged until
  * the profile is written. Called once, at device set-up. */
 void ooc_record_start(void);
-/* Is the recorder logging? (One relaxed atomic load.) */
-int ooc_record_on(void);
 /* Allocation and free of buffer `id` (ooc_mem_alloc's serial number). Thread-safe. */
 void ooc_record_alloc(uint64_t id, uint64_t bytes);
 void ooc_record_free(uint64_t id);
-/* Around an op's issue, inside ooc_mem_begin/ooc_mem_end (the residency lock is held, which
+/* Around an op's issue, inside ooc_op_begin/ooc_op_end (the residency lock is held, which
  * orders ops): op_begin records the start event on the op's stream and returns a token;
  * op_end logs the op and its buffers, and marks the recording pending once it is complete. */
-int ooc_record_op_begin(CUstream stream, int per_thread);
-void ooc_record_op_end(int token, const ooc_access_t *a, CUstream stream, int per_thread,
-                       int issued);
+int ooc_record_op_begin(CUstream s);
+void ooc_record_op_end(int token, const ooc_access_t *a, CUstream s, int issued);
 /* Has the recorder seen enough iterations? Then the caller calls ooc_record_finish before
  * the next op (outside the residency lock). */
 int ooc_record_pending(void);
 
-/* The public marker: an iteration ends here (exported; see record.c). */
-OOC_EXPORT void ooc_mark_iteration(void);
+/* The program's iteration marker, for the recorder (op.c's ooc_mark_iteration calls it). */
+void ooc_record_mark(void);
 
-/* Writes the profile (once) and stops recording; in OOC_MODE=auto, hands it to the planner and
- * replays the plan. Also called at exit (at_exit = 1: nothing is planned): a program that ended
- * before enough iterations gets the profile of what was found, or a line saying why not. */
-void ooc_record_finish(void);
+/* Writes the profile (once) and stops recording. In OOC_MODE=auto returns the profile (the
+ * caller's from now on: op.c plans and replays it), its directory in dir (OOC_PATH_MAX bytes)
+ * and the position in the iteration of the op the program issues next; NULL otherwise. Also
+ * called at exit (nothing is planned then): a program that ended before enough iterations gets
+ * the profile of what was found, or a line saying why not. */
+ooc_profile_t *ooc_record_finish(char *dir, uint32_t *pos);
 void ooc_record_finish_at_exit(void);
 /* Starts a new recording (OOC_MODE=auto, after repeated divergence): every live buffer is
  * taken as existing before the first op. Caller holds the residency lock. */
 void ooc_record_restart_l(void);
-/* The name of a kernel (cached; "kernel" when the driver cannot say). Thread-safe. */
-const char *ooc_record_fn_name(CUfunction f);
 
 /* ---- replay.c: the plan, followed op by op --------------------------------------------------- */
 
-/* Is a plan being replayed? (One relaxed atomic load.) */
-int ooc_replay_on(void);
 /* Plans the recorded profile p (owned from now on) under the budget with OOC_POLICY and
  * OOC_WINDOW, writes dir/plan.tsv, logs the summary and replays it from op `pos` of the
  * iteration (the next op the program issues). Without a feasible plan the shim stays in demand
@@ -313,8 +367,11 @@ void ooc_replay_plan(ooc_profile_t *p, const char *dir, uint32_t pos);
 int ooc_replay_load(const char *plan_path);
 /* Around each op, with the residency lock held: begin matches the op against the plan (its
  * signature and its buffers) and issues the plan's actions before it; end, once the op was
- * issued on s, those after it. */
-void ooc_replay_op_begin(const ooc_access_t *a, const ooc_opbuf_t *b, size_t nb, CUstream s);
+ * issued on s, those after it. begin returns OOC_REPLAY_RERECORD when the program's iteration
+ * no longer matches the plan persistently: the replay has stopped and the caller starts a new
+ * recording (ooc_record_restart_l, before releasing the residency lock); else 0. */
+enum { OOC_REPLAY_RERECORD = 1 };
+int ooc_replay_op_begin(const ooc_access_t *a, const ooc_opbuf_t *b, size_t nb, CUstream s);
 void ooc_replay_op_end(CUstream s);
 /* After ooc_mem_begin returned r for an op, before the op is issued (residency lock held):
  * issues, on the op's stream, the producers of the dropped buffers that ooc_replay_op_begin
@@ -322,7 +379,7 @@ void ooc_replay_op_end(CUstream s);
  * not issued). When r is an error nothing is launched: the rebuilds wait for a later op.
  * ooc_replay_rebuilds is not 0 while some are queued (one relaxed load on the op path). */
 extern _Atomic int ooc_replay_rebuilds OOC_INTERNAL;
-CUresult ooc_replay_op_ready(CUresult r, CUstream stream, int per_thread);
+CUresult ooc_replay_op_ready(CUresult r, CUstream s);
 /* Before the program frees buffer p (not under the residency lock): a dropped buffer whose
  * producers read p is rebuilt, or kept, first. */
 void ooc_replay_before_free(CUdeviceptr p, CUstream s);
@@ -341,11 +398,18 @@ int ooc_launch_layout(CUfunction f, unsigned *n, const uint32_t **off, const uin
 
 /* ---- recompute.c: producers verified by checksum, and re-launched ---------------------------- */
 
+/* Which driver entry point a kernel launch came through (and is issued again through). */
+typedef enum ooc_launch_kind {
+    OOC_LAUNCH_KERNEL = 0,      /* cuLaunchKernel */
+    OOC_LAUNCH_KERNEL_EX = 1,   /* cuLaunchKernelEx (its CUlaunchConfig) */
+    OOC_LAUNCH_COOPERATIVE = 2, /* cuLaunchCooperativeKernel */
+} ooc_launch_kind_t;
+
 /* A kernel launch as the program issues it (hooks.c), borrowed for the duration of the hook. */
 typedef struct ooc_launch {
     CUfunction fn;
     unsigned grid[3], block[3], shared;
-    int kind; /* 0 cuLaunchKernel, 1 cuLaunchKernelEx, 2 cuLaunchCooperativeKernel */
+    ooc_launch_kind_t kind;
     const CUlaunchConfig *cfg;
     void **params, **extra;
 } ooc_launch_t;
@@ -353,16 +417,19 @@ typedef struct ooc_launch {
 /* The launch being issued on this thread, between launch_op's start and end; NULL otherwise
  * (copies, graph launches). replay.c saves it when the op is a producer of the plan. */
 extern _Thread_local const ooc_launch_t *ooc_launch_now OOC_INTERNAL;
-/* Set while the shim issues its own work through ooc_mem_begin/ooc_mem_end (verification, a
- * rebuild): replay.c does not match such an op against the plan. */
+/* Whose op this thread is issuing: the program's (OOC_OWN_NONE), or the shim's own work through
+ * ooc_mem_begin/ooc_mem_end, which replay.c does not match against the plan: a verification
+ * (OOC_OWN_VERIFY, recompute.c) or a rebuild (OOC_OWN_REBUILD, replay.c: the recipes it touches
+ * are still settled first). */
+enum ooc_internal_op { OOC_OWN_NONE = 0, OOC_OWN_VERIFY = 1, OOC_OWN_REBUILD = 2 };
 extern _Thread_local int ooc_internal_op OOC_INTERNAL;
 
 /* A copy of a launch that can be issued again: its parameter bytes are owned. */
 typedef struct ooc_saved_launch {
     CUfunction fn;
     unsigned grid[3], block[3], shared;
-    int kind;
-    CUlaunchConfig cfg; /* kind 1, attrs copied below */
+    ooc_launch_kind_t kind;
+    CUlaunchConfig cfg; /* OOC_LAUNCH_KERNEL_EX, attrs copied below */
     CUlaunchAttribute attrs[8];
     int packed; /* the parameters came packed in `extra` */
     unsigned nparams;

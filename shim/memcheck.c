@@ -1,0 +1,74 @@
+/* SPDX-License-Identifier: MIT */
+/* memcheck.c: the memory layer's invariants as code, checked at every release of the residency
+ * lock in builds with OOC_CHECKS (the sanitizer build: make SANITIZE=...), SQLite-style.
+ *
+ * mem_check walks every chunk (chunk_check) and the LRU list and aborts with one log line naming
+ * the broken invariant when one does not hold: a broken invariant is a bug of the shim, caught
+ * where it happens rather than as corrupted data later. Without OOC_CHECKS both are empty inline
+ * functions (mem_int.h). Locking: caller holds mem_lock (fastpath.c calls mem_check before each
+ * release). Calls nothing else in the shim but the log: the lowest file of the layer. */
+#include "mem_int.h"
+
+#ifdef OOC_CHECKS
+
+#include <stdlib.h>
+
+#define CHECK(cond, c)                                                                             \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            check_failed(#cond, c);                                                                \
+    } while (0)
+
+static void check_failed(const char *what, const chunk_t *c) {
+    if (c)
+        OOC_LOG_E("invariant broken: %s (chunk %llu: state %d, hot %d, dying %d, queued %d, "
+                  "aliased %d, discard %d, retiring %d)",
+                  what, (unsigned long long)c->idx, c->state, (int)c->hot, c->dying, c->queued,
+                  c->aliased, c->discard, c->out_ev != NULL);
+    else
+        OOC_LOG_E("invariant broken: %s (resident %llu, made %llu, budget %llu chunks)", what,
+                  (unsigned long long)M.resident, (unsigned long long)M.phys_made,
+                  (unsigned long long)M.budget_chunks);
+    abort();
+}
+
+void chunk_check(const chunk_t *c) {
+    CHECK(c->state == C_EMPTY || c->state == C_RESIDENT || c->state == C_SWAPPED, c);
+    /* Resident exactly when it holds a physical chunk of the pool. */
+    CHECK((c->state == C_RESIDENT) == (c->phys != NULL), c);
+    /* Safe mode: a host alias is the swapped chunk's host slot, mapped at its address. */
+    CHECK(!c->aliased || (c->state == C_SWAPPED && c->host != NULL && M.safe), c);
+    /* Retiring: still resident, its host slot receiving the planned swap-out's copy. */
+    CHECK(!c->out_ev || (c->state == C_RESIDENT && c->host != NULL), c);
+    /* Hot: what the fast path relies on (set_hot's conditions). */
+    CHECK(!c->hot || (c->state == C_RESIDENT && !c->out_ev && !c->dying && !c->queued &&
+                      !c->aliased && !c->in_ev && !c->discard && c->ext_n != 0),
+          c);
+    /* In the LRU: resident and live, not on its way out. */
+    CHECK(!c->prev || (c->state == C_RESIDENT && !c->dying && !c->out_ev), c);
+    /* Dying: no live buffer owns it any more. */
+    CHECK(!c->dying || c->ext_n == 0, c);
+    CHECK(c->nusers <= MAX_USERS && c->nfence <= MAX_USERS, c);
+    CHECK(!c->slab || !c->owner, c);
+}
+
+void mem_check(void) {
+    if (!M.ready)
+        return; /* before start-up, or after shutdown */
+    uint64_t resident = 0;
+    for (const chunk_t *c = M.chunks; c; c = c->hh.next) {
+        chunk_check(c);
+        resident += c->state == C_RESIDENT;
+    }
+    /* Every resident chunk is in the table (the bandwidth probe's scratch chunk is mapped and
+     * unmapped within one hold of the lock). */
+    CHECK(resident == M.resident, NULL);
+    CHECK(M.resident <= M.phys_made, NULL);
+    uint64_t n = 0;
+    for (const chunk_t *c = M.lru.next; c != &M.lru; c = c->next) {
+        CHECK(c->next->prev == c && c->prev->next == c, c);
+        CHECK(++n <= M.resident, c);
+    }
+}
+
+#endif

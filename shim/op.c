@@ -1,0 +1,97 @@
+/* SPDX-License-Identifier: MIT */
+/* op.c: the sequence of one operation of the program: record, then replay, then residency, then
+ * the real call, then the same in reverse.
+ *
+ * The one owner of that order. A hook (RUN_OP in hooks.c) calls ooc_op_begin, issues the real
+ * call when it returned CUDA_SUCCESS, and hands the result to ooc_op_end. In between:
+ *   1. record: a recording with enough iterations is finished first (record.c, outside the
+ *      residency lock); whether this op is logged is decided once;
+ *   2. the lock-free path (fastpath.c) when the op's chunks are all hot and nothing is recorded
+ *      or replayed;
+ *   3. otherwise the locked path: residency pins the op's chunks (resident.c), the plan's actions
+ *      before the op run (replay.c), residency makes the chunks resident, the plan's rebuilds are
+ *      issued (replay.c), the recorder starts timing the op (record.c); after the call the
+ *      recorder logs it, residency notes its stream, the plan's actions after it run, and the
+ *      residency lock is released.
+ * So the memory layer never calls up into replay or record: this file calls each in turn.
+ * Thread-safe: the locked path holds the residency lock from ooc_op_begin to ooc_op_end (lock
+ * order: residency, then replay's, then the recorder's). */
+#include "shim.h"
+
+#include "ooc_shim.h" /* the public declaration of ooc_mark_iteration */
+
+/* Finishes the recording (its profile is complete) and, in OOC_MODE=auto, plans it and replays
+ * the plan: the record -> plan -> replay step of the mode's life cycle. Outside the residency
+ * lock. */
+static void finish_recording(void) {
+    char dir[OOC_PATH_MAX];
+    uint32_t pos = 0;
+    ooc_profile_t *p = ooc_record_finish(dir, &pos);
+    if (p)
+        ooc_replay_plan(p, dir, pos); /* takes p */
+}
+
+CUresult ooc_op_begin(ooc_live_op_t *op, const ooc_access_t *a, CUstream stream, int per_thread) {
+    CUstream s = ooc_stream_of(stream, per_thread); /* the one place the pair is resolved */
+    op->a = a;
+    op->s = s;
+    op->fast = 0;
+    op->began = 0;
+    op->token = -1;
+    op->rec = ooc_record_on();
+    if (op->rec && ooc_record_pending()) {
+        finish_recording();
+        op->rec = 0;
+    }
+    if (!op->rec && ooc_mem_fast_begin(a, s)) {
+        op->fast = 1;
+        return CUDA_SUCCESS;
+    }
+    int listed = 0;
+    CUresult r = ooc_mem_op_pin(a, &listed);
+    if (r == CUDA_SUCCESS) {
+        /* The plan's actions before this op (swap-ins queued for the worker) go first. */
+        if (listed && ooc_replay_on()) {
+            const ooc_opbuf_t *b;
+            size_t nb = ooc_mem_op_buffers(&b);
+            /* replay -> re-record: the plan no longer fits the program */
+            if (ooc_replay_op_begin(a, b, nb, s) == OOC_REPLAY_RERECORD)
+                ooc_record_restart_l();
+        }
+        r = ooc_mem_op_resident(s);
+    }
+    if (OOC_UNLIKELY(atomic_load_explicit(&ooc_replay_rebuilds, memory_order_relaxed)))
+        r = ooc_replay_op_ready(r, s);
+    if (r == CUDA_SUCCESS) {
+        op->began = 1;
+        if (op->rec)
+            op->token = ooc_record_op_begin(s);
+    }
+    return r;
+}
+
+CUresult ooc_op_end(ooc_live_op_t *op, CUresult r) {
+    int issued = r == CUDA_SUCCESS;
+    if (op->fast) {
+        ooc_mem_fast_end(issued);
+    } else {
+        if (op->began && op->rec)
+            ooc_record_op_end(op->token, op->a, op->s, issued);
+        ooc_mem_op_issued(op->s, issued);
+        if (issued && ooc_replay_on())
+            ooc_replay_op_end(op->s); /* the plan's swap-outs after this op */
+        ooc_mem_op_release();
+    }
+    if (r == CUDA_ERROR_ILLEGAL_ADDRESS)
+        ooc_mem_report_fault(r);
+    return r;
+}
+
+/* The user's iteration marker (Python: ctypes.CDLL(None).ooc_mark_iteration()). An iteration
+ * ends here, for the plan being replayed and for the recorder (once called, only markers
+ * delimit iterations). Cheap; a no-op unless recording or replaying. */
+OOC_EXPORT void ooc_mark_iteration(void) {
+    if (ooc_replay_on())
+        ooc_replay_mark();
+    ooc_record_mark();
+}
