@@ -3,10 +3,10 @@
  * current context, the start-up line, the statistics table and the release of the pool at exit,
  * and what a forked child gives up. (The configuration and the mode are mode.c's.)
  *
- * The only constructor work is setting framework defaults with setenv (DESIGN.md section 5):
- * no driver call, no thread, no device memory. Everything else happens lazily, once
- * (pthread_once and a mutex), on the calling thread. A forked child gives up the parent's
- * device state (as CUDA itself does) and passes every call through. */
+ * The only constructor work is setting framework defaults with setenv (DESIGN.md section 5),
+ * unless OOC_MODE is off: no driver call, no thread, no device memory. Everything else happens
+ * lazily, once (pthread_once and a mutex), on the calling thread. A forked child gives up the
+ * parent's device state (as CUDA itself does) and passes every call through. */
 #include "shim.h"
 
 #include <stdio.h>
@@ -18,8 +18,21 @@ static pthread_mutex_t device_lock = PTHREAD_MUTEX_INITIALIZER;
 static int device_state; /* 0: not yet; 1: ready; -1: failed (result in device_rc) */
 static CUresult device_rc;
 
-/* Frameworks cache device memory in large segments, which would hide their tensors from us. */
+/* The environment as the constructor may read it: OOC_MODE alone (every other option takes its
+ * default, so that a bad value elsewhere does not hide the mode). */
+static const char *mode_only(const char *name, void *ctx) {
+    (void)ctx;
+    return strcmp(name, "OOC_MODE") == 0 ? getenv(name) : NULL;
+}
+
+/* Frameworks cache device memory in large segments, which would hide their tensors from us. In
+ * OOC_MODE=off the shim changes nothing in the process, its environment included: the mode is
+ * read here with the pure option parser (no driver call, no allocation). A malformed OOC_MODE
+ * is not off: the defaults are set, and the first driver call stops with the parser's message. */
 __attribute__((constructor)) static void framework_defaults(void) {
+    ooc_options_t o;
+    if (ooc_options_parse(mode_only, NULL, &o, NULL, 0) == 0 && o.mode == OOC_MODE_OFF)
+        return;
     setenv("PYTORCH_NO_CUDA_MEMORY_CACHING", "1", 0);
     setenv("XLA_PYTHON_CLIENT_ALLOCATOR", "platform", 0);
 }

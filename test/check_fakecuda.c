@@ -1951,7 +1951,7 @@ START_TEST(test_explicit_graphs_run_in_dependency_order_with_exec_updates) {
     ck_assert_int_eq(cuGraphAddDependencies(o, &clear, &inc, NULL, 1), CUDA_ERROR_INVALID_VALUE);
     CUgraphExec oe;
     OK(cuGraphInstantiate(&oe, o, 0));
-    OK(cuMemsetD32(z, 0x40a00000u, N)); /* 5.0f */
+    OK(cuMemsetD32Async(z, 0x40a00000u, N, s)); /* 5.0f, before the graph on its stream */
     OK(cuGraphLaunch(oe, s));
     OK(cuStreamSynchronize(s));
     OK(cuMemcpyDtoH(out, z, sizeof out));

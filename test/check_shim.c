@@ -121,6 +121,52 @@ START_TEST(test_off_mode_passes_through) {
 }
 END_TEST
 
+/* Removes the line that starts with `prefix` (the preload itself) from s, in place. */
+static void drop_line(char *s, const char *prefix) {
+    char *l = strstr(s, prefix);
+    if (!l)
+        return;
+    char *nl = strchr(l, '\n');
+    memmove(l, nl ? nl + 1 : l + strlen(l), strlen(nl ? nl + 1 : l + strlen(l)) + 1);
+}
+
+/* OOC_MODE=off changes nothing in the process: the environment a program sees (the framework
+ * defaults are not set) and every driver answer are those of a run without the shim. The same
+ * probe in the default mode does see the defaults, so the comparison can fail. */
+START_TEST(test_off_mode_changes_neither_environment_nor_driver_answers) {
+    const char *argv[] = {tu_build_path("test/progs/probe"), "answers", NULL};
+    const char *plain[] = {tu_fakecuda_libpath(), "FAKECUDA_MEM_BYTES=64M", "OOC_MODE=off", NULL};
+    const char *off[] = {tu_fakecuda_libpath(), tu_shim_preload(), "FAKECUDA_MEM_BYTES=64M",
+                         "OOC_MODE=off", NULL};
+    const char *off_spaced[] = {tu_fakecuda_libpath(), tu_shim_preload(), "FAKECUDA_MEM_BYTES=64M",
+                                "OOC_MODE= Off ", NULL};
+    const char *on[] = {tu_fakecuda_libpath(), tu_shim_preload(), "FAKECUDA_MEM_BYTES=64M",
+                        "OOC_MODE=demand",     "OOC_BUDGET=16M",  NULL};
+    tu_proc_t a, b, c, d;
+    ck_assert_int_eq(tu_run(argv, plain, 30, &a), 0);
+    ck_assert_int_eq(tu_run(argv, off, 30, &b), 0);
+    ck_assert_int_eq(tu_run(argv, on, 30, &c), 0);
+    ck_assert_msg(a.status == 0 && b.status == 0 && c.status == 0, "%s\n%s\n%s", a.err, b.err,
+                  c.err);
+    drop_line(b.out, "env: LD_PRELOAD=");
+    drop_line(c.out, "env: LD_PRELOAD=");
+    ck_assert_msg(strstr(a.out, "answer: after free") != NULL, "%s", a.out);
+    ck_assert_msg(strcmp(a.out, b.out) == 0, "OOC_MODE=off changed something:\n%s\n---\n%s", a.out,
+                  b.out);
+    ck_assert_ptr_null(strstr(b.out, "PYTORCH_NO_CUDA_MEMORY_CACHING"));
+    ck_assert_ptr_nonnull(strstr(c.out, "env: PYTORCH_NO_CUDA_MEMORY_CACHING=1"));
+    ck_assert_ptr_nonnull(strstr(c.out, "env: XLA_PYTHON_CLIENT_ALLOCATOR=platform"));
+    /* The mode is read as the option parser reads it (case and spaces do not matter). */
+    ck_assert_int_eq(tu_run(argv, off_spaced, 30, &d), 0);
+    ck_assert_int_eq(d.status, 0);
+    ck_assert_ptr_null(strstr(d.out, "PYTORCH_NO_CUDA_MEMORY_CACHING"));
+    tu_proc_free(&a);
+    tu_proc_free(&b);
+    tu_proc_free(&c);
+    tu_proc_free(&d);
+}
+END_TEST
+
 START_TEST(test_intercepts_get_proc_address_dlsym_and_linked) {
     static const char *const modes[] = {"gpa", "dlsym", "linked"};
     for (int i = 0; i < 3; i++) {
@@ -371,6 +417,7 @@ Suite *suite_shim(void) {
     tcase_add_test(t, test_large_matches_oracle_at_quarter_and_eighth_budget);
     tcase_add_test(t, test_workloads_match_oracle_with_jitter);
     tcase_add_test(t, test_off_mode_passes_through);
+    tcase_add_test(t, test_off_mode_changes_neither_environment_nor_driver_answers);
     tcase_add_test(t, test_intercepts_get_proc_address_dlsym_and_linked);
     tcase_add_test(t, test_bad_budget_stops_startup_naming_variable_value_and_form);
     tcase_add_test(t, test_budget_below_one_op_is_a_clean_out_of_memory);

@@ -3,14 +3,19 @@
  *
  * Kernels are C functions in tables (fc_ktab.h) gathered at cuInit, plus any a test registers.
  * A module image is "FAKECUDA-MODULE:<name>"; cuModuleGetFunction finds a kernel of that module
- * by name. A launch copies the parameters (from kernelParams or the packed `extra` buffer), notes
+ * by name. A library (cuLibraryLoadData) is a module whose kernels also have CUkernel handles of
+ * their own, distinct from their functions; a function is loaded lazily (cuFuncIsLoaded) until
+ * cuFuncLoad, its first launch, or cuModuleGetFunction. A parameter's alignment is min(size, 8)
+ * unless its table entry asks for more (FAKECUDA_PARAM_ALIGNED: a CUtensorMap by value).
+ * A launch copies the parameters (from kernelParams or the packed `extra` buffer), notes
  * for strict mode every device range a parameter word points into, and queues the kernel on its
  * stream. Kernels reach memory only through fakecuda_access, which refuses unmapped ranges.
  * A launch on a capturing stream is captured with its parameter bytes; each launch of the graph
  * runs a copy of them, and finds its strict-mode references again then.
  *
  * Locking: the registry has its own mutex; modules and functions are immutable once created,
- * except for a module's lazily filled function table (guarded by the registry mutex). */
+ * except for a module's lazily filled function table and a function's kernel handle (guarded by
+ * the registry mutex) and its loaded flag (atomic). */
 #include "fc_internal.h"
 #include "fc_ktab.h"
 

@@ -99,8 +99,10 @@ static int k_grouped_gemm(fakecuda_launch_t *l) {
         memcpy(&p, &t[i], sizeof p);
         if (p.m <= 0 || p.n <= 0 || p.k <= 0)
             return -1;
-        const float *A = fakecuda_access(l, p.a, span(p.ta ? p.k : p.m, p.ta ? p.m : p.k, p.lda), 0);
-        const float *B = fakecuda_access(l, p.b, span(p.tb ? p.n : p.k, p.tb ? p.k : p.n, p.ldb), 0);
+        const float *A =
+            fakecuda_access(l, p.a, span(p.ta ? p.k : p.m, p.ta ? p.m : p.k, p.lda), 0);
+        const float *B =
+            fakecuda_access(l, p.b, span(p.tb ? p.n : p.k, p.tb ? p.k : p.n, p.ldb), 0);
         float *C = fakecuda_access(l, p.c, span(p.m, p.n, p.ldc), 1);
         if (!A || !B || !C)
             return -1;

@@ -1,14 +1,20 @@
 /* SPDX-License-Identifier: MIT */
 /* probe.c: reaches cuMemGetInfo_v2 one of three ways and prints what it reports, so a test can
- * see whether a preloaded shim intercepted that path.
+ * see whether a preloaded shim intercepted that path; or prints its environment and a set of
+ * driver answers, so a test can see whether a preloaded shim changed anything.
  *
- * Usage: probe gpa|dlsym|linked. Linked with -lcuda (the simulated driver in tests); prints
- * "total: N", the device memory cuMemGetInfo reports (under the shim: the budget). */
+ * Usage: probe gpa|dlsym|linked|answers. Linked with -lcuda (the simulated driver in tests);
+ * prints "total: N", the device memory cuMemGetInfo reports (under the shim: the budget). With
+ * `answers`, first one line "env: NAME=VALUE" per environment variable (in environ's order),
+ * then "answer: ..." lines: driver version, device name and memory, attributes, granularity,
+ * free and total memory around an allocation, the allocation's range size. */
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
+
+extern char **environ;
 
 #define CHECK(x)                                                                                   \
     do {                                                                                           \
@@ -19,11 +25,55 @@
         }                                                                                          \
     } while (0)
 
+static int answers(void) {
+    for (char **e = environ; *e; e++)
+        printf("env: %s\n", *e);
+    int v;
+    CUdevice dev;
+    CUcontext ctx;
+    char name[256];
+    size_t bytes, fr, tot, gran, range;
+    CHECK(cuDriverGetVersion(&v));
+    printf("answer: driver %d\n", v);
+    CHECK(cuInit(0));
+    CHECK(cuDeviceGet(&dev, 0));
+    CHECK(cuDeviceGetName(name, sizeof name, dev));
+    CHECK(cuDeviceTotalMem(&bytes, dev));
+    printf("answer: device %s, %zu bytes\n", name, bytes);
+    static const CUdevice_attribute attrs[] = {
+        CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+        CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
+        CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED};
+    for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++) {
+        CHECK(cuDeviceGetAttribute(&v, attrs[i], dev));
+        printf("answer: attribute %d = %d\n", (int)attrs[i], v);
+    }
+    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CHECK(cuCtxSetCurrent(ctx));
+    CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                .location = {CU_MEM_LOCATION_TYPE_DEVICE, 0}};
+    CHECK(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    printf("answer: granularity %zu\n", gran);
+    CHECK(cuMemGetInfo(&fr, &tot));
+    printf("answer: free %zu total %zu\n", fr, tot);
+    CUdeviceptr p;
+    CHECK(cuMemAlloc(&p, 3 << 20));
+    CHECK(cuMemGetInfo(&fr, &tot));
+    CHECK(cuPointerGetAttribute(&range, CU_POINTER_ATTRIBUTE_RANGE_SIZE, p));
+    printf("answer: after 3 MiB: free %zu total %zu range %zu\n", fr, tot, range);
+    CHECK(cuMemFree(p));
+    CHECK(cuMemGetInfo(&fr, &tot));
+    printf("answer: after free: free %zu total %zu\n", fr, tot);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
-        fprintf(stderr, "usage: probe gpa|dlsym|linked\n");
+        fprintf(stderr, "usage: probe gpa|dlsym|linked|answers\n");
         return 2;
     }
+    if (strcmp(argv[1], "answers") == 0)
+        return answers();
     CUdevice dev;
     CUcontext ctx;
     CHECK(cuInit(0));

@@ -101,7 +101,8 @@ static void resolve(void) {
 #undef P
 }
 
-/* ---- kernels ---------------------------------------------------------------------------------- */
+/* ---- kernels ----------------------------------------------------------------------------------
+ */
 
 static CUlibrary xf_lib;
 static CUkernel k_tma_gemm, k_grouped, k_softmax, k_softmax_bwd; /* launched cast to CUfunction */
@@ -197,7 +198,8 @@ static void gemm3(CUstream s, const problem_t *p, CUdeviceptr table, problem_t *
     launch_kernel(k_grouped, args, s);
 }
 
-/* ---- the optimizer graph ---------------------------------------------------------------------- */
+/* ---- the optimizer graph ----------------------------------------------------------------------
+ */
 
 static wl_param_t *W[NPARAM]; /* Wq, Wk, Wv, Wo, Wc */
 static CUdeviceptr ema, snap; /* moving average of Wo; snapshot of Wc (pitched) */
@@ -299,7 +301,8 @@ static void graph_step(CUstream s, const CUdeviceptr *grads, int it, int iters) 
     wl_ops_add(GRAPH_OPS);
 }
 
-/* ---- training --------------------------------------------------------------------------------- */
+/* ---- training ---------------------------------------------------------------------------------
+ */
 
 static void launch_nn(CUfunction f, void **args, CUstream s) {
     wl_launch(f, 1, args, s);
@@ -340,8 +343,8 @@ static void autotune(CUstream s, CUdeviceptr x, int n) {
     wl_ops_pause(0);
 }
 
-static void train_step(CUstream s, int it, int iters, int B, float *hx, float *staged,
-                       int32_t *hy, problem_t *table_host) {
+static void train_step(CUstream s, int it, int iters, int B, float *hx, float *staged, int32_t *hy,
+                       problem_t *table_host) {
     const int N = B * T;
     const size_t act = (size_t)N * D * 4;
     const float scale = 1.0f / sqrtf((float)D);
@@ -435,7 +438,8 @@ int main(int argc, char **argv) {
         "Trains a small transformer block (8-token sequences of width 32, single-head attention,\n"
         "a residual projection, 16-class per-token logits, SGD with momentum) on synthetic data,\n"
         "the way PyTorch and XLA drive a Hopper GPU: GEMMs through TMA descriptors launched as\n"
-        "lazily loaded CUkernels, tensor views at offsets inside buffers, a grouped GEMM through a\n"
+        "lazily loaded CUkernels, tensor views at offsets inside buffers, a grouped GEMM through "
+        "a\n"
         "table of device pointers in device memory, an explicitly built CUDA graph replayed each\n"
         "step with updated kernel parameters, 2D copies, and a workspace sized from cuMemGetInfo.\n"
         "--batch counts sequences. --no-ptr-table replaces the grouped GEMM by separate GEMMs\n"
