@@ -343,7 +343,7 @@ clean:
 # else is needed at run time; `make uninstall` (same PREFIX and DESTDIR) removes exactly these.
 PREFIX  ?= /usr/local
 DESTDIR ?=
-VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo unknown)
+VERSION ?= $(or $(shell git describe --always --dirty 2>/dev/null),unknown)
 INST      := $(DESTDIR)$(PREFIX)
 INSTALLED := lib/libooc_shim.so bin/ooc-run bin/ooc-plan bin/ooc-report include/ooc_shim.h \
     libexec/ooc-shim/ooc-options $(MAN_CMDS:%=share/man/man1/%.1)
@@ -371,7 +371,8 @@ install: $(SH_LIB) $(PL_CLI) $(OPT_CLI) $(MAN_PAGES)
 	$(Q)install -m 755 scripts/ooc-report '$(INST)/bin/ooc-report'
 	$(Q)install -m 644 shim/ooc_shim.h '$(INST)/include/ooc_shim.h'
 	$(Q)install -m 755 $(OPT_CLI) '$(INST)/libexec/ooc-shim/ooc-options'
-	$(Q)install -m 644 $(MAN_PAGES) '$(INST)/share/man/man1/'
+	$(Q)for m in $(MAN_PAGES); do \
+	    install -m 644 "$$m" '$(INST)/share/man/man1/'"$${m##*/}" || exit 1; done
 	@echo "installed in $(INST): $(INSTALLED)"
 
 uninstall:
