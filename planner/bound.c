@@ -27,8 +27,8 @@
  *     alpha C_<k + (1 - alpha) end(j) + beta C_>=k + (1 - beta) C_>=u
  *       + sum over off b of min(swap_b, rebuild_b),
  *     swap_b = (1 - alpha) [p_b >= j] bytes_b / bw_d2h + (1 - beta) [u_b <= u] bytes_b / bw_h2d,
- *     rebuild_b = beta (producers' time of b), where DESIGN.md section 7 allows it,
- * over fractional choices covering E_k is a valid lower bound, and that minimum is a fractional
+ *     rebuild_b = beta (producers' time of b), where the recompute rule (docs/planner.md) allows
+ * it, over fractional choices covering E_k is a valid lower bound, and that minimum is a fractional
  * knapsack (cheapest cost per footprint byte first). Every cut k and every (alpha, beta, j, u)
  * gives a valid bound, so searching them only tightens it: we screen every cut (or a sample of
  * them on long iterations) and refine the best few. The bound is also at least the compute time.

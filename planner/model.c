@@ -3,12 +3,12 @@
  * be recomputed). The lower bound on iteration time is in bound.c.
  *
  * A model borrows its profile and is read-only after ooc_model_build, so the simulator and every
- * policy can share one. Recompute eligibility follows DESIGN.md section 7: the profile must list
- * producer ops verified re-executable, none of them a copy, memset or host op (the shim re-launches
- * kernels and library calls only); each producer must write the buffer and nothing else; no
- * later op may write the buffer; and the buffers the producers read must not be written or freed
- * before the recompute point (kept per buffer as recomp_until). Residency of those inputs at that
- * point is checked by the simulator, since it depends on the plan. */
+ * policy can share one. Recompute eligibility follows the recompute rule (docs/planner.md): the
+ * profile must list producer ops verified re-executable, none of them a copy, memset or host op
+ * (the shim re-launches kernels and library calls only); each producer must write the buffer and
+ * nothing else; no later op may write the buffer; and the buffers the producers read must not be
+ * written or freed before the recompute point (kept per buffer as recomp_until). Residency of those
+ * inputs at that point is checked by the simulator, since it depends on the plan. */
 #include "ooc_planner.h"
 
 #include <stdarg.h>

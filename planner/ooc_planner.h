@@ -120,12 +120,13 @@ typedef struct ooc_model {
     const ooc_profile_t *prof; /* borrowed; must outlive the model */
     uint64_t chunk_bytes;      /* the model's chunk size */
     uint32_t n, nb;
-    uint64_t *fp;          /* per buffer: device footprint in bytes */
-    uint32_t *use_off;     /* per buffer: first entry in uses */
-    uint32_t *nuse;        /* per buffer: number of distinct ops referencing it */
-    int32_t *uses;         /* op indices, ascending */
-    uint8_t *written;      /* per ref (parallel to prof->refs): 1 (any use counts as a write) */
-    uint8_t *recomp;       /* per buffer: 1 when DESIGN.md section 7 allows recomputing it */
+    uint64_t *fp;      /* per buffer: device footprint in bytes */
+    uint32_t *use_off; /* per buffer: first entry in uses */
+    uint32_t *nuse;    /* per buffer: number of distinct ops referencing it */
+    int32_t *uses;     /* op indices, ascending */
+    uint8_t *written;  /* per ref (parallel to prof->refs): 1 (any use counts as a write) */
+    uint8_t
+        *recomp; /* per buffer: 1 when the recompute rule (docs/planner.md) allows recomputing it */
     int32_t *recomp_until; /* per buffer: the last op before which a recompute is still safe */
     uint64_t *ws;          /* per op: working set (sum of footprints of its buffers) */
     uint32_t *free_off;    /* per op (n + 1 entries): first entry in frees */

@@ -92,7 +92,8 @@ out:
 
 /* SuperNeurons: tensors produced by convolutions and GEMMs (checkpoints) are offloaded and
  * prefetched at the previous checkpoint before their use; tensors of cheap ops are recomputed
- * where DESIGN.md section 7 allows, otherwise swapped like the others; parameters stay. */
+ * where the recompute rule (docs/planner.md) allows, otherwise swapped like the others; parameters
+ * stay. */
 int pol_superneurons(const ooc_model_t *m, const ooc_policy_opts_t *o, ooc_plan_t **out) {
     sched_t s;
     int rc = sched_init(&s, m);

@@ -240,7 +240,8 @@ static int step_compute(sim_t *s) {
                     ok = 0;
             if (!ok) {
                 violate(s, OOC_EFORMAT, a->op, b,
-                        "recompute of buffer %d before op %d breaks DESIGN.md section 7 (not "
+                        "recompute of buffer %d before op %d breaks the recompute rule "
+                        "(docs/planner.md) (not "
                         "dropped, not re-executable, or its inputs changed)",
                         b, a->op);
                 return 0;
