@@ -7,8 +7,8 @@
  *     ctypes.CDLL(None).ooc_mark_iteration()
  * The shim defines ooc_mark_iteration (shim/record.c, which includes this header, so the two
  * declarations cannot drift apart). */
-#ifndef OOC_SHIM_H
-#define OOC_SHIM_H
+#ifndef OOC_SHIM_PUBLIC_H
+#define OOC_SHIM_PUBLIC_H
 
 #include <dlfcn.h>
 #include <string.h>
