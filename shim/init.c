@@ -3,10 +3,10 @@
  * current context, the start-up line, the statistics table and the release of the pool at exit,
  * and what a forked child gives up. (The configuration and the mode are mode.c's.)
  *
- * The only constructor work is setting framework defaults with setenv (DESIGN.md section 5),
- * unless OOC_MODE is off: no driver call, no thread, no device memory. Everything else happens
- * lazily, once (pthread_once and a mutex), on the calling thread. A forked child gives up the
- * parent's device state (as CUDA itself does) and passes every call through. */
+ * The only constructor work is setting framework defaults with setenv (README.md, "Things to
+ * know"), unless OOC_MODE is off: no driver call, no thread, no device memory. Everything else
+ * happens lazily, once (pthread_once and a mutex), on the calling thread. A forked child gives up
+ * the parent's device state (as CUDA itself does) and passes every call through. */
 #include "shim.h"
 
 #include <stdio.h>

@@ -56,7 +56,7 @@ typedef struct bind {
 } bind_t;
 
 /* A dropped buffer and how to rebuild it: its producers' launches as issued this iteration, and
- * the buffers they read, which nothing has changed since (DESIGN.md section 7). */
+ * the buffers they read, which nothing has changed since (the recompute rule, docs/planner.md). */
 typedef struct recipe {
     bind_t buf;
     uint32_t nvia;
