@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* fnname.c: kernel names: the name of each CUfunction, asked of the driver once and kept for the
- * life of the process (the recorder names kernel ops by it; replay and verification compare it
- * and log it).
+/* fnname.c: kernel names: the name of each CUfunction, asked of the driver once and kept until
+ * its module is unloaded (the recorder names kernel ops by it; replay and verification compare it
+ * and log it). A name returned stays valid for the life of the process: at an unload
+ * (ooc_fnname_forget) the names move to a list of old ones, since recorded ops may still point to
+ * them, and the driver is asked again (a function's handle value may come back as another).
  *
  * Thread-safe: fn_lock guards the cache and is taken last (after the residency, replay and
  * recorder locks). Calls only the real driver. Callers: record.c, replay.c, recompute.c. */
@@ -17,11 +19,13 @@ static int fn_oom;
 typedef struct fname {
     CUfunction f;
     char *name;
+    struct fname *older; /* on old_fnames once its function's module was unloaded */
     UT_hash_handle hh;
 } fname_t;
 
 static pthread_mutex_t fn_lock = PTHREAD_MUTEX_INITIALIZER;
 static fname_t *fnames;
+static fname_t *old_fnames; /* names of unloaded functions: still pointed to */
 
 /* The kernel's name, asked once per function; "kernel" when the driver cannot say. */
 static const char *fn_name(CUfunction f) {
@@ -55,4 +59,15 @@ const char *ooc_fnname_of(CUfunction f) {
     const char *n = fn_name(f);
     pthread_mutex_unlock(&fn_lock);
     return n;
+}
+
+void ooc_fnname_forget(void) {
+    pthread_mutex_lock(&fn_lock);
+    fname_t *e, *t;
+    HASH_ITER(hh, fnames, e, t) {
+        HASH_DEL(fnames, e);
+        e->older = old_fnames;
+        old_fnames = e;
+    }
+    pthread_mutex_unlock(&fn_lock);
 }

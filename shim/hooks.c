@@ -458,6 +458,32 @@ ASYNC_COPY(cuMemcpyDtoDAsync_v2, PFN_cuMemcpyDtoDAsync_v3020, 0, CUdeviceptr, CU
 ASYNC_COPY(cuMemcpyDtoDAsync_v2_ptsz, PFN_cuMemcpyDtoDAsync_v7000_ptsz, 1, CUdeviceptr,
            CUdeviceptr);
 
+/* ---- batched copies ----------------------------------------------------------------------------
+ *
+ * A batch is independent copies, so one too wide for a single op (more than OOC_MAX_REFS / 8
+ * copies, which may reference more buffers than an access set holds) is issued as several
+ * batches in order on the same stream, each as wide as fits both an access set and the budget:
+ * the same copies, the same attributes, the same stream order. A
+ * part's attributes are the caller's that cover its copies, their indices made relative to it.
+ * When a part fails, the result is its error (and, for the 12.8 form, the index of the failing
+ * copy in the caller's batch); parts already issued stay issued, as copies of a failed batch
+ * before the failing one may have been done by the driver too. Arguments the driver would refuse
+ * (null arrays, no copies, attribute indices that do not start at 0 or are not increasing) go to
+ * it unsplit, so that it answers. */
+
+typedef struct batch {
+    const char *name;
+    int ptds, v2;
+    CUdeviceptr *d, *s;
+    size_t *n, count;
+    CUmemcpyAttributes *at;
+    size_t *ai, na;
+    size_t *fail; /* 12.8 form only */
+    CUstream h;
+    PFN_cuMemcpyBatchAsync_v12080 real12;
+    PFN_cuMemcpyBatchAsync_v13000 real13;
+} batch_t;
+
 static void batch_access(ooc_access_t *a, const char *name, CUdeviceptr *d, CUdeviceptr *s,
                          size_t *n, size_t count) {
     size_t total = 0;
@@ -470,6 +496,87 @@ static void batch_access(ooc_access_t *a, const char *name, CUdeviceptr *d, CUde
     }
 }
 
+static CUresult batch_real(const batch_t *b, size_t lo, size_t cnt, CUmemcpyAttributes *at,
+                           size_t *ai, size_t na, size_t *fail) {
+    if (b->v2)
+        return b->real13(b->d + lo, b->s + lo, b->n + lo, cnt, at, ai, na, b->h);
+    return b->real12(b->d + lo, b->s + lo, b->n + lo, cnt, at, ai, na, fail, b->h);
+}
+
+/* Copies [lo, lo + cnt) of b as one op, with attributes at[0, na) at indices ai. */
+static CUresult batch_op(const batch_t *b, size_t lo, size_t cnt, CUmemcpyAttributes *at,
+                         size_t *ai, size_t na, size_t *fail) {
+    ooc_access_t a;
+    batch_access(&a, b->name, b->d + lo, b->s + lo, b->n + lo, cnt);
+    RUN_OP(&a, b->h, b->ptds, batch_real(b, lo, cnt, at, ai, na, fail));
+}
+
+/* Chunks that the buffers of ours [p, p + n) overlaps need resident: an upper bound. */
+static uint64_t range_chunks(uintptr_t p, size_t n, uint64_t chunk) {
+    uint64_t c = 0;
+    uintptr_t end = p + (n ? n : 1), base;
+    size_t size;
+    while (p < end && ooc_mem_owns(p) && ooc_mem_lookup(p, &base, &size) == 0) {
+        c += (size + chunk - 1) / chunk + 1; /* + 1: a small buffer need not start a chunk */
+        p = base + size;
+    }
+    return c;
+}
+
+/* How many copies from lo on fit one op (at least one). */
+static size_t batch_fit(const batch_t *b, size_t lo, uint64_t chunk, uint64_t budget_chunks) {
+    uint64_t chunks = 0;
+    unsigned refs = 0;
+    size_t i = lo;
+    for (; i < b->count; i++) {
+        uint64_t c = range_chunks((uintptr_t)b->d[i], b->n[i], chunk) +
+                     range_chunks((uintptr_t)b->s[i], b->n[i], chunk);
+        /* A range may overlap several buffers: count each side as up to 4 queries. */
+        if (i > lo && (chunks + c > budget_chunks || refs + 8 > OOC_MAX_REFS))
+            break;
+        chunks += c;
+        refs += 8;
+    }
+    return i - lo;
+}
+
+static CUresult batch_run(const batch_t *b) {
+    int valid = b->d && b->s && b->n && b->count && b->at && b->ai && b->na && b->na <= b->count &&
+                b->ai[0] == 0;
+    for (size_t k = 1; valid && k < b->na; k++)
+        valid = b->ai[k] > b->ai[k - 1] && b->ai[k] < b->count;
+    /* A narrow batch (the common case) is one op, as before, without looking up its buffers
+     * (a lookup takes the residency lock); only one that may not fit one access set is split. */
+    valid = valid && b->count > OOC_MAX_REFS / 8;
+    uint64_t chunk = 0, budget = 0;
+    if (valid)
+        ooc_mem_geometry(&chunk, &budget);
+    size_t first = valid && chunk ? batch_fit(b, 0, chunk, budget / chunk) : b->count;
+    if (first >= b->count)
+        return batch_op(b, 0, b->count, b->at, b->ai, b->na, b->fail);
+    size_t *ai = malloc(b->na * sizeof *ai);
+    if (!ai)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = CUDA_SUCCESS;
+    size_t k0 = 0; /* the attribute that covers copy lo */
+    for (size_t lo = 0, cnt = first; lo < b->count && r == CUDA_SUCCESS;) {
+        while (k0 + 1 < b->na && b->ai[k0 + 1] <= lo)
+            k0++;
+        size_t na = 0;
+        for (size_t k = k0; k < b->na && b->ai[k] < lo + cnt; k++)
+            ai[na++] = k == k0 ? 0 : b->ai[k] - lo;
+        size_t fail = SIZE_MAX;
+        r = batch_op(b, lo, cnt, b->at + k0, ai, na, &fail);
+        if (r != CUDA_SUCCESS && b->fail)
+            *b->fail = fail == SIZE_MAX ? SIZE_MAX : lo + fail;
+        lo += cnt;
+        if (lo < b->count)
+            cnt = batch_fit(b, lo, chunk, budget / chunk);
+    }
+    free(ai);
+    return r;
+}
+
 #define BATCH_12080(sym, pfn, ptds)                                                                \
     CUresult ooc_hook_##sym(CUdeviceptr *d, CUdeviceptr *s, size_t *n, size_t count,               \
                             CUmemcpyAttributes *at, size_t *ai, size_t na, size_t *fail,           \
@@ -477,9 +584,8 @@ static void batch_access(ooc_access_t *a, const char *name, CUdeviceptr *d, CUde
         NEED_REAL(sym);                                                                            \
         if (!managing())                                                                           \
             return ooc_real.sym(d, s, n, count, at, ai, na, fail, h);                              \
-        ooc_access_t a;                                                                            \
-        batch_access(&a, #sym, d, s, n, count);                                                    \
-        RUN_OP(&a, h, ptds, ooc_real.sym(d, s, n, count, at, ai, na, fail, h));                    \
+        batch_t b = {#sym, ptds, 0, d, s, n, count, at, ai, na, fail, h, ooc_real.sym, NULL};      \
+        return batch_run(&b);                                                                      \
     }                                                                                              \
     OOC_EXPORT_HOOK(sym, pfn)
 
@@ -489,9 +595,8 @@ static void batch_access(ooc_access_t *a, const char *name, CUdeviceptr *d, CUde
         NEED_REAL(sym);                                                                            \
         if (!managing())                                                                           \
             return ooc_real.sym(d, s, n, count, at, ai, na, h);                                    \
-        ooc_access_t a;                                                                            \
-        batch_access(&a, #sym, d, s, n, count);                                                    \
-        RUN_OP(&a, h, ptds, ooc_real.sym(d, s, n, count, at, ai, na, h));                          \
+        batch_t b = {#sym, ptds, 1, d, s, n, count, at, ai, na, NULL, h, NULL, ooc_real.sym};      \
+        return batch_run(&b);                                                                      \
     }                                                                                              \
     OOC_EXPORT_HOOK(sym, pfn)
 
@@ -739,3 +844,28 @@ CUresult ooc_hook_cuGraphLaunch_ptsz(CUgraphExec e, CUstream s) {
     return graph_launch(e, s, 1);
 }
 OOC_EXPORT_HOOK(cuGraphLaunch_ptsz, PFN_cuGraphLaunch_v10000_ptsz);
+
+/* ---- modules unloaded ---------------------------------------------------------------------------
+ *
+ * The driver may give a later function the handle value of one freed at an unload: before the
+ * real unload, what the shim keeps per function is forgotten and the plan given up (op.c,
+ * ooc_op_functions_gone; a rebuild still needs its function); the layouts and kernel names are
+ * forgotten again after it, for a launch that asked in between. A program that unloads modules
+ * in every iteration is never planned: it runs on demand residency. */
+
+#define UNLOAD_HOOK(sym, pfn, T)                                                                   \
+    CUresult ooc_hook_##sym(T h) {                                                                 \
+        NEED_REAL(sym);                                                                            \
+        if (!managing())                                                                           \
+            return ooc_real.sym(h);                                                                \
+        ooc_launch_forget_layouts();                                                               \
+        ooc_op_functions_gone();                                                                   \
+        CUresult r = ooc_real.sym(h);                                                              \
+        ooc_launch_forget_layouts();                                                               \
+        ooc_fnname_forget();                                                                       \
+        return r;                                                                                  \
+    }                                                                                              \
+    OOC_EXPORT_HOOK(sym, pfn)
+
+UNLOAD_HOOK(cuModuleUnload, PFN_cuModuleUnload_v2000, CUmodule);
+UNLOAD_HOOK(cuLibraryUnload, PFN_cuLibraryUnload_v12000, CUlibrary);

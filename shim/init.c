@@ -59,8 +59,26 @@ static int was_set(const char *name) {
     return d && (ooc_options()->set_mask >> (d - t) & 1u);
 }
 
+/* Process exit comes in two steps, so that the program's own exit work keeps its memory:
+ * - at_exit, registered with atexit at the first allocation (while the driver and any runtime
+ *   above it are certainly alive): writes the profile if a recording is still open. It lets
+ *   nothing go: exit handlers registered before it (a C++ static destructor, an atexit call at
+ *   the top of main) run after it and may still copy, set and launch on our buffers.
+ * - at_unload, the library's destructor: runs after every exit handler and after the program's
+ *   own destructors (the dynamic linker finalises a preloaded library after the program and
+ *   before the driver it does not depend on). It stops replay, prints the statistics and releases
+ *   the pool; ooc_mem_shutdown waits for all work queued on the context first, so nothing is
+ *   unmapped under a kernel another thread left running, and an op another thread issues after
+ *   that gets CUDA_ERROR_DEINITIALIZED, as from a driver that has shut down.
+ * Neither does anything in a forked child (on_fork_child). */
 static void at_exit(void) {
     if (atomic_load(&forked_child))
+        return;
+    ooc_record_finish_at_exit();
+}
+
+__attribute__((destructor)) static void at_unload(void) {
+    if (atomic_load(&forked_child) || __atomic_load_n(&device_state, __ATOMIC_ACQUIRE) != 1)
         return;
     ooc_replay_stop();
     ooc_record_finish_at_exit();

@@ -7,10 +7,15 @@
  * references that whole buffer. Parameters come as kernelParams (a pointer per parameter) or
  * packed in `extra` (CU_LAUNCH_PARAM_BUFFER_POINTER/SIZE), where the packed bytes are scanned.
  *
- * Locking: layouts are never freed. A launch finds its function's layout in a fixed table of
- * atomic pointers without any lock (an entry is written once, with release, after the layout it
- * points to is complete); the hash under a read-write lock holds every layout and is asked only
- * when the table has no entry for the function (its first launches, or a table full near it). */
+ * A module unloaded (hooks.c) may free functions whose handle values a later module's functions
+ * reuse, with other layouts: ooc_launch_forget_layouts raises the generation, and a layout of an
+ * older generation is asked for again before it is used.
+ *
+ * Locking: layouts are never freed (one replaced by a newer generation is kept on a list). A
+ * launch finds its function's layout in a fixed table of atomic pointers without any lock (an
+ * entry is written with release after the layout it points to is complete); the hash under a
+ * read-write lock holds the current layout of each function and is asked only when the table
+ * has no current entry for the function (its first launches, or a table full near it). */
 #include "shim.h"
 
 #include <stdlib.h>
@@ -27,10 +32,14 @@ typedef struct layout {
     int known; /* 0: cuFuncGetParamInfo failed; the launch's words cannot be found */
     uint32_t offset[MAX_PARAMS];
     uint32_t size[MAX_PARAMS];
+    uint64_t gen;         /* layout_gen when it was asked for */
+    struct layout *older; /* on `replaced` */
     UT_hash_handle hh;
 } layout_t;
 
 static layout_t *cache;
+static layout_t *replaced; /* layouts of an older generation, under cache_lock */
+static _Atomic uint64_t layout_gen = 1;
 static pthread_rwlock_t cache_lock = PTHREAD_RWLOCK_INITIALIZER;
 
 /* The lock-free table: open addressing over PROBES slots from the function's hash. */
@@ -54,25 +63,36 @@ static const layout_t *fast_find(CUfunction f) {
     return NULL;
 }
 
-/* Puts l in the table if a slot near its home is free (else it stays in the hash only). */
+/* Puts l in the table if a slot near its home is free or holds an older layout of the same
+ * function (else it stays in the hash only). */
 static void fast_put(layout_t *l) {
     for (size_t i = 0, k = fast_home(l->f); i < PROBES; i++, k = (k + 1) % FAST_SLOTS) {
         layout_t *cur = NULL;
         if (atomic_compare_exchange_strong_explicit(&fast[k], &cur, l, memory_order_release,
-                                                    memory_order_acquire) ||
-            cur->f == l->f)
+                                                    memory_order_acquire))
             return;
+        if (cur->f == l->f) {
+            if (cur->gen < l->gen)
+                atomic_compare_exchange_strong_explicit(&fast[k], &cur, l, memory_order_release,
+                                                        memory_order_relaxed);
+            return;
+        }
     }
 }
 
+void ooc_launch_forget_layouts(void) {
+    atomic_fetch_add(&layout_gen, 1);
+}
+
 static const layout_t *layout_of(CUfunction f) {
+    uint64_t gen = atomic_load_explicit(&layout_gen, memory_order_acquire);
     layout_t *l = (layout_t *)fast_find(f);
-    if (l)
+    if (l && l->gen == gen)
         return l;
     pthread_rwlock_rdlock(&cache_lock);
     HASH_FIND_PTR(cache, &f, l);
     pthread_rwlock_unlock(&cache_lock);
-    if (l) {
+    if (l && l->gen == gen) {
         fast_put(l);
         return l;
     }
@@ -80,6 +100,7 @@ static const layout_t *layout_of(CUfunction f) {
     if (!l)
         return NULL;
     l->f = f;
+    l->gen = gen;
     l->known = ooc_real.cuFuncGetParamInfo != NULL;
     for (size_t i = 0; l->known && i < MAX_PARAMS; i++) {
         size_t off, size;
@@ -108,10 +129,15 @@ static const layout_t *layout_of(CUfunction f) {
     pthread_rwlock_wrlock(&cache_lock);
     layout_t *other;
     HASH_FIND_PTR(cache, &f, other);
-    if (other) {
+    if (other && other->gen >= l->gen) {
         free(l);
         l = other;
     } else {
+        if (other) {
+            HASH_DEL(cache, other);
+            other->older = replaced; /* a launch may still be reading it */
+            replaced = other;
+        }
         HASH_ADD_PTR(cache, f, l);
     }
     pthread_rwlock_unlock(&cache_lock);

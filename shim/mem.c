@@ -81,9 +81,12 @@ int ooc_mem_init(uint64_t budget_bytes, uint64_t chunk_bytes, CUdevice dev, CUco
     return 0;
 }
 
+_Atomic int mem_closed;
+
 /* Frees everything the pool holds; called at exit after the program's work is done. */
 void ooc_mem_shutdown(void) {
     pthread_mutex_lock(&mem_lock);
+    atomic_store(&mem_closed, 1);
     if (!M.ready) {
         mem_unlock();
         return;

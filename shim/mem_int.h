@@ -210,6 +210,9 @@ extern struct mem_state M OOC_INTERNAL;
 
 /* The fast path may be used (the reservation's table exists): fastpath.c. */
 extern _Atomic int fp_on OOC_INTERNAL;
+/* Set by ooc_mem_shutdown (mem.c; at the library's unloading, after every exit handler): an op
+ * that another thread issues after that is refused by ooc_mem_begin (resident.c). */
+extern _Atomic int mem_closed OOC_INTERNAL;
 
 static inline uintptr_t chunk_addr(const chunk_t *c) {
     return M.va_base + ((uintptr_t)c->idx << M.shift);

@@ -20,6 +20,8 @@
 
 #include "ooc_shim.h" /* the public declaration of ooc_mark_iteration */
 
+#include <stdlib.h>
+
 /* Finishes the recording (its profile is complete) and, in OOC_MODE=auto, plans it and replays
  * the plan: the record -> plan -> replay step of the mode's life cycle. Outside the residency
  * lock. */
@@ -85,6 +87,30 @@ CUresult ooc_op_end(ooc_live_op_t *op, CUresult r) {
     if (r == CUDA_ERROR_ILLEGAL_ADDRESS)
         ooc_mem_report_fault(r);
     return r;
+}
+
+void ooc_op_functions_gone(void) {
+    ooc_fnname_forget();
+    if (!ooc_record_on() && !ooc_replay_on()) {
+        ooc_verify_reset();
+        return;
+    }
+    ooc_replay_settle_all(); /* dropped buffers, while their producers' functions exist */
+    ooc_access_t *a = calloc(1, sizeof *a);
+    if (!a) {
+        OOC_LOG_E("out of memory: the plan could not be given up at a module's unloading");
+        return;
+    }
+    a->kind = OOC_OP_KERNEL;
+    a->name = "ooc-unload";
+    ooc_internal_op = OOC_OWN_REBUILD; /* neither recorded nor matched */
+    /* For the residency lock (nothing to make resident); refused only at exit, when the plan is
+     * given up all the same. */
+    (void)ooc_mem_begin(a, NULL);
+    ooc_record_functions_gone_l(ooc_replay_give_up_l());
+    ooc_mem_end(a, NULL, 0);
+    ooc_internal_op = OOC_OWN_NONE;
+    free(a);
 }
 
 /* The user's iteration marker (Python: ctypes.CDLL(None).ooc_mark_iteration()). An iteration

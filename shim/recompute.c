@@ -555,6 +555,26 @@ void ooc_verify_pre(ooc_verify_t *v, const ooc_launch_t *l, const ooc_access_t *
     ooc_stats_add(OOC_STAT_verify_ns, now_ns() - t0);
 }
 
+/* Does launch sl reach memory the shim cannot checksum: a parameter word that the driver knows
+ * as a pointer (cuPointerGetAttribute answers) into memory that is not ours, such as mapped or
+ * registered host memory or the program's own VMM memory? Launching it again would repeat its
+ * writes there unseen: such a launch is never re-launched, neither to verify it nor to rebuild
+ * a buffer. */
+static int reaches_other_memory(const ooc_saved_launch_t *sl) {
+    if (!ooc_real.cuPointerGetAttribute)
+        return 1;
+    for (size_t o = 0; o + 8 <= sl->nbytes; o += 8) {
+        uint64_t w;
+        memcpy(&w, sl->bytes + o, 8);
+        unsigned type = 0;
+        if (w && !ooc_mem_owns((uintptr_t)w) &&
+            ooc_real.cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                           (CUdeviceptr)w) == CUDA_SUCCESS)
+            return 1;
+    }
+    return 0;
+}
+
 void ooc_verify_post(ooc_verify_t *v, const ooc_launch_t *l, CUstream s, CUresult r) {
     if (OOC_LIKELY(!v->on))
         return;
@@ -591,7 +611,30 @@ void ooc_verify_post(ooc_verify_t *v, const ooc_launch_t *l, CUstream s, CUresul
     }
     /* 2. Re-launch it for each buffer it is the first to use, once launches of its kind were
      * seen often enough not to change any other buffer: a re-launch must not touch the
-     * program's own data. */
+     * program's own data. A launch that reaches memory not ours is refused outright. */
+    pthread_mutex_lock(&vf_lock);
+    int open = 0;
+    for (unsigned i = 0; i < v->n; i++)
+        open |= vnote.first[i] && k->prod[i] == 0;
+    pthread_mutex_unlock(&vf_lock);
+    if (open && k->obs >= VERIFY_OBS) {
+        int other = ooc_launch_save(l, &sl[0]) != 0 || reaches_other_memory(&sl[0]);
+        ooc_launch_saved_free(&sl[0]);
+        if (other) {
+            pthread_mutex_lock(&vf_lock);
+            for (unsigned i = 0; i < v->n; i++) {
+                if (vnote.first[i] && k->prod[i] == 0) {
+                    k->prod[i] = -1;
+                    ooc_stats_add(OOC_STAT_producers_refused, 1);
+                }
+            }
+            pthread_mutex_unlock(&vf_lock);
+            OOC_LOG_I("producer refused: %s also reaches memory the shim cannot see (mapped or "
+                      "registered host memory, or memory not allocated through the shim)",
+                      ooc_fnname_of(l->fn));
+            goto out;
+        }
+    }
     pthread_mutex_lock(&vf_lock);
     for (unsigned i = 0; k->obs >= VERIFY_OBS && i < v->n; i++) {
         if (!vnote.first[i] || k->prod[i] != 0 || v->size[i] > VERIFY_MAX_BYTES)

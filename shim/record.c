@@ -608,6 +608,20 @@ void ooc_record_finish_at_exit(void) {
     finish(1, NULL, NULL);
 }
 
+void ooc_record_functions_gone_l(int plan_dropped) {
+    pthread_mutex_lock(&rec_lock);
+    int recording = atomic_load(&ooc_rec_state) == OOC_REC_ON;
+    if (recording)
+        atomic_store(&ooc_rec_state, OOC_REC_DONE); /* restarted below, under the same lock */
+    pthread_mutex_unlock(&rec_lock);
+    if (recording || plan_dropped) {
+        ooc_mem_l_quiesce(); /* no fast-path op slips in before the recorder is on again */
+        ooc_record_restart_l();
+    } else {
+        ooc_verify_reset();
+    }
+}
+
 /* Takes a live buffer as existing before the first op of the new recording. */
 static void seed(uint64_t id, uintptr_t addr, uint64_t bytes, void *ctx) {
     (void)addr;

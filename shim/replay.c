@@ -551,8 +551,10 @@ static void op_begin(const ooc_access_t *a, const ooc_opbuf_t *b, size_t nb, CUs
         return;
     }
     /* Whatever the op is, a dropped buffer it touches, or whose producers read what it touches,
-     * is settled first. */
-    if (P.rc.n)
+     * is settled first (ooc_replay_settle_all's op settles one in any case). */
+    if (P.rc.n && ooc_internal_op == OOC_OWN_SETTLE)
+        resolve(P.rc.n - 1, 0);
+    else if (P.rc.n)
         resolve_touched(b, nb);
     if (ooc_internal_op) {
         pthread_mutex_unlock(&rp_lock);
@@ -658,6 +660,57 @@ void ooc_replay_mark(void) {
     if (ooc_replay_on())
         P.marked = 1;
     pthread_mutex_unlock(&rp_lock);
+}
+
+/* One op of the shim's own, with no buffer: op.c's sequence less the recorder, as in
+ * ooc_replay_before_free; with OOC_OWN_SETTLE, op_begin settles one pending recipe whatever it
+ * touches, and the rebuild is issued on the legacy stream. Returns whether it may go on; *left
+ * whether recipes remain. */
+static int settle_one(int *left) {
+    ooc_access_t *a = calloc(1, sizeof *a);
+    if (!a)
+        return 0;
+    a->kind = OOC_OP_KERNEL;
+    a->name = "ooc-unload";
+    ooc_internal_op = OOC_OWN_SETTLE;
+    int listed = 0;
+    CUresult r = ooc_mem_op_pin(a, &listed);
+    if (r == CUDA_SUCCESS) {
+        op_begin(a, NULL, 0, NULL);
+        r = ooc_mem_op_resident(NULL);
+    }
+    if (atomic_load_explicit(&ooc_replay_rebuilds, memory_order_relaxed))
+        r = ooc_replay_op_ready(r, NULL);
+    pthread_mutex_lock(&rp_lock);
+    *left = ooc_replay_on() && P.rc.n > 0;
+    pthread_mutex_unlock(&rp_lock);
+    ooc_mem_end(a, NULL, r == CUDA_SUCCESS);
+    ooc_internal_op = OOC_OWN_NONE;
+    free(a);
+    return r == CUDA_SUCCESS;
+}
+
+void ooc_replay_settle_all(void) {
+    int left = ooc_replay_on();
+    for (unsigned n = 0; left && n < 4096; n++)
+        if (!settle_one(&left))
+            break;
+}
+
+int ooc_replay_give_up_l(void) {
+    pthread_mutex_lock(&rp_lock);
+    int dropped = ooc_replay_on();
+    if (dropped) {
+        if (P.rc.n)
+            OOC_LOG_E("%zu dropped buffers could not be rebuilt before a module was unloaded: the "
+                      "operations that read them will see wrong bytes",
+                      P.rc.n);
+        ooc_mem_l_quiesce();
+        clear();
+        OOC_LOG_I("a module was unloaded: the plan is given up and the iteration recorded again");
+    }
+    pthread_mutex_unlock(&rp_lock);
+    return dropped;
 }
 
 void ooc_replay_stop(void) {

@@ -269,6 +269,10 @@ static int any_queued(const ooc_access_t *a) {
 
 CUresult ooc_mem_op_pin(const ooc_access_t *a, int *listed) {
     pthread_mutex_lock(&mem_lock);
+    if (OOC_UNLIKELY(atomic_load(&mem_closed))) {
+        *listed = 0;
+        return CUDA_ERROR_DEINITIALIZED; /* the process is exiting: the pool is gone */
+    }
     M.serial++;
     M.nop = 0;
     M.nopb = 0;

@@ -103,6 +103,9 @@ CUresult ooc_device_init(void);
 
 /* The name of a kernel (cached; "kernel" when the driver cannot say). Thread-safe. */
 const char *ooc_fnname_of(CUfunction f);
+/* Every cached name is asked for again (a module was unloaded: a function's handle value may
+ * come back as another function); names already returned stay valid. Thread-safe. */
+void ooc_fnname_forget(void);
 
 /* ---- mode.c: the mode now ------------------------------------------------------------------- */
 
@@ -199,7 +202,8 @@ size_t ooc_mem_op_buffers(const ooc_opbuf_t **out);
  * results):
  * - op_pin takes the lock, resolves the access set to buffers (listed for the recorder and the
  *   plan when *listed is set on return), pins their chunks for this op and waits for the planned
- *   swap-ins of them still queued for the worker. CUDA_SUCCESS, or CUDA_ERROR_OUT_OF_MEMORY.
+ *   swap-ins of them still queued for the worker. CUDA_SUCCESS, CUDA_ERROR_OUT_OF_MEMORY, or
+ *   CUDA_ERROR_DEINITIALIZED after ooc_mem_shutdown (the process is exiting: the pool is gone).
  * - op_resident makes the pinned chunks resident on stream s (ooc_stream_of's), evicting others
  *   if it must; the stream waits for the copies
  *   that bring them. CUDA_SUCCESS, CUDA_ERROR_OUT_OF_MEMORY (logged with what was resident) or
@@ -321,6 +325,12 @@ typedef struct ooc_live_op {
  * the residency lock may be held from one to the other. */
 CUresult ooc_op_begin(ooc_live_op_t *op, const ooc_access_t *a, CUstream stream, int per_thread);
 CUresult ooc_op_end(ooc_live_op_t *op, CUresult r);
+/* Before the program unloads a module or library (hooks.c; no lock held): every function of it
+ * may be gone and its handle value reused. Dropped buffers are rebuilt now, while their
+ * producers still exist (replay.c); then, under the residency lock, the plan is given up and the
+ * iteration is recorded again (a recording under way starts again); kernel names and
+ * verification results are forgotten. Thread-safe. */
+void ooc_op_functions_gone(void);
 /* The public marker: an iteration ends here (exported; op.c). */
 OOC_EXPORT void ooc_mark_iteration(void);
 
@@ -354,6 +364,10 @@ void ooc_record_finish_at_exit(void);
 /* Starts a new recording (OOC_MODE=auto, after repeated divergence): every live buffer is
  * taken as existing before the first op. Caller holds the residency lock. */
 void ooc_record_restart_l(void);
+/* A module is being unloaded (op.c; residency lock held): what was verified is forgotten. A
+ * recording under way, whose ops may name the unloaded functions, starts again, as it does when
+ * `plan_dropped` (the plan in force was just given up). */
+void ooc_record_functions_gone_l(int plan_dropped);
 
 /* ---- replay.c: the plan, followed op by op --------------------------------------------------- */
 
@@ -387,6 +401,13 @@ void ooc_replay_before_free(CUdeviceptr p, CUstream s);
 void ooc_replay_mark(void);
 /* Stops replaying (at exit). */
 void ooc_replay_stop(void);
+/* Before a module or library is unloaded (op.c; no lock held): every dropped buffer is rebuilt
+ * now, while its producers' functions still exist, through ops of the shim's own
+ * (OOC_OWN_SETTLE). Thread-safe. */
+void ooc_replay_settle_all(void);
+/* Then (op.c; residency lock held): the plan in force, if any, is given up. Returns whether one
+ * was. Thread-safe. */
+int ooc_replay_give_up_l(void);
 
 /* ---- launch.c: what a kernel touches ------------------------------------------------------- */
 
@@ -395,6 +416,9 @@ void ooc_launch_access(CUfunction f, void **params, void **extra, ooc_access_t *
 /* The parameter layout of f (cached): *n parameters at offsets off[] of sizes size[]. 0, or -1
  * when the driver cannot say. The arrays live as long as the process. Thread-safe. */
 int ooc_launch_layout(CUfunction f, unsigned *n, const uint32_t **off, const uint32_t **size);
+/* Every cached layout is asked for again before its next use (a module was unloaded: its
+ * functions' handle values may come back as other functions). Thread-safe, lock-free. */
+void ooc_launch_forget_layouts(void);
 
 /* ---- recompute.c: producers verified by checksum, and re-launched ---------------------------- */
 
@@ -421,7 +445,12 @@ extern _Thread_local const ooc_launch_t *ooc_launch_now OOC_INTERNAL;
  * ooc_mem_begin/ooc_mem_end, which replay.c does not match against the plan: a verification
  * (OOC_OWN_VERIFY, recompute.c) or a rebuild (OOC_OWN_REBUILD, replay.c: the recipes it touches
  * are still settled first). */
-enum ooc_internal_op { OOC_OWN_NONE = 0, OOC_OWN_VERIFY = 1, OOC_OWN_REBUILD = 2 };
+enum ooc_internal_op {
+    OOC_OWN_NONE = 0,
+    OOC_OWN_VERIFY = 1,
+    OOC_OWN_REBUILD = 2,
+    OOC_OWN_SETTLE = 3 /* ooc_replay_settle_all: settles one pending recipe, whatever it touches */
+};
 extern _Thread_local int ooc_internal_op OOC_INTERNAL;
 
 /* A copy of a launch that can be issued again: its parameter bytes are owned. */

@@ -129,11 +129,137 @@ START_TEST(test_fork_child_runs_and_exits_and_driver_refuses_it) {
 }
 END_TEST
 
+START_TEST(test_exit_handlers_read_device_memory_before_the_shim_lets_go) {
+    static const char *const args[] = {"--iters", "8", NULL};
+    check_prog("test/progs/exitprog", args,
+               "test_exit_handlers_read_device_memory_before_the_shim_lets_go");
+    unsigned long long peak;
+    tu_result_t ref = oracle("test/progs/exitprog", args, &peak);
+    ck_assert_ptr_nonnull(strstr(ref.out, "atexit: ok\ndestructor: ok\n"));
+    tu_result_free(&ref);
+}
+END_TEST
+
+START_TEST(test_modules_unloaded_and_loaded_again_with_reused_handles) {
+    static const char *const args[] = {"--iters", "8", NULL};
+    check_prog("test/progs/modprog", args,
+               "test_modules_unloaded_and_loaded_again_with_reused_handles");
+    /* The simulated driver did hand out a freed function's handle again: the test bites. */
+    unsigned long long peak;
+    tu_result_t ref = oracle("test/progs/modprog", args, &peak);
+    ck_assert_ptr_nonnull(strstr(ref.out, "handles reused: yes\nhandles swapped: yes"));
+    tu_result_free(&ref);
+}
+END_TEST
+
+START_TEST(test_wide_batched_copies_are_split) {
+    static const char *const args[] = {"--iters", "5", NULL};
+    check_prog("test/progs/batchprog", args, "test_wide_batched_copies_are_split");
+}
+END_TEST
+
+START_TEST(test_producer_with_host_side_effect_is_launched_as_often_as_the_program_does) {
+    static const char *const args[] = {"--iters", "8", NULL};
+    check_prog("test/progs/sideprog", args,
+               "test_producer_with_host_side_effect_is_launched_as_often_as_the_program_does");
+}
+END_TEST
+
+/* Fails the Nth call of `api` that `prog` makes, under the shim in auto mode at a quarter of its
+ * footprint (for modprog, a plan is being replayed when the first unload comes), for every N up
+ * to `every` and then for about `every` more spread over the rest: each run ends with the
+ * oracle's checksum or a clean driver error (exit 2), and leaves nothing behind. */
+static void fault_loop(const char *prog, const char *api, const char *iters, long long every) {
+    const char *const args[] = {"--iters", iters, NULL};
+    unsigned long long peak = 0;
+    tu_result_t ref = oracle(prog, args, &peak);
+    char *stats = tmp_file();
+    char dir[] = "/tmp/ooc-userprog-prof-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char st[128], pdir[96], cap[64], budget[64], key[96], fail[128];
+    snprintf(st, sizeof st, "FAKECUDA_STATS=%s", stats);
+    snprintf(pdir, sizeof pdir, "OOC_PROFILE_DIR=%s", dir);
+    snprintf(cap, sizeof cap, "FAKECUDA_MEM_BYTES=%llu", peak / 4);
+    snprintf(budget, sizeof budget, "OOC_BUDGET=%llu", peak / 4);
+    snprintf(key, sizeof key, "calls.%s", api);
+    const char *env[] = {st,
+                         pdir,
+                         cap,
+                         budget,
+                         "OOC_MODE=auto",
+                         "OOC_PROFILE_ITERS=1",
+                         "OOC_CHUNK=64K",
+                         "FAKECUDA_GRANULARITY=64K",
+                         "FAKECUDA_HOST_VMM=0",
+                         NULL,
+                         NULL};
+    tu_result_t r = tu_run_prog(prog, args, 1, env, RUN_TIMEOUT_S);
+    ck_assert_msg(r.status == 0 && strcmp(r.checksum, ref.checksum) == 0,
+                  "without a fault: status %d\n%s", r.status, tu_tail(r.err, 2000));
+    tu_result_free(&r);
+    long long calls = tu_fc_stat(stats, key);
+    ck_assert_int_gt(calls, 0);
+    long long stride = calls > 2 * every ? calls / every : 1;
+    for (long long n = 1; n <= calls; n += n < every ? 1 : stride) {
+        snprintf(fail, sizeof fail, "FAKECUDA_FAIL=%s@%lld", api, n);
+        env[9] = fail;
+        r = tu_run_prog(prog, args, 1, env, RUN_TIMEOUT_S);
+        tu_assert_fault_outcome(&r, ref.checksum, stats, fail + strlen("FAKECUDA_FAIL="));
+        tu_result_free(&r);
+    }
+    tu_result_free(&ref);
+    unlink(stats);
+    free(stats);
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+START_TEST(test_fault_in_module_unload_is_clean) {
+    fault_loop("test/progs/modprog", "cuModuleUnload", "4", 1000);
+}
+END_TEST
+
+START_TEST(test_fault_in_module_load_is_clean) {
+    fault_loop("test/progs/modprog", "cuModuleLoadData", "4", 1000);
+}
+END_TEST
+
+/* The split batches: a part that fails ends the call with its error. Sampled: a run makes
+ * hundreds of parts. */
+START_TEST(test_fault_in_split_batch_is_clean) {
+    fault_loop("test/progs/batchprog", "cuMemcpyBatchAsync", "1", 8);
+}
+END_TEST
+
 Suite *suite_userprogs(void) {
     Suite *s = suite_create("userprogs");
     TCase *tc = tcase_create("fork");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_fork_child_runs_and_exits_and_driver_refuses_it);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("exit");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_exit_handlers_read_device_memory_before_the_shim_lets_go);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("modules");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_modules_unloaded_and_loaded_again_with_reused_handles);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("batch");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_wide_batched_copies_are_split);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("side_effects");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc,
+                   test_producer_with_host_side_effect_is_launched_as_often_as_the_program_does);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("faults");
+    tcase_set_timeout(tc, tu_under_valgrind() ? 36000 : 600);
+    tcase_add_test(tc, test_fault_in_module_unload_is_clean);
+    tcase_add_test(tc, test_fault_in_module_load_is_clean);
+    tcase_add_test(tc, test_fault_in_split_batch_is_clean);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -78,8 +78,9 @@ struct CUfunc_st {
     unsigned offset[FAKECUDA_MAX_PARAMS];
     unsigned size[FAKECUDA_MAX_PARAMS];
     size_t total_bytes;
-    atomic_int loaded;        /* CU_FUNCTION_LOADING_STATE_LOADED once loaded */
-    struct CUkern_st *kernel; /* its library kernel handle, made by cuLibraryGetKernel */
+    atomic_int loaded;            /* CU_FUNCTION_LOADING_STATE_LOADED once loaded */
+    struct CUkern_st *kernel;     /* its library kernel handle, made by cuLibraryGetKernel */
+    struct CUfunc_st *spare_next; /* on spare_funcs */
 };
 
 /* A library's kernel (CUkernel): a handle of its own, distinct from the function it yields. */
@@ -101,6 +102,11 @@ typedef struct CUmod_st fc_module_t;
 
 static fc_module_t *live_modules; /* guarded by reg_lock */
 
+/* Functions of unloaded modules, reused (last freed, first reused) for the next functions made,
+ * so that a new module's function can have the handle value an unloaded one had, as with the
+ * real driver. Guarded by reg_lock. */
+static fc_func_t *spare_funcs;
+
 static unsigned param_align(unsigned size, unsigned want) {
     if (want)
         return want;
@@ -110,10 +116,15 @@ static unsigned param_align(unsigned size, unsigned want) {
     return a;
 }
 
+/* Caller holds reg_lock. */
 static fc_func_t *func_new(const fakecuda_kernel_t *k) {
-    fc_func_t *f = calloc(1, sizeof *f);
-    if (!f)
+    fc_func_t *f = spare_funcs;
+    if (f) {
+        spare_funcs = f->spare_next;
+        memset(f, 0, sizeof *f);
+    } else if (!(f = calloc(1, sizeof *f))) {
         return NULL;
+    }
     f->magic = FC_MAGIC_FUNC;
     f->k = k;
     size_t off = 0;
@@ -206,8 +217,10 @@ static void module_free(fc_module_t *m) {
             m->funcs[i]->kernel->magic = 0;
             free(m->funcs[i]->kernel);
         }
-        m->funcs[i]->magic = 0;
-        free(m->funcs[i]);
+        fc_func_t *f = m->funcs[i];
+        memset(f, 0, sizeof *f); /* magic 0: a stale handle is invalid until reused */
+        f->spare_next = spare_funcs;
+        spare_funcs = f;
     }
     free(m->funcs);
     m->magic = 0;
@@ -231,6 +244,11 @@ void fc_kernels_shutdown(void) {
     pthread_mutex_lock(&reg_lock);
     while (live_modules)
         module_free(live_modules);
+    while (spare_funcs) {
+        fc_func_t *f = spare_funcs;
+        spare_funcs = f->spare_next;
+        free(f);
+    }
     pthread_mutex_unlock(&reg_lock);
 }
 

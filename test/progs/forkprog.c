@@ -23,7 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "fakecuda.h"
+#include "userprog.h"
 
 #define WORDS  (16384) /* 64 KiB */
 #define NB     16
@@ -31,37 +31,9 @@
 #define ITERS  10
 #define BG_OPS 200
 
-/* mix(uint32_t *dst, const uint32_t *src, uint32_t k, int n): dst[i] = dst[i] * 3 + src[i] + k */
-static int k_mix(fakecuda_launch_t *l) {
-    CUdeviceptr dd = FAKECUDA_ARG(l, 0, CUdeviceptr), sd = FAKECUDA_ARG(l, 1, CUdeviceptr);
-    uint32_t k = FAKECUDA_ARG(l, 2, uint32_t);
-    int n = FAKECUDA_ARG(l, 3, int);
-    uint32_t *dst = fakecuda_access(l, dd, (size_t)n * 4, 1);
-    const uint32_t *src = fakecuda_access(l, sd, (size_t)n * 4, 0);
-    if (!dst || !src)
-        return -1;
-    for (int i = 0; i < n; i++)
-        dst[i] = dst[i] * 3u + src[i] + k;
-    return 0;
-}
+static const fakecuda_kernel_t kernels[] = {UP_MIX_KERNEL("forkprog")};
 
-static const fakecuda_kernel_t kernels[] = {
-    {"forkprog", "mix", 4, {8, 8, 4, 4}, k_mix},
-};
-
-static void die(const char *call, CUresult r) {
-    const char *name = "?";
-    cuGetErrorName(r, &name);
-    fprintf(stderr, "error: %s: %s (%d)\n", call, name, (int)r);
-    exit(2);
-}
-
-#define CHECK(x)                                                                                   \
-    do {                                                                                           \
-        CUresult r_ = (x);                                                                         \
-        if (r_ != CUDA_SUCCESS)                                                                    \
-            die(#x, r_);                                                                           \
-    } while (0)
+#define CHECK UP_CHECK
 
 static CUcontext ctx;
 static CUfunction f_mix;
@@ -69,14 +41,11 @@ static CUdeviceptr bufs[NB], bg_bufs[NB_BG];
 static uint32_t *model[NB], *bg_model[NB_BG];
 
 static void mix(CUdeviceptr dst, CUdeviceptr src, uint32_t k, CUstream s) {
-    int n = WORDS;
-    void *args[] = {&dst, &src, &k, &n};
-    CHECK(cuLaunchKernel(f_mix, 1, 1, 1, 32, 1, 1, 0, s, args, NULL));
+    CHECK(up_mix(f_mix, dst, src, k, WORDS, s));
 }
 
 static void model_mix(uint32_t *dst, const uint32_t *src, uint32_t k) {
-    for (int i = 0; i < WORDS; i++)
-        dst[i] = dst[i] * 3u + src[i] + k;
+    up_model_mix(dst, src, k, WORDS);
 }
 
 /* The helper thread: kernels on its own stream and buffers while the main thread forks. */
@@ -117,18 +86,11 @@ static int wait_child(pid_t pid, const char *who) {
     return 1;
 }
 
-static uint64_t fnv(uint64_t h, const void *p, size_t n) {
-    const unsigned char *b = p;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
-
 /* Child A: host work only, then returns from main, so every exit handler runs. */
 static int child_a(void) {
-    uint64_t h = 1469598103934665603ull;
+    uint64_t h = UP_FNV_SEED;
     for (uint32_t i = 0; i < 100000; i++)
-        h = fnv(h, &i, sizeof i);
+        h = up_fnv(h, &i, sizeof i);
     printf("child A: host work %016llx\n", (unsigned long long)h);
     fflush(stdout);
     return 0;
@@ -206,7 +168,7 @@ int main(int argc, char **argv) {
         }
     }
     CHECK(cuCtxSynchronize());
-    uint64_t sum = 1469598103934665603ull;
+    uint64_t sum = UP_FNV_SEED;
     uint32_t *host = malloc(WORDS * 4);
     if (!host)
         return 2;
@@ -217,7 +179,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "forkprog: buffer %d is wrong\n", b);
             bad = 1;
         }
-        sum = fnv(sum, m, WORDS * 4);
+        sum = up_fnv(sum, m, WORDS * 4);
         CHECK(cuMemFree(b < NB ? bufs[b] : bg_bufs[b - NB]));
     }
     printf("checksum: %016llx\n", (unsigned long long)sum);

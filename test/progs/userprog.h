@@ -1,0 +1,72 @@
+/* SPDX-License-Identifier: MIT */
+/* userprog.h: what the small user programs of test/progs share (forkprog, exitprog, ...): the
+ * mix kernel and its host model, driver-error reporting and the checksum. Header-only: each
+ * program is one .c file built on its own.
+ *
+ * mix(uint32_t *dst, const uint32_t *src, uint32_t k, int n): dst[i] = dst[i] * 3 + src[i] + k,
+ * in 32-bit integers, so the host model gives every byte. */
+#ifndef OOC_USERPROG_H
+#define OOC_USERPROG_H
+
+#include <cuda.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "fakecuda.h"
+
+static int up_k_mix(fakecuda_launch_t *l) {
+    CUdeviceptr dd = FAKECUDA_ARG(l, 0, CUdeviceptr), sd = FAKECUDA_ARG(l, 1, CUdeviceptr);
+    uint32_t k = FAKECUDA_ARG(l, 2, uint32_t);
+    int n = FAKECUDA_ARG(l, 3, int);
+    uint32_t *dst = fakecuda_access(l, dd, (size_t)n * 4, 1);
+    const uint32_t *src = fakecuda_access(l, sd, (size_t)n * 4, 0);
+    if (!dst || !src)
+        return -1;
+    for (int i = 0; i < n; i++)
+        dst[i] = dst[i] * 3u + src[i] + k;
+    return 0;
+}
+
+/* The mix kernel's row for fakecuda_register_kernels, in module `module`. */
+#define UP_MIX_KERNEL(module)                                                                      \
+    { module, "mix", 4, {8, 8, 4, 4}, up_k_mix }
+
+static inline void up_model_mix(uint32_t *dst, const uint32_t *src, uint32_t k, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        dst[i] = dst[i] * 3u + src[i] + k;
+}
+
+/* Reports a failed driver call ("error: <call>: <name> (<code>)") and exits 2. */
+static inline void up_die(const char *call, CUresult r) {
+    const char *name = "?";
+    cuGetErrorName(r, &name);
+    fprintf(stderr, "error: %s: %s (%d)\n", call, name, (int)r);
+    exit(2);
+}
+
+#define UP_CHECK(x)                                                                                \
+    do {                                                                                           \
+        CUresult r_ = (x);                                                                         \
+        if (r_ != CUDA_SUCCESS)                                                                    \
+            up_die(#x, r_);                                                                        \
+    } while (0)
+
+/* Launches mix(dst, src, k, n) on stream s. */
+static inline CUresult up_mix(CUfunction f, CUdeviceptr dst, CUdeviceptr src, uint32_t k, int n,
+                              CUstream s) {
+    void *args[] = {&dst, &src, &k, &n};
+    return cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, s, args, NULL);
+}
+
+#define UP_FNV_SEED 1469598103934665603ull
+
+/* FNV-1a 64 of n bytes, continuing from h. */
+static inline uint64_t up_fnv(uint64_t h, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+#endif
