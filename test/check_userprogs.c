@@ -79,6 +79,7 @@ static void check_one(const char *prog, const char *const *args, const tu_result
                          "OOC_PROFILE_ITERS=2",
                          "OOC_CHUNK=64K",
                          "FAKECUDA_GRANULARITY=64K",
+                         "ASAN_OPTIONS=detect_leaks=0", /* as in oracle() */
                          NULL};
     tu_result_t r = tu_run_prog(prog, args, 1, env, RUN_TIMEOUT_S);
     ck_assert_msg(r.status == 0, "%s (%s, %s, seed %u, safe mode %s) at %llu bytes: status %d\n%s",
