@@ -196,6 +196,7 @@ static void fault_loop(const char *prog, const char *api, const char *iters, lon
                          "FAKECUDA_GRANULARITY=64K",
                          "FAKECUDA_HOST_VMM=0",
                          NULL,
+                         "ASAN_OPTIONS=detect_leaks=0", /* as in oracle() */
                          NULL};
     tu_result_t r = tu_run_prog(prog, args, 1, env, RUN_TIMEOUT_S);
     ck_assert_msg(r.status == 0 && strcmp(r.checksum, ref.checksum) == 0,
