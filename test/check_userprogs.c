@@ -195,8 +195,8 @@ static void fault_loop(const char *prog, const char *api, const char *iters, lon
                          "OOC_CHUNK=64K",
                          "FAKECUDA_GRANULARITY=64K",
                          "FAKECUDA_HOST_VMM=0",
-                         NULL,
                          "ASAN_OPTIONS=detect_leaks=0", /* as in oracle() */
+                         NULL,
                          NULL};
     tu_result_t r = tu_run_prog(prog, args, 1, env, RUN_TIMEOUT_S);
     ck_assert_msg(r.status == 0 && strcmp(r.checksum, ref.checksum) == 0,
@@ -207,7 +207,7 @@ static void fault_loop(const char *prog, const char *api, const char *iters, lon
     long long stride = calls > 2 * every ? calls / every : 1;
     for (long long n = 1; n <= calls; n += n < every ? 1 : stride) {
         snprintf(fail, sizeof fail, "FAKECUDA_FAIL=%s@%lld", api, n);
-        env[9] = fail;
+        env[10] = fail;
         r = tu_run_prog(prog, args, 1, env, RUN_TIMEOUT_S);
         tu_assert_fault_outcome(&r, ref.checksum, stats, fail + strlen("FAKECUDA_FAIL="));
         tu_result_free(&r);
