@@ -16,51 +16,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A max-heap of gap indices by `to` (the next use), then by footprint. */
-typedef struct {
-    uint32_t *a;
-    uint32_t n;
-    const sched_t *s;
-} heap_t;
-
-static int above(const heap_t *h, uint32_t x, uint32_t y) {
-    const gap_t *gx = &h->s->g[x], *gy = &h->s->g[y];
+/* The heap order: the gap with the farthest next use (`to`) first, then the larger footprint
+ * (ctx: the schedule). */
+static int farther(const void *ctx, uint32_t x, uint32_t y) {
+    const sched_t *s = ctx;
+    const gap_t *gx = &s->g[x], *gy = &s->g[y];
     if (gx->to != gy->to)
         return gx->to > gy->to;
-    uint64_t fx = h->s->m->fp[gx->buf], fy = h->s->m->fp[gy->buf];
+    uint64_t fx = s->m->fp[gx->buf], fy = s->m->fp[gy->buf];
     if (fx != fy)
         return fx > fy;
     return x < y;
-}
-
-static void hpush(heap_t *h, uint32_t v) {
-    uint32_t i = h->n++;
-    h->a[i] = v;
-    while (i > 0 && above(h, h->a[i], h->a[(i - 1) / 2])) {
-        uint32_t p = (i - 1) / 2, t = h->a[p];
-        h->a[p] = h->a[i];
-        h->a[i] = t;
-        i = p;
-    }
-}
-
-static uint32_t hpop(heap_t *h) {
-    uint32_t top = h->a[0];
-    h->a[0] = h->a[--h->n];
-    for (uint32_t i = 0;;) {
-        uint32_t l = 2 * i + 1, r = l + 1, b = i;
-        if (l < h->n && above(h, h->a[l], h->a[b]))
-            b = l;
-        if (r < h->n && above(h, h->a[r], h->a[b]))
-            b = r;
-        if (b == i)
-            break;
-        uint32_t t = h->a[b];
-        h->a[b] = h->a[i];
-        h->a[i] = t;
-        i = b;
-    }
-    return top;
 }
 
 /* Producers' time of buffer b, ns. */
@@ -96,7 +62,7 @@ int belady_schedule(sched_t *s, uint64_t budget, double rec_ns_per_byte, int on_
     /* per op: the gaps that start there (by reference), to push them when the op is done */
     uint32_t *start_off = calloc((size_t)n + 2, sizeof *start_off);
     uint32_t *starts = malloc((s->ng ? s->ng : 1) * sizeof *starts);
-    heap_t h = {malloc(((size_t)s->ng + m->nb + 1) * sizeof(uint32_t)), 0, s};
+    sched_heap_t h = {malloc(((size_t)s->ng + m->nb + 1) * sizeof(uint32_t)), 0, farther, s};
     int64_t *delta = calloc((size_t)n + 1, sizeof *delta); /* memory arriving at op i */
     if (!start_off || !starts || !h.a || !delta) {
         free(start_off);
@@ -135,7 +101,7 @@ int belady_schedule(sched_t *s, uint64_t budget, double rec_ns_per_byte, int on_
         if (bf->persistent) {
             uint32_t last = s->gap_off[b + 1];
             if (last > s->gap_off[b] && s->g[last - 1].to >= n)
-                hpush(&h, last - 1);
+                sched_heap_push(&h, last - 1);
         }
     }
     for (int32_t i = 0; i < n; i++) {
@@ -149,7 +115,7 @@ int belady_schedule(sched_t *s, uint64_t budget, double rec_ns_per_byte, int on_
         }
         /* over the budget: evict the kept buffer whose next use is farthest */
         while (res > (int64_t)budget && h.n > 0) {
-            uint32_t k = hpop(&h);
+            uint32_t k = sched_heap_pop(&h);
             gap_t *g = &s->g[k];
             /* stale: decided already, or not open at op i (op i itself uses it) */
             int32_t t = g->to >= n && i <= g->from ? i + n : i;
@@ -166,7 +132,7 @@ int belady_schedule(sched_t *s, uint64_t budget, double rec_ns_per_byte, int on_
         for (uint32_t q = start_off[i]; q < start_off[i + 1]; q++) {
             gap_t *g = &s->g[starts[q]];
             if (g->dec == OOC_KEEP) {
-                hpush(&h, starts[q]);
+                sched_heap_push(&h, starts[q]);
             } else {
                 res -= (int64_t)m->fp[g->buf];
                 if (g->to < n)

@@ -76,6 +76,36 @@ uint64_t sched_score(const ooc_sim_result_t *r) {
     return r->feasible ? r->time_ns : UINT64_MAX;
 }
 
+void sched_heap_push(sched_heap_t *h, uint32_t v) {
+    uint32_t i = h->n++;
+    h->a[i] = v;
+    while (i > 0 && h->above(h->ctx, h->a[i], h->a[(i - 1) / 2])) {
+        uint32_t p = (i - 1) / 2, t = h->a[p];
+        h->a[p] = h->a[i];
+        h->a[i] = t;
+        i = p;
+    }
+}
+
+uint32_t sched_heap_pop(sched_heap_t *h) {
+    uint32_t top = h->a[0];
+    h->a[0] = h->a[--h->n];
+    for (uint32_t i = 0;;) {
+        uint32_t l = 2 * i + 1, r = l + 1, b = i;
+        if (l < h->n && h->above(h->ctx, h->a[l], h->a[b]))
+            b = l;
+        if (r < h->n && h->above(h->ctx, h->a[r], h->a[b]))
+            b = r;
+        if (b == i)
+            break;
+        uint32_t t = h->a[b];
+        h->a[b] = h->a[i];
+        h->a[i] = t;
+        i = b;
+    }
+    return top;
+}
+
 uint32_t sched_sim_budget(const ooc_model_t *m) {
     uint64_t work = (uint64_t)m->n + m->prof->nrefs + 1;
     /* a simulation costs about 80 ns per op and reference on this machine: this keeps one

@@ -43,6 +43,18 @@ void sched_swap_all(sched_t *s, int32_t min_len, int32_t ahead);
 uint32_t sched_sim_budget(const ooc_model_t *m);
 
 /* Policies (policy.c, window.c, pooch.c, auto.c). Each returns a finalized plan. */
+/* A binary heap of gap (or any) indices, ordered by `above` (x above y: x comes out first);
+ * `a` holds room for every index pushed. Shared by the window and belady policies. */
+typedef int (*sched_heap_above_fn)(const void *ctx, uint32_t x, uint32_t y);
+typedef struct {
+    uint32_t *a;
+    uint32_t n;
+    sched_heap_above_fn above;
+    const void *ctx;
+} sched_heap_t;
+void sched_heap_push(sched_heap_t *h, uint32_t v);
+uint32_t sched_heap_pop(sched_heap_t *h); /* h->n > 0 */
+
 int pol_swapall(const ooc_model_t *m, const ooc_policy_opts_t *o, ooc_plan_t **out);
 int pol_lms(const ooc_model_t *m, const ooc_policy_opts_t *o, ooc_plan_t **out);
 int pol_superneurons(const ooc_model_t *m, const ooc_policy_opts_t *o, ooc_plan_t **out);

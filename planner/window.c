@@ -14,49 +14,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A binary heap of gap indices ordered by `to` (min-heap or max-heap). */
-typedef struct {
-    uint32_t *a;
-    uint32_t n;
-    int max;
-    const gap_t *g;
-} heap_t;
-
-static int before(const heap_t *h, uint32_t x, uint32_t y) {
-    int32_t tx = h->g[x].to, ty = h->g[y].to;
-    if (tx != ty)
-        return h->max ? tx > ty : tx < ty;
-    return x < y;
+/* Heap orders over gaps by `to` (ctx: the gap array); ties by index. */
+static int to_earlier(const void *ctx, uint32_t x, uint32_t y) {
+    const gap_t *g = ctx;
+    return g[x].to != g[y].to ? g[x].to < g[y].to : x < y;
 }
 
-static void hpush(heap_t *h, uint32_t v) {
-    uint32_t i = h->n++;
-    h->a[i] = v;
-    while (i > 0 && before(h, h->a[i], h->a[(i - 1) / 2])) {
-        uint32_t p = (i - 1) / 2, t = h->a[p];
-        h->a[p] = h->a[i];
-        h->a[i] = t;
-        i = p;
-    }
-}
-
-static uint32_t hpop(heap_t *h) {
-    uint32_t top = h->a[0];
-    h->a[0] = h->a[--h->n];
-    for (uint32_t i = 0;;) {
-        uint32_t l = 2 * i + 1, r = l + 1, b = i;
-        if (l < h->n && before(h, h->a[l], h->a[b]))
-            b = l;
-        if (r < h->n && before(h, h->a[r], h->a[b]))
-            b = r;
-        if (b == i)
-            break;
-        uint32_t t = h->a[b];
-        h->a[b] = h->a[i];
-        h->a[i] = t;
-        i = b;
-    }
-    return top;
+static int to_later(const void *ctx, uint32_t x, uint32_t y) {
+    const gap_t *g = ctx;
+    return g[x].to != g[y].to ? g[x].to > g[y].to : x < y;
 }
 
 int window_schedule(sched_t *s, uint64_t budget, uint64_t window_bytes) {
@@ -67,8 +33,8 @@ int window_schedule(sched_t *s, uint64_t budget, uint64_t window_bytes) {
         return 0;
     int32_t *e = malloc((size_t)n * sizeof *e);
     uint32_t *from_gap = malloc((p->nrefs ? p->nrefs : 1) * sizeof *from_gap);
-    heap_t pend = {malloc((s->ng + 1) * sizeof(uint32_t)), 0, 0, s->g};
-    heap_t kept = {malloc((s->ng + 1) * sizeof(uint32_t)), 0, 1, s->g};
+    sched_heap_t pend = {malloc((s->ng + 1) * sizeof(uint32_t)), 0, to_earlier, s->g};
+    sched_heap_t kept = {malloc((s->ng + 1) * sizeof(uint32_t)), 0, to_later, s->g};
     if (!e || !from_gap || !pend.a || !kept.a) {
         free(e);
         free(from_gap);
@@ -112,7 +78,7 @@ int window_schedule(sched_t *s, uint64_t budget, uint64_t window_bytes) {
             int forced = g->to <= i;
             if (g->to > e[i] || (!forced && res + (int64_t)m->fp[g->buf] > (int64_t)budget))
                 break;
-            hpop(&pend);
+            sched_heap_pop(&pend);
             g->in_at = i > g->from ? i : g->from + 1;
             res += (int64_t)m->fp[g->buf];
         }
@@ -124,13 +90,13 @@ int window_schedule(sched_t *s, uint64_t budget, uint64_t window_bytes) {
         }
         /* (b) over budget: evict kept buffers with the farthest next use */
         while (res > (int64_t)budget && kept.n > 0) {
-            uint32_t k = hpop(&kept);
+            uint32_t k = sched_heap_pop(&kept);
             gap_t *g = &s->g[k];
             if (g->dec != OOC_KEEP || g->to <= i || g->from >= i)
                 continue;
             g->dec = OOC_SWAP;
             res -= (int64_t)m->fp[g->buf];
-            hpush(&pend, k);
+            sched_heap_push(&pend, k);
         }
         /* (c) after op i: keep what the window still covers, swap out the rest */
         for (uint32_t r = 0; r < o->nref; r++) {
@@ -139,11 +105,11 @@ int window_schedule(sched_t *s, uint64_t budget, uint64_t window_bytes) {
             if (k != UINT32_MAX) {
                 gap_t *g = &s->g[k];
                 if (g->to <= e[i]) {
-                    hpush(&kept, k);
+                    sched_heap_push(&kept, k);
                 } else {
                     g->dec = OOC_SWAP;
                     res -= (int64_t)m->fp[b];
-                    hpush(&pend, k);
+                    sched_heap_push(&pend, k);
                 }
                 continue;
             }
@@ -154,7 +120,7 @@ int window_schedule(sched_t *s, uint64_t budget, uint64_t window_bytes) {
     }
     /* wrapping gaps the tail could not bring back come in at the start of the next iteration */
     while (pend.n > 0) {
-        gap_t *g = &s->g[hpop(&pend)];
+        gap_t *g = &s->g[sched_heap_pop(&pend)];
         g->in_at = g->to - 1 > g->from ? g->to - 1 : g->from + 1;
     }
     free(e);
