@@ -39,29 +39,14 @@ static CUresult batch(CUdeviceptr *dst, CUdeviceptr *src, CUstream s) {
 
 int main(int argc, char **argv) {
     int iters = 6;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
-            iters = atoi(argv[++i]);
-        } else {
-            fprintf(stderr, "usage: batchprog [--iters N]\n");
-            return 64;
-        }
-    }
-    if (iters < 1) {
-        fprintf(stderr, "batchprog: --iters must be at least 1\n");
+    if (up_parse_iters(argc, argv, "batchprog", 1, &iters) != 0)
         return 64;
-    }
     if (fakecuda_register_kernels(kernels, sizeof kernels / sizeof kernels[0]) != 0)
         return 2;
-    CUdevice dev;
-    CUcontext ctx;
     CUmodule mod;
     CUfunction f_mix;
     CUstream s;
-    UP_CHECK(cuInit(0));
-    UP_CHECK(cuDeviceGet(&dev, 0));
-    UP_CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    UP_CHECK(cuCtxSetCurrent(ctx));
+    (void)up_init_context();
     UP_CHECK(cuModuleLoadData(&mod, FAKECUDA_IMAGE_PREFIX "batchprog"));
     UP_CHECK(cuModuleGetFunction(&f_mix, mod, "mix"));
     UP_CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));

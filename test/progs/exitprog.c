@@ -98,26 +98,12 @@ static void *bg_main(void *arg) {
 int main(int argc, char **argv) {
     atexit(at_exit_handler);
     int iters = 8;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
-            iters = atoi(argv[++i]);
-        } else {
-            fprintf(stderr, "usage: exitprog [--iters N]\n");
-            return 64;
-        }
-    }
-    if (iters < 1) {
-        fprintf(stderr, "exitprog: --iters must be at least 1\n");
+    if (up_parse_iters(argc, argv, "exitprog", 1, &iters) != 0)
         return 64;
-    }
     if (fakecuda_register_kernels(kernels, sizeof kernels / sizeof kernels[0]) != 0)
         return 2;
-    CUdevice dev;
     CUmodule mod;
-    UP_CHECK(cuInit(0));
-    UP_CHECK(cuDeviceGet(&dev, 0));
-    UP_CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    UP_CHECK(cuCtxSetCurrent(ctx));
+    ctx = up_init_context();
     UP_CHECK(cuModuleLoadData(&mod, FAKECUDA_IMAGE_PREFIX "exitprog"));
     UP_CHECK(cuModuleGetFunction(&f_mix, mod, "mix"));
     for (int b = 0; b < NB; b++) {

@@ -111,26 +111,12 @@ static int child_b(void) {
 
 int main(int argc, char **argv) {
     int iters = ITERS;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
-            iters = atoi(argv[++i]);
-        } else {
-            fprintf(stderr, "usage: forkprog [--iters N]\n");
-            return 64;
-        }
-    }
-    if (iters < 4) {
-        fprintf(stderr, "forkprog: --iters must be at least 4\n");
+    if (up_parse_iters(argc, argv, "forkprog", 4, &iters) != 0)
         return 64;
-    }
     if (fakecuda_register_kernels(kernels, sizeof kernels / sizeof kernels[0]) != 0)
         return 2;
-    CUdevice dev;
     CUmodule mod;
-    CHECK(cuInit(0));
-    CHECK(cuDeviceGet(&dev, 0));
-    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CHECK(cuCtxSetCurrent(ctx));
+    ctx = up_init_context();
     CHECK(cuModuleLoadData(&mod, FAKECUDA_IMAGE_PREFIX "forkprog"));
     CHECK(cuModuleGetFunction(&f_mix, mod, "mix"));
     for (int b = 0; b < NB + NB_BG; b++) {

@@ -73,26 +73,11 @@ static void run_b(CUfunction f, int it) {
 
 int main(int argc, char **argv) {
     int iters = 8;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
-            iters = atoi(argv[++i]);
-        } else {
-            fprintf(stderr, "usage: modprog [--iters N]\n");
-            return 64;
-        }
-    }
-    if (iters < 1) {
-        fprintf(stderr, "modprog: --iters must be at least 1\n");
+    if (up_parse_iters(argc, argv, "modprog", 1, &iters) != 0)
         return 64;
-    }
     if (fakecuda_register_kernels(kernels, sizeof kernels / sizeof kernels[0]) != 0)
         return 2;
-    CUdevice dev;
-    CUcontext ctx;
-    UP_CHECK(cuInit(0));
-    UP_CHECK(cuDeviceGet(&dev, 0));
-    UP_CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    UP_CHECK(cuCtxSetCurrent(ctx));
+    (void)up_init_context();
     for (int b = 0; b < NB; b++) {
         model[b] = malloc(WORDS * 4);
         if (!model[b])

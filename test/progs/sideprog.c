@@ -47,28 +47,13 @@ static const fakecuda_kernel_t kernels[] = {
 
 int main(int argc, char **argv) {
     int iters = 8;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
-            iters = atoi(argv[++i]);
-        } else {
-            fprintf(stderr, "usage: sideprog [--iters N]\n");
-            return 64;
-        }
-    }
-    if (iters < 1) {
-        fprintf(stderr, "sideprog: --iters must be at least 1\n");
+    if (up_parse_iters(argc, argv, "sideprog", 1, &iters) != 0)
         return 64;
-    }
     if (fakecuda_register_kernels(kernels, sizeof kernels / sizeof kernels[0]) != 0)
         return 2;
-    CUdevice dev;
-    CUcontext ctx;
+    (void)up_init_context();
     CUmodule mod;
     CUfunction f_mix, f_produce;
-    UP_CHECK(cuInit(0));
-    UP_CHECK(cuDeviceGet(&dev, 0));
-    UP_CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    UP_CHECK(cuCtxSetCurrent(ctx));
     UP_CHECK(cuModuleLoadData(&mod, FAKECUDA_IMAGE_PREFIX "sideprog"));
     UP_CHECK(cuModuleGetFunction(&f_mix, mod, "mix"));
     UP_CHECK(cuModuleGetFunction(&f_produce, mod, "produce"));

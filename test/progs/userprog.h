@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "fakecuda.h"
 
@@ -57,6 +58,36 @@ static inline CUresult up_mix(CUfunction f, CUdeviceptr dst, CUdeviceptr src, ui
                               CUstream s) {
     void *args[] = {&dst, &src, &k, &n};
     return cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, s, args, NULL);
+}
+
+/* Reads the programs' one option, `--iters N`, into *iters (left as given when absent), which
+ * must be at least min_iters. Returns 0, or 64 after printing the usage or the error. */
+static inline int up_parse_iters(int argc, char **argv, const char *prog, int min_iters,
+                                 int *iters) {
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
+            *iters = atoi(argv[++i]);
+        } else {
+            fprintf(stderr, "usage: %s [--iters N]\n", prog);
+            return 64;
+        }
+    }
+    if (*iters < min_iters) {
+        fprintf(stderr, "%s: --iters must be at least %d\n", prog, min_iters);
+        return 64;
+    }
+    return 0;
+}
+
+/* cuInit, then device 0's primary context made current; exits 2 on a driver error. */
+static inline CUcontext up_init_context(void) {
+    CUdevice dev;
+    CUcontext ctx;
+    UP_CHECK(cuInit(0));
+    UP_CHECK(cuDeviceGet(&dev, 0));
+    UP_CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    UP_CHECK(cuCtxSetCurrent(ctx));
+    return ctx;
 }
 
 #define UP_FNV_SEED 1469598103934665603ull
