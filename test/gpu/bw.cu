@@ -48,13 +48,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s: --mib 1..4096\n", prog);
         return 2;
     }
-    int ndev = 0;
-    cudaError_t e = cudaGetDeviceCount(&ndev);
-    if (e != cudaSuccess || ndev == 0) {
-        printf("SKIP %s: no CUDA device (%s)\n", prog,
-               e != cudaSuccess ? cudaGetErrorName(e) : "count 0");
+    if (gk_no_device(prog))
         return GK_SKIP;
-    }
     const size_t bytes = (size_t)mib << 20;
     void *h_up, *h_down, *d_up, *d_down;
     CK(cudaMallocHost(&h_up, bytes));

@@ -65,13 +65,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s: --layers 1..256, --mib 1..4096, --iters >= 1\n", prog);
         return 2;
     }
-    int ndev = 0;
-    cudaError_t e = cudaGetDeviceCount(&ndev);
-    if (e != cudaSuccess || ndev == 0) {
-        printf("SKIP %s: no CUDA device (%s)\n", prog,
-               e != cudaSuccess ? cudaGetErrorName(e) : "count 0");
+    if (gk_no_device(prog))
         return GK_SKIP;
-    }
     void (*mark_fn)(void) = NULL;
     if (mark)
         *(void **)&mark_fn = dlsym(RTLD_DEFAULT, "ooc_mark_iteration");

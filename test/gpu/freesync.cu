@@ -85,13 +85,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s: --ms 10..5000\n", prog);
         return 2;
     }
-    int ndev = 0;
-    cudaError_t e = cudaGetDeviceCount(&ndev);
-    if (e != cudaSuccess || ndev == 0) {
-        printf("SKIP %s: no CUDA device (%s)\n", prog,
-               e != cudaSuccess ? cudaGetErrorName(e) : "count 0");
+    if (gk_no_device(prog))
         return GK_SKIP;
-    }
     CK(cudaMalloc(&flag, sizeof *flag));
     CK(cudaEventCreate(&after));
     /* the kernel alone, nothing waiting but the synchronisation */

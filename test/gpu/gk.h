@@ -22,6 +22,21 @@
 /* The exit status of a program that found no CUDA device (automake's "skipped"). */
 #define GK_SKIP 77
 
+#ifdef __CUDACC__
+#include <stdio.h>
+/* Says "SKIP <prog>: no CUDA device (<why>)" and returns 1 when the runtime finds no device (the
+ * program then exits GK_SKIP); returns 0 when there is one. */
+static inline int gk_no_device(const char *prog) {
+    int ndev = 0;
+    cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e == cudaSuccess && ndev > 0)
+        return 0;
+    printf("SKIP %s: no CUDA device (%s)\n", prog,
+           e != cudaSuccess ? cudaGetErrorName(e) : "count 0");
+    return 1;
+}
+#endif
+
 /* lowbias32: a bijective 32-bit mix. */
 static GK_HD inline uint32_t gk_mix(uint32_t x) {
     x ^= x >> 16;

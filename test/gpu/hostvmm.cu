@@ -116,13 +116,8 @@ static void cost(const char *loc, const CUmemAllocationProp *prop, size_t bytes,
 }
 
 int main(void) {
-    int ndev = 0;
-    cudaError_t e = cudaGetDeviceCount(&ndev);
-    if (e != cudaSuccess || ndev == 0) {
-        printf("SKIP %s: no CUDA device (%s)\n", prog,
-               e != cudaSuccess ? cudaGetErrorName(e) : "count 0");
+    if (gk_no_device(prog))
         return GK_SKIP;
-    }
     if (cudaFree(0) != cudaSuccess || cudaMalloc(&d_sum, sizeof *d_sum) != cudaSuccess) {
         printf("ERROR %s: cannot initialise the runtime\n", prog);
         return 3;

@@ -34,13 +34,8 @@ enum { NBUF = 6, WORDS = 1 << 20 };
 
 int main(int argc, char **argv) {
     int blas = argc > 1 && strcmp(argv[1], "--blas") == 0;
-    int ndev = 0;
-    cudaError_t e = cudaGetDeviceCount(&ndev);
-    if (e != cudaSuccess || ndev == 0) {
-        printf("SKIP %s: no CUDA device (%s)\n", prog,
-               e != cudaSuccess ? cudaGetErrorName(e) : "count 0");
+    if (gk_no_device(prog))
         return GK_SKIP;
-    }
     printf("shim: %s\n", dlsym(RTLD_DEFAULT, "ooc_mark_iteration") ? "loaded" : "not loaded");
     unsigned allocs = 0, launches = 0;
     cudaStream_t s;

@@ -45,13 +45,8 @@ static void phase(const char *name) {
 enum { WORDS = 1 << 20 };
 
 int main(void) {
-    int ndev = 0;
-    cudaError_t e = cudaGetDeviceCount(&ndev);
-    if (e != cudaSuccess || ndev == 0) {
-        printf("SKIP %s: no CUDA device (%s)\n", prog,
-               e != cudaSuccess ? cudaGetErrorName(e) : "count 0");
+    if (gk_no_device(prog))
         return GK_SKIP;
-    }
     void *p = dlsym(RTLD_DEFAULT, "gpuspy_phase");
     memcpy(&phase_fn, &p, sizeof p);
     printf("spy: %s\n", phase_fn ? "loaded" : "not loaded");

@@ -36,13 +36,8 @@ static unsigned long long read_sum(unsigned long long *d) {
 }
 
 int main(void) {
-    int ndev = 0;
-    cudaError_t e = cudaGetDeviceCount(&ndev);
-    if (e != cudaSuccess || ndev == 0) {
-        printf("SKIP %s: no CUDA device (%s)\n", prog,
-               e != cudaSuccess ? cudaGetErrorName(e) : "count 0");
+    if (gk_no_device(prog))
         return GK_SKIP;
-    }
     uint32_t *v, *fill[NFILL];
     uint32_t **table;
     unsigned long long *sums;

@@ -110,13 +110,8 @@ static int known_pointer(void) {
 }
 
 int main(void) {
-    int ndev = 0;
-    cudaError_t e = cudaGetDeviceCount(&ndev);
-    if (e != cudaSuccess || ndev == 0) {
-        printf("SKIP %s: no CUDA device (%s)\n", prog,
-               e != cudaSuccess ? cudaGetErrorName(e) : "count 0");
+    if (gk_no_device(prog))
         return GK_SKIP;
-    }
     CK(cudaFree(0));
     void (*phase_fn)(const char *) = NULL;
     void *sp = dlsym(RTLD_DEFAULT, "gpuspy_phase");
