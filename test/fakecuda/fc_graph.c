@@ -335,14 +335,21 @@ static CUresult fc_add_kernel(CUgraphNode *out, CUgraph g, const CUgraphNode *de
 }
 FC_EXPORT(cuGraphAddKernelNode_v2, PFN_cuGraphAddKernelNode_v12000, fc_add_kernel);
 
-static CUresult fc_add_memcpy(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t n,
-                              const CUDA_MEMCPY3D *c, CUcontext ctx) {
-    FC_ENTER("cuGraphAddMemcpyNode");
+/* The checks a memcpy or memset node's arguments share, in the driver's order: the graph and
+ * the out pointer, the context, the dependencies. */
+static CUresult check_op_node(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t n,
+                              CUcontext ctx) {
     if (!graph_of(g) || !out)
         return CUDA_ERROR_INVALID_VALUE;
     if (!fc_ctx_valid(ctx))
         return CUDA_ERROR_INVALID_CONTEXT;
-    CUresult r = check_deps(g, deps, n);
+    return check_deps(g, deps, n);
+}
+
+static CUresult fc_add_memcpy(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t n,
+                              const CUDA_MEMCPY3D *c, CUcontext ctx) {
+    FC_ENTER("cuGraphAddMemcpyNode");
+    CUresult r = check_op_node(out, g, deps, n, ctx);
     fc_op_t *op = NULL;
     if (r == CUDA_SUCCESS)
         r = fc_copy3d_op(c, &op);
@@ -355,11 +362,7 @@ FC_EXPORT(cuGraphAddMemcpyNode, PFN_cuGraphAddMemcpyNode_v10000, fc_add_memcpy);
 static CUresult fc_add_memset(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t n,
                               const CUDA_MEMSET_NODE_PARAMS *m, CUcontext ctx) {
     FC_ENTER("cuGraphAddMemsetNode");
-    if (!graph_of(g) || !out)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!fc_ctx_valid(ctx))
-        return CUDA_ERROR_INVALID_CONTEXT;
-    CUresult r = check_deps(g, deps, n);
+    CUresult r = check_op_node(out, g, deps, n, ctx);
     fc_op_t *op = NULL;
     if (r == CUDA_SUCCESS)
         r = fc_memset_op(m, &op);
