@@ -287,6 +287,7 @@ chunk_t *chunk_find(uint64_t idx);
 void chunk_delete(chunk_t *c);
 CUresult unmap_chunk(chunk_t *c);
 void alias_chunk(chunk_t *c);
+CUresult unmap_failed_copy_in(chunk_t *c);
 CUresult unalias_chunk(chunk_t *c);
 CUresult map_chunk(chunk_t *c);
 /* retire.c */

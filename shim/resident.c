@@ -436,15 +436,7 @@ static CUresult make_resident(uint64_t missing) {
             r = copy_in(c, M.swap);
             if (r != CUDA_SUCCESS) {
                 /* Keep the host copy; give the physical chunk back (nothing used it yet). */
-                if (ooc_real.cuMemUnmap(chunk_addr(c), M.chunk) == CUDA_SUCCESS) {
-                    c->phys->next = M.phys_free;
-                    M.phys_free = c->phys;
-                    c->phys = NULL;
-                    M.resident--;
-                    ooc_stats_gauge_sub(OOC_STAT_resident_bytes, M.chunk);
-                    if (M.safe)
-                        alias_chunk(c);
-                }
+                (void)unmap_failed_copy_in(c);
                 if (swapped_in)
                     swapins_issued();
                 return r;

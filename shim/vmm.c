@@ -190,6 +190,24 @@ CUresult unmap_chunk(chunk_t *c) {
     return CUDA_SUCCESS;
 }
 
+/* A copy into chunk c, freshly mapped for a swap-in, failed: unmaps it and gives its physical
+ * chunk back (the host copy stays the data; nothing used the device copy), and in safe mode maps
+ * the host copy there again. Returns the unmap's result; on failure c stays mapped. Caller holds
+ * the residency lock. */
+CUresult unmap_failed_copy_in(chunk_t *c) {
+    CUresult r = ooc_real.cuMemUnmap(chunk_addr(c), M.chunk);
+    if (r != CUDA_SUCCESS)
+        return r;
+    c->phys->next = M.phys_free;
+    M.phys_free = c->phys;
+    c->phys = NULL;
+    M.resident--;
+    ooc_stats_gauge_sub(OOC_STAT_resident_bytes, M.chunk);
+    if (M.safe)
+        alias_chunk(c);
+    return CUDA_SUCCESS;
+}
+
 /* Safe mode: maps a swapped chunk's host slot at the chunk's own address, so that an access the
  * shim could not see reaches the host copy, slowly but correctly. A failure is logged and leaves
  * the address unmapped (such an access would then fault); the data is safe either way. */

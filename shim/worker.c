@@ -134,18 +134,9 @@ static void worker_swapin(job_t j) {
             /* The host copy stays; the physical chunk goes back (the copy may not have run). */
             ooc_real.cuStreamSynchronize(M.h2d);
             ev_drop(v);
-            if (ooc_real.cuMemUnmap(chunk_addr(c), M.chunk) == CUDA_SUCCESS) {
-                c->phys->next = M.phys_free;
-                M.phys_free = c->phys;
-                c->phys = NULL;
-                M.resident--;
-                ooc_stats_gauge_sub(OOC_STAT_resident_bytes, M.chunk);
-                if (M.safe)
-                    alias_chunk(c);
-            } else {
+            if (unmap_failed_copy_in(c) != CUDA_SUCCESS)
                 c->state = C_RESIDENT; /* mapped: demand residency cannot tell; keep the data */
-            }
-            unqueue_buffer(b); /* the rest of the buffer too: demand residency retries it */
+            unqueue_buffer(b);         /* the rest of the buffer too: demand residency retries it */
             return;
         }
         c->state = C_RESIDENT;
