@@ -189,6 +189,71 @@ buf_t *lookup(uintptr_t p) {
     return c->slab ? slab_find(c->slab, p) : NULL;
 }
 
+/* The live buffer that ends exactly at p (p is one past its last byte), or NULL. Caller holds
+ * mem_lock. */
+static buf_t *lookup_end(uintptr_t p) {
+    buf_t *b = p ? lookup(p - 1) : NULL;
+    return b && b->addr + b->size == p ? b : NULL;
+}
+
+buf_t *query_next(query_walk_t *w) {
+    const ooc_query_t *q = w->q;
+    if (q->hi > q->lo) {
+        buf_t *b = w->at < q->hi ? lookup(w->at) : NULL;
+        if (b)
+            w->at = b->addr + b->size;
+        return b;
+    }
+    if (w->step++ > 0)
+        return NULL;
+    buf_t *b = lookup(q->lo);
+    return b ? b : lookup_end(q->lo);
+}
+
+unsigned ooc_mem_lookup_word(uintptr_t p, uintptr_t base[2], size_t size[2]) {
+    ooc_query_t q = {.lo = p, .hi = p, .use = OOC_USE_RW};
+    query_walk_t w = QUERY_WALK(&q);
+    unsigned n = 0;
+    buf_t *b;
+    pthread_mutex_lock(&mem_lock);
+    while ((b = query_next(&w)) != NULL) {
+        base[n] = b->addr;
+        size[n++] = b->size;
+    }
+    mem_unlock();
+    return n;
+}
+
+CUresult ooc_mem_check_range(const char *call, uintptr_t p, size_t n) {
+    if (n == 0 || (!ooc_mem_owns(p) && !ooc_mem_owns(p + n - 1)))
+        return CUDA_SUCCESS; /* not ours: the driver checks it */
+    pthread_mutex_lock(&mem_lock);
+    buf_t *b = p + n - 1 >= p ? lookup(p) : NULL;
+    uintptr_t base = b ? b->addr : 0;
+    size_t size = b ? b->size : 0;
+    mem_unlock();
+    if (b && p + n - 1 < base + size)
+        return CUDA_SUCCESS;
+    if (b)
+        OOC_LOG_W("%s: the %zu bytes at 0x%llx run past the end of the buffer at 0x%llx (%zu "
+                  "bytes): CUDA_ERROR_INVALID_VALUE, nothing done",
+                  call, n, (unsigned long long)p, (unsigned long long)base, size);
+    else
+        OOC_LOG_W("%s: 0x%llx (%zu bytes) is not in a live allocation (freed, or never "
+                  "allocated): CUDA_ERROR_INVALID_VALUE, nothing done",
+                  call, (unsigned long long)p, n);
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+int ooc_mem_bufinfo(uintptr_t p, ooc_bufinfo_t *out) {
+    pthread_mutex_lock(&mem_lock);
+    buf_t *b = lookup(p);
+    if (b)
+        *out = (ooc_bufinfo_t){b->addr, b->size, b->id, M.ctx, M.dev};
+    mem_unlock();
+    return b ? 0 : -1;
+}
+
 int ooc_mem_lookup(uintptr_t p, uintptr_t *base, size_t *size) {
     pthread_mutex_lock(&mem_lock);
     buf_t *b = lookup(p);
@@ -220,7 +285,7 @@ static void note(ooc_access_t *a, uintptr_t p, size_t n, unsigned use) {
 }
 
 void ooc_mem_note(ooc_access_t *a, uintptr_t p) {
-    if (ooc_mem_owns(p))
+    if (ooc_mem_owns(p) || (p && ooc_mem_owns(p - 1))) /* the latter: an end pointer */
         note(a, p, 0, OOC_USE_RW);
 }
 

@@ -106,7 +106,9 @@ void cool(chunk_t *c) {
  * Which chunks an op uses, without the buffer table: a query [lo, hi) uses every chunk from
  * lo's to (hi-1)'s and, through each chunk's extent, the whole buffer of each; a query with
  * hi == lo (a parameter word) uses the extent of the chunk lo points into, and nothing when no
- * live buffer owns that chunk (the locked path ignores such a word too). An extent covers the
+ * live buffer owns that chunk (the locked path ignores such a word too), and, when lo is a
+ * chunk's first byte, the extent of the chunk before (lo may be the end pointer of a buffer
+ * that ends there, which the locked path takes when no buffer contains lo). An extent covers the
  * whole buffer of a large buffer's chunk and the whole of a slab chunk, which may be more than
  * the locked path would look at (a word past a buffer's end, or at a freed slot of a slab) but
  * never less, so the fast path is taken only when the locked path would find everything the op
@@ -189,6 +191,10 @@ int ooc_mem_fast_begin(const ooc_access_t *a, CUstream s) {
             goto slow;
         if (hi == lo) {
             if (fast_extent(idx, s, &next) == FX_COLD)
+                goto slow;
+            /* At a chunk's start, a word may also be the end pointer of a buffer before it. */
+            if (idx > 0 && ((lo - M.va_base) & (M.chunk - 1)) == 0 &&
+                fast_extent(idx - 1, s, &next) == FX_COLD)
                 goto slow;
             continue;
         }

@@ -379,34 +379,57 @@ static size_t spans_merge(span_t *s, size_t n, int any) {
     return k + 1;
 }
 
+typedef struct spans {
+    span_t *s;
+    size_t n, cap;
+} spans_t;
+
+/* Adds buffer [base, base + size) as query q uses it. 0, or -1 out of memory. */
+static int span_add(spans_t *v, const ooc_query_t *q, uintptr_t base, size_t size) {
+    if (v->n == v->cap) {
+        span_t *ns = realloc(v->s, 2 * v->cap * sizeof *ns);
+        if (!ns)
+            return -1;
+        v->s = ns;
+        v->cap *= 2;
+    }
+    unsigned use = q->use;
+    /* A write of part of a buffer keeps the rest: read-write, as the recorder says. */
+    if (use == OOC_USE_W && q->hi > q->lo && (q->lo > base || q->hi < base + size))
+        use = OOC_USE_RW;
+    v->s[v->n++] = (span_t){base, base + size, use};
+    return 0;
+}
+
 /* Resolves queries to the buffers live now, as ooc_mem_begin would walk them, and merges them
  * until they fit an access set. Returns CUDA_SUCCESS with a->refs filled, or OUT_OF_MEMORY. */
 static CUresult resolve(const ooc_query_t *q, size_t nq, ooc_access_t *a) {
-    size_t cap = nq + 16, n = 0;
-    span_t *s = malloc(cap * sizeof *s);
-    if (!s)
+    spans_t v = {.cap = nq + 16};
+    v.s = malloc(v.cap * sizeof *v.s);
+    if (!v.s)
         return CUDA_ERROR_OUT_OF_MEMORY;
     for (size_t i = 0; i < nq; i++) {
-        uintptr_t p = q[i].lo, end = q[i].hi > p ? q[i].hi : p + 1, base;
-        size_t size;
-        while (p < end && ooc_mem_lookup(p, &base, &size) == 0) {
-            if (n == cap) {
-                span_t *ns = realloc(s, 2 * cap * sizeof *s);
-                if (!ns) {
-                    free(s);
-                    return CUDA_ERROR_OUT_OF_MEMORY;
-                }
-                s = ns;
-                cap *= 2;
-            }
-            unsigned use = q[i].use;
-            /* A write of part of a buffer keeps the rest: read-write, as the recorder says. */
-            if (use == OOC_USE_W && q[i].hi > q[i].lo && (q[i].lo > base || q[i].hi < base + size))
-                use = OOC_USE_RW;
-            s[n++] = (span_t){base, base + size, use};
-            p = base + size;
+        uintptr_t base[2];
+        size_t size[2];
+        int bad = 0;
+        if (q[i].hi == q[i].lo) {
+            /* A word: the buffer containing it and the one ending there (an end pointer). */
+            unsigned nw = ooc_mem_lookup_word(q[i].lo, base, size);
+            for (unsigned k = 0; k < nw && !bad; k++)
+                bad = span_add(&v, &q[i], base[k], size[k]);
+        } else {
+            for (uintptr_t p = q[i].lo;
+                 !bad && p < q[i].hi && ooc_mem_lookup(p, &base[0], &size[0]) == 0;
+                 p = base[0] + size[0])
+                bad = span_add(&v, &q[i], base[0], size[0]);
+        }
+        if (bad) {
+            free(v.s);
+            return CUDA_ERROR_OUT_OF_MEMORY;
         }
     }
+    span_t *s = v.s;
+    size_t n = v.n;
     qsort(s, n, sizeof *s, span_cmp);
     size_t k = 0;
     for (size_t i = 1; i < n; i++) {

@@ -41,12 +41,6 @@ static int managing(void) {
         return ooc_op_end(&op_, r_);                                                               \
     } while (0)
 
-#define NEED_REAL(sym)                                                                             \
-    do {                                                                                           \
-        if (ooc_real_load() != 0 || !ooc_real.sym)                                                 \
-            return CUDA_ERROR_NOT_INITIALIZED;                                                     \
-    } while (0)
-
 /* ---- allocation ------------------------------------------------------------------------------ */
 
 /* Graph memory nodes (cuMemAllocAsync and cuMemFreeAsync captured into a graph) are not
@@ -77,7 +71,7 @@ static CUresult alloc(CUdeviceptr *p, size_t size) {
 }
 
 CUresult ooc_hook_cuMemAlloc_v2(CUdeviceptr *p, size_t size) {
-    NEED_REAL(cuMemAlloc_v2);
+    OOC_NEED_REAL(cuMemAlloc_v2);
     if (!managing())
         return ooc_real.cuMemAlloc_v2(p, size);
     return alloc(p, size);
@@ -86,7 +80,7 @@ OOC_EXPORT_HOOK(cuMemAlloc_v2, PFN_cuMemAlloc_v3020);
 
 CUresult ooc_hook_cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, size_t h,
                                      unsigned int elem) {
-    NEED_REAL(cuMemAllocPitch_v2);
+    OOC_NEED_REAL(cuMemAllocPitch_v2);
     if (!managing())
         return ooc_real.cuMemAllocPitch_v2(p, pitch, w, h, elem);
     if (!pitch || (elem != 4 && elem != 8 && elem != 16) || w == 0 || h == 0)
@@ -102,7 +96,7 @@ OOC_EXPORT_HOOK(cuMemAllocPitch_v2, PFN_cuMemAllocPitch_v3020);
 /* Stream-ordered allocation: our memory is usable by every stream at once, which is a valid
  * (earlier) point of the stream order. The pool argument is ignored: the shim is the pool. */
 CUresult ooc_hook_cuMemAllocAsync(CUdeviceptr *p, size_t size, CUstream s) {
-    NEED_REAL(cuMemAllocAsync);
+    OOC_NEED_REAL(cuMemAllocAsync);
     if (!managing())
         return ooc_real.cuMemAllocAsync(p, size, s);
     CUresult r = refuse_in_capture("cuMemAllocAsync", s, 0);
@@ -111,7 +105,7 @@ CUresult ooc_hook_cuMemAllocAsync(CUdeviceptr *p, size_t size, CUstream s) {
 OOC_EXPORT_HOOK(cuMemAllocAsync, PFN_cuMemAllocAsync_v11020);
 
 CUresult ooc_hook_cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t size, CUstream s) {
-    NEED_REAL(cuMemAllocAsync_ptsz);
+    OOC_NEED_REAL(cuMemAllocAsync_ptsz);
     if (!managing())
         return ooc_real.cuMemAllocAsync_ptsz(p, size, s);
     CUresult r = refuse_in_capture("cuMemAllocAsync", s, 1);
@@ -121,7 +115,7 @@ OOC_EXPORT_HOOK(cuMemAllocAsync_ptsz, PFN_cuMemAllocAsync_v11020_ptsz);
 
 CUresult ooc_hook_cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t size, CUmemoryPool pool,
                                           CUstream s) {
-    NEED_REAL(cuMemAllocFromPoolAsync);
+    OOC_NEED_REAL(cuMemAllocFromPoolAsync);
     if (!managing())
         return ooc_real.cuMemAllocFromPoolAsync(p, size, pool, s);
     CUresult r = refuse_in_capture("cuMemAllocFromPoolAsync", s, 0);
@@ -131,7 +125,7 @@ OOC_EXPORT_HOOK(cuMemAllocFromPoolAsync, PFN_cuMemAllocFromPoolAsync_v11020);
 
 CUresult ooc_hook_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t size, CUmemoryPool pool,
                                                CUstream s) {
-    NEED_REAL(cuMemAllocFromPoolAsync_ptsz);
+    OOC_NEED_REAL(cuMemAllocFromPoolAsync_ptsz);
     if (!managing())
         return ooc_real.cuMemAllocFromPoolAsync_ptsz(p, size, pool, s);
     CUresult r = refuse_in_capture("cuMemAllocFromPoolAsync", s, 1);
@@ -151,7 +145,7 @@ static CUresult free_ours(CUdeviceptr p, CUstream s) {
 }
 
 CUresult ooc_hook_cuMemFree_v2(CUdeviceptr p) {
-    NEED_REAL(cuMemFree_v2);
+    OOC_NEED_REAL(cuMemFree_v2);
     if (p == 0)
         return CUDA_SUCCESS;
     if (!ooc_mem_owns((uintptr_t)p))
@@ -161,7 +155,7 @@ CUresult ooc_hook_cuMemFree_v2(CUdeviceptr p) {
 OOC_EXPORT_HOOK(cuMemFree_v2, PFN_cuMemFree_v3020);
 
 CUresult ooc_hook_cuMemFreeAsync(CUdeviceptr p, CUstream s) {
-    NEED_REAL(cuMemFreeAsync);
+    OOC_NEED_REAL(cuMemFreeAsync);
     if (!ooc_mem_owns((uintptr_t)p))
         return ooc_real.cuMemFreeAsync(p, s);
     CUresult r = refuse_in_capture("cuMemFreeAsync", s, 0);
@@ -170,7 +164,7 @@ CUresult ooc_hook_cuMemFreeAsync(CUdeviceptr p, CUstream s) {
 OOC_EXPORT_HOOK(cuMemFreeAsync, PFN_cuMemFreeAsync_v11020);
 
 CUresult ooc_hook_cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) {
-    NEED_REAL(cuMemFreeAsync_ptsz);
+    OOC_NEED_REAL(cuMemFreeAsync_ptsz);
     if (!ooc_mem_owns((uintptr_t)p))
         return ooc_real.cuMemFreeAsync_ptsz(p, s);
     CUresult r = refuse_in_capture("cuMemFreeAsync", s, 1);
@@ -180,7 +174,7 @@ OOC_EXPORT_HOOK(cuMemFreeAsync_ptsz, PFN_cuMemFreeAsync_v11020_ptsz);
 
 /* The program sees the budget as the device's memory. */
 CUresult ooc_hook_cuMemGetInfo_v2(size_t *free_b, size_t *total_b) {
-    NEED_REAL(cuMemGetInfo_v2);
+    OOC_NEED_REAL(cuMemGetInfo_v2);
     if (!managing() || ooc_device_init() != CUDA_SUCCESS)
         return ooc_real.cuMemGetInfo_v2(free_b, total_b);
     if (!free_b || !total_b)
@@ -197,7 +191,7 @@ OOC_EXPORT_HOOK(cuMemGetInfo_v2, PFN_cuMemGetInfo_v3020);
  * move, but device-located ones count against the budget. */
 CUresult ooc_hook_cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
                               const CUmemAllocationProp *prop, unsigned long long flags) {
-    NEED_REAL(cuMemCreate);
+    OOC_NEED_REAL(cuMemCreate);
     if (!managing() || !h || !prop || prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
         ooc_device_init() != CUDA_SUCCESS)
         return ooc_real.cuMemCreate(h, size, prop, flags);
@@ -206,63 +200,13 @@ CUresult ooc_hook_cuMemCreate(CUmemGenericAllocationHandle *h, size_t size,
 OOC_EXPORT_HOOK(cuMemCreate, PFN_cuMemCreate_v10020);
 
 CUresult ooc_hook_cuMemRelease(CUmemGenericAllocationHandle h) {
-    NEED_REAL(cuMemRelease);
+    OOC_NEED_REAL(cuMemRelease);
     CUresult r = ooc_real.cuMemRelease(h);
     if (r == CUDA_SUCCESS && managing())
         ooc_mem_external_release(h);
     return r;
 }
 OOC_EXPORT_HOOK(cuMemRelease, PFN_cuMemRelease_v10020);
-
-CUresult ooc_hook_cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr p) {
-    NEED_REAL(cuMemGetAddressRange_v2);
-    uintptr_t b;
-    size_t n;
-    if (!ooc_mem_owns((uintptr_t)p))
-        return ooc_real.cuMemGetAddressRange_v2(base, size, p);
-    if (ooc_mem_lookup((uintptr_t)p, &b, &n) != 0)
-        return CUDA_ERROR_NOT_FOUND;
-    if (base)
-        *base = (CUdeviceptr)b;
-    if (size)
-        *size = n;
-    return CUDA_SUCCESS;
-}
-OOC_EXPORT_HOOK(cuMemGetAddressRange_v2, PFN_cuMemGetAddressRange_v3020);
-
-/* Our buffers answer as the device allocations they stand for, resident or not. */
-CUresult ooc_hook_cuPointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr p) {
-    NEED_REAL(cuPointerGetAttribute);
-    uintptr_t b;
-    size_t n;
-    if (!ooc_mem_owns((uintptr_t)p))
-        return ooc_real.cuPointerGetAttribute(data, attr, p);
-    if (!data || ooc_mem_lookup((uintptr_t)p, &b, &n) != 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    switch (attr) {
-    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-        *(unsigned int *)data = CU_MEMORYTYPE_DEVICE;
-        return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
-        *(CUdeviceptr *)data = p;
-        return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
-        *(CUdeviceptr *)data = (CUdeviceptr)b;
-        return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-        *(size_t *)data = n;
-        return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
-        *(int *)data = 0;
-        return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_MAPPED:
-        *(int *)data = 1;
-        return CUDA_SUCCESS;
-    default:
-        return ooc_real.cuPointerGetAttribute(data, attr, p);
-    }
-}
-OOC_EXPORT_HOOK(cuPointerGetAttribute, PFN_cuPointerGetAttribute_v4000);
 
 /* ---- launches -------------------------------------------------------------------------------- */
 
@@ -332,7 +276,7 @@ static CUresult launch_op(CUfunction f, CUstream s, int ptds, void **params, voi
 CUresult ooc_hook_cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
                                  unsigned by, unsigned bz, unsigned shared, CUstream s,
                                  void **params, void **extra) {
-    NEED_REAL(cuLaunchKernel);
+    OOC_NEED_REAL(cuLaunchKernel);
     if (!managing())
         return ooc_real.cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shared, s, params, extra);
     return launch_op(f, s, 0, params, extra, NULL, OOC_LAUNCH_KERNEL, gx, gy, gz, bx, by, bz,
@@ -343,7 +287,7 @@ OOC_EXPORT_HOOK(cuLaunchKernel, PFN_cuLaunchKernel_v4000);
 CUresult ooc_hook_cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                                       unsigned bx, unsigned by, unsigned bz, unsigned shared,
                                       CUstream s, void **params, void **extra) {
-    NEED_REAL(cuLaunchKernel_ptsz);
+    OOC_NEED_REAL(cuLaunchKernel_ptsz);
     if (!managing())
         return ooc_real.cuLaunchKernel_ptsz(f, gx, gy, gz, bx, by, bz, shared, s, params, extra);
     return launch_op(f, s, 1, params, extra, NULL, OOC_LAUNCH_KERNEL, gx, gy, gz, bx, by, bz,
@@ -353,7 +297,7 @@ OOC_EXPORT_HOOK(cuLaunchKernel_ptsz, PFN_cuLaunchKernel_v7000_ptsz);
 
 CUresult ooc_hook_cuLaunchKernelEx(const CUlaunchConfig *cfg, CUfunction f, void **params,
                                    void **extra) {
-    NEED_REAL(cuLaunchKernelEx);
+    OOC_NEED_REAL(cuLaunchKernelEx);
     if (!managing() || !cfg)
         return ooc_real.cuLaunchKernelEx(cfg, f, params, extra);
     return launch_op(f, cfg->hStream, 0, params, extra, cfg, OOC_LAUNCH_KERNEL_EX, 0, 0, 0, 0, 0, 0,
@@ -363,7 +307,7 @@ OOC_EXPORT_HOOK(cuLaunchKernelEx, PFN_cuLaunchKernelEx_v11060);
 
 CUresult ooc_hook_cuLaunchKernelEx_ptsz(const CUlaunchConfig *cfg, CUfunction f, void **params,
                                         void **extra) {
-    NEED_REAL(cuLaunchKernelEx_ptsz);
+    OOC_NEED_REAL(cuLaunchKernelEx_ptsz);
     if (!managing() || !cfg)
         return ooc_real.cuLaunchKernelEx_ptsz(cfg, f, params, extra);
     return launch_op(f, cfg->hStream, 1, params, extra, cfg, OOC_LAUNCH_KERNEL_EX, 0, 0, 0, 0, 0, 0,
@@ -374,7 +318,7 @@ OOC_EXPORT_HOOK(cuLaunchKernelEx_ptsz, PFN_cuLaunchKernelEx_v11060_ptsz);
 CUresult ooc_hook_cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
                                             unsigned bx, unsigned by, unsigned bz, unsigned shared,
                                             CUstream s, void **params) {
-    NEED_REAL(cuLaunchCooperativeKernel);
+    OOC_NEED_REAL(cuLaunchCooperativeKernel);
     if (!managing())
         return ooc_real.cuLaunchCooperativeKernel(f, gx, gy, gz, bx, by, bz, shared, s, params);
     return launch_op(f, s, 0, params, NULL, NULL, OOC_LAUNCH_COOPERATIVE, gx, gy, gz, bx, by, bz,
@@ -385,7 +329,7 @@ OOC_EXPORT_HOOK(cuLaunchCooperativeKernel, PFN_cuLaunchCooperativeKernel_v9000);
 CUresult ooc_hook_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy,
                                                  unsigned gz, unsigned bx, unsigned by, unsigned bz,
                                                  unsigned shared, CUstream s, void **params) {
-    NEED_REAL(cuLaunchCooperativeKernel_ptsz);
+    OOC_NEED_REAL(cuLaunchCooperativeKernel_ptsz);
     if (!managing())
         return ooc_real.cuLaunchCooperativeKernel_ptsz(f, gx, gy, gz, bx, by, bz, shared, s,
                                                        params);
@@ -409,20 +353,36 @@ static void op_start(ooc_access_t *a, int kind, const char *name, size_t bytes) 
         a->grid[i] = a->block[i] = 0;
 }
 
-/* The access set of a copy: the buffers of ours that its two ranges overlap. */
-static void copy_access(ooc_access_t *a, const char *name, uintptr_t dst, uintptr_t src, size_t n) {
+/* The access set of a copy: the buffers of ours that its two ranges overlap. Each range must lie
+ * in one live buffer (ooc_mem_check_range): otherwise CUDA_ERROR_INVALID_VALUE, and nothing is
+ * noted, made resident or recorded. */
+static CUresult copy_access(ooc_access_t *a, const char *name, uintptr_t dst, uintptr_t src,
+                            size_t n) {
+    CUresult r = ooc_mem_check_range(name, dst, n);
+    if (r == CUDA_SUCCESS)
+        r = ooc_mem_check_range(name, src, n);
+    if (r != CUDA_SUCCESS)
+        return r;
     op_start(a, OOC_OP_MEMCPY, name, n);
     ooc_mem_note_range(a, dst, n, OOC_USE_W);
     ooc_mem_note_range(a, src, n, OOC_USE_R);
+    return CUDA_SUCCESS;
 }
+
+#define ACCESS_OR_RETURN(call)                                                                     \
+    do {                                                                                           \
+        CUresult ar_ = (call);                                                                     \
+        if (ar_ != CUDA_SUCCESS)                                                                   \
+            return ar_;                                                                            \
+    } while (0)
 
 #define SYNC_COPY(sym, pfn, ptds, DT, ST)                                                          \
     CUresult ooc_hook_##sym(DT dst, ST src, size_t n) {                                            \
-        NEED_REAL(sym);                                                                            \
+        OOC_NEED_REAL(sym);                                                                        \
         if (!managing())                                                                           \
             return ooc_real.sym(dst, src, n);                                                      \
         ooc_access_t a;                                                                            \
-        copy_access(&a, #sym, (uintptr_t)dst, (uintptr_t)src, n);                                  \
+        ACCESS_OR_RETURN(copy_access(&a, #sym, (uintptr_t)dst, (uintptr_t)src, n));                \
         RUN_OP(&a, NULL, ptds, ooc_real.sym(dst, src, n));                                         \
     }                                                                                              \
     OOC_EXPORT_HOOK(sym, pfn)
@@ -438,11 +398,11 @@ SYNC_COPY(cuMemcpyDtoD_v2_ptds, PFN_cuMemcpyDtoD_v7000_ptds, 1, CUdeviceptr, CUd
 
 #define ASYNC_COPY(sym, pfn, ptds, DT, ST)                                                         \
     CUresult ooc_hook_##sym(DT dst, ST src, size_t n, CUstream s) {                                \
-        NEED_REAL(sym);                                                                            \
+        OOC_NEED_REAL(sym);                                                                        \
         if (!managing())                                                                           \
             return ooc_real.sym(dst, src, n, s);                                                   \
         ooc_access_t a;                                                                            \
-        copy_access(&a, #sym, (uintptr_t)dst, (uintptr_t)src, n);                                  \
+        ACCESS_OR_RETURN(copy_access(&a, #sym, (uintptr_t)dst, (uintptr_t)src, n));                \
         RUN_OP(&a, s, ptds, ooc_real.sym(dst, src, n, s));                                         \
     }                                                                                              \
     OOC_EXPORT_HOOK(sym, pfn)
@@ -541,6 +501,17 @@ static size_t batch_fit(const batch_t *b, size_t lo, uint64_t chunk, uint64_t bu
 }
 
 static CUresult batch_run(const batch_t *b) {
+    /* Every copy's ranges are checked before any part is issued, as the driver checks a batch. */
+    for (size_t i = 0; b->d && b->s && b->n && i < b->count; i++) {
+        CUresult r = ooc_mem_check_range(b->name, (uintptr_t)b->d[i], b->n[i]);
+        if (r == CUDA_SUCCESS)
+            r = ooc_mem_check_range(b->name, (uintptr_t)b->s[i], b->n[i]);
+        if (r != CUDA_SUCCESS) {
+            if (b->fail)
+                *b->fail = i;
+            return r;
+        }
+    }
     int valid = b->d && b->s && b->n && b->count && b->at && b->ai && b->na && b->na <= b->count &&
                 b->ai[0] == 0;
     for (size_t k = 1; valid && k < b->na; k++)
@@ -581,7 +552,7 @@ static CUresult batch_run(const batch_t *b) {
     CUresult ooc_hook_##sym(CUdeviceptr *d, CUdeviceptr *s, size_t *n, size_t count,               \
                             CUmemcpyAttributes *at, size_t *ai, size_t na, size_t *fail,           \
                             CUstream h) {                                                          \
-        NEED_REAL(sym);                                                                            \
+        OOC_NEED_REAL(sym);                                                                        \
         if (!managing())                                                                           \
             return ooc_real.sym(d, s, n, count, at, ai, na, fail, h);                              \
         batch_t b = {#sym, ptds, 0, d, s, n, count, at, ai, na, fail, h, ooc_real.sym, NULL};      \
@@ -592,7 +563,7 @@ static CUresult batch_run(const batch_t *b) {
 #define BATCH_13000(sym, pfn, ptds)                                                                \
     CUresult ooc_hook_##sym(CUdeviceptr *d, CUdeviceptr *s, size_t *n, size_t count,               \
                             CUmemcpyAttributes *at, size_t *ai, size_t na, CUstream h) {           \
-        NEED_REAL(sym);                                                                            \
+        OOC_NEED_REAL(sym);                                                                        \
         if (!managing())                                                                           \
             return ooc_real.sym(d, s, n, count, at, ai, na, h);                                    \
         batch_t b = {#sym, ptds, 1, d, s, n, count, at, ai, na, NULL, h, NULL, ooc_real.sym};      \
@@ -607,22 +578,32 @@ BATCH_13000(cuMemcpyBatchAsync_v2_ptsz, PFN_cuMemcpyBatchAsync_v13000_ptsz, 1);
 
 /* ---- sets ------------------------------------------------------------------------------------ */
 
-static void set_access(ooc_access_t *a, const char *name, CUdeviceptr d, size_t pitch, size_t w,
-                       size_t h, size_t elem) {
+/* The access set of a set of h rows of w elements of `elem` bytes, `pitch` bytes apart. Its range
+ * must lie in one live buffer, as for a copy. */
+static CUresult set_access(ooc_access_t *a, const char *name, CUdeviceptr d, size_t pitch, size_t w,
+                           size_t h, size_t elem) {
+    size_t span = 0, last = 0;
+    if (w && h) {
+        if (__builtin_mul_overflow(h - 1, pitch, &span) || __builtin_mul_overflow(w, elem, &last) ||
+            __builtin_add_overflow(span, last, &span))
+            return CUDA_ERROR_INVALID_VALUE;
+        ACCESS_OR_RETURN(ooc_mem_check_range(name, (uintptr_t)d, span));
+    }
     op_start(a, OOC_OP_MEMSET, name, w * h * elem);
     /* A 2D set with gaps between rows leaves the gaps as they were. */
     unsigned use = (h == 1 || pitch == w * elem) ? OOC_USE_W : OOC_USE_RW;
-    if (w && h)
-        ooc_mem_note_range(a, (uintptr_t)d, (h - 1) * pitch + w * elem, use);
+    if (span)
+        ooc_mem_note_range(a, (uintptr_t)d, span, use);
+    return CUDA_SUCCESS;
 }
 
 #define SET1(sym, pfn, ptds, elem, VT)                                                             \
     CUresult ooc_hook_##sym(CUdeviceptr d, VT v, size_t n) {                                       \
-        NEED_REAL(sym);                                                                            \
+        OOC_NEED_REAL(sym);                                                                        \
         if (!managing())                                                                           \
             return ooc_real.sym(d, v, n);                                                          \
         ooc_access_t a;                                                                            \
-        set_access(&a, #sym, d, n *elem, n, 1, elem);                                              \
+        ACCESS_OR_RETURN(set_access(&a, #sym, d, n *elem, n, 1, elem));                            \
         RUN_OP(&a, NULL, ptds, ooc_real.sym(d, v, n));                                             \
     }                                                                                              \
     OOC_EXPORT_HOOK(sym, pfn)
@@ -636,11 +617,11 @@ SET1(cuMemsetD32_v2_ptds, PFN_cuMemsetD32_v7000_ptds, 1, 4, unsigned int);
 
 #define SET1_ASYNC(sym, pfn, ptds, elem, VT)                                                       \
     CUresult ooc_hook_##sym(CUdeviceptr d, VT v, size_t n, CUstream s) {                           \
-        NEED_REAL(sym);                                                                            \
+        OOC_NEED_REAL(sym);                                                                        \
         if (!managing())                                                                           \
             return ooc_real.sym(d, v, n, s);                                                       \
         ooc_access_t a;                                                                            \
-        set_access(&a, #sym, d, n *elem, n, 1, elem);                                              \
+        ACCESS_OR_RETURN(set_access(&a, #sym, d, n *elem, n, 1, elem));                            \
         RUN_OP(&a, s, ptds, ooc_real.sym(d, v, n, s));                                             \
     }                                                                                              \
     OOC_EXPORT_HOOK(sym, pfn)
@@ -654,11 +635,11 @@ SET1_ASYNC(cuMemsetD32Async_ptsz, PFN_cuMemsetD32Async_v7000_ptsz, 1, 4, unsigne
 
 #define SET2(sym, pfn, ptds, elem, VT)                                                             \
     CUresult ooc_hook_##sym(CUdeviceptr d, size_t pitch, VT v, size_t w, size_t h) {               \
-        NEED_REAL(sym);                                                                            \
+        OOC_NEED_REAL(sym);                                                                        \
         if (!managing())                                                                           \
             return ooc_real.sym(d, pitch, v, w, h);                                                \
         ooc_access_t a;                                                                            \
-        set_access(&a, #sym, d, pitch, w, h, elem);                                                \
+        ACCESS_OR_RETURN(set_access(&a, #sym, d, pitch, w, h, elem));                              \
         RUN_OP(&a, NULL, ptds, ooc_real.sym(d, pitch, v, w, h));                                   \
     }                                                                                              \
     OOC_EXPORT_HOOK(sym, pfn)
@@ -670,11 +651,11 @@ SET2(cuMemsetD2D32_v2_ptds, PFN_cuMemsetD2D32_v7000_ptds, 1, 4, unsigned int);
 
 #define SET2_ASYNC(sym, pfn, ptds, elem, VT)                                                       \
     CUresult ooc_hook_##sym(CUdeviceptr d, size_t pitch, VT v, size_t w, size_t h, CUstream s) {   \
-        NEED_REAL(sym);                                                                            \
+        OOC_NEED_REAL(sym);                                                                        \
         if (!managing())                                                                           \
             return ooc_real.sym(d, pitch, v, w, h, s);                                             \
         ooc_access_t a;                                                                            \
-        set_access(&a, #sym, d, pitch, w, h, elem);                                                \
+        ACCESS_OR_RETURN(set_access(&a, #sym, d, pitch, w, h, elem));                              \
         RUN_OP(&a, s, ptds, ooc_real.sym(d, pitch, v, w, h, s));                                   \
     }                                                                                              \
     OOC_EXPORT_HOOK(sym, pfn)
@@ -690,7 +671,7 @@ SET2_ASYNC(cuMemsetD2D32Async_ptsz, PFN_cuMemsetD2D32Async_v7000_ptsz, 1, 4, uns
  * real call, so no op on the stream slips between them). */
 #define BEGIN_CAPTURE(sym, ptds, s, call)                                                          \
     do {                                                                                           \
-        NEED_REAL(sym);                                                                            \
+        OOC_NEED_REAL(sym);                                                                        \
         if (!managing())                                                                           \
             return (call);                                                                         \
         ooc_graph_lock();                                                                          \
@@ -728,7 +709,7 @@ OOC_EXPORT_HOOK(cuStreamBeginCapture_v2_ptsz, PFN_cuStreamBeginCapture_v10010_pt
 /* Ends a capture: what its ops touch belongs to the graph. */
 #define END_CAPTURE(sym, ptds, s, g)                                                               \
     do {                                                                                           \
-        NEED_REAL(sym);                                                                            \
+        OOC_NEED_REAL(sym);                                                                        \
         if (!managing())                                                                           \
             return ooc_real.sym((s), (g));                                                         \
         ooc_graph_lock();                                                                          \
@@ -751,7 +732,7 @@ OOC_EXPORT_HOOK(cuStreamEndCapture_ptsz, PFN_cuStreamEndCapture_v10000_ptsz);
 /* Instantiates: the executable graph gets what its graph touches. */
 #define INSTANTIATE(sym, e, g, call)                                                               \
     do {                                                                                           \
-        NEED_REAL(sym);                                                                            \
+        OOC_NEED_REAL(sym);                                                                        \
         if (!managing())                                                                           \
             return (call);                                                                         \
         ooc_graph_lock();                                                                          \
@@ -793,7 +774,7 @@ CUresult ooc_hook_cuGraphInstantiateWithParams_ptsz(CUgraphExec *e, CUgraph g,
 OOC_EXPORT_HOOK(cuGraphInstantiateWithParams_ptsz, PFN_cuGraphInstantiateWithParams_v12000_ptsz);
 
 CUresult ooc_hook_cuGraphExecDestroy(CUgraphExec e) {
-    NEED_REAL(cuGraphExecDestroy);
+    OOC_NEED_REAL(cuGraphExecDestroy);
     if (!managing())
         return ooc_real.cuGraphExecDestroy(e);
     ooc_graph_lock();
@@ -806,7 +787,7 @@ CUresult ooc_hook_cuGraphExecDestroy(CUgraphExec e) {
 OOC_EXPORT_HOOK(cuGraphExecDestroy, PFN_cuGraphExecDestroy_v10000);
 
 CUresult ooc_hook_cuGraphDestroy(CUgraph g) {
-    NEED_REAL(cuGraphDestroy);
+    OOC_NEED_REAL(cuGraphDestroy);
     if (!managing())
         return ooc_real.cuGraphDestroy(g);
     ooc_graph_lock();
@@ -830,7 +811,7 @@ static CUresult graph_launch(CUgraphExec e, CUstream s, int ptds) {
 }
 
 CUresult ooc_hook_cuGraphLaunch(CUgraphExec e, CUstream s) {
-    NEED_REAL(cuGraphLaunch);
+    OOC_NEED_REAL(cuGraphLaunch);
     if (!managing())
         return ooc_real.cuGraphLaunch(e, s);
     return graph_launch(e, s, 0);
@@ -838,7 +819,7 @@ CUresult ooc_hook_cuGraphLaunch(CUgraphExec e, CUstream s) {
 OOC_EXPORT_HOOK(cuGraphLaunch, PFN_cuGraphLaunch_v10000);
 
 CUresult ooc_hook_cuGraphLaunch_ptsz(CUgraphExec e, CUstream s) {
-    NEED_REAL(cuGraphLaunch_ptsz);
+    OOC_NEED_REAL(cuGraphLaunch_ptsz);
     if (!managing())
         return ooc_real.cuGraphLaunch_ptsz(e, s);
     return graph_launch(e, s, 1);
@@ -855,7 +836,7 @@ OOC_EXPORT_HOOK(cuGraphLaunch_ptsz, PFN_cuGraphLaunch_v10000_ptsz);
 
 #define UNLOAD_HOOK(sym, pfn, T)                                                                   \
     CUresult ooc_hook_##sym(T h) {                                                                 \
-        NEED_REAL(sym);                                                                            \
+        OOC_NEED_REAL(sym);                                                                        \
         if (!managing())                                                                           \
             return ooc_real.sym(h);                                                                \
         ooc_launch_forget_layouts();                                                               \

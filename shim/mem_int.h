@@ -298,6 +298,17 @@ void chunk_release(chunk_t *c, CUstream free_stream);
 CUresult reap_dying(int block);
 /* buffer.c */
 buf_t *lookup(uintptr_t p);
+/* Walks the live buffers a query stands for: a range [lo, hi) gives each buffer it overlaps,
+ * from lo on, up to the first address no buffer holds; a parameter word (hi == lo) gives the
+ * buffer containing it or, when none does, the buffer that ends exactly there (an end pointer:
+ * a kernel that walks a buffer backwards may be given only its end). Caller holds mem_lock. */
+typedef struct query_walk {
+    const ooc_query_t *q;
+    uintptr_t at;
+    int step;
+} query_walk_t;
+#define QUERY_WALK(qp) ((query_walk_t){.q = (qp), .at = (qp)->lo, .step = 0})
+buf_t *query_next(query_walk_t *w); /* NULL at the end */
 void buf_span(const buf_t *b, uint64_t *c0, uint64_t *c1);
 /* resident.c */
 int any_discard(void);

@@ -512,8 +512,8 @@ void ooc_verify_pre(ooc_verify_t *v, const ooc_launch_t *l, const ooc_access_t *
     if (!ck_fn)
         return;
     uint64_t t0 = now_ns();
-    v->addr = malloc(a->n * sizeof *v->addr);
-    v->size = malloc(a->n * sizeof *v->size);
+    v->addr = malloc(2 * a->n * sizeof *v->addr); /* a word may stand for two buffers */
+    v->size = malloc(2 * a->n * sizeof *v->size);
     ooc_saved_launch_t sl;
     memset(&sl, 0, sizeof sl);
     if (!v->addr || !v->size || ooc_launch_save(l, &sl) != 0) {
@@ -523,16 +523,17 @@ void ooc_verify_pre(ooc_verify_t *v, const ooc_launch_t *l, const ooc_access_t *
     }
     /* The buffers in the order ooc_mem_begin lists them: by query, each once. */
     for (unsigned i = 0; i < a->n; i++) {
-        uintptr_t base;
-        size_t size;
-        if (ooc_mem_lookup(a->refs[i].lo, &base, &size) != 0)
-            continue;
-        unsigned j = 0;
-        while (j < v->n && v->addr[j] != base)
-            j++;
-        if (j == v->n) {
-            v->addr[v->n] = base;
-            v->size[v->n++] = size;
+        uintptr_t base[2];
+        size_t size[2];
+        unsigned nw = ooc_mem_lookup_word(a->refs[i].lo, base, size);
+        for (unsigned k = 0; k < nw; k++) {
+            unsigned j = 0;
+            while (j < v->n && v->addr[j] != base[k])
+                j++;
+            if (j == v->n) {
+                v->addr[v->n] = base[k];
+                v->size[v->n++] = size[k];
+            }
         }
     }
     v->key = launch_key(&sl, v->size, v->n);

@@ -256,13 +256,11 @@ static CUresult make_resident(uint64_t missing);
 /* Is a chunk that op `a` references queued for the worker? Caller holds mem_lock. */
 static int any_queued(const ooc_access_t *a) {
     for (unsigned i = 0; i < a->n; i++) {
-        uintptr_t p = a->refs[i].lo, end = a->refs[i].hi > p ? a->refs[i].hi : p + 1;
+        query_walk_t w = QUERY_WALK(&a->refs[i]);
         buf_t *b;
-        while (p < end && (b = lookup(p)) != NULL) {
+        while ((b = query_next(&w)) != NULL)
             if (buf_queued(b))
                 return 1;
-            p = b->addr + b->size;
-        }
     }
     return 0;
 }
@@ -285,15 +283,13 @@ CUresult ooc_mem_op_pin(const ooc_access_t *a, int *listed) {
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     for (unsigned i = 0; i < a->n; i++) {
-        /* A query is [lo, hi), or the buffer containing lo when hi == lo; it may span buffers. */
-        uintptr_t p = a->refs[i].lo, end = a->refs[i].hi > p ? a->refs[i].hi : p + 1;
+        query_walk_t w = QUERY_WALK(&a->refs[i]);
         buf_t *b;
-        while (p < end && (b = lookup(p)) != NULL) {
+        while ((b = query_next(&w)) != NULL) {
             if (list && opbuf_add(b, a->refs[i].lo, a->refs[i].hi, a->refs[i].use) != 0)
                 return CUDA_ERROR_OUT_OF_MEMORY;
             if (pin_buffer(b) != 0)
                 return CUDA_ERROR_OUT_OF_MEMORY;
-            p = b->addr + b->size;
         }
     }
     if (M.nop > M.budget_chunks) {

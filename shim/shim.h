@@ -85,6 +85,14 @@ int ooc_real_load(void);
 
 /* Exports hook ooc_hook_<sym> under the driver's name <sym>, for programs linked with -lcuda.
  * Must follow the hook's definition in the same file. */
+/* In a hook: CUDA_ERROR_NOT_INITIALIZED when the real driver, or its entry point `sym`, is
+ * missing. */
+#define OOC_NEED_REAL(sym)                                                                         \
+    do {                                                                                           \
+        if (ooc_real_load() != 0 || !ooc_real.sym)                                                 \
+            return CUDA_ERROR_NOT_INITIALIZED;                                                     \
+    } while (0)
+
 #define OOC_EXPORT_HOOK(sym, pfn)                                                                  \
     extern __typeof__(*(pfn)0) sym __attribute__((alias("ooc_hook_" #sym), visibility("default")))
 
@@ -187,7 +195,27 @@ int ooc_mem_owns(uintptr_t p);
 void ooc_mem_forget_in_child(void);
 /* The live buffer containing p: its start and size; -1 if none. */
 int ooc_mem_lookup(uintptr_t p, uintptr_t *base, size_t *size);
-/* Notes the buffer containing p (if ours) in the access set, used read-write; takes no lock. */
+/* What the driver would say of the live buffer containing p (pointer attributes). */
+typedef struct ooc_bufinfo {
+    uintptr_t base;
+    size_t size;
+    uint64_t id; /* the buffer's serial number, never reused */
+    CUcontext ctx;
+    CUdevice dev;
+} ooc_bufinfo_t;
+/* 0 with *out filled, or -1 when no live buffer contains p. */
+int ooc_mem_bufinfo(uintptr_t p, ooc_bufinfo_t *out);
+/* The live buffer a kernel's parameter word p stands for: the buffer containing p or, when
+ * none does, the buffer ending exactly at p (an end pointer). Returns how many (0 or 1; the
+ * arrays leave room for a rule that could name two). */
+unsigned ooc_mem_lookup_word(uintptr_t p, uintptr_t base[2], size_t size[2]);
+/* The driver's rule for a copy's or a set's device range, which the driver itself cannot apply
+ * to the shim's memory (adjacent buffers are one mapping to it): [p, p + n) must lie in one live
+ * buffer when it touches the shim's reservation. CUDA_SUCCESS, or CUDA_ERROR_INVALID_VALUE
+ * (logged as a warning naming `call`). No effect on anything. */
+CUresult ooc_mem_check_range(const char *call, uintptr_t p, size_t n);
+/* Notes the buffer containing p (if ours) in the access set, used read-write, or the buffer
+ * that ends exactly at p (an end pointer); takes no lock. */
 void ooc_mem_note(ooc_access_t *a, uintptr_t p);
 /* Notes every buffer of ours that [p, p + n) overlaps, used as `use` (OOC_USE_*); no lock. */
 void ooc_mem_note_range(ooc_access_t *a, uintptr_t p, size_t n, unsigned use);

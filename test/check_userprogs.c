@@ -169,6 +169,22 @@ START_TEST(test_producer_with_host_side_effect_is_launched_as_often_as_the_progr
 }
 END_TEST
 
+START_TEST(test_wrong_calls_end_pointers_and_pointer_attributes_as_the_driver_answers) {
+    static const char *const args[] = {"--iters", "6", NULL};
+    check_prog("test/progs/boundsprog", args,
+               "test_wrong_calls_end_pointers_and_pointer_attributes_as_the_driver_answers");
+    /* The oracle shows the driver refusing every wrong call, so the comparison bites. */
+    unsigned long long peak;
+    tu_result_t ref = oracle("test/progs/boundsprog", args, &peak);
+    ck_assert_ptr_null(strstr(ref.out, "CUDA_SUCCESS\n"));
+    ck_assert_ptr_nonnull(strstr(ref.out, "memset 2D past the end: CUDA_ERROR_INVALID_VALUE\n"));
+    ck_assert_ptr_nonnull(strstr(ref.out, "buffers intact after the wrong calls: yes\n"
+                                          "end pointers: every byte right\n"));
+    ck_assert_ptr_null(strstr(ref.out, ": no\n"));
+    tu_result_free(&ref);
+}
+END_TEST
+
 /* Fails the Nth call of `api` that `prog` makes, under the shim in auto mode at a quarter of its
  * footprint (for modprog, a plan is being replayed when the first unload comes), for every N up
  * to `every` and then for about `every` more spread over the rest: each run ends with the
@@ -259,6 +275,10 @@ Suite *suite_userprogs(void) {
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc,
                    test_producer_with_host_side_effect_is_launched_as_often_as_the_program_does);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("bounds");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_wrong_calls_end_pointers_and_pointer_attributes_as_the_driver_answers);
     suite_add_tcase(s, tc);
     tc = tcase_create("faults");
     tcase_set_timeout(tc, tu_under_valgrind() ? 36000 : 600);

@@ -682,6 +682,10 @@ CUresult fc_require_ctx(void) {
     return CUDA_SUCCESS;
 }
 
+CUcontext fc_ctx_current(void) {
+    return ctx_depth ? ctx_stack[ctx_depth - 1] : NULL;
+}
+
 static CUresult fc_ctx_get(CUcontext *c) {
     FC_ENTER_INIT("cuCtxGetCurrent");
     if (!c)

@@ -75,6 +75,7 @@ typedef struct fc_range {
     int access;        /* FC_ACC_* (host ranges are always RW) */
     int host_owned;    /* FC_R_HOST: 1 if we mmapped it (not cuMemHostRegister) */
     uint64_t id;       /* buffer id, for CU_POINTER_ATTRIBUTE_BUFFER_ID */
+    CUcontext ctx;     /* the context current when it was made: CU_POINTER_ATTRIBUTE_CONTEXT */
     size_t acct_bytes; /* bytes counted against capacity (FC_R_ALLOC) */
     fc_handle_t *h;    /* FC_R_MAP */
     size_t map_offset; /* FC_R_MAP */
@@ -216,6 +217,8 @@ FC_HIDDEN void fc_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2
 FC_HIDDEN void fc_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 FC_HIDDEN uint64_t fc_now_ns(void);
 FC_HIDDEN CUresult fc_require_ctx(void);
+/* The calling thread's current context (NULL when none). */
+FC_HIDDEN CUcontext fc_ctx_current(void);
 /* Is c a live context (of the one simulated device)? */
 FC_HIDDEN int fc_ctx_valid(CUcontext c);
 FC_HIDDEN void fc_set_sticky(CUresult e);

@@ -199,6 +199,7 @@ static CUresult alloc_device(CUdeviceptr *out, size_t size) {
                     .acct_bytes = acct};
     pthread_rwlock_wrlock(&g_fc.mem_lock);
     r.id = ++g_fc.next_buffer_id;
+    r.ctx = fc_ctx_current();
     int rc = insert_into(&g_fc.ranges, &g_fc.nranges, &g_fc.cap_ranges, &r);
     pthread_rwlock_unlock(&g_fc.mem_lock);
     if (rc != 0) {
@@ -429,6 +430,7 @@ static CUresult host_alloc(void **pp, size_t size) {
                     .host_owned = 1};
     pthread_rwlock_wrlock(&g_fc.mem_lock);
     r.id = ++g_fc.next_buffer_id;
+    r.ctx = fc_ctx_current();
     int rc = insert_into(&g_fc.ranges, &g_fc.nranges, &g_fc.cap_ranges, &r);
     pthread_rwlock_unlock(&g_fc.mem_lock);
     if (rc != 0) {
@@ -507,6 +509,7 @@ static CUresult fc_host_register(void *p, size_t size, unsigned int flags) {
         return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
     }
     r.id = ++g_fc.next_buffer_id;
+    r.ctx = fc_ctx_current();
     int rc = insert_into(&g_fc.ranges, &g_fc.nranges, &g_fc.cap_ranges, &r);
     pthread_rwlock_unlock(&g_fc.mem_lock);
     return rc ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
@@ -539,6 +542,9 @@ static CUresult pointer_attr(void *data, CUpointer_attribute a, CUdeviceptr p) {
     if (!r)
         return CUDA_ERROR_INVALID_VALUE;
     switch (a) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+        *(CUcontext *)data = copy.ctx;
+        return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
         *(unsigned int *)data = copy.kind == FC_R_HOST ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
         return CUDA_SUCCESS;
@@ -582,6 +588,8 @@ FC_EXPORT(cuPointerGetAttribute, PFN_cuPointerGetAttribute_v4000, fc_pointer_att
 /* The size of one attribute's value, 0 for an attribute this driver does not simulate. */
 static size_t attr_size(CUpointer_attribute a) {
     switch (a) {
+    case CU_POINTER_ATTRIBUTE_CONTEXT:
+        return sizeof(CUcontext);
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
         return sizeof(unsigned int);
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
@@ -859,7 +867,8 @@ static CUresult fc_mem_map(CUdeviceptr ptr, size_t size, size_t offset,
                             .access = FC_ACC_NONE,
                             .h = h,
                             .map_offset = offset,
-                            .id = ++g_fc.next_buffer_id};
+                            .id = ++g_fc.next_buffer_id,
+                            .ctx = fc_ctx_current()};
             if (insert_into(&g_fc.ranges, &g_fc.nranges, &g_fc.cap_ranges, &r) != 0) {
                 mmap((void *)p, size, PROT_NONE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
