@@ -210,27 +210,30 @@ OOC_EXPORT_HOOK(cuMemRelease, PFN_cuMemRelease_v10020);
 
 /* ---- launches -------------------------------------------------------------------------------- */
 
+/* The real launch of `kind`, grid g and block b. */
+static CUresult real_launch(CUfunction f, CUstream s, int ptds, void **params, void **extra,
+                            const CUlaunchConfig *cfg, ooc_launch_kind_t kind, const unsigned *g,
+                            const unsigned *b, unsigned shared) {
+    switch (kind) {
+    case OOC_LAUNCH_KERNEL:
+        return (ptds ? ooc_real.cuLaunchKernel_ptsz : ooc_real.cuLaunchKernel)(
+            f, g[0], g[1], g[2], b[0], b[1], b[2], shared, s, params, extra);
+    case OOC_LAUNCH_KERNEL_EX:
+        return (ptds ? ooc_real.cuLaunchKernelEx_ptsz : ooc_real.cuLaunchKernelEx)(cfg, f, params,
+                                                                                   extra);
+    default:
+        return (ptds ? ooc_real.cuLaunchCooperativeKernel_ptsz
+                     : ooc_real.cuLaunchCooperativeKernel)(f, g[0], g[1], g[2], b[0], b[1], b[2],
+                                                           shared, s, params);
+    }
+}
+
 /* Issues a launch whose access set is `a`. */
 static CUresult issue_launch(ooc_access_t *a, CUfunction f, CUstream s, int ptds, void **params,
                              void **extra, const CUlaunchConfig *cfg, ooc_launch_kind_t kind,
                              unsigned shared) {
-    unsigned gx = a->grid[0], gy = a->grid[1], gz = a->grid[2];
-    unsigned bx = a->block[0], by = a->block[1], bz = a->block[2];
-    switch (kind) {
-    case OOC_LAUNCH_KERNEL:
-        RUN_OP(a, s, ptds,
-               (ptds ? ooc_real.cuLaunchKernel_ptsz : ooc_real.cuLaunchKernel)(
-                   f, gx, gy, gz, bx, by, bz, shared, s, params, extra));
-    case OOC_LAUNCH_KERNEL_EX:
-        RUN_OP(a, s, ptds,
-               (ptds ? ooc_real.cuLaunchKernelEx_ptsz : ooc_real.cuLaunchKernelEx)(cfg, f, params,
-                                                                                   extra));
-    default:
-        RUN_OP(a, s, ptds,
-               (ptds ? ooc_real.cuLaunchCooperativeKernel_ptsz
-                     : ooc_real.cuLaunchCooperativeKernel)(f, gx, gy, gz, bx, by, bz, shared, s,
-                                                           params));
-    }
+    RUN_OP(a, s, ptds,
+           real_launch(f, s, ptds, params, extra, cfg, kind, a->grid, a->block, shared));
 }
 
 /* A kernel launch: what it touches, then the launch itself (recompute.c verifies it around the
@@ -252,6 +255,10 @@ static CUresult launch_op(CUfunction f, CUstream s, int ptds, void **params, voi
     }
     a.grid[0] = gx, a.grid[1] = gy, a.grid[2] = gz;
     a.block[0] = bx, a.block[1] = by, a.block[2] = bz;
+    /* What the driver refuses without launching (no function, an empty grid or block) goes to
+     * it as is: nothing is made resident, recorded or verified. */
+    if (!f || !gx || !gy || !gz || !bx || !by || !bz)
+        return real_launch(f, s, ptds, params, extra, cfg, kind, a.grid, a.block, shared);
     ooc_stats_add(OOC_STAT_launches, 1);
     ooc_launch_access(f, params, extra, &a);
     ooc_launch_t l = {.fn = f,
@@ -802,6 +809,8 @@ OOC_EXPORT_HOOK(cuGraphDestroy, PFN_cuGraphDestroy_v10000);
 /* A graph launch is one operation on the launch stream that touches everything the graph does.
  * The recorder logs it as one kernel-kind op (it names kernels by function: "kernel"). */
 static CUresult graph_launch(CUgraphExec e, CUstream s, int ptds) {
+    if (!e) /* the driver refuses it: not an operation */
+        return (ptds ? ooc_real.cuGraphLaunch_ptsz : ooc_real.cuGraphLaunch)(e, s);
     ooc_access_t a;
     op_start(&a, OOC_OP_KERNEL, "cuGraphLaunch", 0);
     CUresult r = ooc_graph_launch_access(e, &a);
@@ -837,7 +846,7 @@ OOC_EXPORT_HOOK(cuGraphLaunch_ptsz, PFN_cuGraphLaunch_v10000_ptsz);
 #define UNLOAD_HOOK(sym, pfn, T)                                                                   \
     CUresult ooc_hook_##sym(T h) {                                                                 \
         OOC_NEED_REAL(sym);                                                                        \
-        if (!managing())                                                                           \
+        if (!managing() || !h) /* a NULL handle is refused: nothing is unloaded */                 \
             return ooc_real.sym(h);                                                                \
         ooc_launch_forget_layouts();                                                               \
         ooc_op_functions_gone();                                                                   \

@@ -185,6 +185,48 @@ START_TEST(test_wrong_calls_end_pointers_and_pointer_attributes_as_the_driver_an
 }
 END_TEST
 
+/* The error-path rule over every hooked entry point (shim/hooks.def): each refused call gets the
+ * driver's own answer, the same in every iteration, and changes nothing: every byte right, and
+ * the recorded iteration holds the program's 24 launches only. */
+START_TEST(test_every_hook_refuses_bad_arguments_as_the_driver_and_changes_nothing) {
+    static const char *const args[] = {"--iters", "8", NULL};
+    check_prog("test/progs/badcalls", args,
+               "test_every_hook_refuses_bad_arguments_as_the_driver_and_changes_nothing");
+    unsigned long long peak;
+    tu_result_t ref = oracle("test/progs/badcalls", args, &peak);
+    ck_assert_ptr_null(strstr(ref.out, "NO CASE"));
+    ck_assert_ptr_null(strstr(ref.out, ": CUDA_SUCCESS\n"));
+    ck_assert_ptr_nonnull(strstr(ref.out, "answers the same in every iteration: yes\n"
+                                          "every byte right: yes\n"));
+    char cap[64], budget[64];
+    snprintf(cap, sizeof cap, "FAKECUDA_MEM_BYTES=%llu", peak / 4);
+    snprintf(budget, sizeof budget, "OOC_BUDGET=%llu", peak / 4);
+    char dir[] = "/tmp/ooc-userprog-prof-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char pdir[96];
+    snprintf(pdir, sizeof pdir, "OOC_PROFILE_DIR=%s", dir);
+    const char *env[] = {cap,
+                         budget,
+                         pdir,
+                         "OOC_MODE=auto",
+                         "OOC_PROFILE_ITERS=2",
+                         "OOC_CHUNK=64K",
+                         "FAKECUDA_GRANULARITY=64K",
+                         "ASAN_OPTIONS=detect_leaks=0",
+                         NULL};
+    tu_result_t r = tu_run_prog("test/progs/badcalls", args, 1, env, RUN_TIMEOUT_S);
+    ck_assert_msg(r.status == 0, "auto: status %d\n%s", r.status, tu_tail(r.err, 2000));
+    ck_assert_msg(strstr(r.err, ": 24 ops, 24 buffers per iteration") != NULL,
+                  "refused calls were recorded as operations:\n%s", tu_tail(r.err, 2000));
+    ck_assert_ptr_nonnull(strstr(r.err, "replaying"));
+    tu_result_free(&r);
+    tu_result_free(&ref);
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 /* Fails the Nth call of `api` that `prog` makes, under the shim in auto mode at a quarter of its
  * footprint (for modprog, a plan is being replayed when the first unload comes), for every N up
  * to `every` and then for about `every` more spread over the rest: each run ends with the
@@ -279,6 +321,10 @@ Suite *suite_userprogs(void) {
     tc = tcase_create("bounds");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_wrong_calls_end_pointers_and_pointer_attributes_as_the_driver_answers);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("error_path");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_every_hook_refuses_bad_arguments_as_the_driver_and_changes_nothing);
     suite_add_tcase(s, tc);
     tc = tcase_create("faults");
     tcase_set_timeout(tc, tu_under_valgrind() ? 36000 : 600);

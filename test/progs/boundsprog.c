@@ -7,8 +7,8 @@
  *    program put there (a wrong call writes nothing, to its buffer or a neighbour).
  * 2. End pointers: each iteration, for every buffer, the kernel rev walks the buffer backwards
  *    from its end pointer, its only reference to the buffer (every buffer ends where no other
- *    begins: in a slab slot's padding or inside its last chunk). The footprint is four times the budget the tests give:
- *    buffers are swapped out and in between the launches.
+ *    begins: in a slab slot's padding or inside its last chunk). The footprint is four times the
+ * budget the tests give: buffers are swapped out and in between the launches.
  * 3. Pointer attributes, per allocation: BUFFER_ID the same at every byte of one allocation,
  *    different between allocations, the same after the iterations (after swaps); the range,
  *    memory type, device ordinal and context; cuPointerGetAttributes agreeing; a freed pointer
@@ -108,7 +108,8 @@ static void wrong_calls(CUstream s) {
     CUmemcpyAttributes at;
     memset(&at, 0, sizeof at);
     at.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
-    say("batch with copy 1 past its source's end", cuMemcpyBatchAsync(d, src, n, 3, &at, &ai, 1, s));
+    say("batch with copy 1 past its source's end",
+        cuMemcpyBatchAsync(d, src, n, 3, &at, &ai, 1, s));
     CUdeviceptr gone;
     UP_CHECK(cuMemAlloc(&gone, 4096));
     UP_CHECK(cuMemFree(gone));
@@ -150,10 +151,10 @@ static int plural_agrees(int b, const attrs_t *a) {
     size_t size = 0;
     unsigned type = 0;
     int ordinal = -1;
-    CUpointer_attribute which[] = {CU_POINTER_ATTRIBUTE_BUFFER_ID,
-                                   CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-                                   CU_POINTER_ATTRIBUTE_RANGE_SIZE, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-                                   CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
+    CUpointer_attribute which[] = {
+        CU_POINTER_ATTRIBUTE_BUFFER_ID, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+        CU_POINTER_ATTRIBUTE_RANGE_SIZE, CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+        CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
     void *data[] = {&id, &start, &size, &type, &ordinal};
     UP_CHECK(cuPointerGetAttributes(5, which, data, buf[b] + (size_t)words[b] * 2));
     return id == a->id[0] && start == a->start && size == a->size && type == a->type &&
