@@ -463,6 +463,7 @@ CUresult ooc_graph_launch_access(CUgraphExec exec, ooc_access_t *a) {
     tracked_t *t = tracked_find(execs, exec);
     if (!t) {
         pthread_mutex_unlock(&graph_lock);
+        ooc_stats_add(OOC_STAT_graph_launches_unseen, 1);
         OOC_LOG_W("cuGraphLaunch of executable graph %p, which was not instantiated from a "
                   "stream capture the shim followed: what it touches is not made resident",
                   (void *)exec);

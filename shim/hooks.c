@@ -10,36 +10,9 @@
  * In OOC_MODE=off, before the device is set up, or for memory that is not ours, a hook forwards
  * the call unchanged. Driver errors pass through unchanged. Each hook is checked against its
  * cudaTypedefs.h type (shim.h) and exported under the driver's name (OOC_EXPORT_HOOK). */
-#include "shim.h"
+#include "hook_int.h"
 
 #include <string.h>
-
-/* Are we managing memory (mode not off, device set up)? */
-static int managing(void) {
-    return atomic_load_explicit(&ooc_mode_now, memory_order_relaxed) != OOC_MODE_OFF;
-}
-
-/* Runs `call` with the access set `a` resident on `stream`. While some stream captures (one
- * relaxed load when none does), an op on a capturing stream is captured, not run: its access set
- * goes to the capture and `call` is made as is. An op whose chunks are all resident and stable
- * is issued on the fast path, without the residency lock (fastpath.c); any other, and every op
- * while recording or replaying, takes the lock. The sequence is op.c's. */
-#define RUN_OP(a, stream, ptds, call)                                                              \
-    do {                                                                                           \
-        if (OOC_UNLIKELY(atomic_load_explicit(&ooc_graph_captures, memory_order_relaxed))) {       \
-            int cap_ = 0;                                                                          \
-            CUresult c_ = ooc_graph_capture_note((a), (stream), (ptds), &cap_);                    \
-            if (c_ != CUDA_SUCCESS)                                                                \
-                return c_;                                                                         \
-            if (cap_)                                                                              \
-                return (call);                                                                     \
-        }                                                                                          \
-        ooc_live_op_t op_;                                                                         \
-        CUresult r_ = ooc_op_begin(&op_, (a), (stream), (ptds));                                   \
-        if (r_ == CUDA_SUCCESS)                                                                    \
-            r_ = (call);                                                                           \
-        return ooc_op_end(&op_, r_);                                                               \
-    } while (0)
 
 /* ---- allocation ------------------------------------------------------------------------------ */
 
@@ -348,18 +321,6 @@ OOC_EXPORT_HOOK(cuLaunchCooperativeKernel_ptsz, PFN_cuLaunchCooperativeKernel_v9
 /* ---- copies ------------------------------------------------------------------------------------
  */
 
-/* Starts the access set of a copy or set named `name`. */
-static void op_start(ooc_access_t *a, int kind, const char *name, size_t bytes) {
-    a->n = 0;
-    a->overflow = 0;
-    a->kind = kind;
-    a->fn = NULL;
-    a->name = name;
-    a->bytes = bytes;
-    for (int i = 0; i < 3; i++)
-        a->grid[i] = a->block[i] = 0;
-}
-
 /* The access set of a copy: the buffers of ours that its two ranges overlap. Each range must lie
  * in one live buffer (ooc_mem_check_range): otherwise CUDA_ERROR_INVALID_VALUE, and nothing is
  * noted, made resident or recorded. */
@@ -375,13 +336,6 @@ static CUresult copy_access(ooc_access_t *a, const char *name, uintptr_t dst, ui
     ooc_mem_note_range(a, src, n, OOC_USE_R);
     return CUDA_SUCCESS;
 }
-
-#define ACCESS_OR_RETURN(call)                                                                     \
-    do {                                                                                           \
-        CUresult ar_ = (call);                                                                     \
-        if (ar_ != CUDA_SUCCESS)                                                                   \
-            return ar_;                                                                            \
-    } while (0)
 
 #define SYNC_COPY(sym, pfn, ptds, DT, ST)                                                          \
     CUresult ooc_hook_##sym(DT dst, ST src, size_t n) {                                            \
@@ -653,6 +607,8 @@ SET1_ASYNC(cuMemsetD32Async_ptsz, PFN_cuMemsetD32Async_v7000_ptsz, 1, 4, unsigne
 
 SET2(cuMemsetD2D8_v2, PFN_cuMemsetD2D8_v3020, 0, 1, unsigned char);
 SET2(cuMemsetD2D8_v2_ptds, PFN_cuMemsetD2D8_v7000_ptds, 1, 1, unsigned char);
+SET2(cuMemsetD2D16_v2, PFN_cuMemsetD2D16_v3020, 0, 2, unsigned short);
+SET2(cuMemsetD2D16_v2_ptds, PFN_cuMemsetD2D16_v7000_ptds, 1, 2, unsigned short);
 SET2(cuMemsetD2D32_v2, PFN_cuMemsetD2D32_v3020, 0, 4, unsigned int);
 SET2(cuMemsetD2D32_v2_ptds, PFN_cuMemsetD2D32_v7000_ptds, 1, 4, unsigned int);
 
@@ -669,6 +625,8 @@ SET2(cuMemsetD2D32_v2_ptds, PFN_cuMemsetD2D32_v7000_ptds, 1, 4, unsigned int);
 
 SET2_ASYNC(cuMemsetD2D8Async, PFN_cuMemsetD2D8Async_v3020, 0, 1, unsigned char);
 SET2_ASYNC(cuMemsetD2D8Async_ptsz, PFN_cuMemsetD2D8Async_v7000_ptsz, 1, 1, unsigned char);
+SET2_ASYNC(cuMemsetD2D16Async, PFN_cuMemsetD2D16Async_v3020, 0, 2, unsigned short);
+SET2_ASYNC(cuMemsetD2D16Async_ptsz, PFN_cuMemsetD2D16Async_v7000_ptsz, 1, 2, unsigned short);
 SET2_ASYNC(cuMemsetD2D32Async, PFN_cuMemsetD2D32Async_v3020, 0, 4, unsigned int);
 SET2_ASYNC(cuMemsetD2D32Async_ptsz, PFN_cuMemsetD2D32Async_v7000_ptsz, 1, 4, unsigned int);
 

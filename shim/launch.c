@@ -2,7 +2,11 @@
 /* launch.c: which buffers a kernel launch references.
  *
  * The parameter layout of a function comes from cuFuncGetParamInfo (offset and size of each
- * parameter, asked until CUDA_ERROR_INVALID_VALUE) and is cached per CUfunction. Every aligned
+ * parameter, asked until CUDA_ERROR_INVALID_VALUE) and is cached per CUfunction. A handle the
+ * driver does not answer for as a function is asked again as a CUkernel (lazy loading hands out
+ * CUkernel handles, cast to CUfunction: cuKernelGetParamInfo), then as a function once more after
+ * cuFuncLoad. A layout nobody answered for is never cached: the next launch asks again (each
+ * such launch is counted, OOC_STATS "launches with no parameter layout"). Every aligned
  * 8-byte word of the parameter bytes that falls in the shim's reservation is looked up; a hit
  * references that whole buffer. Parameters come as kernelParams (a pointer per parameter) or
  * packed in `extra` (CU_LAUNCH_PARAM_BUFFER_POINTER/SIZE), where the packed bytes are scanned.
@@ -84,6 +88,40 @@ void ooc_launch_forget_layouts(void) {
     atomic_fetch_add(&layout_gen, 1);
 }
 
+enum { ASK_FUNCTION, ASK_KERNEL };
+enum { ASK_OK, ASK_NONE, ASK_FAULT };
+
+/* Asks the driver for f's layout, as a function or as a CUkernel, into l. ASK_OK (l->known set),
+ * ASK_NONE (no answer about f), or ASK_FAULT (a sticky device error, reported). */
+static int ask_layout(layout_t *l, int how) {
+    PFN_cuFuncGetParamInfo_v12040 fn = ooc_real.cuFuncGetParamInfo;
+    PFN_cuKernelGetParamInfo_v12040 kn = ooc_real.cuKernelGetParamInfo;
+    if (how == ASK_FUNCTION ? !fn : !kn)
+        return ASK_NONE;
+    l->n = 0;
+    for (size_t i = 0; i < MAX_PARAMS; i++) {
+        size_t off, size;
+        CUresult r = how == ASK_FUNCTION ? fn(l->f, i, &off, &size)
+                                         : kn((CUkernel)(void *)l->f, i, &off, &size);
+        /* The end of the list; at index 0 from cuKernelGetParamInfo, also "not a kernel" (its
+         * only documented error): a kernel with no parameters has nothing to find anyway. */
+        if (r == CUDA_ERROR_INVALID_VALUE && (i > 0 || how == ASK_FUNCTION))
+            break;
+        if (r == CUDA_ERROR_INVALID_VALUE || r == CUDA_ERROR_NOT_SUPPORTED ||
+            r == CUDA_ERROR_NOT_FOUND || r == CUDA_ERROR_INVALID_HANDLE)
+            return ASK_NONE;
+        if (r != CUDA_SUCCESS) {
+            ooc_mem_report_fault(r);
+            return ASK_FAULT;
+        }
+        l->offset[i] = (uint32_t)off;
+        l->size[i] = (uint32_t)size;
+        l->n = (unsigned)i + 1;
+    }
+    l->known = 1;
+    return ASK_OK;
+}
+
 static const layout_t *layout_of(CUfunction f) {
     uint64_t gen = atomic_load_explicit(&layout_gen, memory_order_acquire);
     layout_t *l = (layout_t *)fast_find(f);
@@ -101,31 +139,21 @@ static const layout_t *layout_of(CUfunction f) {
         return NULL;
     l->f = f;
     l->gen = gen;
-    l->known = ooc_real.cuFuncGetParamInfo != NULL;
-    for (size_t i = 0; l->known && i < MAX_PARAMS; i++) {
-        size_t off, size;
-        CUresult r = ooc_real.cuFuncGetParamInfo(f, i, &off, &size);
-        if (r == CUDA_ERROR_INVALID_VALUE)
-            break;
-        if (r == CUDA_ERROR_NOT_SUPPORTED || r == CUDA_ERROR_NOT_FOUND ||
-            r == CUDA_ERROR_INVALID_HANDLE) {
-            l->known = 0;
-            break;
-        }
-        if (r != CUDA_SUCCESS) {
-            /* A sticky device error, not an answer about f: ask again next time. */
-            ooc_mem_report_fault(r);
-            free(l);
-            return NULL;
-        }
-        l->offset[i] = (uint32_t)off;
-        l->size[i] = (uint32_t)size;
-        l->n = (unsigned)i + 1;
+    int asked = ask_layout(l, ASK_FUNCTION);
+    if (asked == ASK_NONE)
+        asked = ask_layout(l, ASK_KERNEL);
+    if (asked == ASK_NONE && ooc_real.cuFuncLoad && ooc_real.cuFuncLoad(f) == CUDA_SUCCESS)
+        asked = ask_layout(l, ASK_FUNCTION);
+    if (asked != ASK_OK) {
+        /* Not cached: a later launch asks again (a sticky device error is not an answer). */
+        if (asked != ASK_FAULT)
+            OOC_LOG_W("no parameter layout for function %p (neither cuFuncGetParamInfo, nor "
+                      "cuKernelGetParamInfo, nor after cuFuncLoad; a CUDA 12.4 driver is "
+                      "needed): its buffers cannot be made resident",
+                      (void *)f);
+        free(l);
+        return NULL;
     }
-    if (!l->known)
-        OOC_LOG_W("no parameter layout for function %p: its buffers cannot be made resident "
-                  "(cuFuncGetParamInfo needs a CUDA 12.4 driver)",
-                  (void *)f);
     pthread_rwlock_wrlock(&cache_lock);
     layout_t *other;
     HASH_FIND_PTR(cache, &f, other);
@@ -164,8 +192,10 @@ static void scan_extra(void **extra, ooc_access_t *a) {
         else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE)
             size = extra[i + 1];
     }
-    if (buf && size)
+    if (buf && size) {
         scan_words(buf, *size, a);
+        ooc_tmap_scan(buf, *size, 0, a);
+    }
 }
 
 void ooc_launch_access(CUfunction f, void **params, void **extra, ooc_access_t *a) {
@@ -176,13 +206,16 @@ void ooc_launch_access(CUfunction f, void **params, void **extra, ooc_access_t *
     if (!params)
         return;
     const layout_t *l = layout_of(f);
-    if (!l || !l->known)
+    if (!l || !l->known) {
+        ooc_stats_add(OOC_STAT_launches_no_layout, 1);
         return;
+    }
     for (unsigned i = 0; i < l->n; i++) {
         if (l->size[i] < 8 || !params[i])
             continue;
         /* A parameter's bytes start at an 8-aligned offset when it holds a pointer. */
         scan_words(params[i], l->size[i], a);
+        ooc_tmap_scan(params[i], l->size[i], l->offset[i], a);
     }
 }
 

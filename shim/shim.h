@@ -56,6 +56,8 @@
     X(cuEventQuery, PFN_cuEventQuery_v2000)                                                        \
     X(cuEventDestroy_v2, PFN_cuEventDestroy_v4000)                                                 \
     X(cuFuncGetParamInfo, PFN_cuFuncGetParamInfo_v12040)                                           \
+    X(cuKernelGetParamInfo, PFN_cuKernelGetParamInfo_v12040)                                       \
+    X(cuFuncLoad, PFN_cuFuncLoad_v12040)                                                           \
     X(cuFuncGetName, PFN_cuFuncGetName_v12030)                                                     \
     X(cuEventElapsedTime, PFN_cuEventElapsedTime_v2000)                                            \
     X(cuGetErrorName, PFN_cuGetErrorName_v6000)                                                    \
@@ -195,6 +197,10 @@ int ooc_mem_owns(uintptr_t p);
 void ooc_mem_forget_in_child(void);
 /* The live buffer containing p: its start and size; -1 if none. */
 int ooc_mem_lookup(uintptr_t p, uintptr_t *base, size_t *size);
+/* Notes, in a, the buffer of every TMA descriptor (tensormap.c) among the 64-byte-aligned
+ * 128-byte slices of the n parameter bytes at p, which start at offset `off` of the parameter
+ * space. Cheap when no descriptor was encoded. */
+void ooc_tmap_scan(const unsigned char *p, size_t n, size_t off, ooc_access_t *a);
 /* What the driver would say of the live buffer containing p (pointer attributes). */
 typedef struct ooc_bufinfo {
     uintptr_t base;

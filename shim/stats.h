@@ -51,7 +51,10 @@
     X(lru_evictions, COUNTER, COUNT, "chunks evicted on demand (LRU)")                             \
     X(allocs, COUNTER, COUNT, "allocations")                                                       \
     X(frees, COUNTER, COUNT, "frees")                                                              \
-    X(launches, COUNTER, COUNT, "kernel launches")
+    X(launches, COUNTER, COUNT, "kernel launches")                                                 \
+    X(launches_no_layout, COUNTER, COUNT, "launches with no parameter layout")                     \
+    X(tma_operands, COUNTER, COUNT, "operands found through TMA descriptors")                      \
+    X(graph_launches_unseen, COUNTER, COUNT, "graph launches whose buffers were not learned")
 
 typedef enum ooc_stat {
 #define OOC_STAT_ENUM_(id, kind, unit, label) OOC_STAT_##id,

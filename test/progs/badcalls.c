@@ -36,7 +36,7 @@ static const fakecuda_kernel_t kernels[] = {UP_MIX_KERNEL("badcalls")};
 
 static CUdeviceptr buf[NB], gone;
 static CUstream stream;
-static uint32_t host[WORDS + 64];
+static uint32_t host[4 * WORDS]; /* more than any case reads or writes */
 
 #define PAST_END (buf[0] + WORDS * 4 - 8) /* 16 bytes from here run 8 past buf[0]'s end */
 #define F(T)     ((T)fn)
@@ -187,6 +187,106 @@ static CUresult c_set2d32_async(void *fn, int ver) {
     (void)ver;
     return F(PFN_cuMemsetD2D32Async_v3020)(buf[0] + 8, 4096, 0xEEEEEEEEu, 1024, 16, stream);
 }
+/* A 2D copy from the host into buf[0] whose last row runs past its end. */
+static CUDA_MEMCPY2D copy_2d_past_end(void) {
+    CUDA_MEMCPY2D p;
+    memset(&p, 0, sizeof p);
+    p.srcMemoryType = CU_MEMORYTYPE_HOST;
+    p.srcHost = host;
+    p.srcPitch = 256;
+    p.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    p.dstDevice = buf[0];
+    p.dstPitch = 4096;
+    p.WidthInBytes = 256;
+    p.Height = 17; /* row 16 starts at 64 KiB: past the end */
+    return p;
+}
+static CUresult c_copy2d(void *fn, int ver) {
+    (void)ver;
+    CUDA_MEMCPY2D p = copy_2d_past_end();
+    return F(PFN_cuMemcpy2D_v3020)(&p);
+}
+static CUresult c_copy2d_unaligned(void *fn, int ver) {
+    (void)ver;
+    CUDA_MEMCPY2D p = copy_2d_past_end();
+    return F(PFN_cuMemcpy2DUnaligned_v3020)(&p);
+}
+static CUresult c_copy2d_async(void *fn, int ver) {
+    (void)ver;
+    CUDA_MEMCPY2D p = copy_2d_past_end();
+    p.dstDevice = gone;
+    p.Height = 2;
+    return F(PFN_cuMemcpy2DAsync_v3020)(&p, stream);
+}
+static CUresult c_copy3d(void *fn, int ver) {
+    (void)ver;
+    return F(PFN_cuMemcpy3D_v3020)(NULL);
+}
+static CUresult c_copy3d_async(void *fn, int ver) {
+    (void)ver;
+    CUDA_MEMCPY3D p;
+    memset(&p, 0, sizeof p);
+    p.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+    p.srcDevice = gone;
+    p.srcPitch = 1024;
+    p.srcHeight = 16;
+    p.dstMemoryType = CU_MEMORYTYPE_HOST;
+    p.dstHost = host;
+    p.dstPitch = 1024;
+    p.dstHeight = 16;
+    p.WidthInBytes = 1024;
+    p.Height = 16;
+    p.Depth = 2; /* from freed memory */
+    return F(PFN_cuMemcpy3DAsync_v3020)(&p, stream);
+}
+static CUresult c_peer(void *fn, int ver) {
+    (void)ver;
+    CUcontext c;
+    UP_CHECK(cuCtxGetCurrent(&c));
+    return F(PFN_cuMemcpyPeer_v4000)(buf[1], c, PAST_END, c, 16);
+}
+static CUresult c_peer_async(void *fn, int ver) {
+    (void)ver;
+    CUcontext c;
+    UP_CHECK(cuCtxGetCurrent(&c));
+    return F(PFN_cuMemcpyPeerAsync_v4000)(gone, c, buf[1], c, 16, stream);
+}
+static CUresult c_set2d16(void *fn, int ver) {
+    (void)ver;
+    return F(PFN_cuMemsetD2D16_v3020)(buf[0], 4096, 0xEEEE, 32, 17);
+}
+static CUresult c_set2d16_async(void *fn, int ver) {
+    (void)ver;
+    return F(PFN_cuMemsetD2D16Async_v3020)(gone, 256, 0xEEEE, 32, 2, stream);
+}
+static CUresult c_tmap_tiled(void *fn, int ver) {
+    (void)ver;
+    cuuint64_t dim[1] = {WORDS}, stride[1] = {4};
+    cuuint32_t box[1] = {16}, es[1] = {1};
+    return F(PFN_cuTensorMapEncodeTiled_v12000)(
+        NULL, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 1, (void *)(uintptr_t)buf[1], dim, stride, box, es,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+}
+static CUresult c_tmap_im2col(void *fn, int ver) {
+    (void)ver;
+    return F(PFN_cuTensorMapEncodeIm2col_v12000)(
+        NULL, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, (void *)(uintptr_t)buf[1], NULL, NULL, NULL, NULL,
+        1, 1, NULL, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+        CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+}
+static CUresult c_tmap_im2col_wide(void *fn, int ver) {
+    (void)ver;
+    return F(PFN_cuTensorMapEncodeIm2colWide_v12080)(
+        NULL, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, (void *)(uintptr_t)buf[1], NULL, NULL, 0, 0, 1, 1,
+        NULL, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_IM2COL_WIDE_MODE_W,
+        CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+}
+static CUresult c_tmap_replace(void *fn, int ver) {
+    (void)ver;
+    return F(PFN_cuTensorMapReplaceAddress_v12000)(NULL, (void *)(uintptr_t)buf[1]);
+}
 static CUresult c_launch(void *fn, int ver) {
     (void)ver;
     return F(PFN_cuLaunchKernel_v4000)(NULL, 1, 1, 1, 32, 1, 1, 0, stream, NULL, NULL);
@@ -284,6 +384,19 @@ static const bad_case_t cases[] = {
     {"cuMemsetD2D32", c_set2d32},
     {"cuMemsetD2D8Async", c_set2d8_async},
     {"cuMemsetD2D32Async", c_set2d32_async},
+    {"cuMemcpy2D", c_copy2d},
+    {"cuMemcpy2DUnaligned", c_copy2d_unaligned},
+    {"cuMemcpy2DAsync", c_copy2d_async},
+    {"cuMemcpy3D", c_copy3d},
+    {"cuMemcpy3DAsync", c_copy3d_async},
+    {"cuMemcpyPeer", c_peer},
+    {"cuMemcpyPeerAsync", c_peer_async},
+    {"cuMemsetD2D16", c_set2d16},
+    {"cuMemsetD2D16Async", c_set2d16_async},
+    {"cuTensorMapEncodeTiled", c_tmap_tiled},
+    {"cuTensorMapEncodeIm2col", c_tmap_im2col},
+    {"cuTensorMapEncodeIm2colWide", c_tmap_im2col_wide},
+    {"cuTensorMapReplaceAddress", c_tmap_replace},
     {"cuLaunchKernel", c_launch},
     {"cuLaunchKernelEx", c_launch_ex},
     {"cuLaunchCooperativeKernel", c_launch_coop},

@@ -1,0 +1,57 @@
+/* SPDX-License-Identifier: MIT */
+/* hook_int.h: what the files of hooks share (hooks.c, copy2d.c, memop.c, tensormap.c): whether
+ * the shim manages memory, the access set's start, and RUN_OP, the one way a hook runs an
+ * operation (op.c's sequence, or the capture of a graph). */
+#ifndef OOC_HOOK_INT_H
+#define OOC_HOOK_INT_H
+
+#include "shim.h"
+
+/* Are we managing memory (mode not off, device set up)? */
+static inline int managing(void) {
+    return atomic_load_explicit(&ooc_mode_now, memory_order_relaxed) != OOC_MODE_OFF;
+}
+
+/* Runs `call` with the access set `a` resident on `stream`. While some stream captures (one
+ * relaxed load when none does), an op on a capturing stream is captured, not run: its access set
+ * goes to the capture and `call` is made as is. An op whose chunks are all resident and stable
+ * is issued on the fast path, without the residency lock (fastpath.c); any other, and every op
+ * while recording or replaying, takes the lock. The sequence is op.c's. */
+#define RUN_OP(a, stream, ptds, call)                                                              \
+    do {                                                                                           \
+        if (OOC_UNLIKELY(atomic_load_explicit(&ooc_graph_captures, memory_order_relaxed))) {       \
+            int cap_ = 0;                                                                          \
+            CUresult c_ = ooc_graph_capture_note((a), (stream), (ptds), &cap_);                    \
+            if (c_ != CUDA_SUCCESS)                                                                \
+                return c_;                                                                         \
+            if (cap_)                                                                              \
+                return (call);                                                                     \
+        }                                                                                          \
+        ooc_live_op_t op_;                                                                         \
+        CUresult r_ = ooc_op_begin(&op_, (a), (stream), (ptds));                                   \
+        if (r_ == CUDA_SUCCESS)                                                                    \
+            r_ = (call);                                                                           \
+        return ooc_op_end(&op_, r_);                                                               \
+    } while (0)
+
+/* Starts the access set of a copy or set named `name`. */
+static inline void op_start(ooc_access_t *a, int kind, const char *name, size_t bytes) {
+    a->n = 0;
+    a->overflow = 0;
+    a->kind = kind;
+    a->fn = NULL;
+    a->name = name;
+    a->bytes = bytes;
+    for (int i = 0; i < 3; i++)
+        a->grid[i] = a->block[i] = 0;
+}
+
+/* Returns from the hook with `call`'s result unless it is CUDA_SUCCESS. */
+#define ACCESS_OR_RETURN(call)                                                                     \
+    do {                                                                                           \
+        CUresult ar_ = (call);                                                                     \
+        if (ar_ != CUDA_SUCCESS)                                                                   \
+            return ar_;                                                                            \
+    } while (0)
+
+#endif
