@@ -48,22 +48,38 @@ static CUresult note_side(ooc_access_t *a, const char *name, const side_t *s, si
     return CUDA_SUCCESS;
 }
 
-static CUresult access_3d(ooc_access_t *a, const char *name, const CUDA_MEMCPY3D *p) {
+CUresult ooc_copy3d_access(ooc_access_t *a, const char *name, const CUDA_MEMCPY3D *p) {
     op_start(a, OOC_OP_MEMCPY, name, p->WidthInBytes * p->Height * p->Depth);
-    side_t src = {device_side(p->srcMemoryType, p->srcDevice), p->srcXInBytes, p->srcY, p->srcZ,
-                  p->srcPitch, p->srcHeight};
-    side_t dst = {device_side(p->dstMemoryType, p->dstDevice), p->dstXInBytes, p->dstY, p->dstZ,
-                  p->dstPitch, p->dstHeight};
+    side_t src = {device_side(p->srcMemoryType, p->srcDevice),
+                  p->srcXInBytes,
+                  p->srcY,
+                  p->srcZ,
+                  p->srcPitch,
+                  p->srcHeight};
+    side_t dst = {device_side(p->dstMemoryType, p->dstDevice),
+                  p->dstXInBytes,
+                  p->dstY,
+                  p->dstZ,
+                  p->dstPitch,
+                  p->dstHeight};
     ACCESS_OR_RETURN(note_side(a, name, &src, p->WidthInBytes, p->Height, p->Depth, OOC_USE_R));
     return note_side(a, name, &dst, p->WidthInBytes, p->Height, p->Depth, OOC_USE_W);
 }
 
 static CUresult access_2d(ooc_access_t *a, const char *name, const CUDA_MEMCPY2D *p) {
     op_start(a, OOC_OP_MEMCPY, name, p->WidthInBytes * p->Height);
-    side_t src = {device_side(p->srcMemoryType, p->srcDevice), p->srcXInBytes, p->srcY, 0,
-                  p->srcPitch, p->Height};
-    side_t dst = {device_side(p->dstMemoryType, p->dstDevice), p->dstXInBytes, p->dstY, 0,
-                  p->dstPitch, p->Height};
+    side_t src = {device_side(p->srcMemoryType, p->srcDevice),
+                  p->srcXInBytes,
+                  p->srcY,
+                  0,
+                  p->srcPitch,
+                  p->Height};
+    side_t dst = {device_side(p->dstMemoryType, p->dstDevice),
+                  p->dstXInBytes,
+                  p->dstY,
+                  0,
+                  p->dstPitch,
+                  p->Height};
     ACCESS_OR_RETURN(note_side(a, name, &src, p->WidthInBytes, p->Height, 1, OOC_USE_R));
     return note_side(a, name, &dst, p->WidthInBytes, p->Height, 1, OOC_USE_W);
 }
@@ -96,13 +112,12 @@ COPY2D(cuMemcpy2DUnaligned_v2, PFN_cuMemcpy2DUnaligned_v3020, 0, CUDA_MEMCPY2D, 
 COPY2D(cuMemcpy2DUnaligned_v2_ptds, PFN_cuMemcpy2DUnaligned_v7000_ptds, 1, CUDA_MEMCPY2D,
        access_2d);
 COPY2D_ASYNC(cuMemcpy2DAsync_v2, PFN_cuMemcpy2DAsync_v3020, 0, CUDA_MEMCPY2D, access_2d);
-COPY2D_ASYNC(cuMemcpy2DAsync_v2_ptsz, PFN_cuMemcpy2DAsync_v7000_ptsz, 1, CUDA_MEMCPY2D,
-             access_2d);
-COPY2D(cuMemcpy3D_v2, PFN_cuMemcpy3D_v3020, 0, CUDA_MEMCPY3D, access_3d);
-COPY2D(cuMemcpy3D_v2_ptds, PFN_cuMemcpy3D_v7000_ptds, 1, CUDA_MEMCPY3D, access_3d);
-COPY2D_ASYNC(cuMemcpy3DAsync_v2, PFN_cuMemcpy3DAsync_v3020, 0, CUDA_MEMCPY3D, access_3d);
+COPY2D_ASYNC(cuMemcpy2DAsync_v2_ptsz, PFN_cuMemcpy2DAsync_v7000_ptsz, 1, CUDA_MEMCPY2D, access_2d);
+COPY2D(cuMemcpy3D_v2, PFN_cuMemcpy3D_v3020, 0, CUDA_MEMCPY3D, ooc_copy3d_access);
+COPY2D(cuMemcpy3D_v2_ptds, PFN_cuMemcpy3D_v7000_ptds, 1, CUDA_MEMCPY3D, ooc_copy3d_access);
+COPY2D_ASYNC(cuMemcpy3DAsync_v2, PFN_cuMemcpy3DAsync_v3020, 0, CUDA_MEMCPY3D, ooc_copy3d_access);
 COPY2D_ASYNC(cuMemcpy3DAsync_v2_ptsz, PFN_cuMemcpy3DAsync_v7000_ptsz, 1, CUDA_MEMCPY3D,
-             access_3d);
+             ooc_copy3d_access);
 
 /* ---- peer copies: within the one device the shim manages, a plain copy ----------------------- */
 

@@ -16,9 +16,10 @@
  * launch time, identical buffers merged and buffers that follow each other exactly in the
  * address space merged into one range (residency walks a range buffer by buffer); if more than
  * OOC_MAX_REFS remain, the launch fails with CUDA_ERROR_OUT_OF_MEMORY and a log line, never
- * with a reference dropped. A graph the shim did not see captured (built with the explicit node
- * API, or captured with cuStreamBeginCaptureToGraph) is launched with a warning and nothing made
- * resident: its accesses are like those through pointers stored in device memory (safe mode).
+ * with a reference dropped. Graphs built with the explicit node API are learned node by node
+ * (below). A graph the shim learned nothing of (captured with cuStreamBeginCaptureToGraph, or
+ * built only of nodes it does not learn) is launched with a warning and nothing made resident:
+ * its accesses are like those through pointers stored in device memory (safe mode).
  *
  * Which streams capture: the captures the shim saw begin, at most MAX_CAPTURES at once (per
  * stream handle; a per-thread default stream per thread). ooc_graph_captures counts them, so an
@@ -56,10 +57,18 @@ typedef struct capture {
     qlist_t list;
 } capture_t;
 
+/* The queries of one kernel node whose parameters an executable graph was given anew. */
+typedef struct override {
+    CUgraphNode node;
+    qlist_t list;
+    UT_hash_handle hh;
+} override_t;
+
 /* A graph or an executable graph and the queries of its ops. */
 typedef struct tracked {
     void *handle;
     qlist_t list;
+    override_t *over; /* executable graphs: kernel nodes updated since instantiation */
     UT_hash_handle hh;
 } tracked_t;
 
@@ -160,6 +169,12 @@ static void tracked_forget(tracked_t **table, const void *handle) {
         return;
     HASH_DEL(*table, t);
     qlist_free(&t->list);
+    override_t *o, *tmp;
+    HASH_ITER(hh, t->over, o, tmp) {
+        HASH_DEL(t->over, o);
+        qlist_free(&o->list);
+        free(o);
+    }
     free(t);
 }
 
@@ -350,6 +365,85 @@ void ooc_graph_exec_destroyed(CUgraphExec exec) {
     tracked_forget(&execs, exec);
 }
 
+/* ---- graphs built node by node ------------------------------------------------------------
+ *
+ * A graph built with the explicit API (as XLA builds its command buffers) is learned node by
+ * node: the hooks of cuGraphAddKernelNode, cuGraphAddMemcpyNode, cuGraphAddMemsetNode and
+ * cuGraphAddChildGraphNode hand the node's access set here after the driver added it (a child
+ * graph's queries are copied into its parent). cuGraphExecKernelNodeSetParams gives a kernel
+ * node of an executable graph new parameters: its new queries replace those of its earlier
+ * updates (the queries of the parameters it was instantiated with stay, which can only make
+ * more resident). Nodes added through other calls (cuGraphAddNode, host, event and conditional
+ * nodes) are not learned: see README. */
+
+/* The entry of graph g, made empty if there is none. Caller holds graph_lock. */
+static tracked_t *graph_entry(CUgraph g) {
+    tracked_t *t = tracked_find(graphs, g);
+    if (t)
+        return t;
+    qlist_t empty = {0};
+    return tracked_add(&graphs, g, &empty) == 0 ? tracked_find(graphs, g) : NULL;
+}
+
+CUresult ooc_graph_node_added(CUgraph g, const ooc_access_t *a) {
+    pthread_mutex_lock(&graph_lock);
+    tracked_t *t = graph_entry(g);
+    int rc = t ? qlist_add(&t->list, a->refs, a->n) : OOC_ENOMEM;
+    pthread_mutex_unlock(&graph_lock);
+    if (rc != 0 || a->overflow) {
+        OOC_LOG_E("%s: %s; the graph's launches would not make all of it resident",
+                  a->name ? a->name : "a graph node",
+                  rc ? "out of host memory" : "more buffers than one operation holds");
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult ooc_graph_child_added(CUgraph g, CUgraph child) {
+    pthread_mutex_lock(&graph_lock);
+    tracked_t *c = tracked_find(graphs, child);
+    int rc = 0;
+    if (c && c->list.n) {
+        tracked_t *t = graph_entry(g);
+        c = tracked_find(graphs, child); /* the table may have grown */
+        rc = t && c ? qlist_add(&t->list, c->list.q, c->list.n) : OOC_ENOMEM;
+    }
+    pthread_mutex_unlock(&graph_lock);
+    if (rc != 0) {
+        OOC_LOG_E("cuGraphAddChildGraphNode: out of host memory");
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult ooc_graph_exec_node_params(CUgraphExec e, CUgraphNode node, const ooc_access_t *a) {
+    pthread_mutex_lock(&graph_lock);
+    tracked_t *t = tracked_find(execs, e);
+    int rc = 0;
+    if (t) {
+        override_t *o;
+        HASH_FIND_PTR(t->over, &node, o);
+        if (!o && (o = calloc(1, sizeof *o)) != NULL) {
+            o->node = node;
+            graph_oom = 0;
+            HASH_ADD_PTR(t->over, node, o);
+            if (graph_oom) {
+                free(o);
+                o = NULL;
+            }
+        }
+        if (o)
+            o->list.n = 0; /* the node's earlier update is replaced */
+        rc = o ? qlist_add(&o->list, a->refs, a->n) : OOC_ENOMEM;
+    }
+    pthread_mutex_unlock(&graph_lock);
+    if (rc != 0) {
+        OOC_LOG_E("cuGraphExecKernelNodeSetParams: out of host memory");
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return CUDA_SUCCESS;
+}
+
 /* ---- launches -------------------------------------------------------------------------------- */
 
 typedef struct span {
@@ -469,7 +563,7 @@ CUresult ooc_graph_launch_access(CUgraphExec exec, ooc_access_t *a) {
                   (void *)exec);
         return CUDA_SUCCESS;
     }
-    if (t->list.n <= OOC_MAX_REFS) {
+    if (t->list.n <= OOC_MAX_REFS && !t->over) {
         if (t->list.n)
             memcpy(a->refs, t->list.q, t->list.n * sizeof *a->refs);
         a->n = (unsigned)t->list.n;
@@ -478,6 +572,8 @@ CUresult ooc_graph_launch_access(CUgraphExec exec, ooc_access_t *a) {
     }
     qlist_t copy;
     int rc = qlist_copy(&copy, &t->list);
+    for (override_t *o = t->over; o && rc == 0; o = o->hh.next)
+        rc = qlist_add(&copy, o->list.q, o->list.n);
     pthread_mutex_unlock(&graph_lock);
     if (rc != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;

@@ -54,4 +54,7 @@ static inline void op_start(ooc_access_t *a, int kind, const char *name, size_t 
             return ar_;                                                                            \
     } while (0)
 
+/* The access set of a 3D copy (copy2d.c): each device side of ours, range-checked. */
+CUresult ooc_copy3d_access(ooc_access_t *a, const char *name, const CUDA_MEMCPY3D *p);
+
 #endif

@@ -145,17 +145,20 @@ CUresult ooc_hook_cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) {
 }
 OOC_EXPORT_HOOK(cuMemFreeAsync_ptsz, PFN_cuMemFreeAsync_v11020_ptsz);
 
-/* The program sees the budget as the device's memory. */
+/* The program sees the budget as the device's memory, and as free what the shim could make
+ * free: the budget less the program's own VMM memory (every buffer of ours can be swapped out).
+ * cuDNN and XLA size workspaces from it: a figure that moved with residency would change their
+ * choices (and the iteration's shape) from step to step. */
 CUresult ooc_hook_cuMemGetInfo_v2(size_t *free_b, size_t *total_b) {
     OOC_NEED_REAL(cuMemGetInfo_v2);
     if (!managing() || ooc_device_init() != CUDA_SUCCESS)
         return ooc_real.cuMemGetInfo_v2(free_b, total_b);
     if (!free_b || !total_b)
         return CUDA_ERROR_INVALID_VALUE;
-    uint64_t budget, resident;
-    ooc_mem_info(&budget, &resident);
+    uint64_t budget, held;
+    ooc_mem_info(&budget, &held);
     *total_b = budget;
-    *free_b = budget > resident ? budget - resident : 0;
+    *free_b = budget > held ? budget - held : 0;
     return CUDA_SUCCESS;
 }
 OOC_EXPORT_HOOK(cuMemGetInfo_v2, PFN_cuMemGetInfo_v3020);

@@ -205,10 +205,11 @@ void ooc_mem_geometry(uint64_t *chunk_bytes, uint64_t *budget_bytes) {
     mem_unlock();
 }
 
-void ooc_mem_info(uint64_t *budget, uint64_t *resident) {
+void ooc_mem_info(uint64_t *budget, uint64_t *held) {
     pthread_mutex_lock(&mem_lock);
     *budget = M.budget_bytes;
-    *resident = M.resident * M.chunk + M.external_bytes;
+    /* Every chunk of ours can be swapped out; the program's own VMM memory cannot. */
+    *held = M.external_bytes;
     mem_unlock();
 }
 

@@ -201,6 +201,12 @@ int ooc_mem_lookup(uintptr_t p, uintptr_t *base, size_t *size);
  * 128-byte slices of the n parameter bytes at p, which start at offset `off` of the parameter
  * space. Cheap when no descriptor was encoded. */
 void ooc_tmap_scan(const unsigned char *p, size_t n, size_t off, ooc_access_t *a);
+/* Graphs built node by node (graph.c): a node of graph g added with access set a; a child graph
+ * added to g; new parameters of kernel node `node` of executable graph e. CUDA_SUCCESS, or
+ * CUDA_ERROR_OUT_OF_MEMORY (logged) when what the node touches could not be kept. */
+CUresult ooc_graph_node_added(CUgraph g, const ooc_access_t *a);
+CUresult ooc_graph_child_added(CUgraph g, CUgraph child);
+CUresult ooc_graph_exec_node_params(CUgraphExec e, CUgraphNode node, const ooc_access_t *a);
 /* What the driver would say of the live buffer containing p (pointer attributes). */
 typedef struct ooc_bufinfo {
     uintptr_t base;
@@ -283,8 +289,9 @@ void ooc_mem_external_release(CUmemGenericAllocationHandle h);
  * buffers were swapped out with no host alias. Thread-safe. */
 void ooc_mem_report_fault(CUresult r);
 
-/* Budget, used and peak bytes, for cuMemGetInfo. */
-void ooc_mem_info(uint64_t *budget, uint64_t *resident);
+/* For cuMemGetInfo: the budget, and the bytes of it that cannot be made free (the program's own
+ * VMM memory). */
+void ooc_mem_info(uint64_t *budget, uint64_t *held);
 
 /* Measures the bandwidth of the swap path (pinned or host-located memory to and from device
  * chunks) at copies of `bytes` bytes (at most one chunk), repeated: bytes per second one way each,

@@ -77,8 +77,8 @@ void ooc_tmap_scan(const unsigned char *p, size_t n, size_t off, ooc_access_t *a
     pthread_rwlock_unlock(&table_lock);
 }
 
-CUresult ooc_hook_cuTensorMapEncodeTiled(CUtensorMap *m, CUtensorMapDataType type,
-                                         cuuint32_t rank, void *addr, const cuuint64_t *dim,
+CUresult ooc_hook_cuTensorMapEncodeTiled(CUtensorMap *m, CUtensorMapDataType type, cuuint32_t rank,
+                                         void *addr, const cuuint64_t *dim,
                                          const cuuint64_t *strides, const cuuint32_t *box,
                                          const cuuint32_t *estrides, CUtensorMapInterleave il,
                                          CUtensorMapSwizzle sw, CUtensorMapL2promotion l2,
@@ -92,13 +92,13 @@ CUresult ooc_hook_cuTensorMapEncodeTiled(CUtensorMap *m, CUtensorMapDataType typ
 }
 OOC_EXPORT_HOOK(cuTensorMapEncodeTiled, PFN_cuTensorMapEncodeTiled_v12000);
 
-CUresult ooc_hook_cuTensorMapEncodeIm2col(CUtensorMap *m, CUtensorMapDataType type,
-                                          cuuint32_t rank, void *addr, const cuuint64_t *dim,
+CUresult ooc_hook_cuTensorMapEncodeIm2col(CUtensorMap *m, CUtensorMapDataType type, cuuint32_t rank,
+                                          void *addr, const cuuint64_t *dim,
                                           const cuuint64_t *strides, const int *lower,
-                                          const int *upper, cuuint32_t channels,
-                                          cuuint32_t pixels, const cuuint32_t *estrides,
-                                          CUtensorMapInterleave il, CUtensorMapSwizzle sw,
-                                          CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill oob) {
+                                          const int *upper, cuuint32_t channels, cuuint32_t pixels,
+                                          const cuuint32_t *estrides, CUtensorMapInterleave il,
+                                          CUtensorMapSwizzle sw, CUtensorMapL2promotion l2,
+                                          CUtensorMapFloatOOBfill oob) {
     OOC_NEED_REAL(cuTensorMapEncodeIm2col);
     CUresult r = ooc_real.cuTensorMapEncodeIm2col(m, type, rank, addr, dim, strides, lower, upper,
                                                   channels, pixels, estrides, il, sw, l2, oob);
@@ -108,15 +108,11 @@ CUresult ooc_hook_cuTensorMapEncodeIm2col(CUtensorMap *m, CUtensorMapDataType ty
 }
 OOC_EXPORT_HOOK(cuTensorMapEncodeIm2col, PFN_cuTensorMapEncodeIm2col_v12000);
 
-CUresult ooc_hook_cuTensorMapEncodeIm2colWide(CUtensorMap *m, CUtensorMapDataType type,
-                                              cuuint32_t rank, void *addr, const cuuint64_t *dim,
-                                              const cuuint64_t *strides, int lower, int upper,
-                                              cuuint32_t channels, cuuint32_t pixels,
-                                              const cuuint32_t *estrides,
-                                              CUtensorMapInterleave il,
-                                              CUtensorMapIm2ColWideMode mode,
-                                              CUtensorMapSwizzle sw, CUtensorMapL2promotion l2,
-                                              CUtensorMapFloatOOBfill oob) {
+CUresult ooc_hook_cuTensorMapEncodeIm2colWide(
+    CUtensorMap *m, CUtensorMapDataType type, cuuint32_t rank, void *addr, const cuuint64_t *dim,
+    const cuuint64_t *strides, int lower, int upper, cuuint32_t channels, cuuint32_t pixels,
+    const cuuint32_t *estrides, CUtensorMapInterleave il, CUtensorMapIm2ColWideMode mode,
+    CUtensorMapSwizzle sw, CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill oob) {
     OOC_NEED_REAL(cuTensorMapEncodeIm2colWide);
     CUresult r =
         ooc_real.cuTensorMapEncodeIm2colWide(m, type, rank, addr, dim, strides, lower, upper,

@@ -287,6 +287,46 @@ static CUresult c_tmap_replace(void *fn, int ver) {
     (void)ver;
     return F(PFN_cuTensorMapReplaceAddress_v12000)(NULL, (void *)(uintptr_t)buf[1]);
 }
+static CUresult c_add_kernel_node(void *fn, int ver) {
+    CUgraphNode node;
+    CUDA_KERNEL_NODE_PARAMS_v2 p;
+    memset(&p, 0, sizeof p);
+    p.gridDimX = p.gridDimY = p.gridDimZ = p.blockDimY = p.blockDimZ = 1;
+    p.blockDimX = 32;
+    if (ver >= 12000)
+        return F(PFN_cuGraphAddKernelNode_v12000)(&node, NULL, NULL, 0, &p); /* no graph */
+    return F(PFN_cuGraphAddKernelNode_v10000)(&node, NULL, NULL, 0,
+                                              (const CUDA_KERNEL_NODE_PARAMS_v1 *)&p);
+}
+static CUresult c_exec_kernel_params(void *fn, int ver) {
+    CUDA_KERNEL_NODE_PARAMS_v2 p;
+    memset(&p, 0, sizeof p);
+    if (ver >= 12000)
+        return F(PFN_cuGraphExecKernelNodeSetParams_v12000)(NULL, NULL, &p);
+    return F(PFN_cuGraphExecKernelNodeSetParams_v10010)(NULL, NULL,
+                                                        (const CUDA_KERNEL_NODE_PARAMS_v1 *)&p);
+}
+static CUresult c_add_memcpy_node(void *fn, int ver) {
+    (void)ver;
+    CUgraphNode node;
+    CUcontext c;
+    UP_CHECK(cuCtxGetCurrent(&c));
+    return F(PFN_cuGraphAddMemcpyNode_v10000)(&node, NULL, NULL, 0, NULL, c);
+}
+static CUresult c_add_memset_node(void *fn, int ver) {
+    (void)ver;
+    CUgraphNode node;
+    CUcontext c;
+    UP_CHECK(cuCtxGetCurrent(&c));
+    CUDA_MEMSET_NODE_PARAMS p = {
+        .dst = PAST_END, .pitch = 0, .value = 0, .elementSize = 4, .width = 4, .height = 1};
+    return F(PFN_cuGraphAddMemsetNode_v10000)(&node, NULL, NULL, 0, &p, c);
+}
+static CUresult c_add_child_node(void *fn, int ver) {
+    (void)ver;
+    CUgraphNode node;
+    return F(PFN_cuGraphAddChildGraphNode_v10000)(&node, NULL, NULL, 0, NULL);
+}
 static CUresult c_launch(void *fn, int ver) {
     (void)ver;
     return F(PFN_cuLaunchKernel_v4000)(NULL, 1, 1, 1, 32, 1, 1, 0, stream, NULL, NULL);
@@ -397,6 +437,11 @@ static const bad_case_t cases[] = {
     {"cuTensorMapEncodeIm2col", c_tmap_im2col},
     {"cuTensorMapEncodeIm2colWide", c_tmap_im2col_wide},
     {"cuTensorMapReplaceAddress", c_tmap_replace},
+    {"cuGraphAddKernelNode", c_add_kernel_node},
+    {"cuGraphExecKernelNodeSetParams", c_exec_kernel_params},
+    {"cuGraphAddMemcpyNode", c_add_memcpy_node},
+    {"cuGraphAddMemsetNode", c_add_memset_node},
+    {"cuGraphAddChildGraphNode", c_add_child_node},
     {"cuLaunchKernel", c_launch},
     {"cuLaunchKernelEx", c_launch_ex},
     {"cuLaunchCooperativeKernel", c_launch_coop},
