@@ -185,6 +185,12 @@ START_TEST(test_wrong_calls_end_pointers_and_pointer_attributes_as_the_driver_an
 }
 END_TEST
 
+START_TEST(test_stream_memory_operations_on_buffers_that_move) {
+    static const char *const args[] = {"--iters", "6", NULL};
+    check_prog("test/progs/memopprog", args, "test_stream_memory_operations_on_buffers_that_move");
+}
+END_TEST
+
 /* The error-path rule over every hooked entry point (shim/hooks.def): each refused call gets the
  * driver's own answer, the same in every iteration, and changes nothing: every byte right, and
  * the recorded iteration holds the program's 24 launches only. */
@@ -321,6 +327,10 @@ Suite *suite_userprogs(void) {
     tc = tcase_create("bounds");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_wrong_calls_end_pointers_and_pointer_attributes_as_the_driver_answers);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("memops");
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, test_stream_memory_operations_on_buffers_that_move);
     suite_add_tcase(s, tc);
     tc = tcase_create("error_path");
     tcase_set_timeout(tc, 600);

@@ -327,6 +327,33 @@ static CUresult c_add_child_node(void *fn, int ver) {
     CUgraphNode node;
     return F(PFN_cuGraphAddChildGraphNode_v10000)(&node, NULL, NULL, 0, NULL);
 }
+static CUresult c_write32(void *fn, int ver) {
+    (void)ver;
+    return F(PFN_cuStreamWriteValue32_v11070)(stream, buf[0] + WORDS * 4 - 2, 7, 0);
+}
+static CUresult c_write64(void *fn, int ver) {
+    (void)ver;
+    return F(PFN_cuStreamWriteValue64_v11070)(stream, gone, 7, 0);
+}
+static CUresult c_wait32(void *fn, int ver) {
+    (void)ver;
+    return F(PFN_cuStreamWaitValue32_v11070)(stream, gone, 0, CU_STREAM_WAIT_VALUE_GEQ);
+}
+static CUresult c_wait64(void *fn, int ver) {
+    (void)ver;
+    return F(PFN_cuStreamWaitValue64_v11070)(stream, buf[0] + WORDS * 4 - 4, 0,
+                                             CU_STREAM_WAIT_VALUE_GEQ);
+}
+static CUresult c_batch_memop(void *fn, int ver) {
+    (void)ver;
+    CUstreamBatchMemOpParams op[2];
+    memset(op, 0, sizeof op);
+    op[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    op[0].writeValue.address = buf[1];
+    op[1].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+    op[1].writeValue.address = buf[0] + WORDS * 4 - 4; /* half past the end */
+    return F(PFN_cuStreamBatchMemOp_v11070)(stream, 2, op, 0);
+}
 static CUresult c_launch(void *fn, int ver) {
     (void)ver;
     return F(PFN_cuLaunchKernel_v4000)(NULL, 1, 1, 1, 32, 1, 1, 0, stream, NULL, NULL);
@@ -442,6 +469,11 @@ static const bad_case_t cases[] = {
     {"cuGraphAddMemcpyNode", c_add_memcpy_node},
     {"cuGraphAddMemsetNode", c_add_memset_node},
     {"cuGraphAddChildGraphNode", c_add_child_node},
+    {"cuStreamWriteValue32", c_write32},
+    {"cuStreamWriteValue64", c_write64},
+    {"cuStreamWaitValue32", c_wait32},
+    {"cuStreamWaitValue64", c_wait64},
+    {"cuStreamBatchMemOp", c_batch_memop},
     {"cuLaunchKernel", c_launch},
     {"cuLaunchKernelEx", c_launch_ex},
     {"cuLaunchCooperativeKernel", c_launch_coop},
