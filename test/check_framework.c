@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "testutil.h"
 
@@ -108,12 +109,87 @@ START_TEST(test_xfmr_pointer_table_without_safe_mode_is_a_clear_error) {
 }
 END_TEST
 
+/* Fails the Nth call of `api` xfmr makes under the shim (auto, half its footprint, a plan
+ * replayed after the first iteration), for every N up to 12 and then about 12 more spread over
+ * the rest: each run ends with the oracle's checksum or a clean driver error (exit 2), and
+ * leaves nothing behind. */
+static void fault_loop(const char *api) {
+    tu_result_t ref = oracle(0);
+    char stats[] = "/tmp/ooc-framework-stats-XXXXXX";
+    int fd = mkstemp(stats);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    char dir[] = "/tmp/ooc-framework-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char st[128], pdir[96], cap[64], budget[64], key[96], fail[128];
+    snprintf(st, sizeof st, "FAKECUDA_STATS=%s", stats);
+    snprintf(pdir, sizeof pdir, "OOC_PROFILE_DIR=%s", dir);
+    snprintf(cap, sizeof cap, "FAKECUDA_MEM_BYTES=%llu", ref.peak / 2);
+    snprintf(budget, sizeof budget, "OOC_BUDGET=%llu", ref.peak / 2);
+    snprintf(key, sizeof key, "calls.%s", api);
+    const char *env[] = {st,
+                         pdir,
+                         cap,
+                         budget,
+                         "OOC_MODE=auto",
+                         "OOC_PROFILE_ITERS=1",
+                         "OOC_CHUNK=64K",
+                         "FAKECUDA_GRANULARITY=64K",
+                         "FAKECUDA_HOST_VMM=0",
+                         NULL,
+                         NULL};
+    tu_result_t r = run_xfmr(1, 0, env);
+    ck_assert_msg(r.status == 0 && strcmp(r.checksum, ref.checksum) == 0,
+                  "without a fault: status %d\n%s", r.status, tu_tail(r.err, 2000));
+    tu_result_free(&r);
+    long long calls = tu_fc_stat(stats, key);
+    ck_assert_msg(calls > 0, "xfmr makes no call of %s", api);
+    long long every = 12, stride = calls > 2 * every ? calls / every : 1;
+    for (long long n = 1; n <= calls; n += n < every ? 1 : stride) {
+        snprintf(fail, sizeof fail, "FAKECUDA_FAIL=%s@%lld", api, n);
+        env[9] = fail;
+        r = run_xfmr(1, 0, env);
+        tu_assert_fault_outcome(&r, ref.checksum, stats, fail + strlen("FAKECUDA_FAIL="));
+        tu_result_free(&r);
+    }
+    tu_result_free(&ref);
+    unlink(stats);
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+START_TEST(test_fault_in_tensor_map_encoding_is_clean) {
+    fault_loop("cuTensorMapEncodeTiled");
+    fault_loop("cuTensorMapReplaceAddress");
+}
+END_TEST
+
+START_TEST(test_fault_in_explicit_graph_building_is_clean) {
+    fault_loop("cuGraphAddKernelNode");
+    fault_loop("cuGraphAddMemcpyNode");
+    fault_loop("cuGraphAddChildGraphNode");
+    fault_loop("cuGraphExecKernelNodeSetParams");
+}
+END_TEST
+
+START_TEST(test_fault_in_2d_copies_is_clean) {
+    fault_loop("cuMemcpy2DAsync");
+}
+END_TEST
+
 Suite *suite_framework(void) {
     Suite *s = suite_create("framework");
     TCase *tc = tcase_create("xfmr");
     tcase_set_timeout(tc, 900);
     tcase_add_test(tc, test_xfmr_matches_oracle_with_every_path_seen);
     tcase_add_test(tc, test_xfmr_pointer_table_without_safe_mode_is_a_clear_error);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("faults");
+    tcase_set_timeout(tc, tu_under_valgrind() ? 36000 : 900);
+    tcase_add_test(tc, test_fault_in_tensor_map_encoding_is_clean);
+    tcase_add_test(tc, test_fault_in_explicit_graph_building_is_clean);
+    tcase_add_test(tc, test_fault_in_2d_copies_is_clean);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -77,7 +77,8 @@ int main(int argc, char **argv) {
         }
         /* The second stream: waits already satisfied, then a write of its own. */
         int last = NB - 1;
-        UP_CHECK(cuStreamWaitValue32(s2, buf[last] + 4 * 5, model[last][5], CU_STREAM_WAIT_VALUE_EQ));
+        UP_CHECK(
+            cuStreamWaitValue32(s2, buf[last] + 4 * 5, model[last][5], CU_STREAM_WAIT_VALUE_EQ));
         uint64_t v64;
         memcpy(&v64, &model[last - 1][8], 8);
         UP_CHECK(cuStreamWaitValue64(s2, buf[last - 1] + 32, v64, CU_STREAM_WAIT_VALUE_EQ));
