@@ -28,7 +28,8 @@ int sched_copy(sched_t *dst, const sched_t *src);
 /* The gap of buffer b that op t falls in (from < t <= to, or t + n for a wrapping gap). */
 gap_t *sched_gap_at(const sched_t *s, int32_t b, int32_t t);
 /* Emits the plan: swap-outs, swap-ins, waits, drops of dead buffers, recomputes (with their
- * inputs brought in first; a recompute that would need another recompute becomes a swap). */
+ * inputs brought in first; an input that is itself recomputed is rebuilt first, before the same
+ * op or one earlier, up to 8 deep; a recompute whose inputs cannot be had becomes a swap). */
 int sched_plan(const sched_t *s, const char *policy, uint64_t budget, ooc_plan_t **out);
 /* Emits and simulates. Returns 0 or OOC_ENOMEM; the result's feasible flag says the rest. */
 int sched_eval(const sched_t *s, uint64_t budget, const ooc_sim_opts_t *o, ooc_sim_result_t *r);
