@@ -206,6 +206,64 @@ int belady_best(sched_t *s, uint64_t budget, uint64_t *score) {
     return rc;
 }
 
+/* Is this variant one of belady_best's (which auto has simulated already)? */
+static int basic_variant(size_t f, size_t a, size_t h) {
+    return f < 3 && (a < 3 || a == 5 || a == 6 || a >= 11) && h < 3;
+}
+
+int belady_search(sched_t *s, uint64_t budget, uint32_t max_sims, uint64_t *score) {
+    const ooc_model_t *m = s->m;
+    const ooc_profile_t *p = m->prof;
+    double per_byte = 1e9 / (p->h2d_bps < p->d2h_bps ? p->h2d_bps : p->d2h_bps);
+    /* most useful first, as the simulations may run out: the whole budget for the walk, then
+     * smaller shares; rebuild thresholds in copies' times, each up front or on eviction;
+     * placements (room > 0: as early as `room` of the budget allows; else `ahead` ops before the
+     * use). The first three of each list, with the thresholds 0, 1, 2 and any, are belady_best's
+     * grid, skipped here. */
+    static const double fill[] = {1.0, 0.9, 0.8, 0.95, 0.85, 0.7, 0.6};
+    static const double rec[] = {0, 1, 1, 0.5, 0.5, 2, 2, 4, 4, 16, 16, 1e300, 1e300};
+    static const int evict[] = {0, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1};
+    static const double room[] = {1.0, 0, 0, 0.95, 0.9, 0.8, 0};
+    static const int32_t ahead[] = {0, 2, 8, 0, 0, 0, 32};
+    sched_t best = {0};
+    uint64_t best_sc = *score;
+    uint32_t sims = 0;
+    int rc = best_sc != UINT64_MAX ? sched_copy(&best, s) : 0; /* what s holds, to restore */
+    for (size_t f = 0; f < sizeof fill / sizeof fill[0] && !rc && sims < max_sims; f++) {
+        uint64_t walk = (uint64_t)((double)budget * fill[f]);
+        if (f > 0 && ooc_model_check_budget(m, walk, NULL, NULL, 0))
+            continue;
+        for (size_t a = 0; a < sizeof rec / sizeof rec[0] && !rc && sims < max_sims; a++) {
+            int scheduled = 0;
+            for (size_t h = 0; h < sizeof room / sizeof room[0] && !rc && sims < max_sims; h++) {
+                if (basic_variant(f, a, h))
+                    continue;
+                if (!scheduled && (rc = belady_schedule(s, walk, rec[a] * per_byte, evict[a])))
+                    break;
+                scheduled = 1;
+                ooc_sim_result_t r;
+                uint64_t at = (uint64_t)((double)budget * room[h]);
+                sims++;
+                if ((rc = room[h] > 0 ? sched_place_swapins(s, at) : place(s, budget, ahead[h])) ||
+                    (rc = sched_eval(s, budget, NULL, &r)))
+                    break;
+                uint64_t sc = sched_score(&r);
+                ooc_sim_result_free(&r);
+                if (sc < best_sc) {
+                    best_sc = sc;
+                    sched_free(&best);
+                    rc = sched_copy(&best, s);
+                }
+            }
+        }
+    }
+    if (!rc && best.g)
+        memcpy(s->g, best.g, s->ng * sizeof *s->g);
+    sched_free(&best);
+    *score = best_sc;
+    return rc;
+}
+
 int pol_belady(const ooc_model_t *m, const ooc_policy_opts_t *o, ooc_plan_t **out) {
     sched_t s;
     int rc = sched_init(&s, m);

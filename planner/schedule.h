@@ -80,6 +80,11 @@ int belady_schedule(sched_t *s, uint64_t budget, double rec_ns_per_byte, int on_
  * swap-ins as early as memory allows or 2 or 8 ops ahead) by simulation under `budget`; s is left
  * holding it and *score its simulated time (UINT64_MAX: none feasible). */
 int belady_best(sched_t *s, uint64_t budget, uint64_t *score);
+/* auto's wider search over the same schedule, after belady_best: the variants belady_best does
+ * not try (more rebuild thresholds and walk budgets, swap-ins placed under part of the budget or
+ * 32 ops ahead), at most max_sims simulations, most promising first. *score holds the score of
+ * the schedule s holds (UINT64_MAX: none); s and *score are replaced only by a faster one. */
+int belady_search(sched_t *s, uint64_t budget, uint32_t max_sims, uint64_t *score);
 
 /* Time of a simulated plan for comparisons: infeasible plans are UINT64_MAX. */
 uint64_t sched_score(const ooc_sim_result_t *r);
