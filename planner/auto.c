@@ -87,11 +87,11 @@ int pol_auto(const ooc_model_t *m, const ooc_policy_opts_t *o, ooc_plan_t **out)
         rc = belady_best(&s, o->budget_bytes, &sb); /* the belady policy's plan */
     if (!rc && (rc = sched_plan(&s, "auto", o->budget_bytes, &pl)) == 0)
         rc = consider(m, &best, pl);
-    /* and more variants of it (on iterations of more than 2,000 ops, half as many simulations,
+    /* and more variants of it (on iterations of more than 2,000 ops, a quarter of the simulations,
      * to stay within a second on 10,000 ops) */
     uint64_t sb0 = sb;
     if (!rc)
-        rc = belady_search(&s, o->budget_bytes, sched_sim_budget(m) / (m->n > 2000 ? 2 : 1), &sb);
+        rc = belady_search(&s, o->budget_bytes, sched_sim_budget(m) / (m->n > 2000 ? 4 : 1), &sb);
     if (!rc && sb < sb0 && (rc = sched_plan(&s, "auto", o->budget_bytes, &pl)) == 0)
         rc = consider(m, &best, pl);
     /* PoocH's classification refines the better seed, or both on iterations of up to 2,000 ops

@@ -73,8 +73,9 @@ int pooch_refine(sched_t *s, uint64_t budget, uint32_t max_sims);
 
 /* The next-use schedule (belady.c): evict the kept buffer with the farthest next use whenever the
  * resident footprint exceeds `budget`. Gaps whose producers cost at most rec_ns_per_byte per byte
- * (0: none) are rebuilt instead: all of them up front, or (on_evict) only those evicted. Swap-ins
- * are left at their uses. */
+ * (0: none) are rebuilt instead: all of them up front (on_evict 0), or only those evicted (1), or
+ * only those evicted with such gaps evicted before any other (2). Swap-ins are left at their
+ * uses. */
 int belady_schedule(sched_t *s, uint64_t budget, double rec_ns_per_byte, int on_evict);
 /* The best of belady_schedule's variants (which rebuilds, 80-100% of the budget for the walk,
  * swap-ins as early as memory allows or 2 or 8 ops ahead) by simulation under `budget`; s is left
