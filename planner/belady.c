@@ -16,10 +16,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The heap order: the gap with the farthest next use (`to`) first, then the larger footprint
- * (ctx: the schedule). */
+/* The heap's context: the schedule, and per gap whether eviction should take it first (a cheap
+ * rebuild, when rebuilds are preferred; NULL: no preference). */
+typedef struct {
+    const sched_t *s;
+    const uint8_t *first;
+} order_t;
+
+/* The heap order: the gaps to take first, then the farthest next use (`to`), then the larger
+ * footprint. */
 static int farther(const void *ctx, uint32_t x, uint32_t y) {
-    const sched_t *s = ctx;
+    const order_t *c = ctx;
+    const sched_t *s = c->s;
+    if (c->first && c->first[x] != c->first[y])
+        return c->first[x] > c->first[y];
     const gap_t *gx = &s->g[x], *gy = &s->g[y];
     if (gx->to != gy->to)
         return gx->to > gy->to;
@@ -62,15 +72,20 @@ int belady_schedule(sched_t *s, uint64_t budget, double rec_ns_per_byte, int on_
     /* per op: the gaps that start there (by reference), to push them when the op is done */
     uint32_t *start_off = calloc((size_t)n + 2, sizeof *start_off);
     uint32_t *starts = malloc((s->ng ? s->ng : 1) * sizeof *starts);
-    sched_heap_t h = {malloc(((size_t)s->ng + m->nb + 1) * sizeof(uint32_t)), 0, farther, s};
+    uint8_t *first = on_evict == 2 ? malloc(s->ng ? s->ng : 1) : NULL;
+    order_t ord = {s, first};
+    sched_heap_t h = {malloc(((size_t)s->ng + m->nb + 1) * sizeof(uint32_t)), 0, farther, &ord};
     int64_t *delta = calloc((size_t)n + 1, sizeof *delta); /* memory arriving at op i */
-    if (!start_off || !starts || !h.a || !delta) {
+    if (!start_off || !starts || !h.a || !delta || (on_evict == 2 && !first)) {
         free(start_off);
         free(starts);
+        free(first);
         free(h.a);
         free(delta);
         return OOC_ENOMEM;
     }
+    for (uint32_t k = 0; first && k < s->ng; k++)
+        first[k] = (uint8_t)cheap_rebuild(m, &s->g[k], rec_ns_per_byte);
     for (uint32_t k = 0; k < s->ng; k++)
         start_off[s->g[k].from + 1]++;
     for (int32_t i = 0; i < n; i++)
@@ -80,6 +95,7 @@ int belady_schedule(sched_t *s, uint64_t budget, double rec_ns_per_byte, int on_
         if (!pos) {
             free(start_off);
             free(starts);
+            free(first);
             free(h.a);
             free(delta);
             return OOC_ENOMEM;
@@ -147,6 +163,7 @@ int belady_schedule(sched_t *s, uint64_t budget, double rec_ns_per_byte, int on_
     }
     free(start_off);
     free(starts);
+    free(first);
     free(h.a);
     free(delta);
     return 0;
@@ -201,6 +218,64 @@ int belady_best(sched_t *s, uint64_t budget, uint64_t *score) {
     if (!rc && best.g) {
         memcpy(s->g, best.g, s->ng * sizeof *s->g);
     }
+    sched_free(&best);
+    *score = best_sc;
+    return rc;
+}
+
+/* Is this variant one of belady_best's (which auto has simulated already)? */
+static int basic_variant(size_t f, size_t a, size_t h) {
+    return f < 3 && (a < 3 || a == 5 || a == 6 || a == 11 || a == 12) && h < 3;
+}
+
+int belady_search(sched_t *s, uint64_t budget, uint32_t max_sims, uint64_t *score) {
+    const ooc_model_t *m = s->m;
+    const ooc_profile_t *p = m->prof;
+    double per_byte = 1e9 / (p->h2d_bps < p->d2h_bps ? p->h2d_bps : p->d2h_bps);
+    /* most useful first, as the simulations may run out: the whole budget for the walk, then
+     * smaller shares; rebuild thresholds in copies' times, each up front or on eviction;
+     * placements (room > 0: as early as `room` of the budget allows; else `ahead` ops before the
+     * use). The first three of each list, with the thresholds 0, 1, 2 and any, are belady_best's
+     * grid, skipped here. */
+    static const double fill[] = {1.0, 0.9, 0.8, 0.95, 0.85, 0.7, 0.6};
+    static const double rec[] = {0, 1, 1, 0.5, 0.5, 2, 2, 4, 4, 16, 16, 1e300, 1e300, 1, 16, 1e300};
+    static const int evict[] = {0, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 2, 2};
+    static const double room[] = {1.0, 0, 0, 0.95, 0.9, 0.8, 0};
+    static const int32_t ahead[] = {0, 2, 8, 0, 0, 0, 32};
+    sched_t best = {0};
+    uint64_t best_sc = *score;
+    uint32_t sims = 0;
+    int rc = best_sc != UINT64_MAX ? sched_copy(&best, s) : 0; /* what s holds, to restore */
+    for (size_t f = 0; f < sizeof fill / sizeof fill[0] && !rc && sims < max_sims; f++) {
+        uint64_t walk = (uint64_t)((double)budget * fill[f]);
+        if (f > 0 && ooc_model_check_budget(m, walk, NULL, NULL, 0))
+            continue;
+        for (size_t a = 0; a < sizeof rec / sizeof rec[0] && !rc && sims < max_sims; a++) {
+            int scheduled = 0;
+            for (size_t h = 0; h < sizeof room / sizeof room[0] && !rc && sims < max_sims; h++) {
+                if (basic_variant(f, a, h))
+                    continue;
+                if (!scheduled && (rc = belady_schedule(s, walk, rec[a] * per_byte, evict[a])))
+                    break;
+                scheduled = 1;
+                ooc_sim_result_t r;
+                uint64_t at = (uint64_t)((double)budget * room[h]);
+                sims++;
+                if ((rc = room[h] > 0 ? sched_place_swapins(s, at) : place(s, budget, ahead[h])) ||
+                    (rc = sched_eval(s, budget, NULL, &r)))
+                    break;
+                uint64_t sc = sched_score(&r);
+                ooc_sim_result_free(&r);
+                if (sc < best_sc) {
+                    best_sc = sc;
+                    sched_free(&best);
+                    rc = sched_copy(&best, s);
+                }
+            }
+        }
+    }
+    if (!rc && best.g)
+        memcpy(s->g, best.g, s->ng * sizeof *s->g);
     sched_free(&best);
     *score = best_sc;
     return rc;

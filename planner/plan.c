@@ -6,9 +6,9 @@
  * per-buffer decisions are a summary derived from the actions by ooc_plan_finalize, so the two
  * can never disagree; the reader checks that the file's summary rows match its actions. */
 #include "ooc_planner.h"
+#include "msg.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,17 +22,6 @@ const char *ooc_act_name(ooc_act_kind_t k) {
 
 const char *ooc_decision_name(ooc_decision_t d) {
     return (unsigned)d < 3 ? dec_names[d] : "?";
-}
-
-static void say(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void say(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
 }
 
 ooc_plan_t *ooc_plan_new(const char *policy, uint32_t nops, uint32_t nbufs, uint64_t budget_bytes,
@@ -195,12 +184,12 @@ int ooc_plan_write(const ooc_plan_t *pl, FILE *f) {
 int ooc_plan_write_file(const ooc_plan_t *pl, const char *path, char *err, size_t errlen) {
     FILE *f = fopen(path, "w");
     if (!f) {
-        say(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+        ooc_msg_say(err, errlen, "%s: cannot create: %s", path, strerror(errno));
         return OOC_EIO;
     }
     int rc = ooc_plan_write(pl, f);
     if (fclose(f) != 0 || rc) {
-        say(err, errlen, "%s: write error", path);
+        ooc_msg_say(err, errlen, "%s: write error", path);
         return OOC_EIO;
     }
     return 0;
@@ -265,14 +254,14 @@ int ooc_plan_parse(const char *text, size_t len, const char *name, ooc_plan_t **
         if (le > ls && le[-1] == '\r')
             le--;
         if (le == ls || memchr(ls, '\0', (size_t)(le - ls))) {
-            say(err, errlen, "%s:%u: empty line or NUL byte", name, line);
+            ooc_msg_say(err, errlen, "%s:%u: empty line or NUL byte", name, line);
             goto fail;
         }
         nf = 0;
         for (const char *p = ls;;) {
             const char *t = memchr(p, '\t', (size_t)(le - p));
             if (nf == 8) {
-                say(err, errlen, "%s:%u: too many fields", name, line);
+                ooc_msg_say(err, errlen, "%s:%u: too many fields", name, line);
                 goto fail;
             }
             fld[nf] = p;
@@ -283,14 +272,15 @@ int ooc_plan_parse(const char *text, size_t len, const char *name, ooc_plan_t **
         }
         if (line == 1) {
             if (nf != 7 || !is(fld[0], flen[0], "#ooc-plan")) {
-                say(err, errlen,
-                    "%s:1: field header: expected \"#ooc-plan<TAB>1<TAB>policy=...<TAB>"
-                    "budget_bytes=...<TAB>chunk_bytes=...<TAB>nops=...<TAB>nbufs=...\"",
-                    name);
+                ooc_msg_say(err, errlen,
+                            "%s:1: field header: expected \"#ooc-plan<TAB>1<TAB>policy=...<TAB>"
+                            "budget_bytes=...<TAB>chunk_bytes=...<TAB>nops=...<TAB>nbufs=...\"",
+                            name);
                 goto fail;
             }
             if (!is(fld[1], flen[1], "1")) {
-                say(err, errlen, "%s:1: field version: not a supported format version (1)", name);
+                ooc_msg_say(err, errlen, "%s:1: field version: not a supported format version (1)",
+                            name);
                 goto fail;
             }
             uint64_t v[5] = {0};
@@ -299,25 +289,25 @@ int ooc_plan_parse(const char *text, size_t len, const char *name, ooc_plan_t **
                 const char *val;
                 size_t vl;
                 if (kv(fld[k + 2], flen[k + 2], hdr_keys[k], &val, &vl)) {
-                    say(err, errlen, "%s:1: field %s: expected %s=VALUE", name, hdr_keys[k],
-                        hdr_keys[k]);
+                    ooc_msg_say(err, errlen, "%s:1: field %s: expected %s=VALUE", name, hdr_keys[k],
+                                hdr_keys[k]);
                     goto fail;
                 }
                 if (k == 0) {
                     if (vl >= sizeof policy) {
-                        say(err, errlen, "%s:1: field policy: too long", name);
+                        ooc_msg_say(err, errlen, "%s:1: field policy: too long", name);
                         goto fail;
                     }
                     memcpy(policy, val, vl);
                     policy[vl] = '\0';
                 } else if (num(val, vl, k >= 3 ? INT32_MAX : UINT64_MAX, &v[k]) ||
                            (k == 2 && (v[2] == 0 || (v[2] & (v[2] - 1))))) {
-                    say(err, errlen, "%s:1: field %s: bad value", name, hdr_keys[k]);
+                    ooc_msg_say(err, errlen, "%s:1: field %s: bad value", name, hdr_keys[k]);
                     goto fail;
                 }
             }
             if (v[4] > (64u << 20) || v[3] > (64u << 20)) {
-                say(err, errlen, "%s:1: field nops/nbufs: larger than 2^26", name);
+                ooc_msg_say(err, errlen, "%s:1: field nops/nbufs: larger than 2^26", name);
                 goto fail;
             }
             pl = ooc_plan_new(policy, (uint32_t)v[3], (uint32_t)v[4], v[1], v[2]);
@@ -332,35 +322,38 @@ int ooc_plan_parse(const char *text, size_t len, const char *name, ooc_plan_t **
             if (nf != 5 || !is(fld[0], flen[0], "type") || !is(fld[1], flen[1], "op") ||
                 !is(fld[2], flen[2], "buffer") || !is(fld[3], flen[3], "action") ||
                 !is(fld[4], flen[4], "via")) {
-                say(err, errlen, "%s:2: field columns: expected type op buffer action via", name);
+                ooc_msg_say(err, errlen, "%s:2: field columns: expected type op buffer action via",
+                            name);
                 goto fail;
             }
             continue;
         }
         if (nf != 5) {
-            say(err, errlen, "%s:%u: field type: expected 5 fields, found %d", name, line, nf);
+            ooc_msg_say(err, errlen, "%s:%u: field type: expected 5 fields, found %d", name, line,
+                        nf);
             goto fail;
         }
         uint64_t b;
         if (num(fld[2], flen[2], pl->nbufs ? pl->nbufs - 1 : 0, &b) || pl->nbufs == 0) {
-            say(err, errlen, "%s:%u: field buffer: not a buffer id below nbufs=%u", name, line,
-                pl->nbufs);
+            ooc_msg_say(err, errlen, "%s:%u: field buffer: not a buffer id below nbufs=%u", name,
+                        line, pl->nbufs);
             goto fail;
         }
         if (is(fld[0], flen[0], "buffer") || is(fld[0], flen[0], "start")) {
             int start = is(fld[0], flen[0], "start");
             if (!is(fld[1], flen[1], "-") || !is(fld[4], flen[4], "-")) {
-                say(err, errlen, "%s:%u: field op: must be '-' (and via '-') in a %s row", name,
-                    line, start ? "start" : "buffer");
+                ooc_msg_say(err, errlen, "%s:%u: field op: must be '-' (and via '-') in a %s row",
+                            name, line, start ? "start" : "buffer");
                 goto fail;
             }
             if (start) {
                 if (!is(fld[3], flen[3], "host")) {
-                    say(err, errlen, "%s:%u: field action: a start row says 'host'", name, line);
+                    ooc_msg_say(err, errlen, "%s:%u: field action: a start row says 'host'", name,
+                                line);
                     goto fail;
                 }
                 if (pl->start_host[b]) {
-                    say(err, errlen, "%s:%u: field buffer: start row repeated", name, line);
+                    ooc_msg_say(err, errlen, "%s:%u: field buffer: start row repeated", name, line);
                     goto fail;
                 }
                 pl->start_host[b] = 1;
@@ -370,8 +363,9 @@ int ooc_plan_parse(const char *text, size_t len, const char *name, ooc_plan_t **
                     if (is(fld[3], flen[3], dec_names[k]))
                         d = k;
                 if (d < 0 || seen_dec[b]) {
-                    say(err, errlen, "%s:%u: field action: not swap|recompute, or buffer repeated",
-                        name, line);
+                    ooc_msg_say(err, errlen,
+                                "%s:%u: field action: not swap|recompute, or buffer repeated", name,
+                                line);
                     goto fail;
                 }
                 seen_dec[b] = (uint8_t)d;
@@ -382,13 +376,14 @@ int ooc_plan_parse(const char *text, size_t len, const char *name, ooc_plan_t **
                    : is(fld[0], flen[0], "after") ? OOC_AFTER
                                                   : -1;
         if (when < 0) {
-            say(err, errlen, "%s:%u: field type: not buffer|start|before|after", name, line);
+            ooc_msg_say(err, errlen, "%s:%u: field type: not buffer|start|before|after", name,
+                        line);
             goto fail;
         }
         uint64_t op;
         if (pl->nops == 0 || num(fld[1], flen[1], pl->nops - 1, &op)) {
-            say(err, errlen, "%s:%u: field op: not an op index below nops=%u", name, line,
-                pl->nops);
+            ooc_msg_say(err, errlen, "%s:%u: field op: not an op index below nops=%u", name, line,
+                        pl->nops);
             goto fail;
         }
         int kind = -1;
@@ -398,10 +393,10 @@ int ooc_plan_parse(const char *text, size_t len, const char *name, ooc_plan_t **
         int before_kind =
             kind == OOC_ACT_SWAPIN || kind == OOC_ACT_WAIT || kind == OOC_ACT_RECOMPUTE;
         if (kind < 0 || (when == OOC_BEFORE) != before_kind) {
-            say(err, errlen,
-                "%s:%u: field action: expected swapin|wait|recompute before an op, "
-                "drop|swapout after one",
-                name, line);
+            ooc_msg_say(err, errlen,
+                        "%s:%u: field action: expected swapin|wait|recompute before an op, "
+                        "drop|swapout after one",
+                        name, line);
             goto fail;
         }
         uint32_t nvia = 0;
@@ -412,7 +407,8 @@ int ooc_plan_parse(const char *text, size_t len, const char *name, ooc_plan_t **
                 const char *ce = c ? c : e;
                 uint64_t v;
                 if (num(p, (size_t)(ce - p), pl->nops - 1, &v) || nvia >= 4096) {
-                    say(err, errlen, "%s:%u: field via: not a list of op indices", name, line);
+                    ooc_msg_say(err, errlen, "%s:%u: field via: not a list of op indices", name,
+                                line);
                     goto fail;
                 }
                 if (nvia == via_cap) {
@@ -430,7 +426,8 @@ int ooc_plan_parse(const char *text, size_t len, const char *name, ooc_plan_t **
                 p = c + 1;
             }
         } else if (!is(fld[4], flen[4], "-")) {
-            say(err, errlen, "%s:%u: field via: must be '-' for %s", name, line, act_names[kind]);
+            ooc_msg_say(err, errlen, "%s:%u: field via: must be '-' for %s", name, line,
+                        act_names[kind]);
             goto fail;
         }
         if ((rc = ooc_plan_add(pl, (int32_t)op, (ooc_when_t)when, (ooc_act_kind_t)kind, (int32_t)b,
@@ -439,24 +436,25 @@ int ooc_plan_parse(const char *text, size_t len, const char *name, ooc_plan_t **
         rc = OOC_EFORMAT;
     }
     if (!pl) {
-        say(err, errlen, "%s:1: field header: the file is empty", name);
+        ooc_msg_say(err, errlen, "%s:1: field header: the file is empty", name);
         goto fail;
     }
     if (line < 2) {
-        say(err, errlen, "%s:2: field columns: missing", name);
+        ooc_msg_say(err, errlen, "%s:2: field columns: missing", name);
         goto fail;
     }
     ooc_plan_finalize(pl);
     for (uint32_t i = 1; i < pl->nacts; i++)
         if (act_cmp(&pl->acts[i - 1], &pl->acts[i]) == 0) {
-            say(err, errlen, "%s: field action: %s of buffer %d at op %d given twice", name,
-                act_names[pl->acts[i].kind], (int)pl->acts[i].buf, (int)pl->acts[i].op);
+            ooc_msg_say(err, errlen, "%s: field action: %s of buffer %d at op %d given twice", name,
+                        act_names[pl->acts[i].kind], (int)pl->acts[i].buf, (int)pl->acts[i].op);
             goto fail;
         }
     for (uint32_t b2 = 0; b2 < pl->nbufs; b2++)
         if (seen_dec[b2] != pl->decision[b2]) {
-            say(err, errlen, "%s: field buffer: buffer %u is marked %s but its actions say %s",
-                name, b2, dec_names[seen_dec[b2]], dec_names[pl->decision[b2]]);
+            ooc_msg_say(err, errlen,
+                        "%s: field buffer: buffer %u is marked %s but its actions say %s", name, b2,
+                        dec_names[seen_dec[b2]], dec_names[pl->decision[b2]]);
             goto fail;
         }
     free(seen_dec);
@@ -465,7 +463,7 @@ int ooc_plan_parse(const char *text, size_t len, const char *name, ooc_plan_t **
     return 0;
 fail:
     if (rc == OOC_ENOMEM)
-        say(err, errlen, "%s: out of memory", name);
+        ooc_msg_say(err, errlen, "%s: out of memory", name);
     free(seen_dec);
     free(via);
     ooc_plan_free(pl);
@@ -476,7 +474,7 @@ int ooc_plan_read_file(const char *path, ooc_plan_t **out, char *err, size_t err
     FILE *f = fopen(path, "rb");
     *out = NULL;
     if (!f) {
-        say(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        ooc_msg_say(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return OOC_EIO;
     }
     size_t cap = 1 << 16, n = 0;
@@ -499,7 +497,7 @@ int ooc_plan_read_file(const char *path, ooc_plan_t **out, char *err, size_t err
     }
     fclose(f);
     if (!buf) {
-        say(err, errlen, "%s: out of memory or larger than 1 GiB", path);
+        ooc_msg_say(err, errlen, "%s: out of memory or larger than 1 GiB", path);
         return OOC_ENOMEM;
     }
     int rc = ooc_plan_parse(buf, n, path, out, err, errlen);

@@ -7,11 +7,11 @@
  * checked, and the first problem is reported as "file:line: field NAME: what is wrong". A profile
  * is plain data owned by its creator; nothing here keeps state between calls. */
 #include "ooc_planner.h"
+#include "msg.h"
 
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -21,17 +21,6 @@ static const char *const kind_names[OOC_KIND_COUNT] = {"kernel", "memcpy", "mems
 
 const char *ooc_kind_name(ooc_op_kind_t k) {
     return (unsigned)k < OOC_KIND_COUNT ? kind_names[k] : "?";
-}
-
-static void say(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void say(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
 }
 
 static char *dupstr(const char *s) {
@@ -162,13 +151,13 @@ int ooc_profile_add_op(ooc_profile_t *p, int32_t stream, ooc_op_kind_t kind, con
  * is on line i + 3. */
 int ooc_profile_validate(const ooc_profile_t *p, char *err, size_t errlen) {
     if (p->chunk_bytes == 0 || (p->chunk_bytes & (p->chunk_bytes - 1))) {
-        say(err, errlen, "meta.tsv: field chunk_bytes: %llu is not a power of two",
-            (unsigned long long)p->chunk_bytes);
+        ooc_msg_say(err, errlen, "meta.tsv: field chunk_bytes: %llu is not a power of two",
+                    (unsigned long long)p->chunk_bytes);
         return OOC_EFORMAT;
     }
     if (!(p->h2d_bps > 0) || !(p->d2h_bps > 0) || !(p->bidir_bps > 0) || !isfinite(p->h2d_bps) ||
         !isfinite(p->d2h_bps) || !isfinite(p->bidir_bps)) {
-        say(err, errlen, "meta.tsv: field h2d_bps/d2h_bps/bidir_bps: must be positive");
+        ooc_msg_say(err, errlen, "meta.tsv: field h2d_bps/d2h_bps/bidir_bps: must be positive");
         return OOC_EFORMAT;
     }
     int64_t n = p->nops;
@@ -176,37 +165,41 @@ int ooc_profile_validate(const ooc_profile_t *p, char *err, size_t errlen) {
         const ooc_buffer_t *b = &p->bufs[i];
         unsigned line = i + 3;
         if (b->alloc_idx < -1 || b->alloc_idx >= n) {
-            say(err, errlen, "buffers.tsv:%u: field alloc_idx: %lld is not -1 or an op index", line,
-                (long long)b->alloc_idx);
+            ooc_msg_say(err, errlen,
+                        "buffers.tsv:%u: field alloc_idx: %lld is not -1 or an op index", line,
+                        (long long)b->alloc_idx);
             return OOC_EFORMAT;
         }
         if (b->free_idx < -1 || b->free_idx >= n) {
-            say(err, errlen, "buffers.tsv:%u: field free_idx: %lld is not -1 or an op index", line,
-                (long long)b->free_idx);
+            ooc_msg_say(err, errlen,
+                        "buffers.tsv:%u: field free_idx: %lld is not -1 or an op index", line,
+                        (long long)b->free_idx);
             return OOC_EFORMAT;
         }
         if (b->alloc_idx >= 0 && b->free_idx >= 0 && b->free_idx < b->alloc_idx) {
-            say(err, errlen, "buffers.tsv:%u: field free_idx: %lld is before alloc_idx %lld", line,
-                (long long)b->free_idx, (long long)b->alloc_idx);
+            ooc_msg_say(err, errlen,
+                        "buffers.tsv:%u: field free_idx: %lld is before alloc_idx %lld", line,
+                        (long long)b->free_idx, (long long)b->alloc_idx);
             return OOC_EFORMAT;
         }
         int both = b->alloc_idx == -1 && b->free_idx == -1;
         if (b->persistent != both) {
-            say(err, errlen,
-                "buffers.tsv:%u: field persistent: must be 1 exactly when alloc_idx and "
-                "free_idx are both -1",
-                line);
+            ooc_msg_say(err, errlen,
+                        "buffers.tsv:%u: field persistent: must be 1 exactly when alloc_idx and "
+                        "free_idx are both -1",
+                        line);
             return OOC_EFORMAT;
         }
         for (uint32_t k = 0; k < b->nprod; k++) {
             int32_t o = p->prods[b->prod_off + k];
             if (o < 0 || o >= n) {
-                say(err, errlen, "buffers.tsv:%u: field producers: op %d does not exist", line,
-                    (int)o);
+                ooc_msg_say(err, errlen, "buffers.tsv:%u: field producers: op %d does not exist",
+                            line, (int)o);
                 return OOC_EFORMAT;
             }
             if (k > 0 && o <= p->prods[b->prod_off + k - 1]) {
-                say(err, errlen, "buffers.tsv:%u: field producers: not in ascending order", line);
+                ooc_msg_say(err, errlen, "buffers.tsv:%u: field producers: not in ascending order",
+                            line);
                 return OOC_EFORMAT;
             }
         }
@@ -217,27 +210,27 @@ int ooc_profile_validate(const ooc_profile_t *p, char *err, size_t errlen) {
         for (uint32_t k = 0; k < o->nref; k++) {
             const ooc_ref_t *r = &p->refs[o->ref_off + k];
             if (r->buf < 0 || (uint32_t)r->buf >= p->nbufs) {
-                say(err, errlen, "ops.tsv:%u: field refs: buffer %d does not exist", line,
-                    (int)r->buf);
+                ooc_msg_say(err, errlen, "ops.tsv:%u: field refs: buffer %d does not exist", line,
+                            (int)r->buf);
                 return OOC_EFORMAT;
             }
             if (r->access < 1 || r->access > 3) {
-                say(err, errlen, "ops.tsv:%u: field refs: bad access for buffer %d", line,
-                    (int)r->buf);
+                ooc_msg_say(err, errlen, "ops.tsv:%u: field refs: bad access for buffer %d", line,
+                            (int)r->buf);
                 return OOC_EFORMAT;
             }
             const ooc_buffer_t *b = &p->bufs[r->buf];
             if ((b->alloc_idx >= 0 && i < b->alloc_idx) || (b->free_idx >= 0 && i > b->free_idx)) {
-                say(err, errlen,
-                    "ops.tsv:%u: field refs: buffer %d is referenced outside its lifetime "
-                    "[%lld, %lld]",
-                    line, (int)r->buf, (long long)b->alloc_idx, (long long)b->free_idx);
+                ooc_msg_say(err, errlen,
+                            "ops.tsv:%u: field refs: buffer %d is referenced outside its lifetime "
+                            "[%lld, %lld]",
+                            line, (int)r->buf, (long long)b->alloc_idx, (long long)b->free_idx);
                 return OOC_EFORMAT;
             }
             for (uint32_t j = 0; j < k; j++)
                 if (p->refs[o->ref_off + j].buf == r->buf) {
-                    say(err, errlen, "ops.tsv:%u: field refs: buffer %d is listed twice", line,
-                        (int)r->buf);
+                    ooc_msg_say(err, errlen, "ops.tsv:%u: field refs: buffer %d is listed twice",
+                                line, (int)r->buf);
                     return OOC_EFORMAT;
                 }
         }
@@ -271,11 +264,11 @@ static int next_line(rd_t *r, char *err, size_t errlen) {
     if (le > ls && le[-1] == '\r')
         le--;
     if (le == ls) {
-        say(err, errlen, "%s:%u: empty line", r->name, r->line);
+        ooc_msg_say(err, errlen, "%s:%u: empty line", r->name, r->line);
         return OOC_EFORMAT;
     }
     if (memchr(ls, '\0', (size_t)(le - ls))) {
-        say(err, errlen, "%s:%u: NUL byte in line", r->name, r->line);
+        ooc_msg_say(err, errlen, "%s:%u: NUL byte in line", r->name, r->line);
         return OOC_EFORMAT;
     }
     r->nf = 0;
@@ -284,7 +277,7 @@ static int next_line(rd_t *r, char *err, size_t errlen) {
         const char *t = memchr(p, '\t', (size_t)(le - p));
         const char *fe = t ? t : le;
         if (r->nf == 16) {
-            say(err, errlen, "%s:%u: too many fields", r->name, r->line);
+            ooc_msg_say(err, errlen, "%s:%u: too many fields", r->name, r->line);
             return OOC_EFORMAT;
         }
         r->f[r->nf] = p;
@@ -308,26 +301,27 @@ static int read_header(rd_t *r, const char *kind, const char *const *cols, int n
     if (rc < 0)
         return rc;
     if (rc == 0 || r->nf != 3 || !field_is(r, 0, "#ooc-profile") || !field_is(r, 1, kind)) {
-        say(err, errlen, "%s:1: field header: expected \"#ooc-profile\\t%s\\t%d\"", r->name, kind,
-            OOC_FORMAT_VERSION);
+        ooc_msg_say(err, errlen, "%s:1: field header: expected \"#ooc-profile\\t%s\\t%d\"", r->name,
+                    kind, OOC_FORMAT_VERSION);
         return OOC_EFORMAT;
     }
     if (!field_is(r, 2, "1")) {
-        say(err, errlen, "%s:1: field version: '%.*s' is not a supported format version (1)",
-            r->name, (int)(r->flen[2] > 20 ? 20 : r->flen[2]), r->f[2]);
+        ooc_msg_say(err, errlen,
+                    "%s:1: field version: '%.*s' is not a supported format version (1)", r->name,
+                    (int)(r->flen[2] > 20 ? 20 : r->flen[2]), r->f[2]);
         return OOC_EFORMAT;
     }
     rc = next_line(r, err, errlen);
     if (rc < 0)
         return rc;
     if (rc == 0 || r->nf != ncols) {
-        say(err, errlen, "%s:2: field columns: expected %d column names", r->name, ncols);
+        ooc_msg_say(err, errlen, "%s:2: field columns: expected %d column names", r->name, ncols);
         return OOC_EFORMAT;
     }
     for (int i = 0; i < ncols; i++)
         if (!field_is(r, i, cols[i])) {
-            say(err, errlen, "%s:2: field columns: column %d must be named '%s'", r->name, i + 1,
-                cols[i]);
+            ooc_msg_say(err, errlen, "%s:2: field columns: column %d must be named '%s'", r->name,
+                        i + 1, cols[i]);
             return OOC_EFORMAT;
         }
     return 0;
@@ -335,8 +329,8 @@ static int read_header(rd_t *r, const char *kind, const char *const *cols, int n
 
 static int bad(const rd_t *r, int i, const char *field, const char *what, char *err,
                size_t errlen) {
-    say(err, errlen, "%s:%u: field %s: '%.*s' %s", r->name, r->line, field,
-        (int)(r->flen[i] > 40 ? 40 : r->flen[i]), r->f[i], what);
+    ooc_msg_say(err, errlen, "%s:%u: field %s: '%.*s' %s", r->name, r->line, field,
+                (int)(r->flen[i] > 40 ? 40 : r->flen[i]), r->f[i], what);
     return OOC_EFORMAT;
 }
 
@@ -427,8 +421,8 @@ static int parse_meta(ooc_profile_t *p, rd_t *r, char *err, size_t errlen) {
     int seen[NMETA] = {0};
     while ((rc = next_line(r, err, errlen)) == 1) {
         if (r->nf != 2) {
-            say(err, errlen, "%s:%u: field key: expected 2 fields, found %d", r->name, r->line,
-                r->nf);
+            ooc_msg_say(err, errlen, "%s:%u: field key: expected 2 fields, found %d", r->name,
+                        r->line, r->nf);
             return OOC_EFORMAT;
         }
         int k = -1;
@@ -438,7 +432,8 @@ static int parse_meta(ooc_profile_t *p, rd_t *r, char *err, size_t errlen) {
         if (k < 0)
             continue; /* unknown keys are for later versions; ignored */
         if (seen[k]) {
-            say(err, errlen, "%s:%u: field %s: given twice", r->name, r->line, meta_keys[k]);
+            ooc_msg_say(err, errlen, "%s:%u: field %s: given twice", r->name, r->line,
+                        meta_keys[k]);
             return OOC_EFORMAT;
         }
         seen[k] = 1;
@@ -496,7 +491,7 @@ static int parse_meta(ooc_profile_t *p, rd_t *r, char *err, size_t errlen) {
         return rc;
     for (int i = 0; i < NMETA; i++)
         if (!seen[i]) {
-            say(err, errlen, "%s: field %s: missing", r->name, meta_keys[i]);
+            ooc_msg_say(err, errlen, "%s: field %s: missing", r->name, meta_keys[i]);
             return OOC_EFORMAT;
         }
     return 0;
@@ -509,8 +504,8 @@ static int parse_buffers(ooc_profile_t *p, rd_t *r, char *err, size_t errlen) {
     int32_t prods[64];
     while ((rc = next_line(r, err, errlen)) == 1) {
         if (r->nf != 7) {
-            say(err, errlen, "%s:%u: field id: expected 7 fields, found %d", r->name, r->line,
-                r->nf);
+            ooc_msg_say(err, errlen, "%s:%u: field id: expected 7 fields, found %d", r->name,
+                        r->line, r->nf);
             return OOC_EFORMAT;
         }
         uint64_t id, bytes, pers;
@@ -563,8 +558,8 @@ static int parse_ops(ooc_profile_t *p, rd_t *r, char *err, size_t errlen) {
     uint32_t cap = 0;
     while ((rc = next_line(r, err, errlen)) == 1) {
         if (r->nf != 7) {
-            say(err, errlen, "%s:%u: field idx: expected 7 fields, found %d", r->name, r->line,
-                r->nf);
+            ooc_msg_say(err, errlen, "%s:%u: field idx: expected 7 fields, found %d", r->name,
+                        r->line, r->nf);
             rc = OOC_EFORMAT;
             break;
         }
@@ -669,7 +664,7 @@ int ooc_profile_parse(const char *meta, size_t meta_len, const char *bufs, size_
         rc = ooc_profile_validate(p, err, errlen);
     if (rc) {
         if (rc == OOC_ENOMEM)
-            say(err, errlen, "out of memory while reading the profile");
+            ooc_msg_say(err, errlen, "out of memory while reading the profile");
         ooc_profile_free(p);
         return rc;
     }
@@ -681,7 +676,7 @@ int ooc_profile_parse(const char *meta, size_t meta_len, const char *bufs, size_
 static int slurp(const char *path, char **data, size_t *len, char *err, size_t errlen) {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        say(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        ooc_msg_say(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return OOC_EIO;
     }
     size_t cap = 1 << 16, n = 0;
@@ -690,7 +685,7 @@ static int slurp(const char *path, char **data, size_t *len, char *err, size_t e
     while (buf) {
         if (n == cap) {
             if (cap >= (1u << 30)) {
-                say(err, errlen, "%s: larger than 1 GiB", path);
+                ooc_msg_say(err, errlen, "%s: larger than 1 GiB", path);
                 rc = OOC_EFORMAT;
                 break;
             }
@@ -704,7 +699,7 @@ static int slurp(const char *path, char **data, size_t *len, char *err, size_t e
         n += got;
         if (got == 0) {
             if (ferror(f)) {
-                say(err, errlen, "%s: read error", path);
+                ooc_msg_say(err, errlen, "%s: read error", path);
                 rc = OOC_EIO;
             }
             break;
@@ -731,7 +726,7 @@ int ooc_profile_read(const char *dir, ooc_profile_t **out, char *err, size_t err
     for (int i = 0; i < 3 && rc == 0; i++) {
         char path[4096];
         if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, names[i]) >= sizeof path) {
-            say(err, errlen, "%s: path too long", dir);
+            ooc_msg_say(err, errlen, "%s: path too long", dir);
             rc = OOC_EINVAL;
             break;
         }
@@ -742,7 +737,7 @@ int ooc_profile_read(const char *dir, ooc_profile_t **out, char *err, size_t err
         rc = ooc_profile_parse(data[0], len[0], data[1], len[1], data[2], len[2], out, e2,
                                sizeof e2);
         if (rc)
-            say(err, errlen, "%s/%s", dir, e2);
+            ooc_msg_say(err, errlen, "%s/%s", dir, e2);
     }
     for (int i = 0; i < 3; i++)
         free(data[i]);
@@ -765,19 +760,19 @@ static void put_clean(FILE *f, const char *s) {
 static FILE *open_out(const char *dir, const char *name, char *err, size_t errlen) {
     char path[4096];
     if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, name) >= sizeof path) {
-        say(err, errlen, "%s: path too long", dir);
+        ooc_msg_say(err, errlen, "%s: path too long", dir);
         return NULL;
     }
     FILE *f = fopen(path, "w");
     if (!f)
-        say(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+        ooc_msg_say(err, errlen, "%s: cannot create: %s", path, strerror(errno));
     return f;
 }
 
 static int close_out(FILE *f, const char *dir, const char *name, char *err, size_t errlen) {
     int bad_write = ferror(f);
     if (fclose(f) != 0 || bad_write) {
-        say(err, errlen, "%s/%s: write error", dir, name);
+        ooc_msg_say(err, errlen, "%s/%s: write error", dir, name);
         return OOC_EIO;
     }
     return 0;

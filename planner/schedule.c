@@ -132,14 +132,37 @@ void sched_swap_all(sched_t *s, int32_t min_len, int32_t ahead) {
     }
 }
 
-/* Producers of b: does recomputing b before op t need an input that is itself recomputed then?
- * Fixes up swapped inputs (swap-in early enough, wait before t). Returns 0 when the recompute
- * stays, 1 when it must become a swap. */
-static int recompute_inputs(sched_t *s, const gap_t *g) {
+/* The recomputes of a schedule being emitted: per gap, the op before which a recomputed gap's
+ * buffer is rebuilt (its next use, or earlier when a later recompute reads it: a chain). */
+typedef struct {
+    sched_t *s;
+    int32_t *at; /* per gap */
+} rebuild_t;
+
+#define REBUILD_MAX_DEPTH 8
+
+/* Swapped gap g becomes needed (resident and waited for) before op t: its swap-in moves there
+ * when later. t is on g's axis (t + n for the next iteration's part of a wrapping gap). */
+static void need_swapped_by(const ooc_model_t *m, gap_t *g, int32_t t) {
+    if (g->to >= (int32_t)m->n && t <= g->from)
+        t += (int32_t)m->n;
+    if (g->in_at > t)
+        g->in_at = t;
+}
+
+/* Recompute gap g's buffer before op rb->at[g]: its producers' inputs must be resident then.
+ * A swapped input's swap-in moves early enough (the wait is written with the plan); a recomputed
+ * input is rebuilt first, before the same op when its id is lower (recomputes at one op replay in
+ * buffer order) or one op earlier, recursively (a chain: a ReLU's output rebuilt from a batch
+ * norm's rebuilt output). Returns 0 when the recompute stays, 1 when it must become a swap. */
+static int rebuild_inputs(rebuild_t *rb, gap_t *g, int depth) {
+    sched_t *s = rb->s;
     const ooc_model_t *m = s->m;
     const ooc_profile_t *p = m->prof;
     const ooc_buffer_t *bf = &p->bufs[g->buf];
-    if (!m->recomp[g->buf] || g->to >= (int32_t)m->n || g->to > m->recomp_until[g->buf])
+    int32_t t = rb->at[g - s->g];
+    if (!m->recomp[g->buf] || g->to >= (int32_t)m->n || g->to > m->recomp_until[g->buf] ||
+        t <= g->from)
         return 1;
     for (uint32_t k = 0; k < bf->nprod; k++) {
         const ooc_op_t *o = &p->ops[p->prods[bf->prod_off + k]];
@@ -147,21 +170,30 @@ static int recompute_inputs(sched_t *s, const gap_t *g) {
             int32_t x = p->refs[o->ref_off + r].buf;
             if (x == g->buf)
                 continue;
-            gap_t *xg = sched_gap_at(s, x, g->to);
+            gap_t *xg = sched_gap_at(s, x, t);
             if (!xg || xg->dec == OOC_KEEP)
                 continue;
-            if (xg->dec == OOC_RECOMPUTE)
+            if (xg->dec == OOC_SWAP) {
+                need_swapped_by(m, xg, t);
+                continue;
+            }
+            int32_t tx = x < g->buf ? t : t - 1, *xat = &rb->at[xg - s->g];
+            if (depth >= REBUILD_MAX_DEPTH || tx <= xg->from)
                 return 1;
-            int32_t t =
-                xg->to >= (int32_t)m->n && g->to <= xg->from ? g->to + (int32_t)m->n : g->to;
-            if (xg->in_at > t)
-                xg->in_at = t;
+            if (*xat <= tx)
+                continue;
+            *xat = tx;
+            if (rebuild_inputs(rb, xg, depth + 1)) {
+                xg->dec = OOC_SWAP;
+                xg->in_at = xg->to - 1 > xg->from ? xg->to - 1 : xg->from + 1;
+                need_swapped_by(m, xg, tx);
+            }
         }
     }
     return 0;
 }
 
-static int emit_gap(ooc_plan_t *pl, const ooc_model_t *m, const gap_t *g) {
+static int emit_gap(ooc_plan_t *pl, const ooc_model_t *m, const gap_t *g, int32_t rebuild_at) {
     int32_t n = (int32_t)m->n;
     int rc = 0;
     if (g->dec == OOC_SWAP) {
@@ -179,7 +211,7 @@ static int emit_gap(ooc_plan_t *pl, const ooc_model_t *m, const gap_t *g) {
     } else if (g->dec == OOC_RECOMPUTE) {
         const ooc_buffer_t *bf = &m->prof->bufs[g->buf];
         rc |= ooc_plan_add(pl, g->from, OOC_AFTER, OOC_ACT_DROP, g->buf, NULL, 0);
-        rc |= ooc_plan_add(pl, g->to, OOC_BEFORE, OOC_ACT_RECOMPUTE, g->buf,
+        rc |= ooc_plan_add(pl, rebuild_at, OOC_BEFORE, OOC_ACT_RECOMPUTE, g->buf,
                            m->prof->prods + bf->prod_off, bf->nprod);
     }
     return rc ? OOC_ENOMEM : 0;
@@ -218,21 +250,32 @@ int sched_plan(const sched_t *s0, const char *policy, uint64_t budget, ooc_plan_
     int rc = sched_copy(&s, s0);
     if (rc)
         return rc;
-    /* recomputes need their inputs: bring swapped inputs in first, or give up the recompute */
+    /* recomputes need their inputs: bring swapped inputs in first, rebuild recomputed ones
+     * first, or give up the recompute */
+    rebuild_t rb = {&s, malloc((s.ng ? s.ng : 1) * sizeof *rb.at)};
+    if (!rb.at) {
+        sched_free(&s);
+        return OOC_ENOMEM;
+    }
+    for (uint32_t k = 0; k < s.ng; k++)
+        rb.at[k] = s.g[k].to;
     for (uint32_t k = 0; k < s.ng; k++) {
         gap_t *g = &s.g[k];
-        if (g->dec == OOC_RECOMPUTE && recompute_inputs(&s, g)) {
+        if (g->dec == OOC_RECOMPUTE && rebuild_inputs(&rb, g, 0)) {
             g->dec = OOC_SWAP;
             g->in_at = g->to - 1 > g->from ? g->to - 1 : g->from + 1;
+            if (g->in_at > rb.at[k])
+                g->in_at = rb.at[k];
         }
     }
     ooc_plan_t *pl = ooc_plan_new(policy, m->n, m->nb, budget, m->chunk_bytes);
     if (!pl) {
+        free(rb.at);
         sched_free(&s);
         return OOC_ENOMEM;
     }
     for (uint32_t k = 0; k < s.ng && !rc; k++)
-        rc = emit_gap(pl, m, &s.g[k]);
+        rc = emit_gap(pl, m, &s.g[k], rb.at[k]);
     for (uint32_t k = 0; k < s.ng && !rc; k++) {
         const gap_t *g = &s.g[k];
         if (g->dec != OOC_RECOMPUTE)
@@ -242,12 +285,13 @@ int sched_plan(const sched_t *s0, const char *policy, uint64_t budget, ooc_plan_
             const ooc_op_t *o = &p->ops[p->prods[bf->prod_off + j]];
             for (uint32_t r = 0; r < o->nref && !rc; r++) {
                 int32_t x = p->refs[o->ref_off + r].buf;
-                gap_t *xg = x == g->buf ? NULL : sched_gap_at(&s, x, g->to);
+                gap_t *xg = x == g->buf ? NULL : sched_gap_at(&s, x, rb.at[k]);
                 if (xg && xg->dec == OOC_SWAP)
-                    rc = ooc_plan_add(pl, g->to, OOC_BEFORE, OOC_ACT_WAIT, x, NULL, 0);
+                    rc = ooc_plan_add(pl, rb.at[k], OOC_BEFORE, OOC_ACT_WAIT, x, NULL, 0);
             }
         }
     }
+    free(rb.at);
     for (uint32_t b = 0; b < m->nb && !rc; b++) {
         const ooc_buffer_t *bf = &p->bufs[b];
         if (m->nuse[b] == 0) {

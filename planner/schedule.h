@@ -28,7 +28,8 @@ int sched_copy(sched_t *dst, const sched_t *src);
 /* The gap of buffer b that op t falls in (from < t <= to, or t + n for a wrapping gap). */
 gap_t *sched_gap_at(const sched_t *s, int32_t b, int32_t t);
 /* Emits the plan: swap-outs, swap-ins, waits, drops of dead buffers, recomputes (with their
- * inputs brought in first; a recompute that would need another recompute becomes a swap). */
+ * inputs brought in first; an input that is itself recomputed is rebuilt first, before the same
+ * op or one earlier, up to 8 deep; a recompute whose inputs cannot be had becomes a swap). */
 int sched_plan(const sched_t *s, const char *policy, uint64_t budget, ooc_plan_t **out);
 /* Emits and simulates. Returns 0 or OOC_ENOMEM; the result's feasible flag says the rest. */
 int sched_eval(const sched_t *s, uint64_t budget, const ooc_sim_opts_t *o, ooc_sim_result_t *r);
@@ -72,13 +73,19 @@ int pooch_refine(sched_t *s, uint64_t budget, uint32_t max_sims);
 
 /* The next-use schedule (belady.c): evict the kept buffer with the farthest next use whenever the
  * resident footprint exceeds `budget`. Gaps whose producers cost at most rec_ns_per_byte per byte
- * (0: none) are rebuilt instead: all of them up front, or (on_evict) only those evicted. Swap-ins
- * are left at their uses. */
+ * (0: none) are rebuilt instead: all of them up front (on_evict 0), or only those evicted (1), or
+ * only those evicted with such gaps evicted before any other (2). Swap-ins are left at their
+ * uses. */
 int belady_schedule(sched_t *s, uint64_t budget, double rec_ns_per_byte, int on_evict);
 /* The best of belady_schedule's variants (which rebuilds, 80-100% of the budget for the walk,
  * swap-ins as early as memory allows or 2 or 8 ops ahead) by simulation under `budget`; s is left
  * holding it and *score its simulated time (UINT64_MAX: none feasible). */
 int belady_best(sched_t *s, uint64_t budget, uint64_t *score);
+/* auto's wider search over the same schedule, after belady_best: the variants belady_best does
+ * not try (more rebuild thresholds and walk budgets, swap-ins placed under part of the budget or
+ * 32 ops ahead), at most max_sims simulations, most promising first. *score holds the score of
+ * the schedule s holds (UINT64_MAX: none); s and *score are replaced only by a faster one. */
+int belady_search(sched_t *s, uint64_t budget, uint32_t max_sims, uint64_t *score);
 
 /* Time of a simulated plan for comparisons: infeasible plans are UINT64_MAX. */
 uint64_t sched_score(const ooc_sim_result_t *r);

@@ -11,10 +11,10 @@
  * never decrease. Callers: ooc-plan (--timeline, --trace-json) and trace_json.c. Pure functions
  * of their inputs; no global state. */
 #include "ooc_planner.h"
+#include "msg.h"
 
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,17 +28,6 @@ const char *ooc_engine_name(ooc_engine_t e) {
 
 const char *ooc_tl_action_name(ooc_tl_action_t a) {
     return (unsigned)a < OOC_TL_COUNT ? action_names[a] : "?";
-}
-
-static void say(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void say(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
 }
 
 void ooc_timeline_free(ooc_timeline_t *t) {
@@ -189,14 +178,14 @@ int ooc_timeline_simulated(const ooc_model_t *m, const ooc_plan_t *pl, const ooc
     const ooc_profile_t *p = m->prof;
     init(out, m, 1, pl->policy, pl->budget_bytes);
     if (pl->nops != m->n || pl->nbufs != m->nb) {
-        say(err, errlen, "the plan is for %u ops and %u buffers, the profile has %u and %u",
-            pl->nops, pl->nbufs, m->n, m->nb);
+        ooc_msg_say(err, errlen, "the plan is for %u ops and %u buffers, the profile has %u and %u",
+                    pl->nops, pl->nbufs, m->n, m->nb);
         return OOC_EINVAL;
     }
     for (uint32_t i = 0; i < pl->nacts; i++)
         if (pl->acts[i].buf < 0 || (uint32_t)pl->acts[i].buf >= m->nb) {
-            say(err, errlen, "plan action %u names buffer %d, not in the profile", i,
-                (int)pl->acts[i].buf);
+            ooc_msg_say(err, errlen, "plan action %u names buffer %d, not in the profile", i,
+                        (int)pl->acts[i].buf);
             return OOC_EINVAL;
         }
     by_buf_t ins = {0}, outs = {0};
@@ -214,20 +203,22 @@ int ooc_timeline_simulated(const ooc_model_t *m, const ooc_plan_t *pl, const ooc
         uint64_t t = ns(e->t_ns);
         int32_t b = e->buf;
         if (e->t_ns < last_t) {
-            say(err, errlen, "trace event %zu goes back in time", i);
+            ooc_msg_say(err, errlen, "trace event %zu goes back in time", i);
             goto out;
         }
         last_t = e->t_ns;
         if (e->kind != OOC_TR_OP_START && e->kind != OOC_TR_OP_END &&
             (b < 0 || (uint32_t)b >= m->nb)) {
-            say(err, errlen, "trace event %zu names buffer %d, not in the profile", i, (int)b);
+            ooc_msg_say(err, errlen, "trace event %zu names buffer %d, not in the profile", i,
+                        (int)b);
             goto out;
         }
         switch (e->kind) {
         case OOC_TR_OP_START: {
             if (open[OOC_ENG_COMPUTE] >= 0 || e->op < 0 || (uint32_t)e->op >= m->n ||
                 b >= (int32_t)m->nb) {
-                say(err, errlen, "trace event %zu: no op, or a second compute item at once", i);
+                ooc_msg_say(err, errlen, "trace event %zu: no op, or a second compute item at once",
+                            i);
                 goto out;
             }
             uint64_t bytes = b >= 0 ? p->bufs[b].bytes : 0;
@@ -241,7 +232,8 @@ int ooc_timeline_simulated(const ooc_model_t *m, const ooc_plan_t *pl, const ooc
         }
         case OOC_TR_OP_END:
             if (open[OOC_ENG_COMPUTE] < 0) {
-                say(err, errlen, "trace event %zu: a compute item ends that never started", i);
+                ooc_msg_say(err, errlen, "trace event %zu: a compute item ends that never started",
+                            i);
                 goto out;
             }
             out->rows[open[OOC_ENG_COMPUTE]].end_ns = t;
@@ -252,8 +244,9 @@ int ooc_timeline_simulated(const ooc_model_t *m, const ooc_plan_t *pl, const ooc
         case OOC_TR_H2D_START: {
             uint32_t k = ins.off[b] + ins.cur[b];
             if (open[OOC_ENG_H2D] >= 0 || k >= ins.off[b + 1]) {
-                say(err, errlen, "trace event %zu: buffer %d copied in, no swap-in of the plan", i,
-                    (int)b);
+                ooc_msg_say(err, errlen,
+                            "trace event %zu: buffer %d copied in, no swap-in of the plan", i,
+                            (int)b);
                 goto out;
             }
             ins.cur[b]++;
@@ -270,8 +263,9 @@ int ooc_timeline_simulated(const ooc_model_t *m, const ooc_plan_t *pl, const ooc
              * most once before it is swapped back in, and the copy is queued when its op ends */
             uint32_t lo = outs.off[b], hi = outs.off[b + 1], k = lo + outs.cur[b];
             if (open[OOC_ENG_D2H] >= 0 || k >= hi || outs.op[k] > last_ended) {
-                say(err, errlen, "trace event %zu: buffer %d copied out, no swap-out of the plan",
-                    i, (int)b);
+                ooc_msg_say(err, errlen,
+                            "trace event %zu: buffer %d copied out, no swap-out of the plan", i,
+                            (int)b);
                 goto out;
             }
             while (k + 1 < hi && outs.op[k + 1] <= last_ended)
@@ -289,8 +283,9 @@ int ooc_timeline_simulated(const ooc_model_t *m, const ooc_plan_t *pl, const ooc
         case OOC_TR_D2H_END: {
             int eng = e->kind == OOC_TR_H2D_END ? OOC_ENG_H2D : OOC_ENG_D2H;
             if (open[eng] < 0 || out->rows[open[eng]].buf != b) {
-                say(err, errlen, "trace event %zu: a copy of buffer %d ends that never started", i,
-                    (int)b);
+                ooc_msg_say(err, errlen,
+                            "trace event %zu: a copy of buffer %d ends that never started", i,
+                            (int)b);
                 goto out;
             }
             out->rows[open[eng]].end_ns = t;
@@ -300,7 +295,7 @@ int ooc_timeline_simulated(const ooc_model_t *m, const ooc_plan_t *pl, const ooc
         case OOC_TR_MAP:
         case OOC_TR_UNMAP:
             if (e->kind == OOC_TR_UNMAP && e->bytes > in_use) {
-                say(err, errlen, "trace event %zu releases more than is mapped", i);
+                ooc_msg_say(err, errlen, "trace event %zu releases more than is mapped", i);
                 goto out;
             }
             /* after the last op the compute engine is at none (the simulator says n) */
@@ -311,7 +306,7 @@ int ooc_timeline_simulated(const ooc_model_t *m, const ooc_plan_t *pl, const ooc
             }
             break;
         default:
-            say(err, errlen, "trace event %zu has an unknown kind %d", i, (int)e->kind);
+            ooc_msg_say(err, errlen, "trace event %zu has an unknown kind %d", i, (int)e->kind);
             goto out;
         }
         if (t > out->time_ns)
@@ -319,14 +314,15 @@ int ooc_timeline_simulated(const ooc_model_t *m, const ooc_plan_t *pl, const ooc
     }
     for (int eng = 0; eng < 3; eng++)
         if (open[eng] >= 0) {
-            say(err, errlen, "the trace ends while the %s engine is busy (an infeasible plan?)",
-                engine_names[eng]);
+            ooc_msg_say(err, errlen,
+                        "the trace ends while the %s engine is busy (an infeasible plan?)",
+                        engine_names[eng]);
             goto out;
         }
     rc = 0;
 out:
     if (rc == OOC_ENOMEM)
-        say(err, errlen, "out of memory");
+        ooc_msg_say(err, errlen, "out of memory");
     by_buf_free(&ins);
     by_buf_free(&outs);
     return rc;
@@ -384,12 +380,12 @@ int ooc_timeline_write(const ooc_timeline_t *t, FILE *f) {
 int ooc_timeline_write_file(const ooc_timeline_t *t, const char *path, char *err, size_t errlen) {
     FILE *f = fopen(path, "w");
     if (!f) {
-        say(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+        ooc_msg_say(err, errlen, "%s: cannot create: %s", path, strerror(errno));
         return OOC_EIO;
     }
     int rc = ooc_timeline_write(t, f);
     if (fclose(f) != 0 || rc) {
-        say(err, errlen, "%s: write error", path);
+        ooc_msg_say(err, errlen, "%s: write error", path);
         return OOC_EIO;
     }
     return 0;

@@ -13,22 +13,11 @@
  * parses whatever a recorded name holds. Called by the shim (trace.json of a recorded profile)
  * and by ooc-plan (--trace-json); no global state. */
 #include "ooc_planner.h"
+#include "msg.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void say(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void say(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* The length of the well-formed UTF-8 sequence at s (1 to 4), or 0 when it is not one: a stray
  * continuation byte, a truncated or overlong sequence, a surrogate, or a value past U+10FFFF. */
@@ -241,8 +230,9 @@ static void put_slice(FILE *f, const ooc_profile_t *p, const ooc_tl_row_t *r, in
 /* Checks that every row names ops and buffers of p and fits its engine. */
 static int rows_fit(const ooc_profile_t *p, const ooc_timeline_t *t, char *err, size_t errlen) {
     if (t->nops != p->nops || t->nbufs != p->nbufs) {
-        say(err, errlen, "the timeline is of %u ops and %u buffers, the profile has %u and %u",
-            t->nops, t->nbufs, p->nops, p->nbufs);
+        ooc_msg_say(err, errlen,
+                    "the timeline is of %u ops and %u buffers, the profile has %u and %u", t->nops,
+                    t->nbufs, p->nops, p->nbufs);
         return OOC_EINVAL;
     }
     for (size_t i = 0; i < t->nrows; i++) {
@@ -253,7 +243,7 @@ static int rows_fit(const ooc_profile_t *p, const ooc_timeline_t *t, char *err, 
                  r->buf < (int32_t)p->nbufs && (!need_op || r->op >= 0) &&
                  (!need_buf || r->buf >= 0) && (r->action != OOC_TL_RECOMPUTE || r->op >= 0);
         if (!ok) {
-            say(err, errlen, "timeline row %zu is inconsistent with the profile", i);
+            ooc_msg_say(err, errlen, "timeline row %zu is inconsistent with the profile", i);
             return OOC_EINVAL;
         }
     }
@@ -270,7 +260,7 @@ static int write_json(const ooc_profile_t *p, const ooc_timeline_t *t, FILE *f, 
     /* the recorded streams, sorted and unique: the in-core tracks */
     int32_t *streams = malloc((p->nops ? p->nops : 1) * sizeof *streams);
     if (!streams) {
-        say(err, errlen, "out of memory");
+        ooc_msg_say(err, errlen, "out of memory");
         return OOC_ENOMEM;
     }
     size_t ns = 0;
@@ -338,7 +328,7 @@ static int write_json(const ooc_profile_t *p, const ooc_timeline_t *t, FILE *f, 
     fputs("\n]}\n", f);
     free(streams);
     if (ferror(f)) {
-        say(err, errlen, "write error");
+        ooc_msg_say(err, errlen, "write error");
         return OOC_EIO;
     }
     return 0;
@@ -349,8 +339,8 @@ int ooc_trace_json_write(const ooc_profile_t *p, const ooc_timeline_t *t, FILE *
     if (t)
         return write_json(p, t, f, err, errlen);
     if (p->chunk_bytes == 0 || (p->chunk_bytes & (p->chunk_bytes - 1))) {
-        say(err, errlen, "the profile's chunk_bytes (%llu) is not a power of two",
-            (unsigned long long)p->chunk_bytes);
+        ooc_msg_say(err, errlen, "the profile's chunk_bytes (%llu) is not a power of two",
+                    (unsigned long long)p->chunk_bytes);
         return OOC_EINVAL;
     }
     ooc_model_t *m = NULL;
@@ -360,7 +350,7 @@ int ooc_trace_json_write(const ooc_profile_t *p, const ooc_timeline_t *t, FILE *
     if (!rc)
         rc = ooc_timeline_incore(m, p->budget_bytes, &tl);
     if (rc)
-        say(err, errlen, "out of memory");
+        ooc_msg_say(err, errlen, "out of memory");
     else
         rc = write_json(p, &tl, f, err, errlen);
     ooc_timeline_free(&tl);
@@ -372,7 +362,7 @@ int ooc_trace_json_write_file(const ooc_profile_t *p, const ooc_timeline_t *t, c
                               char *err, size_t errlen) {
     FILE *f = fopen(path, "w");
     if (!f) {
-        say(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+        ooc_msg_say(err, errlen, "%s: cannot create: %s", path, strerror(errno));
         return OOC_EIO;
     }
     char why[256] = "";
@@ -380,7 +370,7 @@ int ooc_trace_json_write_file(const ooc_profile_t *p, const ooc_timeline_t *t, c
     if (fclose(f) != 0 && !rc)
         rc = OOC_EIO;
     if (rc) {
-        say(err, errlen, "%s: %s", path, rc == OOC_EIO && !why[0] ? "write error" : why);
+        ooc_msg_say(err, errlen, "%s: %s", path, rc == OOC_EIO && !why[0] ? "write error" : why);
     }
     return rc;
 }

@@ -14,10 +14,12 @@ from a stated cost model of an H100-class GPU:
     LAUNCH_FLOOR = 4 us per op
     link         = PCIe Gen5 x16: 50 GB/s each way, 90 GB/s both ways together
 
+The input batch's host-to-device copy takes max(LAUNCH_FLOOR, bytes / 50 GB/s).
 Convolutions and GEMMs count 2*MACs FLOPs forward and the same again for each of their backward
 ops (data and filter); every other op is memory bound. Buffers are allocated right before their
 first use and freed right after their last use, parameters and momentum are persistent, and the
-outputs of ops that write nothing else are listed as verified re-executable producers.
+outputs of kernels and library calls that write nothing else are listed as verified re-executable
+producers (the input's host-to-device copy is not: the shim never re-launches a copy).
 
 For each model the generator finds the largest batch (or sequence length) whose in-core peak fits
 the 8 GiB budget, and writes profiles from half of it to 8x it. Standard library only.
@@ -30,6 +32,7 @@ import sys
 
 FLOP_RATE = 247e12
 HBM_BW = 2.68e12
+LINK_BW = 50e9  # each way; meta.tsv's h2d_bps and d2h_bps
 LAUNCH_FLOOR_NS = 4000
 DTYPE = 4
 BUDGET = 8 << 30
@@ -149,13 +152,16 @@ class Net:
             return pg
 
         def cost(o, factor=1.0):
+            if o["kind"] == "memcpy":  # the input's host-to-device copy: at the link's speed
+                return int(max(LAUNCH_FLOOR_NS, self.bufs[o["out"]][0] / LINK_BW * 1e9))
             touched = sum(self.bufs[b][0] for b in o["ins"] + [o["out"]] + o["params"])
             return dur_ns(o["flops"] * factor, touched)
 
         for o in self.fwd:
             refs = [(b, "r") for b in o["ins"] + o["params"]]
             refs += [(o["out"], "w")] + [(b, "rw" if self.bufs[b][1] else "w") for b in o["extra"]]
-            if not o["extra"]:
+            # a copy is never a producer: the shim re-launches kernels and library calls only
+            if not o["extra"] and o["kind"] not in ("memcpy", "memset", "host"):
                 producer[o["out"]] = len(ops)
             ops.append((o["name"], o["kind"], cost(o), refs))
         # loss seed: the last forward output's gradient

@@ -33,17 +33,13 @@ static CUresult note_word(ooc_access_t *a, const char *name, CUdeviceptr p, size
     OOC_EXPORT_HOOK(sym, pfn)
 
 MEMOP(cuStreamWriteValue32_v2, PFN_cuStreamWriteValue32_v11070, 0, cuuint32_t, OOC_USE_W);
-MEMOP(cuStreamWriteValue32_v2_ptsz, PFN_cuStreamWriteValue32_v11070_ptsz, 1, cuuint32_t,
-      OOC_USE_W);
+MEMOP(cuStreamWriteValue32_v2_ptsz, PFN_cuStreamWriteValue32_v11070_ptsz, 1, cuuint32_t, OOC_USE_W);
 MEMOP(cuStreamWriteValue64_v2, PFN_cuStreamWriteValue64_v11070, 0, cuuint64_t, OOC_USE_W);
-MEMOP(cuStreamWriteValue64_v2_ptsz, PFN_cuStreamWriteValue64_v11070_ptsz, 1, cuuint64_t,
-      OOC_USE_W);
+MEMOP(cuStreamWriteValue64_v2_ptsz, PFN_cuStreamWriteValue64_v11070_ptsz, 1, cuuint64_t, OOC_USE_W);
 MEMOP(cuStreamWaitValue32_v2, PFN_cuStreamWaitValue32_v11070, 0, cuuint32_t, OOC_USE_R);
-MEMOP(cuStreamWaitValue32_v2_ptsz, PFN_cuStreamWaitValue32_v11070_ptsz, 1, cuuint32_t,
-      OOC_USE_R);
+MEMOP(cuStreamWaitValue32_v2_ptsz, PFN_cuStreamWaitValue32_v11070_ptsz, 1, cuuint32_t, OOC_USE_R);
 MEMOP(cuStreamWaitValue64_v2, PFN_cuStreamWaitValue64_v11070, 0, cuuint64_t, OOC_USE_R);
-MEMOP(cuStreamWaitValue64_v2_ptsz, PFN_cuStreamWaitValue64_v11070_ptsz, 1, cuuint64_t,
-      OOC_USE_R);
+MEMOP(cuStreamWaitValue64_v2_ptsz, PFN_cuStreamWaitValue64_v11070_ptsz, 1, cuuint64_t, OOC_USE_R);
 
 /* A batch's access set: every word its operations write or wait on. Flushes and barriers touch
  * no memory of a buffer. An operation the shim does not know is left to the driver to judge. */

@@ -21,8 +21,8 @@
 #include "log.h"
 
 static const char *const mode_words[] = {"off", "demand", "record", "auto", NULL};
-static const char *const policy_words[] = {"swapall", "lms", "superneurons", "window", "pooch",
-                                           "auto",    NULL};
+static const char *const policy_words[] = {"swapall", "lms",    "superneurons", "window",
+                                           "pooch",   "belady", "auto",         NULL};
 static const char *const safe_words[] = {"auto", "on", "off", NULL};
 static const char *const log_words[] = {"error", "warn", "info", "debug", NULL};
 
@@ -76,7 +76,7 @@ static const ooc_option_desc_t table[] = {
     {.name = "OOC_POLICY",
      .type = OOC_OPT_CHOICE,
      .def = "auto",
-     .accepted = "one of swapall, lms, superneurons, window, pooch, auto",
+     .accepted = "one of swapall, lms, superneurons, window, pooch, belady, auto",
      .doc = "The planner's policy; auto picks the best plan the simulator finds.",
      .offset = OFF(policy),
      .choices = policy_words},

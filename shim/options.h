@@ -32,6 +32,7 @@ typedef enum ooc_policy {
     OOC_POLICY_SUPERNEURONS,
     OOC_POLICY_WINDOW,
     OOC_POLICY_POOCH,
+    OOC_POLICY_BELADY,
     OOC_POLICY_AUTO,
 } ooc_policy_t;
 

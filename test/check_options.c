@@ -297,6 +297,7 @@ START_TEST(test_policy_accepts_each_word) {
     expect_choice("OOC_POLICY", "superneurons", OOC_POLICY_SUPERNEURONS, &opts.policy);
     expect_choice("OOC_POLICY", "window", OOC_POLICY_WINDOW, &opts.policy);
     expect_choice("OOC_POLICY", "pooch", OOC_POLICY_POOCH, &opts.policy);
+    expect_choice("OOC_POLICY", "belady", OOC_POLICY_BELADY, &opts.policy);
     expect_choice("OOC_POLICY", "auto", OOC_POLICY_AUTO, &opts.policy);
     expect_bad("OOC_POLICY", "vdnn", OOC_EINVAL, "unknown value");
 }
