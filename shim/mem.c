@@ -57,10 +57,10 @@ int ooc_mem_init(uint64_t budget_bytes, uint64_t chunk_bytes, CUdevice dev, CUco
         return OOC_EDRIVER;
     }
     M.va_base = (uintptr_t)base;
-    M.va_chunks = M.va_size >> M.shift;
+    M.va.chunks = M.va_size >> M.shift;
     /* The fast path's table: one pointer per chunk of the reservation, touched only where
      * buffers are. Without it every op takes the locked path. */
-    M.table_bytes = M.va_chunks * sizeof *M.table;
+    M.table_bytes = M.va.chunks * sizeof *M.table;
     void *t = mmap(NULL, M.table_bytes, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (t == MAP_FAILED)
@@ -159,7 +159,7 @@ void ooc_mem_shutdown(void) {
     free(M.jobs);
     free(M.op_tmp);
     ooc_real.cuMemAddressFree((CUdeviceptr)M.va_base, M.va_size);
-    free(M.free_runs);
+    va_space_free(&M.va);
     free(M.dying);
     free(M.op_chunks);
     free(M.op_bufs);

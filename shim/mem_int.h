@@ -15,6 +15,8 @@
 #define OOC_MEM_INT_H
 
 #include "shim.h"
+#include "slab.h"
+#include "vaspace.h"
 
 #include <stdlib.h>
 
@@ -25,10 +27,9 @@ extern int oom_flag OOC_INTERNAL;
 
 enum { C_EMPTY, C_RESIDENT, C_SWAPPED };
 
-#define MAX_USERS       4
-#define MAX_STREAMS     16
-#define SLAB_ALIGN      256
-#define QUARANTINE_RUNS 64
+#define MAX_USERS   4
+#define MAX_STREAMS 16
+#define SLAB_ALIGN  256
 
 /* A pooled event with a reference count: chunks and host slots waiting on the same copy share
  * one. Returned to the pool when the last reference is dropped (a later record does not disturb
@@ -52,12 +53,6 @@ typedef struct buf {
     int small;
     UT_hash_handle hh;
 } buf_t;
-
-typedef struct slab {
-    size_t offset; /* bump pointer */
-    size_t n, cap;
-    buf_t **bufs; /* sorted by address */
-} slab_t;
 
 /* A pinned host slot of one chunk. In safe mode it is host-located VMM memory (handle h),
  * mapped at `va` in a staging reservation, and mapped again at a swapped chunk's own address. */
@@ -123,10 +118,6 @@ typedef struct ext {
     UT_hash_handle hh;
 } ext_t;
 
-typedef struct run {
-    uint64_t first, count;
-} run_t;
-
 extern pthread_mutex_t mem_lock OOC_INTERNAL;
 
 /* The state of the memory layer, guarded by mem_lock (the atomics are read without it by the
@@ -137,7 +128,7 @@ struct mem_state {
     unsigned shift;
     uintptr_t va_base;
     size_t va_size;
-    uint64_t va_chunks, va_next;
+    va_space_t va; /* runs of chunk indices in the reservation */
     uint64_t budget_chunks, phys_made, resident;
     uint64_t budget_bytes;   /* OOC_BUDGET, less what the device turned out not to have */
     uint64_t external_bytes; /* device memory the program made with cuMemCreate itself */
@@ -147,10 +138,6 @@ struct mem_state {
     buf_t *bufs;
     chunk_t lru;
     chunk_t *slab_cur;
-    run_t quarantine[QUARANTINE_RUNS];
-    unsigned q_head, q_len;
-    run_t *free_runs;
-    size_t nfree_runs, cap_free_runs;
     chunk_t **dying;
     size_t ndying, cap_dying;
     hslot_t *host_free;

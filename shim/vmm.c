@@ -27,92 +27,43 @@ void lru_remove(chunk_t *c) {
     c->prev = c->next = NULL;
 }
 
+/* Moves c between neighbours prev and next, untouched. */
+static void lru_insert(chunk_t *c, chunk_t *prev, chunk_t *next) {
+    atomic_store_explicit(&c->touched, 0, memory_order_relaxed);
+    c->prev = prev;
+    c->next = next;
+    prev->next = c;
+    next->prev = c;
+}
+
+/* Puts c at the hot end. */
 void lru_push(chunk_t *c) {
     lru_remove(c);
-    atomic_store_explicit(&c->touched, 0, memory_order_relaxed);
-    c->next = M.lru.next;
-    c->prev = &M.lru;
-    M.lru.next->prev = c;
-    M.lru.next = c;
+    lru_insert(c, &M.lru, M.lru.next);
 }
 
 /* Puts c at the cold end: the first to be evicted. */
 void lru_push_tail(chunk_t *c) {
     lru_remove(c);
-    atomic_store_explicit(&c->touched, 0, memory_order_relaxed);
-    c->prev = M.lru.prev;
-    c->next = &M.lru;
-    M.lru.prev->next = c;
-    M.lru.prev = c;
+    lru_insert(c, M.lru.prev, &M.lru);
 }
 
-/* ---- VA runs ------------------------------------------------------------------------------- */
+/* ---- VA runs (vaspace.c), with the address-space gauge ------------------------------------ */
 
-/* Takes `count` contiguous chunk indices: a free run first (best fit), else the bump pointer.
- * Returns 0 and the first index, or -1 when the reservation is exhausted. */
 int va_take(uint64_t count, uint64_t *first) {
-    size_t best = SIZE_MAX;
-    for (size_t i = 0; i < M.nfree_runs; i++)
-        if (M.free_runs[i].count >= count &&
-            (best == SIZE_MAX || M.free_runs[i].count < M.free_runs[best].count))
-            best = i;
-    if (best != SIZE_MAX) {
-        run_t *r = &M.free_runs[best];
-        *first = r->first;
-        r->first += count;
-        r->count -= count;
-        if (r->count == 0)
-            M.free_runs[best] = M.free_runs[--M.nfree_runs];
-        return 0;
-    }
-    if (M.va_next + count > M.va_chunks)
+    uint64_t tail = M.va.next;
+    if (va_space_take(&M.va, count, first) != 0)
         return -1;
-    *first = M.va_next;
-    M.va_next += count;
-    ooc_stats_gauge_add(OOC_STAT_va_bytes, count * M.chunk);
+    if (M.va.next > tail)
+        ooc_stats_gauge_add(OOC_STAT_va_bytes, (M.va.next - tail) * M.chunk);
     return 0;
 }
 
-/* Returns a run to the quarantine; the oldest quarantined run becomes reusable. */
 void va_give(uint64_t first, uint64_t count) {
-    if (M.q_len == QUARANTINE_RUNS) {
-        run_t old = M.quarantine[M.q_head];
-        M.q_head = (M.q_head + 1) % QUARANTINE_RUNS;
-        M.q_len--;
-        /* Coalesced with its free neighbours: a freed buffer's chunks come back one at a time,
-         * and only a coalesced run serves a multi-chunk buffer again (else the reservation would
-         * grow with every large free, and the search with it). A run that ends where the
-         * untouched tail begins joins the tail. */
-        for (size_t i = 0; i < M.nfree_runs;) {
-            run_t *r = &M.free_runs[i];
-            if (r->first + r->count == old.first || old.first + old.count == r->first) {
-                if (r->first < old.first)
-                    old.first = r->first;
-                old.count += r->count;
-                M.free_runs[i] = M.free_runs[--M.nfree_runs];
-                i = 0; /* the merged run may now touch one already passed */
-                continue;
-            }
-            i++;
-        }
-        if (old.first + old.count == M.va_next) {
-            M.va_next = old.first;
-            ooc_stats_gauge_sub(OOC_STAT_va_bytes, old.count * M.chunk);
-            old.count = 0;
-        }
-        if (old.count && M.nfree_runs == M.cap_free_runs) {
-            size_t nc = M.cap_free_runs ? M.cap_free_runs * 2 : 64;
-            run_t *n = realloc(M.free_runs, nc * sizeof *n);
-            if (n) {
-                M.free_runs = n;
-                M.cap_free_runs = nc;
-            }
-        }
-        if (old.count && M.nfree_runs < M.cap_free_runs)
-            M.free_runs[M.nfree_runs++] = old; /* else the range is lost: VA is plentiful */
-    }
-    M.quarantine[(M.q_head + M.q_len) % QUARANTINE_RUNS] = (run_t){first, count};
-    M.q_len++;
+    uint64_t tail = M.va.next;
+    va_space_give(&M.va, first, count);
+    if (M.va.next < tail)
+        ooc_stats_gauge_sub(OOC_STAT_va_bytes, (tail - M.va.next) * M.chunk);
 }
 
 /* ---- chunk life --------------------------------------------------------------------------------
@@ -151,7 +102,7 @@ chunk_t *chunk_find(uint64_t idx) {
  * writer section (a free of a chunk no op ever used need not stop the fast path). Caller holds
  * mem_lock. */
 void chunk_delete(chunk_t *c) {
-    if (M.table && c->idx < M.va_chunks &&
+    if (M.table && c->idx < M.va.chunks &&
         atomic_load_explicit(&M.table[c->idx], memory_order_relaxed) == c)
         atomic_store_explicit(&M.table[c->idx], NULL, memory_order_relaxed);
     HASH_DEL(M.chunks, c);
