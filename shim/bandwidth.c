@@ -80,7 +80,7 @@ static float median_ms(float (*ms)[3], int n, int k) {
 }
 
 CUresult ooc_mem_measure_bw(uint64_t bytes, double *h2d_bps, double *d2h_bps, double *bidir_bps) {
-    pthread_mutex_lock(&mem_lock);
+    mem_lock_take();
     if (bytes > M.chunk)
         bytes = M.chunk;
     /* Two chunks' worth of copies per sample, ten per figure. */

@@ -105,7 +105,7 @@ static CUresult alloc_large(buf_t *b, size_t size) {
 CUresult ooc_mem_alloc(CUdeviceptr *out, size_t size, uint64_t *id) {
     if (!out || size == 0)
         return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&mem_lock);
+    mem_lock_take();
     if (size > M.budget_chunks * M.chunk) {
         mem_unlock();
         OOC_LOG_E("allocation of %zu bytes exceeds the whole budget of %llu bytes: it could "
@@ -142,7 +142,7 @@ CUresult ooc_mem_alloc(CUdeviceptr *out, size_t size, uint64_t *id) {
 }
 
 CUresult ooc_mem_free(CUdeviceptr p, CUstream stream, uint64_t *id) {
-    pthread_mutex_lock(&mem_lock);
+    mem_lock_take();
     uintptr_t a = (uintptr_t)p;
     buf_t *b;
     HASH_FIND(hh, M.bufs, &a, sizeof a, b);
@@ -190,7 +190,7 @@ buf_t *lookup(uintptr_t p) {
 }
 
 int ooc_mem_lookup(uintptr_t p, uintptr_t *base, size_t *size) {
-    pthread_mutex_lock(&mem_lock);
+    mem_lock_take();
     buf_t *b = lookup(p);
     if (b) {
         *base = b->addr;

@@ -215,6 +215,7 @@ static int start(ooc_profile_t *p, ooc_plan_t *pl, uint32_t pos) {
         }
     }
     P.iter = 1;
+    ooc_stats_add(OOC_STAT_replay_iters, 1);
     P.pos = pos < P.n ? pos : 0;
     P.cur = -1;
     atomic_store(&ooc_rp_on, 1);
@@ -492,6 +493,7 @@ void ooc_replay_before_free(CUdeviceptr p, CUstream s) {
 static void new_iteration(void) {
     resolve_all();
     P.iter++;
+    ooc_stats_add(OOC_STAT_replay_iters, 1);
     if (P.pos == P.n && !P.iter_diverged)
         P.bad = 0;
     P.pos = 0;
