@@ -75,9 +75,9 @@ static void quiesce_end(void) {
 /* ---- the program's threads, blocked --------------------------------------------------------
  *
  * Every wait of a program thread inside the shim (for mem_lock while another thread holds it, on
- * a condition variable, for device work) is timed into OOC_STAT_blocked_ns, and while a plan is
- * replayed also into OOC_STAT_replay_blocked_ns: on a GPU that is time the framework's thread
- * does not run ahead, and the device may idle. The worker's waits are its job: not counted. */
+ * a condition variable, for device work) is timed into OOC_STAT_blocked_ns (replay.c takes its
+ * share per replayed iteration): on a GPU that is time the framework's thread does not run
+ * ahead, and the device may idle. The worker's waits are its job: not counted. */
 
 static _Thread_local int on_worker;
 
@@ -101,10 +101,7 @@ uint64_t wait_begin(void) {
 void wait_end(uint64_t t0) {
     if (on_worker)
         return;
-    uint64_t ns = clock_ns() - t0;
-    ooc_stats_add(OOC_STAT_blocked_ns, ns);
-    if (ooc_replay_on())
-        ooc_stats_add(OOC_STAT_replay_blocked_ns, ns);
+    ooc_stats_add(OOC_STAT_blocked_ns, clock_ns() - t0);
 }
 
 /* Takes mem_lock; the time spent waiting for it while another thread holds it counts as

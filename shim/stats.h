@@ -29,8 +29,8 @@
     X(swap_ins, COUNTER, COUNT, "swap-ins")                                                        \
     X(stall_ns, COUNTER, NS, "stall time")                                                         \
     X(blocked_ns, COUNTER, NS, "host time blocked in the shim")                                    \
-    X(replay_blocked_ns, COUNTER, NS, "host time blocked in the shim, replaying")                  \
-    X(replay_iters, COUNTER, COUNT, "iterations replayed")                                         \
+    X(replay_blocked_ns, COUNTER, NS, "of it in whole replayed iterations")                        \
+    X(replay_iters, COUNTER, COUNT, "whole iterations replayed")                                   \
     X(host_aliases, COUNTER, COUNT, "swapped chunks mapped to their host copy")                    \
     X(recomputes, COUNTER, COUNT, "recomputations")                                                \
     X(recompute_launches, COUNTER, COUNT, "producer re-launches to rebuild buffers")               \
