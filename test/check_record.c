@@ -301,17 +301,19 @@ static long long record_link(const char *slow, double *bps) {
     return n;
 }
 
-/* One copy of the bandwidth probe slowed 50 times (a moment of contention: it alone would read
- * the link at about a quarter of its speed) leaves the profile's link figures, the ones the plan
- * is made for, near the link's 2 GB/s, wherever it falls among the probe's chunk-sized copies
- * (the last 40 of its calls); so does every chunk-sized copy slowed (the smaller copies' figures
- * stand in). */
+/* One copy of the bandwidth probe slowed 50 times (a moment of contention: averaged into one
+ * batch, as before, it read the link at about a seventh of its speed) leaves the profile's link
+ * figures, the ones the plan is made for, at least half those of a run without it (a loaded
+ * machine and the sanitizer build read the 2 GB/s link lower, so the measure is relative),
+ * wherever it falls among the probe's chunk-sized copies (the last 40 of its calls); so does
+ * every chunk-sized copy slowed (the smaller copies' figures stand in). */
 START_TEST(test_link_bandwidth_survives_a_slow_sample) {
-    double bps[3];
-    long long n = record_link("", bps);
+    double bps[3], clean[3];
+    long long n = record_link("", clean);
     ck_assert_int_ge(n, 40);
     for (int k = 0; k < 3; k++)
-        ck_assert_msg(bps[k] > 0.8e9 * (k == 2 ? 2 : 1), "figure %d: %.3g B/s", k, bps[k]);
+        ck_assert_msg(clean[k] > 0.2e9 && clean[k] < 2.2e9 * (k == 2 ? 2 : 1),
+                      "figure %d: %.3g B/s", k, clean[k]);
     static const int back[] = {39, 30, 21, 12, 3, 0};
     for (size_t i = 0; i <= sizeof back / sizeof *back; i++) {
         char slow[64];
@@ -321,8 +323,9 @@ START_TEST(test_link_bandwidth_survives_a_slow_sample) {
             snprintf(slow, sizeof slow, "cuMemcpyDtoDAsync@%lld+=50", n - 39);
         ck_assert_int_eq(record_link(slow, bps), n);
         for (int k = 0; k < 2; k++)
-            ck_assert_msg(bps[k] > 0.8e9 && bps[k] < 2.2e9, "FAKECUDA_SLOW=%s: figure %d: %.3g B/s",
-                          slow, k, bps[k]);
+            ck_assert_msg(bps[k] > 0.5 * clean[k] && bps[k] < 2.2e9,
+                          "FAKECUDA_SLOW=%s: figure %d: %.3g B/s, %.3g without it", slow, k, bps[k],
+                          clean[k]);
         ck_assert_msg(bps[2] >= (bps[0] > bps[1] ? bps[0] : bps[1]) && bps[2] <= bps[0] + bps[1],
                       "FAKECUDA_SLOW=%s: both ways %.3g B/s", slow, bps[2]);
     }
