@@ -523,11 +523,15 @@ static void recorded_link_floor(const ooc_profile_t *p, double *h2d_bps, double 
     }
 }
 
+/* How far apart two link figures may be from timing noise alone. */
+#define LINK_SLACK 1.1
+
 /* Sets the profile's link figures from the probe's medians bw[i] = {bytes, h2d, d2h, bidir} at
  * nbw growing copy sizes, the last one a chunk, checked for what cannot be: one way slower for
  * a chunk than for a smaller copy (larger copies move bytes at least as fast), slower than a
  * copy of the recording itself ran (recorded_link_floor), or both ways at once slower than the
- * faster way alone or faster than both added. Each correction is logged. */
+ * faster way alone or faster than both added. Timing noise is allowed LINK_SLACK; beyond it,
+ * the figure is corrected and the correction logged. */
 static void link_figures(ooc_profile_t *p, double (*bw)[4], int nbw) {
     double fig[3] = {bw[nbw - 1][1], bw[nbw - 1][2], bw[nbw - 1][3]};
     static const char *const way[2] = {"to the device", "to the host"};
@@ -538,13 +542,13 @@ static void link_figures(ooc_profile_t *p, double (*bw)[4], int nbw) {
         for (int i = 0; i < nbw - 1; i++)
             if (bw[i][k + 1] > bw[best][k + 1])
                 best = i;
-        if (best != nbw - 1) {
+        if (bw[best][k + 1] > LINK_SLACK * fig[k]) {
             OOC_LOG_W("the link %s measured %.3g GB/s with chunks but %.3g GB/s with %.0f-byte "
                       "copies: taking the latter",
                       way[k], fig[k] * 1e-9, bw[best][k + 1] * 1e-9, bw[best][0]);
             fig[k] = bw[best][k + 1];
         }
-        if (floor_bps[k] > fig[k]) {
+        if (floor_bps[k] > LINK_SLACK * fig[k]) {
             OOC_LOG_W("the link %s measured %.3g GB/s, but a copy of the recorded iteration ran "
                       "at %.3g GB/s: taking the latter",
                       way[k], fig[k] * 1e-9, floor_bps[k] * 1e-9);
@@ -552,7 +556,7 @@ static void link_figures(ooc_profile_t *p, double (*bw)[4], int nbw) {
         }
     }
     double lo = fig[0] > fig[1] ? fig[0] : fig[1], hi = fig[0] + fig[1];
-    if (fig[2] < lo || fig[2] > hi) {
+    if (fig[2] * LINK_SLACK < lo || fig[2] > LINK_SLACK * hi) {
         double v = fig[2] < lo ? lo : hi;
         OOC_LOG_W("the link both ways at once measured %.3g GB/s, outside %.3g..%.3g GB/s (the "
                   "faster way alone, both added): taking %.3g GB/s",
