@@ -326,7 +326,10 @@ START_TEST(test_link_bandwidth_survives_a_slow_sample) {
             ck_assert_msg(bps[k] > 0.5 * clean[k] && bps[k] < 2.2e9,
                           "FAKECUDA_SLOW=%s: figure %d: %.3g B/s, %.3g without it", slow, k, bps[k],
                           clean[k]);
-        ck_assert_msg(bps[2] >= (bps[0] > bps[1] ? bps[0] : bps[1]) && bps[2] <= bps[0] + bps[1],
+        /* Both ways at once: between the faster way alone and both added, give or take the 10%
+         * of timing noise the shim allows. */
+        ck_assert_msg(bps[2] * 1.1 >= (bps[0] > bps[1] ? bps[0] : bps[1]) &&
+                          bps[2] <= 1.1 * (bps[0] + bps[1]),
                       "FAKECUDA_SLOW=%s: both ways %.3g B/s", slow, bps[2]);
     }
 }
