@@ -2,10 +2,16 @@
 /* bandwidth.c: the recorder's probe of host<->device bandwidth, measured with a scratch chunk
  * and two host slots of the pool.
  *
+ * A plan is only as good as the link speed it was made for, and one timed batch can be slowed by
+ * anything else using the device or the host at that moment. So each figure is the median of
+ * BW_SAMPLES batches, taken in turns (to device, to host, both at once, then again), so that a
+ * disturbance that lasts a moment spoils one sample of each at most.
+ *
  * Locking: takes mem_lock for the whole probe (run once per recorded profile, on an idle
  * device). Callers: record.c. */
 #include "mem_int.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* One timed batch: `reps` copies of `bytes` between slot s and the device chunk at dev, on
@@ -24,13 +30,63 @@ static CUresult bw_copies(CUstream st, hslot_t *s, CUdeviceptr dev, uint64_t byt
     return r;
 }
 
+/* Samples per figure: the median of five survives two bad ones. */
+#define BW_SAMPLES 5
+
+/* One sample of each figure: the milliseconds that `reps` copies of `bytes` take to the device
+ * (ms[0]), to the host (ms[1]) and both ways at once on two streams (ms[2]). Caller holds
+ * mem_lock; ev holds three events. */
+static CUresult bw_sample(CUstream st2, hslot_t *s1, hslot_t *s2, CUdeviceptr dev, uint64_t bytes,
+                          int reps, CUevent *ev, float *ms) {
+    CUresult r = CUDA_SUCCESS;
+    for (int dir = 0; dir < 2 && r == CUDA_SUCCESS; dir++) {
+        /* One direction at a time: dir 0 host to device, dir 1 device to host. */
+        if ((r = ooc_real.cuEventRecord(ev[0], M.swap)) == CUDA_SUCCESS &&
+            (r = bw_copies(M.swap, s1, dev, bytes, reps, dir == 0)) == CUDA_SUCCESS &&
+            (r = ooc_real.cuEventRecord(ev[1], M.swap)) == CUDA_SUCCESS &&
+            (r = ooc_real.cuEventSynchronize(ev[1])) == CUDA_SUCCESS)
+            r = ooc_real.cuEventElapsedTime(&ms[dir], ev[0], ev[1]);
+    }
+    if (r != CUDA_SUCCESS)
+        return r;
+    /* Both at once: the device-to-host stream starts when the host-to-device one does. */
+    float a = 0, b = 0;
+    if ((r = ooc_real.cuEventRecord(ev[0], M.swap)) == CUDA_SUCCESS &&
+        (r = ooc_real.cuStreamWaitEvent(st2, ev[0], 0)) == CUDA_SUCCESS &&
+        (r = bw_copies(M.swap, s1, dev, bytes, reps, 1)) == CUDA_SUCCESS &&
+        (r = bw_copies(st2, s2, dev, bytes, reps, 0)) == CUDA_SUCCESS &&
+        (r = ooc_real.cuEventRecord(ev[1], M.swap)) == CUDA_SUCCESS &&
+        (r = ooc_real.cuEventRecord(ev[2], st2)) == CUDA_SUCCESS &&
+        (r = ooc_real.cuEventSynchronize(ev[1])) == CUDA_SUCCESS &&
+        (r = ooc_real.cuEventSynchronize(ev[2])) == CUDA_SUCCESS &&
+        (r = ooc_real.cuEventElapsedTime(&a, ev[0], ev[1])) == CUDA_SUCCESS &&
+        (r = ooc_real.cuEventElapsedTime(&b, ev[0], ev[2])) == CUDA_SUCCESS)
+        ms[2] = a > b ? a : b;
+    return r;
+}
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median of the n samples of figure k in ms[n][3] (sorts a copy). */
+static float median_ms(float (*ms)[3], int n, int k) {
+    float v[BW_SAMPLES];
+    for (int i = 0; i < n; i++)
+        v[i] = ms[i][k];
+    qsort(v, (size_t)n, sizeof *v, cmp_float);
+    return v[n / 2];
+}
+
 CUresult ooc_mem_measure_bw(uint64_t bytes, double *h2d_bps, double *d2h_bps, double *bidir_bps) {
-    pthread_mutex_lock(&mem_lock);
+    mem_lock_take();
     if (bytes > M.chunk)
         bytes = M.chunk;
-    int reps = (int)((8 * M.chunk) / bytes);
-    if (reps < 4)
-        reps = 4;
+    /* Two chunks' worth of copies per sample, ten per figure. */
+    int reps = (int)((2 * M.chunk) / bytes);
+    if (reps < 2)
+        reps = 2;
     /* On an idle device: copies still queued (the recorded iteration's swaps) would share the
      * engines and make the link look slower than it is. Once per profile. */
     ooc_real.cuCtxSynchronize();
@@ -46,45 +102,24 @@ CUresult ooc_mem_measure_bw(uint64_t bytes, double *h2d_bps, double *d2h_bps, do
     int mapped = r == CUDA_SUCCESS && (r = map_chunk(&scratch)) == CUDA_SUCCESS;
     hslot_t *s1 = mapped ? host_slot() : NULL, *s2 = s1 ? host_slot() : NULL;
     CUstream st2 = NULL;
-    CUevent ev[4] = {NULL, NULL, NULL, NULL};
+    CUevent ev[3] = {NULL, NULL, NULL};
     if (mapped && (!s1 || !s2))
         r = CUDA_ERROR_OUT_OF_MEMORY;
     if (r == CUDA_SUCCESS)
         r = ooc_real.cuStreamCreate(&st2, CU_STREAM_NON_BLOCKING);
-    for (int i = 0; i < 4 && r == CUDA_SUCCESS; i++)
+    for (int i = 0; i < 3 && r == CUDA_SUCCESS; i++)
         r = ooc_real.cuEventCreate(&ev[i], CU_EVENT_DEFAULT);
     CUdeviceptr dev = (CUdeviceptr)chunk_addr(&scratch);
-    float ms[3] = {0, 0, 0};
-    for (int dir = 0; dir < 2 && r == CUDA_SUCCESS; dir++) {
-        /* One direction at a time: dir 0 host to device, dir 1 device to host. */
-        if ((r = ooc_real.cuEventRecord(ev[0], M.swap)) == CUDA_SUCCESS &&
-            (r = bw_copies(M.swap, s1, dev, bytes, reps, dir == 0)) == CUDA_SUCCESS &&
-            (r = ooc_real.cuEventRecord(ev[1], M.swap)) == CUDA_SUCCESS &&
-            (r = ooc_real.cuEventSynchronize(ev[1])) == CUDA_SUCCESS)
-            r = ooc_real.cuEventElapsedTime(&ms[dir], ev[0], ev[1]);
-    }
-    if (r == CUDA_SUCCESS) {
-        /* Both at once: the device-to-host stream starts when the host-to-device one does. */
-        float a = 0, b = 0;
-        if ((r = ooc_real.cuEventRecord(ev[0], M.swap)) == CUDA_SUCCESS &&
-            (r = ooc_real.cuStreamWaitEvent(st2, ev[0], 0)) == CUDA_SUCCESS &&
-            (r = bw_copies(M.swap, s1, dev, bytes, reps, 1)) == CUDA_SUCCESS &&
-            (r = bw_copies(st2, s2, dev, bytes, reps, 0)) == CUDA_SUCCESS &&
-            (r = ooc_real.cuEventRecord(ev[1], M.swap)) == CUDA_SUCCESS &&
-            (r = ooc_real.cuEventRecord(ev[2], st2)) == CUDA_SUCCESS &&
-            (r = ooc_real.cuEventSynchronize(ev[1])) == CUDA_SUCCESS &&
-            (r = ooc_real.cuEventSynchronize(ev[2])) == CUDA_SUCCESS &&
-            (r = ooc_real.cuEventElapsedTime(&a, ev[0], ev[1])) == CUDA_SUCCESS &&
-            (r = ooc_real.cuEventElapsedTime(&b, ev[0], ev[2])) == CUDA_SUCCESS)
-            ms[2] = a > b ? a : b;
-    }
+    float ms[BW_SAMPLES][3];
+    for (int i = 0; i < BW_SAMPLES && r == CUDA_SUCCESS; i++)
+        r = bw_sample(st2, s1, s2, dev, bytes, reps, ev, ms[i]);
     /* Nothing may still run on the scratch chunk when it is unmapped. */
     ooc_real.cuStreamSynchronize(M.swap);
     if (st2) {
         ooc_real.cuStreamSynchronize(st2);
         ooc_real.cuStreamDestroy_v2(st2);
     }
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 3; i++)
         if (ev[i])
             ooc_real.cuEventDestroy_v2(ev[i]);
     host_slot_put(s1);
@@ -97,9 +132,16 @@ CUresult ooc_mem_measure_bw(uint64_t bytes, double *h2d_bps, double *d2h_bps, do
     if (r != CUDA_SUCCESS)
         return r;
     double total = (double)bytes * reps;
-    /* A timer that reads 0 (too fast to see) would make an infinite bandwidth: floor at 1 us. */
-    *h2d_bps = total / ((ms[0] > 1e-3f ? ms[0] : 1e-3f) * 1e-3);
-    *d2h_bps = total / ((ms[1] > 1e-3f ? ms[1] : 1e-3f) * 1e-3);
-    *bidir_bps = 2 * total / ((ms[2] > 1e-3f ? ms[2] : 1e-3f) * 1e-3);
+    float med[3];
+    for (int k = 0; k < 3; k++) {
+        med[k] = median_ms(ms, BW_SAMPLES, k);
+        /* A timer that reads 0 (too fast to see) would make an infinite bandwidth: floor at
+         * 1 us. */
+        if (med[k] < 1e-3f)
+            med[k] = 1e-3f;
+    }
+    *h2d_bps = total / (med[0] * 1e-3);
+    *d2h_bps = total / (med[1] * 1e-3);
+    *bidir_bps = 2 * total / (med[2] * 1e-3);
     return CUDA_SUCCESS;
 }

@@ -67,7 +67,7 @@ static CUresult alloc_large(buf_t *b, size_t size) {
 CUresult ooc_mem_alloc(CUdeviceptr *out, size_t size, uint64_t *id) {
     if (!out || size == 0)
         return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&mem_lock);
+    mem_lock_take();
     if (size > M.budget_chunks * M.chunk) {
         mem_unlock();
         OOC_LOG_E("allocation of %zu bytes exceeds the whole budget of %llu bytes: it could "
@@ -104,7 +104,7 @@ CUresult ooc_mem_alloc(CUdeviceptr *out, size_t size, uint64_t *id) {
 }
 
 CUresult ooc_mem_free(CUdeviceptr p, CUstream stream, uint64_t *id) {
-    pthread_mutex_lock(&mem_lock);
+    mem_lock_take();
     uintptr_t a = (uintptr_t)p;
     buf_t *b;
     HASH_FIND(hh, M.bufs, &a, sizeof a, b);
@@ -177,7 +177,7 @@ unsigned ooc_mem_lookup_word(uintptr_t p, uintptr_t base[2], size_t size[2]) {
     query_walk_t w = QUERY_WALK(&q);
     unsigned n = 0;
     buf_t *b;
-    pthread_mutex_lock(&mem_lock);
+    mem_lock_take();
     while ((b = query_next(&w)) != NULL) {
         base[n] = b->addr;
         size[n++] = b->size;
@@ -189,7 +189,7 @@ unsigned ooc_mem_lookup_word(uintptr_t p, uintptr_t base[2], size_t size[2]) {
 CUresult ooc_mem_check_range(const char *call, uintptr_t p, size_t n) {
     if (n == 0 || (!ooc_mem_owns(p) && !ooc_mem_owns(p + n - 1)))
         return CUDA_SUCCESS; /* not ours: the driver checks it */
-    pthread_mutex_lock(&mem_lock);
+    mem_lock_take();
     buf_t *b = p + n - 1 >= p ? lookup(p) : NULL;
     uintptr_t base = b ? b->addr : 0;
     size_t size = b ? b->size : 0;
@@ -208,7 +208,7 @@ CUresult ooc_mem_check_range(const char *call, uintptr_t p, size_t n) {
 }
 
 int ooc_mem_bufinfo(uintptr_t p, ooc_bufinfo_t *out) {
-    pthread_mutex_lock(&mem_lock);
+    mem_lock_take();
     buf_t *b = lookup(p);
     if (b)
         *out = (ooc_bufinfo_t){b->addr, b->size, b->id, M.ctx, M.dev};
@@ -217,7 +217,7 @@ int ooc_mem_bufinfo(uintptr_t p, ooc_bufinfo_t *out) {
 }
 
 int ooc_mem_lookup(uintptr_t p, uintptr_t *base, size_t *size) {
-    pthread_mutex_lock(&mem_lock);
+    mem_lock_take();
     buf_t *b = lookup(p);
     if (b) {
         *base = b->addr;

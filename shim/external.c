@@ -34,7 +34,7 @@ static CUresult pool_shrink(void) {
 
 CUresult ooc_mem_external_create(CUmemGenericAllocationHandle *h, size_t size,
                                  const CUmemAllocationProp *prop, unsigned long long flags) {
-    pthread_mutex_lock(&mem_lock);
+    mem_lock_take();
     if (M.external_bytes + size + M.chunk > M.budget_bytes) {
         mem_unlock();
         OOC_LOG_E("cuMemCreate of %zu bytes by the program: with the %llu bytes it already holds "
@@ -76,7 +76,7 @@ CUresult ooc_mem_external_create(CUmemGenericAllocationHandle *h, size_t size,
 }
 
 void ooc_mem_external_release(CUmemGenericAllocationHandle h) {
-    pthread_mutex_lock(&mem_lock);
+    mem_lock_take();
     ext_t *e;
     HASH_FIND(hh, M.external, &h, sizeof h, e);
     if (e) {

@@ -1,17 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 /* fastpath.c: the residency lock (mem_lock), the writer sections that hold the lock-free fast path
- * back, and the fast path itself: an op whose chunks are all hot is issued without the lock.
+ * back, and the fast path itself: an op whose chunks are all hot is issued without the lock. Every
+ * wait of the memory layer (for the lock, on a condition variable, for the device) goes through
+ * here too, timed as the program's blocked time.
  *
- * Locking: every release of mem_lock goes through mem_unlock or mem_wait, which leave the writer
- * section this hold may have entered (quiesce). Readers (ooc_mem_fast_begin/end) take no lock:
- * they count themselves in a reader slot and read only atomics (the chunk table, each chunk's
- * hot flag, users, extent and touched flag, the safe-mode stream serials, fc_dirty). Code under
- * the lock that changes what they rely on calls cool() or quiesce() first. Callers: the hooks
- * (launch.c, hooks.c) for the fast path; every other memory file for the lock and sections. */
+ * Locking: every taking of mem_lock goes through mem_lock_take, every release of mem_lock goes
+ * through mem_unlock or mem_wait, which leave the writer section this hold may have entered
+ * (quiesce). Readers (ooc_mem_fast_begin/end) take no lock: they count themselves in a reader slot
+ * and read only atomics (the chunk table, each chunk's hot flag, users, extent and touched flag,
+ * the safe-mode stream serials, fc_dirty). Code under the lock that changes what they rely on calls
+ * cool() or quiesce() first. Callers: the hooks (launch.c, hooks.c) for the fast path; every other
+ * memory file for the lock and sections. */
 #include "mem_int.h"
 
 #include <sched.h>
 #include <stdlib.h>
+#include <time.h>
 
 /* ---- readers and writers: the fast path's grace periods ---------------------------------------
  *
@@ -68,6 +72,72 @@ static void quiesce_end(void) {
     }
 }
 
+/* ---- the program's threads, blocked --------------------------------------------------------
+ *
+ * Every wait of a program thread inside the shim (for mem_lock while another thread holds it, on
+ * a condition variable, for device work) is timed into OOC_STAT_blocked_ns (replay.c takes its
+ * share per replayed iteration): on a GPU that is time the framework's thread does not run
+ * ahead, and the device may idle. The worker's waits are its job: not counted. */
+
+static _Thread_local int on_worker;
+
+/* Marks the calling thread as the worker, whose waits are not counted. */
+void mem_on_worker(void) {
+    on_worker = 1;
+}
+
+static uint64_t clock_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Starts timing a wait of the calling thread: pass the result to wait_end when it is over. */
+uint64_t wait_begin(void) {
+    return on_worker ? 0 : clock_ns();
+}
+
+/* Counts the wait that began at t0 (wait_begin) as blocked, unless on the worker. */
+void wait_end(uint64_t t0) {
+    if (on_worker)
+        return;
+    ooc_stats_add(OOC_STAT_blocked_ns, clock_ns() - t0);
+}
+
+/* Takes mem_lock; the time spent waiting for it while another thread holds it counts as
+ * blocked (not on the worker). Every taking of mem_lock goes through this. */
+void mem_lock_take(void) {
+    if (pthread_mutex_trylock(&mem_lock) == 0)
+        return;
+    uint64_t t0 = wait_begin();
+    pthread_mutex_lock(&mem_lock);
+    wait_end(t0);
+}
+
+/* Every synchronisation of the memory layer goes through these three, so that the time a
+ * program thread spends in them counts as blocked. */
+
+CUresult sync_event(CUevent e) {
+    uint64_t t0 = wait_begin();
+    CUresult r = ooc_real.cuEventSynchronize(e);
+    wait_end(t0);
+    return r;
+}
+
+CUresult sync_stream(CUstream s) {
+    uint64_t t0 = wait_begin();
+    CUresult r = ooc_real.cuStreamSynchronize(s);
+    wait_end(t0);
+    return r;
+}
+
+CUresult sync_ctx(void) {
+    uint64_t t0 = wait_begin();
+    CUresult r = ooc_real.cuCtxSynchronize();
+    wait_end(t0);
+    return r;
+}
+
 /* Every release of mem_lock goes through one of these two. */
 void mem_unlock(void) {
     mem_check();
@@ -78,7 +148,9 @@ void mem_unlock(void) {
 void mem_wait(pthread_cond_t *cv) {
     mem_check();
     quiesce_end();
+    uint64_t t0 = wait_begin();
     pthread_cond_wait(cv, &mem_lock);
+    wait_end(t0);
 }
 
 /* Makes c not hot, inside a writer section. Every change to a chunk that the fast path's
@@ -224,14 +296,14 @@ void ooc_mem_fast_end(int issued) {
 }
 
 void ooc_mem_fast_enable(void) {
-    pthread_mutex_lock(&mem_lock);
+    mem_lock_take();
     if (M.ready && M.table)
         atomic_store(&fp_on, 1);
     mem_unlock();
 }
 
 void ooc_mem_quiesce(void) {
-    pthread_mutex_lock(&mem_lock);
+    mem_lock_take();
     quiesce();
     mem_unlock();
 }

@@ -85,7 +85,7 @@ _Atomic int mem_closed;
 
 /* Frees everything the pool holds; called at exit after the program's work is done. */
 void ooc_mem_shutdown(void) {
-    pthread_mutex_lock(&mem_lock);
+    mem_lock_take();
     atomic_store(&mem_closed, 1);
     if (!M.ready) {
         mem_unlock();
@@ -98,7 +98,7 @@ void ooc_mem_shutdown(void) {
         pthread_cond_signal(&M.work_cv);
         mem_unlock();
         pthread_join(M.worker, NULL);
-        pthread_mutex_lock(&mem_lock);
+        mem_lock_take();
         pthread_cond_destroy(&M.work_cv);
         pthread_cond_destroy(&M.done_cv);
     }
@@ -177,7 +177,7 @@ void ooc_mem_report_fault(CUresult r) {
     static _Atomic int said;
     if (r != CUDA_ERROR_ILLEGAL_ADDRESS || atomic_exchange(&said, 1))
         return;
-    pthread_mutex_lock(&mem_lock);
+    mem_lock_take();
     char list[512];
     size_t len = 0, n = 0;
     list[0] = 0;
@@ -199,14 +199,14 @@ void ooc_mem_report_fault(CUresult r) {
 }
 
 void ooc_mem_geometry(uint64_t *chunk_bytes, uint64_t *budget_bytes) {
-    pthread_mutex_lock(&mem_lock);
+    mem_lock_take();
     *chunk_bytes = M.chunk;
     *budget_bytes = M.budget_bytes;
     mem_unlock();
 }
 
 void ooc_mem_info(uint64_t *budget, uint64_t *held) {
-    pthread_mutex_lock(&mem_lock);
+    mem_lock_take();
     *budget = M.budget_bytes;
     /* Every chunk of ours can be swapped out; the program's own VMM memory cannot. */
     *held = M.external_bytes;
@@ -214,7 +214,7 @@ void ooc_mem_info(uint64_t *budget, uint64_t *held) {
 }
 
 uint64_t ooc_mem_slab_chunks(void) {
-    pthread_mutex_lock(&mem_lock);
+    mem_lock_take();
     uint64_t n = 0;
     for (chunk_t *c = M.chunks; c; c = c->hh.next)
         n += c->slab != NULL;

@@ -244,6 +244,13 @@ static inline void mem_check(void) {}
 void quiesce(void);
 void mem_unlock(void);
 void mem_wait(pthread_cond_t *cv);
+void mem_lock_take(void);
+void mem_on_worker(void);
+uint64_t wait_begin(void);
+void wait_end(uint64_t t0);
+CUresult sync_event(CUevent e);
+CUresult sync_stream(CUstream s);
+CUresult sync_ctx(void);
 void cool(chunk_t *c);
 /* pool.c */
 evref_t *ev_take(void);

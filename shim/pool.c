@@ -176,7 +176,7 @@ void limbo_put(hslot_t *s, evref_t *ev) {
     if (!s)
         return;
     if (grow(&M.limbo, &M.cap_limbo, M.nlimbo + 1, sizeof *M.limbo) != 0) {
-        ooc_real.cuEventSynchronize(ev->e); /* no room to defer: wait for the copy now */
+        sync_event(ev->e); /* no room to defer: wait for the copy now */
         host_slot_put(s);
         return;
     }

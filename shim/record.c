@@ -504,6 +504,70 @@ static ooc_profile_t *build(int64_t first, int64_t period, int64_t iters) {
     return p;
 }
 
+/* The fastest a recorded copy of the iteration moved its bytes each way (bytes per second; 0
+ * when none was timed). A copy's two events enclose at least its transfer, so the link is at
+ * least that fast: a floor no probe may read below. Copies whose direction the name does not
+ * give (cuMemcpy, cuMemcpyAsync, batches) are not counted. */
+static void recorded_link_floor(const ooc_profile_t *p, double *h2d_bps, double *d2h_bps) {
+    *h2d_bps = *d2h_bps = 0;
+    for (uint32_t i = 0; i < p->nops; i++) {
+        const ooc_op_t *o = &p->ops[i];
+        unsigned long long bytes;
+        if (o->kind != OOC_KIND_MEMCPY || o->duration_ns == 0 ||
+            sscanf(o->shape, "bytes=%llu", &bytes) != 1)
+            continue;
+        double bps = (double)bytes / ((double)o->duration_ns * 1e-9);
+        double *to = strstr(o->name, "HtoD") ? h2d_bps : strstr(o->name, "DtoH") ? d2h_bps : NULL;
+        if (to && bps > *to)
+            *to = bps;
+    }
+}
+
+/* How far apart two link figures may be from timing noise alone. */
+#define LINK_SLACK 1.1
+
+/* Sets the profile's link figures from the probe's medians bw[i] = {bytes, h2d, d2h, bidir} at
+ * nbw growing copy sizes, the last one a chunk, checked for what cannot be: one way slower for
+ * a chunk than for a smaller copy (larger copies move bytes at least as fast), slower than a
+ * copy of the recording itself ran (recorded_link_floor), or both ways at once slower than the
+ * faster way alone or faster than both added. Timing noise is allowed LINK_SLACK; beyond it,
+ * the figure is corrected and the correction logged. */
+static void link_figures(ooc_profile_t *p, double (*bw)[4], int nbw) {
+    double fig[3] = {bw[nbw - 1][1], bw[nbw - 1][2], bw[nbw - 1][3]};
+    static const char *const way[2] = {"to the device", "to the host"};
+    double floor_bps[2];
+    recorded_link_floor(p, &floor_bps[0], &floor_bps[1]);
+    for (int k = 0; k < 2; k++) {
+        int best = nbw - 1;
+        for (int i = 0; i < nbw - 1; i++)
+            if (bw[i][k + 1] > bw[best][k + 1])
+                best = i;
+        if (bw[best][k + 1] > LINK_SLACK * fig[k]) {
+            OOC_LOG_W("the link %s measured %.3g GB/s with chunks but %.3g GB/s with %.0f-byte "
+                      "copies: taking the latter",
+                      way[k], fig[k] * 1e-9, bw[best][k + 1] * 1e-9, bw[best][0]);
+            fig[k] = bw[best][k + 1];
+        }
+        if (floor_bps[k] > LINK_SLACK * fig[k]) {
+            OOC_LOG_W("the link %s measured %.3g GB/s, but a copy of the recorded iteration ran "
+                      "at %.3g GB/s: taking the latter",
+                      way[k], fig[k] * 1e-9, floor_bps[k] * 1e-9);
+            fig[k] = floor_bps[k];
+        }
+    }
+    double lo = fig[0] > fig[1] ? fig[0] : fig[1], hi = fig[0] + fig[1];
+    if (fig[2] * LINK_SLACK < lo || fig[2] > LINK_SLACK * hi) {
+        double v = fig[2] < lo ? lo : hi;
+        OOC_LOG_W("the link both ways at once measured %.3g GB/s, outside %.3g..%.3g GB/s (the "
+                  "faster way alone, both added): taking %.3g GB/s",
+                  fig[2] * 1e-9, lo * 1e-9, hi * 1e-9, v * 1e-9);
+        fig[2] = v;
+    }
+    p->h2d_bps = fig[0];
+    p->d2h_bps = fig[1];
+    p->bidir_bps = fig[2];
+}
+
 static ooc_profile_t *finish(int at_exit, char *dir_out, uint32_t *pos_out) {
     pthread_mutex_lock(&rec_lock);
     if (atomic_load(&ooc_rec_state) != OOC_REC_ON) {
@@ -546,9 +610,7 @@ static ooc_profile_t *finish(int at_exit, char *dir_out, uint32_t *pos_out) {
             break;
     }
     if (nbw > 0) {
-        p->h2d_bps = bw[nbw - 1][1];
-        p->d2h_bps = bw[nbw - 1][2];
-        p->bidir_bps = bw[nbw - 1][3];
+        link_figures(p, bw, nbw);
     } else {
         OOC_LOG_W("the copy bandwidth could not be measured; the profile keeps the defaults");
     }

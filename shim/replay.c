@@ -89,18 +89,19 @@ static struct {
     rp_op_t *ops;
     bind_t *bind;
     uint32_t n;
-    uint32_t pos;      /* the op expected next; n: the iteration is complete */
-    int32_t cur;       /* the op being issued, matched; -1 when none */
-    int diverged;      /* the rest of this iteration runs on demand */
-    int marked;        /* the marker was called since the last op */
-    int prev_last;     /* diverged: the previous op looked like the iteration's last */
-    uint64_t div_ops;  /* ops since the divergence, or since the last count of one */
-    int iter_diverged; /* this iteration diverged */
-    unsigned bad;      /* iterations in a row that diverged */
-    int said;          /* the first divergence was logged */
-    uint64_t iter;     /* iterations started under this plan, from 1 */
-    int32_t *drop_rc;  /* per action: for a drop, the recompute of the same buffer that follows */
-    recipes_t rc;      /* dropped buffers waiting to be rebuilt */
+    uint32_t pos;          /* the op expected next; n: the iteration is complete */
+    int32_t cur;           /* the op being issued, matched; -1 when none */
+    int diverged;          /* the rest of this iteration runs on demand */
+    int marked;            /* the marker was called since the last op */
+    int prev_last;         /* diverged: the previous op looked like the iteration's last */
+    uint64_t div_ops;      /* ops since the divergence, or since the last count of one */
+    int iter_diverged;     /* this iteration diverged */
+    unsigned bad;          /* iterations in a row that diverged */
+    int said;              /* the first divergence was logged */
+    uint64_t iter;         /* iterations started under this plan, from 1 */
+    uint64_t blocked_mark; /* OOC_STAT_blocked_ns when the current iteration started */
+    int32_t *drop_rc; /* per action: for a drop, the recompute of the same buffer that follows */
+    recipes_t rc;     /* dropped buffers waiting to be rebuilt */
 } P;
 
 static void recipe_free(recipe_t *r) {
@@ -491,6 +492,14 @@ void ooc_replay_before_free(CUdeviceptr p, CUstream s) {
 
 static void new_iteration(void) {
     resolve_all();
+    /* The host time blocked in the iteration that ends here, when it ran whole under the plan
+     * (the first one starts where the plan was made): on a GPU, time the device may idle. */
+    uint64_t blocked = ooc_stats_get(OOC_STAT_blocked_ns);
+    if (P.iter >= 2) {
+        ooc_stats_add(OOC_STAT_replay_blocked_ns, blocked - P.blocked_mark);
+        ooc_stats_add(OOC_STAT_replay_iters, 1);
+    }
+    P.blocked_mark = blocked;
     P.iter++;
     if (P.pos == P.n && !P.iter_diverged)
         P.bad = 0;

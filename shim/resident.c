@@ -42,7 +42,7 @@ static CUresult evict(chunk_t **victims, unsigned nv) {
             r = copy_out(victims[i], M.swap);
     }
     if (r == CUDA_SUCCESS)
-        r = ooc_real.cuStreamSynchronize(M.swap);
+        r = sync_stream(M.swap);
     if (r != CUDA_SUCCESS) {
         /* The victims stay resident with their data; nothing was unmapped. */
         for (unsigned i = 0; i < nv; i++) {
@@ -266,7 +266,7 @@ static int any_queued(const ooc_access_t *a) {
 }
 
 CUresult ooc_mem_op_pin(const ooc_access_t *a, int *listed) {
-    pthread_mutex_lock(&mem_lock);
+    mem_lock_take();
     if (OOC_UNLIKELY(atomic_load(&mem_closed))) {
         *listed = 0;
         return CUDA_ERROR_DEINITIALIZED; /* the process is exiting: the pool is gone */
@@ -387,7 +387,7 @@ static CUresult swapins_issued(void) {
     if (r != CUDA_SUCCESS) {
         ev_drop(v);
         v = NULL;
-        if ((r = ooc_real.cuStreamSynchronize(M.swap)) != CUDA_SUCCESS)
+        if ((r = sync_stream(M.swap)) != CUDA_SUCCESS)
             return r;
     }
     for (size_t i = 0; i < M.nop; i++) {

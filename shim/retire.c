@@ -80,7 +80,7 @@ unsigned retire_poll(int block) {
         if (!ev_done(c->out_ev)) {
             if (!block || n)
                 break;
-            ooc_real.cuEventSynchronize(c->out_ev->e);
+            sync_event(c->out_ev->e);
         }
         retire_finish(c); /* leaves the list either way */
         n++;
@@ -115,7 +115,7 @@ static void fence_chunk(chunk_t *c) {
  * fence that covers it). */
 void settle_in(chunk_t *c) {
     if (c->in_ev) {
-        ooc_real.cuEventSynchronize(c->in_ev->e);
+        sync_event(c->in_ev->e);
         ev_drop(c->in_ev);
         c->in_ev = NULL;
     }
@@ -190,7 +190,7 @@ CUresult reap_dying(int block) {
     chunk_t *c = M.dying[0];
     if (c->fenced) {
         for (unsigned i = 0; i < c->nfence; i++)
-            ooc_real.cuEventSynchronize(c->fence[i]->e);
+            sync_event(c->fence[i]->e);
         CUresult r = chunk_bury(c);
         if (r == CUDA_SUCCESS)
             memmove(&M.dying[0], &M.dying[1], --M.ndying * sizeof *M.dying);

@@ -295,8 +295,9 @@ void ooc_mem_info(uint64_t *budget, uint64_t *held);
 
 /* Measures the bandwidth of the swap path (pinned or host-located memory to and from device
  * chunks) at copies of `bytes` bytes (at most one chunk), repeated: bytes per second one way each,
- * and in total with both directions at once. Borrows one physical chunk (swapping one out if the
- * pool is full). Returns CUDA_SUCCESS or the driver's error. Thread-safe. */
+ * and in total with both directions at once, each the median of five timed batches. Borrows one
+ * physical chunk (swapping one out if the pool is full). Returns CUDA_SUCCESS or the driver's
+ * error. Thread-safe. */
 CUresult ooc_mem_measure_bw(uint64_t bytes, double *h2d_bps, double *d2h_bps, double *bidir_bps);
 
 /* The chunk size and the budget in force. */

@@ -130,6 +130,13 @@ size_t ooc_stats_format(char *buf, size_t len) {
     }
     append(buf, len, &need, "  %-*s %*s\n", LABEL_W, "mapped beyond requested, at peak", VALUE_W,
            v);
+    /* What the program's thread waits for the shim in an iteration of the plan. */
+    uint64_t iters = ooc_stats_get(OOC_STAT_replay_iters);
+    if (iters > 0)
+        ooc_stats_fmt_ns(ooc_stats_get(OOC_STAT_replay_blocked_ns) / iters, v, sizeof v);
+    else
+        snprintf(v, sizeof v, "-");
+    append(buf, len, &need, "  %-*s %*s\n", LABEL_W, "blocked per replayed iteration", VALUE_W, v);
     return need;
 }
 

@@ -28,6 +28,9 @@
     X(swap_in_bytes, COUNTER, BYTES, "swapped in (host to device)")                                \
     X(swap_ins, COUNTER, COUNT, "swap-ins")                                                        \
     X(stall_ns, COUNTER, NS, "stall time")                                                         \
+    X(blocked_ns, COUNTER, NS, "host time blocked in the shim")                                    \
+    X(replay_blocked_ns, COUNTER, NS, "of it in whole replayed iterations")                        \
+    X(replay_iters, COUNTER, COUNT, "whole iterations replayed")                                   \
     X(host_aliases, COUNTER, COUNT, "swapped chunks mapped to their host copy")                    \
     X(recomputes, COUNTER, COUNT, "recomputations")                                                \
     X(recompute_launches, COUNTER, COUNT, "producer re-launches to rebuild buffers")               \
@@ -54,7 +57,7 @@
     X(launches, COUNTER, COUNT, "kernel launches")                                                 \
     X(launches_no_layout, COUNTER, COUNT, "launches with no parameter layout")                     \
     X(tma_operands, COUNTER, COUNT, "operands found through TMA descriptors")                      \
-    X(graph_launches_unseen, COUNTER, COUNT, "graph launches whose buffers were not learned")
+    X(graph_launches_unseen, COUNTER, COUNT, "graph launches with buffers not learned")
 
 typedef enum ooc_stat {
 #define OOC_STAT_ENUM_(id, kind, unit, label) OOC_STAT_##id,

@@ -16,15 +16,15 @@
 /* Waits until the work of every stream in `users` has completed; the context when unknown. */
 static CUresult wait_users(CUstream *users, unsigned n, int unknown) {
     if (unknown)
-        return ooc_real.cuCtxSynchronize();
+        return sync_ctx();
     for (unsigned i = 0; i < n; i++) {
         evref_t *v = ev_take();
         CUresult r = v ? ooc_real.cuEventRecord(v->e, users[i]) : CUDA_ERROR_OUT_OF_MEMORY;
         if (r == CUDA_SUCCESS)
-            r = ooc_real.cuEventSynchronize(v->e);
+            r = sync_event(v->e);
         ev_drop(v);
         if (r != CUDA_SUCCESS) /* e.g. the stream was destroyed: wait for everything */
-            return ooc_real.cuCtxSynchronize();
+            return sync_ctx();
     }
     return CUDA_SUCCESS;
 }

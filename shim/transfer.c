@@ -92,7 +92,7 @@ unsigned ooc_mem_l_swapout(uintptr_t addr, uint64_t id, CUstream s) {
     if (done && ooc_real.cuEventRecord(out->e, M.d2h) != CUDA_SUCCESS) {
         /* Without the event nothing can tell when the copies end: wait for them; the chunks stay
          * resident and the slots go back. */
-        ooc_real.cuStreamSynchronize(M.d2h);
+        sync_stream(M.d2h);
         for (uint64_t i = 0; i < done; i++) {
             host_slot_put(M.op_tmp[i]->host);
             M.op_tmp[i]->host = NULL;
@@ -100,7 +100,7 @@ unsigned ooc_mem_l_swapout(uintptr_t addr, uint64_t id, CUstream s) {
         done = 0;
     }
     if (grow(&M.ret, &M.cap_ret, M.nret + done, sizeof *M.ret) != 0) {
-        ooc_real.cuStreamSynchronize(M.d2h);
+        sync_stream(M.d2h);
         for (uint64_t i = 0; i < done; i++) {
             host_slot_put(M.op_tmp[i]->host);
             M.op_tmp[i]->host = NULL;

@@ -32,10 +32,10 @@ static void worker_wait(evref_t *v, chunk_t *c) {
     }
     mem_unlock();
     if (v)
-        ooc_real.cuEventSynchronize(v->e);
+        sync_event(v->e);
     for (unsigned i = 0; i < npre; i++)
-        ooc_real.cuEventSynchronize(pre[i]->e);
-    pthread_mutex_lock(&mem_lock);
+        sync_event(pre[i]->e);
+    mem_lock_take();
     for (unsigned i = 0; i < npre; i++)
         ev_drop(pre[i]);
     ev_drop(v);
@@ -129,10 +129,10 @@ static void worker_swapin(job_t j) {
         if (r == CUDA_SUCCESS && v)
             r = ooc_real.cuEventRecord(v->e, M.h2d);
         else if (r == CUDA_SUCCESS)
-            r = ooc_real.cuStreamSynchronize(M.h2d);
+            r = sync_stream(M.h2d);
         if (r != CUDA_SUCCESS) {
             /* The host copy stays; the physical chunk goes back (the copy may not have run). */
-            ooc_real.cuStreamSynchronize(M.h2d);
+            sync_stream(M.h2d);
             ev_drop(v);
             if (unmap_failed_copy_in(c) != CUDA_SUCCESS)
                 c->state = C_RESIDENT; /* mapped: demand residency cannot tell; keep the data */
@@ -158,7 +158,8 @@ static void worker_swapin(job_t j) {
 static void *worker_main(void *arg) {
     (void)arg;
     ooc_real.cuCtxSetCurrent(M.ctx);
-    pthread_mutex_lock(&mem_lock);
+    mem_on_worker();
+    mem_lock_take();
     while (!M.worker_stop) {
         if (M.njobs) {
             job_t j = M.jobs[M.job_head++];
@@ -186,7 +187,7 @@ static void *worker_main(void *arg) {
 }
 
 int ooc_mem_replay_init(void) {
-    pthread_mutex_lock(&mem_lock);
+    mem_lock_take();
     int rc = 0;
     if (M.ready && !M.worker_on) {
         CUcontext prev = NULL;

@@ -2,9 +2,10 @@
 /* check_bench.c: the benchmark drivers run and report (scripts/bench-replay).
  *
  * A benchmark's figures depend on the machine, so these tests check what does not: the quick
- * configuration (the mlp workload, one round, eight iterations: about 10 s) exits 0 and prints
- * its commands, the table with a positive median per configuration, the ratios, the verdict on
- * the prediction, whether auto replayed, and the checksum agreement; a run that fails is a hard
+ * configuration (the mlp workload, short kernels, safe mode on, one round, eight iterations: about
+ * 10 s) exits 0 and prints its commands, the machine's load, the table with a positive median per
+ * configuration, the ratios, the verdict on the prediction, the host time blocked in the shim per
+ * replayed iteration, whether auto replayed, and the checksum agreement; a run that fails is a hard
  * error that names the configuration and the round. Not run under valgrind (it would trace the
  * Python interpreter and every workload). */
 #include <check.h>
@@ -43,8 +44,8 @@ static double row_median(const char *out, const char *label) {
 START_TEST(test_bench_replay_quick_run_prints_the_table) {
     if (tu_under_valgrind())
         return;
-    tu_proc_t pr =
-        bench_replay((const char *[]){"--workload", "mlp", "--rounds", "1", "--iters", "8", NULL});
+    tu_proc_t pr = bench_replay((const char *[]){"--workload", "mlp", "--rounds", "1", "--iters",
+                                                 "8", "--kernels", "short", "--safe", "on", NULL});
     ck_assert_msg(pr.status == 0, "bench-replay failed (%d):\n%s\n%s", pr.status, pr.out, pr.err);
     /* the exact commands first: the in-core run without the shim, the two under it */
     static const char *const cmds[] = {"  in-core:   env ", "  demand:    env ",
@@ -68,7 +69,14 @@ START_TEST(test_bench_replay_quick_run_prints_the_table) {
                   "demand mode at 1/4 of the footprint (%g ms) is not slower than "
                   "in core (%g ms)",
                   demand, incore);
+    ck_assert_msg(strstr(pr.out, "OOC_SAFE=on") && strstr(pr.out, "FAKECUDA_HOST_VMM=1") &&
+                      strstr(pr.out, "FAKECUDA_GFLOPS=10 "),
+                  "not the short-kernel, safe-mode configuration:\n%s", pr.out);
     static const char *const lines[] = {"per-iteration wall time, median of iterations 5..7",
+                                        "load: before ",
+                                        "== short kernels, safe mode on: compute 10 GFLOP/s",
+                                        "auto: host time blocked in the shim per replayed "
+                                        "iteration ",
                                         "ratios: demand/in-core ",
                                         "auto/in-core ",
                                         "auto/demand ",
@@ -95,8 +103,10 @@ START_TEST(test_bench_replay_failed_run_is_an_error) {
     tu_proc_t pr = bench_replay((const char *[]){"--workload", "mlp", "--rounds", "1", "--iters",
                                                  "6", "--budget-div", "1000", NULL});
     ck_assert_msg(pr.status == 1, "status %d:\n%s\n%s", pr.status, pr.out, pr.err);
-    ck_assert_msg(strstr(pr.err, "bench-replay: error: demand, round 1: exit status"), "%s",
-                  pr.err);
+    ck_assert_msg(
+        strstr(pr.err,
+               "bench-replay: error: demand (long kernels, safe mode on), round 1: exit status"),
+        "%s", pr.err);
     ck_assert_msg(strstr(pr.out, "ratios:") == NULL, "a table after a failure:\n%s", pr.out);
     tu_proc_free(&pr);
     /* too few iterations to measure auto after it has recorded: a usage error */

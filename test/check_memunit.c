@@ -95,7 +95,7 @@ START_TEST(test_a_run_at_the_tail_joins_the_tail) {
     ck_assert_uint_eq(v.next, 3 + QUARANTINE_RUNS + 7);
     va_space_give(&v, last, 7);
     for (int i = 0; i < QUARANTINE_RUNS; i++)
-        va_space_give(&v, d[i], 1); /* the last of these pushes `last` out of the quarantine */
+        va_space_give(&v, d[i], 1);  /* the last of these pushes `last` out of the quarantine */
     ck_assert_uint_eq(v.next, last); /* it joined the untouched tail */
     ck_assert_uint_eq(take(&v, 7), last);
     va_space_free(&v);

@@ -113,6 +113,13 @@ static void assert_replayed(const cfg_t *c, const tu_result_t *r) {
                   "%s: the plan was not followed (planned ops %lld, planned swap-outs %lld, "
                   "planned swap-ins %lld)\n%s",
                   c->name, planned, outs, ins, r->err);
+    /* Iterations run whole under the plan; the program's waits in them are part of all. */
+    long long iters = tu_stat_row(r->err, "whole iterations replayed");
+    long long blocked = tu_stat_row(r->err, "host time blocked in the shim");
+    long long replaying = tu_stat_row(r->err, "of it in whole replayed iterations");
+    ck_assert_msg(iters >= 1 && blocked >= replaying && replaying >= 0,
+                  "%s: iterations replayed %lld, blocked %lld ms, of it replaying %lld ms\n%s",
+                  c->name, iters, blocked, replaying, r->err);
 }
 
 /* Ten iterations: the warm-up, three recorded, six or so replayed. */

@@ -175,6 +175,22 @@ START_TEST(test_table_lists_every_statistic_aligned) {
 }
 END_TEST
 
+START_TEST(test_table_reports_blocked_time_per_replayed_iteration) {
+    char table[4096], line[256];
+    ooc_stats_add(OOC_STAT_blocked_ns, 9000000);
+    ooc_stats_add(OOC_STAT_replay_blocked_ns, 6000000);
+    ooc_stats_format(table, sizeof table);
+    ck_assert(find_line(table, "blocked per replayed iteration", line, sizeof line));
+    ck_assert_msg(line[strlen(line) - 1] == '-', "no iteration replayed, yet '%s'", line);
+    ooc_stats_add(OOC_STAT_replay_iters, 4);
+    ooc_stats_format(table, sizeof table);
+    ck_assert(find_line(table, "host time blocked in the shim", line, sizeof line));
+    ck_assert_ptr_nonnull(strstr(line, " 9.00 ms"));
+    ck_assert(find_line(table, "blocked per replayed iteration", line, sizeof line));
+    ck_assert_ptr_nonnull(strstr(line, " 1.50 ms"));
+}
+END_TEST
+
 START_TEST(test_table_reports_fragmentation_at_peak) {
     char table[4096], line[256];
     ooc_stats_format(table, sizeof table);
@@ -227,6 +243,7 @@ Suite *suite_stats(void) {
     tcase_add_test(tc, test_bytes_print_in_mib_below_a_gib_and_gib_above);
     tcase_add_test(tc, test_time_prints_in_milliseconds);
     tcase_add_test(tc, test_table_lists_every_statistic_aligned);
+    tcase_add_test(tc, test_table_reports_blocked_time_per_replayed_iteration);
     tcase_add_test(tc, test_table_reports_fragmentation_at_peak);
     tcase_add_test(tc, test_format_reports_needed_length_when_cut);
     tcase_add_test(tc, test_print_writes_the_table_to_fd);

@@ -205,6 +205,7 @@ static CUresult submit_copies(copy_payload_t *p, const char *what, CUstream h, i
     }
     for (size_t i = 0; i < p->count; i++)
         account(op, &p->c[i]);
+    op->model_ns *= fc_slow_take();
     op->n_memcpys = ncalls;
     op->clone = clone_copy;
     uint64_t seq;

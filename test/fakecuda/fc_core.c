@@ -137,7 +137,7 @@ static int env_bool(const char *name, int dflt) {
     fc_fatal("%s=%s: expected 0 or 1", name, s);
 }
 
-static int fc_parse_faults(const char *spec, int apply);
+static int set_rules(const char *spec, int factor);
 
 /* A child forked after cuInit: the parent's device, streams and worker threads are not its own.
  * As with the real driver, every call that needs initialisation (cuInit included) fails with
@@ -191,8 +191,11 @@ static void config_load_once(void) {
     snprintf(c->device_name, sizeof c->device_name, "%s",
              name && *name ? name : "fakecuda simulated device");
     g_fc.st.device_capacity_bytes = c->mem_bytes;
-    if (c->fail_spec && *c->fail_spec && fc_parse_faults(c->fail_spec, 1) != 0)
+    if (c->fail_spec && *c->fail_spec && set_rules(c->fail_spec, 0) != 0)
         fc_fatal("FAKECUDA_FAIL=%s: expected name@N[+][=code][,...]", c->fail_spec);
+    const char *slow = getenv("FAKECUDA_SLOW");
+    if (slow && *slow && set_rules(slow, 1) != 0)
+        fc_fatal("FAKECUDA_SLOW=%s: expected name@N[+]=factor[,...]", slow);
 }
 
 static pthread_once_t config_once = PTHREAD_ONCE_INIT;
@@ -216,16 +219,21 @@ static fc_api_slot_t slots[FC_MAX_SLOTS];
 static atomic_int nslots;
 static pthread_mutex_t slot_lock = PTHREAD_MUTEX_INITIALIZER;
 
-typedef struct fc_fault {
+/* A rule about the Nth call (or every call from the Nth, `plus`) of one entry point: a fault
+ * returns `val` as its error code; a slow-down multiplies the modelled time of the op it queues
+ * by `val`. */
+typedef struct fc_rule {
     fc_api_slot_t *slot;
     uint64_t n;
     int plus;
-    CUresult code;
-} fc_fault_t;
+    double val;
+} fc_rule_t;
 
-static fc_fault_t faults[FC_MAX_FAULTS];
-static atomic_int nfaults;
+static fc_rule_t faults[FC_MAX_FAULTS], slows[FC_MAX_FAULTS];
+static atomic_int nfaults, nslows;
 static pthread_mutex_t fault_lock = PTHREAD_MUTEX_INITIALIZER;
+/* The slow-down the calling thread's last entry point asked for, taken by the op it queues. */
+static _Thread_local double slow_factor = 1.0;
 
 fc_api_slot_t *fc_api_slot(const char *base) {
     pthread_mutex_lock(&slot_lock);
@@ -244,9 +252,10 @@ fc_api_slot_t *fc_api_slot(const char *base) {
     return &slots[n];
 }
 
-/* Parses "name@N[+][=code],..." into the fault table when apply is set. */
-static int fc_parse_faults(const char *spec, int apply) {
-    fc_fault_t parsed[FC_MAX_FAULTS];
+/* Parses "name@N[+][=value],..." into out (at most FC_MAX_FAULTS rules); a fault's value is a
+ * positive integer (default 2, out of memory), a slow-down's a factor above 0 (required). Slots
+ * are looked up only when apply is set. Returns the number of rules, or -1 on a bad spec. */
+static int parse_rules(const char *spec, fc_rule_t *out, int factor, int apply) {
     int n = 0;
     const char *p = spec;
     while (*p) {
@@ -266,30 +275,36 @@ static int fc_parse_faults(const char *spec, int apply) {
             plus = 1;
             end++;
         }
-        long code = CUDA_ERROR_OUT_OF_MEMORY;
+        double val = CUDA_ERROR_OUT_OF_MEMORY;
         if (*end == '=') {
             char *e2;
-            code = strtol(end + 1, &e2, 10);
-            if (e2 == end + 1 || code <= 0)
+            val = factor ? strtod(end + 1, &e2) : (double)strtol(end + 1, &e2, 10);
+            if (e2 == end + 1 || !(val > 0))
                 return -1;
             end = e2;
+        } else if (factor) {
+            return -1;
         }
         if (*end != ',' && *end != '\0')
             return -1;
-        parsed[n].slot = NULL;
-        parsed[n].n = cnt;
-        parsed[n].plus = plus;
-        parsed[n].code = (CUresult)code;
-        if (apply)
-            parsed[n].slot = fc_api_slot(name);
+        out[n] = (fc_rule_t){
+            .slot = apply ? fc_api_slot(name) : NULL, .n = cnt, .plus = plus, .val = val};
         n++;
         p = *end == ',' ? end + 1 : end;
     }
-    if (!apply)
-        return 0;
+    return n;
+}
+
+/* Installs the rules of spec (faults, or slow-downs when factor is set) in place of the ones
+ * before, and starts every call count again. Returns 0, or -1 on a bad spec (nothing changed). */
+static int set_rules(const char *spec, int factor) {
+    fc_rule_t parsed[FC_MAX_FAULTS];
+    if (parse_rules(spec, parsed, factor, 0) < 0)
+        return -1;
+    int n = parse_rules(spec, parsed, factor, 1);
     pthread_mutex_lock(&fault_lock);
-    memcpy(faults, parsed, sizeof(fc_fault_t) * (size_t)n);
-    atomic_store(&nfaults, n);
+    memcpy(factor ? slows : faults, parsed, sizeof(fc_rule_t) * (size_t)n);
+    atomic_store(factor ? &nslows : &nfaults, n);
     int ns = atomic_load(&nslots);
     for (int i = 0; i < ns; i++)
         atomic_store(&slots[i].calls, 0);
@@ -297,13 +312,19 @@ static int fc_parse_faults(const char *spec, int apply) {
     return 0;
 }
 
+static int rule_hits(const fc_rule_t *r, const fc_api_slot_t *slot, uint64_t n) {
+    return r->slot == slot && (n == r->n || (r->plus && n > r->n));
+}
+
+double fc_slow_take(void) {
+    double f = slow_factor;
+    slow_factor = 1.0;
+    return f;
+}
+
 FAKECUDA_API int fakecuda_set_faults(const char *spec) {
     fc_config_load();
-    if (!spec)
-        spec = "";
-    if (fc_parse_faults(spec, 0) != 0)
-        return -1;
-    return fc_parse_faults(spec, 1);
+    return set_rules(spec ? spec : "", 0);
 }
 
 FAKECUDA_API uint64_t fakecuda_call_count(const char *api) {
@@ -319,11 +340,16 @@ CUresult fc_enter(fc_api_slot_t *slot, int need_init, int check_sticky) {
     uint64_t n = atomic_fetch_add(&slot->calls, 1) + 1;
     int nf = atomic_load_explicit(&nfaults, memory_order_acquire);
     for (int i = 0; i < nf; i++) {
-        if (faults[i].slot == slot && (n == faults[i].n || (faults[i].plus && n > faults[i].n))) {
+        if (rule_hits(&faults[i], slot, n)) {
             FC_STAT(injected_faults, 1);
-            return faults[i].code;
+            return (CUresult)faults[i].val;
         }
     }
+    slow_factor = 1.0;
+    int nsl = atomic_load_explicit(&nslows, memory_order_acquire);
+    for (int i = 0; i < nsl; i++)
+        if (rule_hits(&slows[i], slot, n))
+            slow_factor = slows[i].val;
     if (need_init && (!atomic_load(&g_fc.inited) || atomic_load(&forked_after_init)))
         return CUDA_ERROR_NOT_INITIALIZED;
     if (check_sticky) {

@@ -211,6 +211,9 @@ typedef struct fc_api_slot fc_api_slot_t;
 FC_HIDDEN fc_api_slot_t *fc_api_slot(const char *base);
 /* Counts a call and applies fault injection; returns the error to inject, or 0. Also enforces
  * initialisation (need_init) and the sticky error (check_sticky). */
+/* The factor FAKECUDA_SLOW puts on the modelled time of the op the calling thread's last entry
+ * point queues (1 when no rule hit it); reset to 1 by the call. */
+FC_HIDDEN double fc_slow_take(void);
 FC_HIDDEN CUresult fc_enter(fc_api_slot_t *slot, int need_init, int check_sticky);
 FC_HIDDEN void fc_config_load(void);
 FC_HIDDEN void fc_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
