@@ -85,8 +85,7 @@ START_TEST(test_xfmr_matches_oracle_with_every_path_seen) {
                               modes[m], what, safe ? "on" : "off", r.status, r.checksum,
                               ref.checksum, tu_tail(r.err, 3000));
                 ck_assert_int_eq(tu_stat_row(r.err, "launches with no parameter layout"), 0);
-                ck_assert_int_eq(
-                    tu_stat_row(r.err, "graph launches with buffers not learned"), 0);
+                ck_assert_int_eq(tu_stat_row(r.err, "graph launches with buffers not learned"), 0);
                 ck_assert_int_gt(tu_stat_row(r.err, "operands found through TMA descriptors"), 0);
                 tu_result_free(&r);
             }
