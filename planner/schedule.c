@@ -429,12 +429,10 @@ static void seg_apply(seg_t *t, int32_t i, int64_t v) {
         t->lz[i] += v;
 }
 
-/* Recomputes the ancestors of node i from their children. */
+/* Recomputes node i from its children. */
 static void seg_pull(seg_t *t, int32_t i) {
-    for (i >>= 1; i >= 1; i >>= 1) {
-        int64_t a = t->mx[2 * i], b = t->mx[2 * i + 1];
-        t->mx[i] = (a > b ? a : b) + t->lz[i];
-    }
+    int64_t a = t->mx[2 * i], b = t->mx[2 * i + 1];
+    t->mx[i] = (a > b ? a : b) + t->lz[i];
 }
 
 /* Adds v over [lo, hi] (0 <= lo <= hi < n). */
@@ -449,8 +447,12 @@ static void seg_add(seg_t *t, int32_t lo, int32_t hi, int64_t v) {
         l >>= 1;
         r >>= 1;
     }
-    seg_pull(t, l0);
-    seg_pull(t, r0);
+    /* the ancestors of both ends (leaves, so at the same depth), once where they meet */
+    for (l0 >>= 1, r0 >>= 1; l0 >= 1; l0 >>= 1, r0 >>= 1) {
+        seg_pull(t, l0);
+        if (r0 != l0)
+            seg_pull(t, r0);
+    }
 }
 
 /* Largest index i in [lo, hi] with value(i) > v, below node `node` covering [l, r]; -1 when
