@@ -51,10 +51,14 @@ int pol_auto(const ooc_model_t *m, const ooc_policy_opts_t *o, ooc_plan_t **out)
     }
     /* window sizes, with memory-aware swap-ins */
     sched_t s;
+    sched_memo_t *memo = NULL;
     if (!rc)
-        rc = sched_init(&s, m);
-    else
+        rc = sched_memo_new(&memo);
+    if (!rc && (rc = sched_init(&s, m)) != 0)
+        sched_memo_free(memo);
+    if (rc)
         return rc;
+    s.memo = memo; /* the searches below meet many schedules more than once */
     uint64_t maxws = 1, total = 0, best_w = 0, best_sc = UINT64_MAX;
     for (uint32_t i = 0; i < m->n; i++) {
         total += m->ws[i];
@@ -114,6 +118,7 @@ int pol_auto(const ooc_model_t *m, const ooc_policy_opts_t *o, ooc_plan_t **out)
             rc = consider(m, &best, pl);
     }
     sched_free(&s);
+    sched_memo_free(memo);
     if (rc) {
         ooc_plan_free(best.plan);
         return rc;

@@ -283,13 +283,18 @@ int belady_search(sched_t *s, uint64_t budget, uint32_t max_sims, uint64_t *scor
 
 int pol_belady(const ooc_model_t *m, const ooc_policy_opts_t *o, ooc_plan_t **out) {
     sched_t s;
-    int rc = sched_init(&s, m);
+    sched_memo_t *memo;
+    int rc = sched_memo_new(&memo);
+    if (!rc && (rc = sched_init(&s, m)) != 0)
+        sched_memo_free(memo);
     if (rc)
         return rc;
+    s.memo = memo;
     uint64_t sc;
     rc = belady_best(&s, o->budget_bytes, &sc);
     if (rc == 0)
         rc = sched_plan(&s, "belady", o->budget_bytes, out);
     sched_free(&s);
+    sched_memo_free(memo);
     return rc;
 }

@@ -223,13 +223,18 @@ int pooch_refine(sched_t *s, uint64_t budget, uint32_t max_sims) {
 
 int pol_pooch(const ooc_model_t *m, const ooc_policy_opts_t *o, ooc_plan_t **out) {
     sched_t s;
-    int rc = sched_init(&s, m);
+    sched_memo_t *memo;
+    int rc = sched_memo_new(&memo);
+    if (!rc && (rc = sched_init(&s, m)) != 0)
+        sched_memo_free(memo);
     if (rc)
         return rc;
+    s.memo = memo;
     sched_swap_all(&s, 2, 1);
     rc = pooch_refine(&s, o->budget_bytes, sched_sim_budget(m));
     if (rc == 0)
         rc = sched_plan(&s, "pooch", o->budget_bytes, out);
     sched_free(&s);
+    sched_memo_free(memo);
     return rc;
 }

@@ -59,6 +59,7 @@ int sched_copy(sched_t *dst, const sched_t *src) {
     }
     memcpy(dst->g, src->g, src->ng * sizeof *dst->g);
     memcpy(dst->gap_off, src->gap_off, (src->m->nb + 1) * sizeof *dst->gap_off);
+    dst->memo = src->memo;
     return 0;
 }
 
@@ -324,7 +325,64 @@ int sched_plan(const sched_t *s0, const char *policy, uint64_t budget, ooc_plan_
     return 0;
 }
 
+/* ---- the memo of simulated schedules ------------------------------------------------------------
+ */
+
+typedef struct {
+    uint64_t h[2];
+    ooc_sim_result_t r; /* without per-op or per-buffer arrays (no options) */
+} memo_ent_t;
+
+struct sched_memo {
+    memo_ent_t *e;
+    size_t n, cap;
+};
+
+int sched_memo_new(sched_memo_t **out) {
+    *out = calloc(1, sizeof **out);
+    return *out ? 0 : OOC_ENOMEM;
+}
+
+void sched_memo_free(sched_memo_t *mm) {
+    if (!mm)
+        return;
+    free(mm->e);
+    free(mm);
+}
+
+/* splitmix64's finaliser: a well-mixed 64-bit function of x. */
+static uint64_t mix64(uint64_t x) {
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+/* Two independent hashes of what sched_plan reads that a policy changes (the model and the gaps'
+ * buffers and ops are fixed for a memo): every gap's decision and swap-in op, and the budget. */
+static void sched_hash(const sched_t *s, uint64_t budget, uint64_t h[2]) {
+    uint64_t a = mix64(budget ^ 0x9e3779b97f4a7c15ull), b = mix64(budget + 0x632be59bd9b4e019ull);
+    for (uint32_t k = 0; k < s->ng; k++) {
+        uint64_t v = ((uint64_t)s->g[k].dec << 32) | (uint32_t)s->g[k].in_at;
+        a = mix64(a ^ v) + k;
+        b = mix64(b + v * 0xd6e8feb86659fd93ull) ^ k;
+    }
+    h[0] = a;
+    h[1] = b;
+}
+
 int sched_eval(const sched_t *s, uint64_t budget, const ooc_sim_opts_t *o, ooc_sim_result_t *r) {
+    sched_memo_t *mm = o ? NULL : s->memo;
+    uint64_t h[2] = {0, 0};
+    if (mm) {
+        sched_hash(s, budget, h);
+        for (size_t i = 0; i < mm->n; i++)
+            if (mm->e[i].h[0] == h[0] && mm->e[i].h[1] == h[1]) {
+                *r = mm->e[i].r;
+                return 0;
+            }
+    }
     ooc_plan_t *pl;
     int rc = sched_plan(s, "eval", budget, &pl);
     if (rc) {
@@ -333,47 +391,89 @@ int sched_eval(const sched_t *s, uint64_t budget, const ooc_sim_opts_t *o, ooc_s
     }
     rc = ooc_sim_run(s->m, pl, o, r);
     ooc_plan_free(pl);
-    return rc;
+    if (rc || !mm)
+        return rc;
+    if (mm->n == mm->cap) { /* a full memo only costs simulations: keep going without it */
+        size_t cap = mm->cap ? 2 * mm->cap : 64;
+        memo_ent_t *e = realloc(mm->e, cap * sizeof *e);
+        if (!e)
+            return 0;
+        mm->e = e;
+        mm->cap = cap;
+    }
+    mm->e[mm->n].h[0] = h[0];
+    mm->e[mm->n].h[1] = h[1];
+    mm->e[mm->n++].r = *r;
+    return 0;
 }
 
 /* ---- memory-aware swap-in placement ------------------------------------------------------------
  */
 
-/* A segment tree over ops: range add, and "the last index in [lo, hi] whose value exceeds v". */
+/* A segment tree over ops: range add, and "the last index in [lo, hi] whose value exceeds v".
+ * Laid out bottom-up over `size` leaves (a power of two, the leaves past n hold a value no query
+ * exceeds): node i has children 2i and 2i + 1; mx[i] is the largest value below i counting the
+ * adds of i and its descendants, lz[i] (internal nodes) an add to i's whole range not yet in its
+ * descendants. Adds are iterative (no recursion: placing swap-ins is on every candidate's path). */
 typedef struct {
     int64_t *mx, *lz;
-    int32_t n;
+    int32_t n, size;
 } seg_t;
 
-static void seg_add(seg_t *t, int node, int32_t l, int32_t r, int32_t lo, int32_t hi, int64_t v) {
-    if (hi < l || r < lo)
-        return;
-    if (lo <= l && r <= hi) {
-        t->mx[node] += v;
-        t->lz[node] += v;
-        return;
-    }
-    int32_t mid = (l + r) / 2;
-    seg_add(t, 2 * node, l, mid, lo, hi, v);
-    seg_add(t, 2 * node + 1, mid + 1, r, lo, hi, v);
-    int64_t a = t->mx[2 * node], b = t->mx[2 * node + 1];
-    t->mx[node] = (a > b ? a : b) + t->lz[node];
+#define SEG_NONE (INT64_MIN / 4) /* below any value: padding leaves */
+
+/* Adds v to node i's whole range. */
+static void seg_apply(seg_t *t, int32_t i, int64_t v) {
+    t->mx[i] += v;
+    if (i < t->size)
+        t->lz[i] += v;
 }
 
-/* Largest index i in [lo, hi] with value(i) > v; -1 when none. `acc` carries the lazy adds of
- * the ancestors. */
-static int32_t seg_last_above(const seg_t *t, int node, int32_t l, int32_t r, int32_t lo,
+/* Recomputes node i from its children. */
+static void seg_pull(seg_t *t, int32_t i) {
+    int64_t a = t->mx[2 * i], b = t->mx[2 * i + 1];
+    t->mx[i] = (a > b ? a : b) + t->lz[i];
+}
+
+/* Adds v over [lo, hi] (0 <= lo <= hi < n). */
+static void seg_add(seg_t *t, int32_t lo, int32_t hi, int64_t v) {
+    int32_t l = lo + t->size, r = hi + t->size + 1;
+    int32_t l0 = l, r0 = r - 1;
+    while (l < r) {
+        if (l & 1)
+            seg_apply(t, l++, v);
+        if (r & 1)
+            seg_apply(t, --r, v);
+        l >>= 1;
+        r >>= 1;
+    }
+    /* the ancestors of both ends (leaves, so at the same depth), once where they meet */
+    for (l0 >>= 1, r0 >>= 1; l0 >= 1; l0 >>= 1, r0 >>= 1) {
+        seg_pull(t, l0);
+        if (r0 != l0)
+            seg_pull(t, r0);
+    }
+}
+
+/* Largest index i in [lo, hi] with value(i) > v, below node `node` covering [l, r]; -1 when
+ * none. `acc` carries the pending adds of the node's ancestors. */
+static int32_t seg_last_above(const seg_t *t, int32_t node, int32_t l, int32_t r, int32_t lo,
                               int32_t hi, int64_t v, int64_t acc) {
     if (hi < l || r < lo || t->mx[node] + acc <= v)
         return -1;
     if (l == r)
         return l;
-    int32_t mid = (l + r) / 2;
+    int32_t mid = l + (r - l) / 2;
     acc += t->lz[node];
     int32_t x = seg_last_above(t, 2 * node + 1, mid + 1, r, lo, hi, v, acc);
     if (x >= 0)
         return x;
     return seg_last_above(t, 2 * node, l, mid, lo, hi, v, acc);
+}
+
+/* The same over the whole tree. */
+static int32_t seg_last(const seg_t *t, int32_t lo, int32_t hi, int64_t v) {
+    return seg_last_above(t, 1, 0, t->size - 1, lo, hi, v, 0);
 }
 
 static void add_range(seg_t *t, int32_t lo, int32_t hi, int64_t v) {
@@ -382,15 +482,15 @@ static void add_range(seg_t *t, int32_t lo, int32_t hi, int64_t v) {
     if (hi < lo)
         return;
     if (hi - lo + 1 >= n) {
-        seg_add(t, 1, 0, n - 1, 0, n - 1, v);
+        seg_add(t, 0, n - 1, v);
         return;
     }
     int32_t a = lo % n, b = hi % n;
     if (a <= b) {
-        seg_add(t, 1, 0, n - 1, a, b, v);
+        seg_add(t, a, b, v);
     } else {
-        seg_add(t, 1, 0, n - 1, a, n - 1, v);
-        seg_add(t, 1, 0, n - 1, 0, b, v);
+        seg_add(t, a, n - 1, v);
+        seg_add(t, 0, b, v);
     }
 }
 
@@ -415,24 +515,17 @@ static void diff_range(int64_t *d, int32_t n, int32_t lo, int32_t hi, int64_t v)
     }
 }
 
-static void seg_fill(seg_t *t, int node, int32_t l, int32_t r, const int64_t *val) {
-    t->lz[node] = 0;
-    if (l == r) {
-        t->mx[node] = val[l];
-        return;
-    }
-    int32_t mid = (l + r) / 2;
-    seg_fill(t, 2 * node, l, mid, val);
-    seg_fill(t, 2 * node + 1, mid + 1, r, val);
-    int64_t a = t->mx[2 * node], b = t->mx[2 * node + 1];
-    t->mx[node] = a > b ? a : b;
-}
-
 /* Builds the tree from a difference array (turned into values in place). */
 static void seg_build(seg_t *t, int64_t *d) {
     for (int32_t i = 1; i < t->n; i++)
         d[i] += d[i - 1];
-    seg_fill(t, 1, 0, t->n - 1, d);
+    for (int32_t i = 0; i < t->size; i++)
+        t->mx[t->size + i] = i < t->n ? d[i] : SEG_NONE;
+    for (int32_t i = t->size - 1; i >= 1; i--) {
+        int64_t a = t->mx[2 * i], b = t->mx[2 * i + 1];
+        t->mx[i] = a > b ? a : b;
+        t->lz[i] = 0;
+    }
 }
 
 static int gap_cmp_to(const void *x, const void *y) {
@@ -448,7 +541,11 @@ int sched_place_swapins(sched_t *s, uint64_t budget) {
     int32_t n = (int32_t)m->n;
     if (n == 0)
         return 0;
-    seg_t t = {calloc(4 * (size_t)n, sizeof(int64_t)), calloc(4 * (size_t)n, sizeof(int64_t)), n};
+    int32_t size = 1;
+    while (size < n)
+        size *= 2;
+    seg_t t = {malloc(2 * (size_t)size * sizeof(int64_t)), malloc((size_t)size * sizeof(int64_t)),
+               n, size};
     gap_t **sw = malloc((s->ng ? s->ng : 1) * sizeof *sw);
     if (!t.mx || !t.lz || !sw) {
         free(t.mx);
@@ -499,13 +596,13 @@ int sched_place_swapins(sched_t *s, uint64_t budget) {
             int32_t v = -1;
             if (hi >= n) {
                 /* the next iteration's part first, then this one's tail */
-                v = seg_last_above(&t, 1, 0, n - 1, 0, hi - n, thr, 0);
+                v = seg_last(&t, 0, hi - n, thr);
                 if (v >= 0)
                     v += n;
                 else if (lo <= n - 1)
-                    v = seg_last_above(&t, 1, 0, n - 1, lo, n - 1, thr, 0);
+                    v = seg_last(&t, lo, n - 1, thr);
             } else {
-                v = seg_last_above(&t, 1, 0, n - 1, lo, hi, thr, 0);
+                v = seg_last(&t, lo, hi, thr);
             }
             at = v >= 0 ? v + 1 : lo;
         }

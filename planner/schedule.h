@@ -14,11 +14,14 @@ typedef struct gap {
     int32_t in_at; /* OOC_SWAP: swap-in issued before op in_at (from < in_at <= to) */
 } gap_t;
 
+typedef struct sched_memo sched_memo_t;
+
 typedef struct sched {
     const ooc_model_t *m;
     gap_t *g;
     uint32_t ng;
-    uint32_t *gap_off; /* per buffer (nb + 1): its gaps, ordered by `from` */
+    uint32_t *gap_off;  /* per buffer (nb + 1): its gaps, ordered by `from` */
+    sched_memo_t *memo; /* NULL, or the results of sched_eval so far (not owned; copied along) */
 } sched_t;
 
 /* Collects every gap of at least one op, all kept. */
@@ -31,8 +34,16 @@ gap_t *sched_gap_at(const sched_t *s, int32_t b, int32_t t);
  * inputs brought in first; an input that is itself recomputed is rebuilt first, before the same
  * op or one earlier, up to 8 deep; a recompute whose inputs cannot be had becomes a swap). */
 int sched_plan(const sched_t *s, const char *policy, uint64_t budget, ooc_plan_t **out);
-/* Emits and simulates. Returns 0 or OOC_ENOMEM; the result's feasible flag says the rest. */
+/* Emits and simulates. Returns 0 or OOC_ENOMEM; the result's feasible flag says the rest. With
+ * s->memo set and no options, a schedule simulated before at the same budget is not simulated
+ * again: its result is returned from the memo. */
 int sched_eval(const sched_t *s, uint64_t budget, const ooc_sim_opts_t *o, ooc_sim_result_t *r);
+/* The memo of sched_eval's results for one model: a search that meets the same decisions twice
+ * (different variants often do) simulates them once. A schedule is known by a 128-bit hash of
+ * its decisions and swap-in ops and the budget (a collision, which would reuse another
+ * schedule's result, is about 1 in 2^100 over a search's few hundred entries). */
+int sched_memo_new(sched_memo_t **out);
+void sched_memo_free(sched_memo_t *mm);
 /* Places every swap-in of a swapped gap as early as memory allows (PoocH section 4.3), using the
  * static residency implied by the decisions. */
 int sched_place_swapins(sched_t *s, uint64_t budget);
