@@ -18,7 +18,10 @@
  * buffers allocated before op 0 or at least 4096 ops earlier (a young temporary's key would never
  * recur). Each key remembers the last three ops it occurred at; an occurrence at op m
  * proposes P = n - m, which joins the candidates only if op n matches op m, and is then extended
- * backwards (up to 4096 ops) to find where its periodic stretch began. A repeated layer's keys
+ * backwards (up to 4096 ops) to find where its periodic stretch began. A period shorter than
+ * min_period (4) ops is never proposed, nor one whose run also repeats with a period p / q for a
+ * prime q: a loop body (256 GEMMs on views of one buffer, one per attention head) repeats with
+ * periods 1, 2, 3 ... at once, and none of them is an iteration. A repeated layer's keys
  * recur within the iteration; a rarer key (the input copy, the loss, a long window that contains
  * the iteration's seam, a weight used once per iteration) recurs one iteration later and proposes
  * the true period. Keys are sampled into levels (level j holds the keys with 2j trailing zero
@@ -49,8 +52,10 @@
  *
  * Limits. A repetition whose ops reference the same buffers each time (shared weights, an RNN
  * over time steps, a framework that puts every tensor in one allocation) cannot be told from an
- * iteration by references: if it spans min_span_ops ops and two repetitions after its first, it
- * is reported, then replaced by the true period once that has two iterations (tests show it). A
+ * iteration by references: if its body has at least min_period ops and it spans min_span_ops ops
+ * and two repetitions after its first, it is reported, then replaced by the true period once that
+ * has two iterations (tests show it); a recorder that stops at the first report records the loop
+ * body (the shim's recorder then sees its plan diverge and records again). A
  * temporary re-allocated every iteration that lives longer than two periods, or references given
  * in a varying order, prevent detection. A period longer than max_period, or whose ops' references
  * have left the history (max_refs), is never found; neither is one made only of keys that recur
@@ -110,6 +115,7 @@ typedef struct cand {
 struct ooc_iterdet {
     int64_t max_period;
     int64_t min_span;
+    int64_t min_period;
     uint64_t max_refs; /* a power of two */
     int64_t n;         /* ops fed */
 
@@ -523,14 +529,39 @@ static int qualifies(const ooc_iterdet_t *d, const cand_t *c, int64_t a) {
     return a + 1 - stretch_start(c, a) >= d->min_span;
 }
 
+/* Whether the run ops up to op a, which repeat with period p, also repeat with a period p / q
+ * for a prime q: then p is a multiple of a loop body (two or three of its turns), not a period
+ * of its own. A stream that only looked so at first proposes p again later, with a longer run. */
+static int repeats_shorter(const ooc_iterdet_t *d, int64_t p, int64_t a, int64_t run) {
+    int64_t rest = p;
+    for (int64_t q = 2; q * q <= rest || rest > 1; q++) {
+        if (q * q > rest)
+            q = rest; /* what is left is prime */
+        if (rest % q != 0)
+            continue;
+        while (rest % q == 0)
+            rest /= q;
+        int64_t sub = p / q, i = 0;
+        while (i < run && matches(d, a - i, sub))
+            i++;
+        if (i == run)
+            return 1;
+    }
+    return 0;
+}
+
 /* Makes period p a candidate at op a (which matches the op p earlier): extends its run backwards
  * and takes a free slot, or the slot of the candidate that matched least recently (then with the
  * shorter run) when that one is worse than the newcomer. */
 static void add_cand(ooc_iterdet_t *d, int64_t p, int64_t a) {
+    if (p < d->min_period)
+        return;
     int64_t run = 1;
     while (run < EXT_MAX && matches(d, a - run, p))
         run++;
     if (run < 2) /* a lone match is common; a period proposed by its first op comes back */
+        return;
+    if (repeats_shorter(d, p, a, run))
         return;
     int v = -1;
     for (int i = 0; i < NCAND; i++) {
@@ -725,7 +756,7 @@ int ooc_iterdet_new(const ooc_iterdet_opts_t *o, ooc_iterdet_t **out) {
     *out = NULL;
     if (!o)
         o = &none;
-    if (o->max_period < 0 || o->max_refs < 0 || o->min_span_ops < 0)
+    if (o->max_period < 0 || o->max_refs < 0 || o->min_span_ops < 0 || o->min_period < 0)
         return OOC_EINVAL;
     if (o->max_period > OOC_ITERDET_MAX_PERIOD_LIMIT || o->max_refs > OOC_ITERDET_MAX_REFS_LIMIT)
         return OOC_ERANGE;
@@ -736,6 +767,7 @@ int ooc_iterdet_new(const ooc_iterdet_opts_t *o, ooc_iterdet_t **out) {
     d->mem = sizeof *d;
     d->max_period = o->max_period ? o->max_period : OOC_ITERDET_MAX_PERIOD_DEFAULT;
     d->min_span = o->min_span_ops ? o->min_span_ops : OOC_ITERDET_MIN_SPAN_DEFAULT;
+    d->min_period = o->min_period ? o->min_period : OOC_ITERDET_MIN_PERIOD_DEFAULT;
     d->max_refs = pow2_at_least(o->max_refs ? (uint64_t)o->max_refs : 4 * (uint64_t)d->max_period);
     d->lock = -1;
 

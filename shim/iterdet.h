@@ -25,6 +25,7 @@
 /* Defaults of the options (a zero field means "the default"). */
 #define OOC_ITERDET_MAX_PERIOD_DEFAULT ((int64_t)1 << 20)
 #define OOC_ITERDET_MIN_SPAN_DEFAULT   64
+#define OOC_ITERDET_MIN_PERIOD_DEFAULT 4
 /* Largest accepted values. */
 #define OOC_ITERDET_MAX_PERIOD_LIMIT ((int64_t)1 << 32)
 #define OOC_ITERDET_MAX_REFS_LIMIT   ((int64_t)1 << 34)
@@ -45,6 +46,10 @@ typedef struct ooc_iterdet_opts {
      * inside one iteration that the references cannot rule out (below) from being reported.
      * 0: 64. Markers ignore it. */
     int64_t min_span_ops;
+    /* The shortest period that is reported, in ops. 0: 4. A shorter repetition is a loop body
+     * (a GEMM per attention head on views of one buffer, 256 times), never a training
+     * iteration, which has at least a forward, a loss and a backward. Markers ignore it. */
+    int64_t min_period;
 } ooc_iterdet_opts_t;
 
 /* One buffer an op references: its serial number (unique per allocation, never reused) and

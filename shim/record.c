@@ -78,6 +78,7 @@ static pthread_mutex_t rec_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
     rop_t *ops;
     size_t nops, cap_ops;
+    size_t unprofiled; /* ops recorded since the last profile, over restarts (module unloads) */
     rref_t *refs;
     size_t nrefs, cap_refs;
     rbuf_t *bufs;
@@ -279,6 +280,7 @@ void ooc_record_op_end(int token, const ooc_access_t *a, CUstream s, int issued)
         R.ev_next = (R.ev_next + 1) % EV_RING;
     }
     R.nops++;
+    R.unprofiled++;
     ooc_iterdet_op(R.det, signature(o, b, nb), dref, nd, &R.ev);
     if (R.ev.source != OOC_ITERDET_NONE && R.ev.iters >= R.want && R.ev.period > 0)
         atomic_store(&R.pending, 1);
@@ -577,16 +579,21 @@ static ooc_profile_t *finish(int at_exit, char *dir_out, uint32_t *pos_out) {
     atomic_store(&ooc_rec_state, OOC_REC_DONE);
     ooc_iterdet_event_t ev = R.ev;
     if (ev.source == OOC_ITERDET_NONE || ev.iters < 1 || ev.period <= 0) {
+        /* Counted over restarts since the last profile: a program that unloads its modules at
+         * exit restarts the recording, which then sees nothing, and is nothing to warn about. */
+        size_t seen = R.unprofiled;
         pthread_mutex_unlock(&rec_lock);
-        OOC_LOG_W("no profile written: no repeating iteration was found in %zu operations (call "
-                  "ooc_mark_iteration() after each iteration to mark them)",
-                  R.nops);
+        if (seen)
+            OOC_LOG_W("no profile written: no repeating iteration was found in %zu operations "
+                      "(call ooc_mark_iteration() after each iteration to mark them)",
+                      seen);
         return NULL;
     }
     for (unsigned i = 0; i < EV_RING; i++)
         harvest(i);
     int64_t first = ev.last_op, period = ev.period;
     ooc_profile_t *p = build(first, period, ev.iters);
+    R.unprofiled = 0;
     /* The op the program issues next, as a position in the iteration. */
     uint32_t next_pos = (uint32_t)(((int64_t)R.nops - first) % period);
     pthread_mutex_unlock(&rec_lock);

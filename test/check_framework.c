@@ -35,11 +35,11 @@ static tu_result_t oracle(int table) {
     return r;
 }
 
-/* Runs xfmr under the shim at half its footprint. */
-static tu_result_t under_shim(const tu_result_t *ref, int table, const char *mode,
-                              const char *sched, unsigned seed, int safe) {
+/* Runs xfmr under the shim at `tenths` tenths of its footprint. */
+static tu_result_t under_shim_at(const tu_result_t *ref, int table, const char *mode,
+                                 const char *sched, unsigned seed, int safe, unsigned tenths) {
     char cap[64], budget[64], sch[64], jit[64], sd[64], md[64];
-    unsigned long long b = ref->peak / 2;
+    unsigned long long b = ref->peak * tenths / 10;
     snprintf(cap, sizeof cap, "FAKECUDA_MEM_BYTES=%llu", b);
     snprintf(budget, sizeof budget, "OOC_BUDGET=%llu", b);
     snprintf(sch, sizeof sch, "FAKECUDA_SCHED=%s", sched);
@@ -70,6 +70,12 @@ static tu_result_t under_shim(const tu_result_t *ref, int table, const char *mod
     return r;
 }
 
+/* Runs xfmr under the shim at half its footprint. */
+static tu_result_t under_shim(const tu_result_t *ref, int table, const char *mode,
+                              const char *sched, unsigned seed, int safe) {
+    return under_shim_at(ref, table, mode, sched, seed, safe, 5);
+}
+
 START_TEST(test_xfmr_matches_oracle_with_every_path_seen) {
     tu_result_t ref = oracle(0);
     unsigned seed = (unsigned)(tu_seed("test_xfmr_matches_oracle_with_every_path_seen") % 1000) + 1;
@@ -89,6 +95,39 @@ START_TEST(test_xfmr_matches_oracle_with_every_path_seen) {
                 ck_assert_int_gt(tu_stat_row(r.err, "operands found through TMA descriptors"), 0);
                 tu_result_free(&r);
             }
+        }
+    }
+    tu_result_free(&ref);
+}
+END_TEST
+
+/* At 6/10 of its footprint a plan fits (at half, one op's own buffers do not). xfmr runs 256
+ * GEMMs per attention pass on views of the same two buffers: a loop body that repeats exactly,
+ * which the detector must not take for the iteration (it once did, and the shim then recorded,
+ * planned, diverged and recorded again for the whole run). */
+START_TEST(test_xfmr_auto_replays_the_whole_iteration) {
+    tu_result_t ref = oracle(0);
+    for (int safe = 1; safe >= 0; safe--) {
+        for (int inl = 0; inl < 2; inl++) {
+            tu_result_t r =
+                under_shim_at(&ref, 0, "auto", inl ? "inline" : "threaded", inl ? 0 : 7, safe, 6);
+            const char *what = inl ? "inline" : "threaded";
+            ck_assert_msg(r.status == 0 && strcmp(r.checksum, ref.checksum) == 0,
+                          "xfmr (auto, %s, safe mode %s): status %d, checksum %s, oracle %s\n%s",
+                          what, safe ? "on" : "off", r.status, r.checksum, ref.checksum,
+                          tu_tail(r.err, 3000));
+            const char *rec = strstr(r.err, "profile recorded in ");
+            const char *ops = rec ? strstr(rec, ": ") : NULL;
+            long n = ops ? strtol(ops + 2, NULL, 10) : 0;
+            ck_assert_msg(n > 1000 && strstr(ops, " ops, ") == strstr(ops, " ops") &&
+                              strstr(rec + 1, "profile recorded in ") == NULL,
+                          "xfmr (auto, %s, safe mode %s): recorded %ld ops, not once the whole "
+                          "iteration:\n%s",
+                          what, safe ? "on" : "off", n, tu_tail(r.err, 3000));
+            ck_assert_int_gt(tu_stat_row(r.err, "operations run as planned"), 1000);
+            ck_assert_int_eq(tu_stat_row(r.err, "re-recordings after divergence"), 0);
+            ck_assert_msg(strstr(r.err, "no profile written") == NULL, "%s", tu_tail(r.err, 3000));
+            tu_result_free(&r);
         }
     }
     tu_result_free(&ref);
@@ -183,6 +222,7 @@ Suite *suite_framework(void) {
     tcase_set_timeout(tc, 900);
     tcase_add_test(tc, test_xfmr_matches_oracle_with_every_path_seen);
     tcase_add_test(tc, test_xfmr_pointer_table_without_safe_mode_is_a_clear_error);
+    tcase_add_test(tc, test_xfmr_auto_replays_the_whole_iteration);
     suite_add_tcase(s, tc);
     tc = tcase_create("faults");
     tcase_set_timeout(tc, tu_under_valgrind() ? 36000 : 900);

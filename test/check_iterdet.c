@@ -540,6 +540,61 @@ START_TEST(test_one_buffer_arena_sub_periods_give_way_to_the_iteration) {
 }
 END_TEST
 
+/* One iteration of an attention block as xfmr issues it: per-iteration buffers, then `heads`
+ * GEMMs on views of the same two buffers (a loop body of `body` ops: 1 or 2), then the rest. */
+static void attention_iter(world_t *w, const ref_t *wt, int heads, int body) {
+    ref_t x = w_new(w);
+    OPR(w, sg(20, 1), x, wt[0]);
+    ref_t qkv = w_new(w), ws = w_new(w);
+    OPR(w, sg(21, 1), x, wt[1], qkv);
+    for (int h = 0; h < heads; h++)
+        for (int b = 0; b < body; b++)
+            OPR(w, sg(22, (uint64_t)b), qkv, ws);
+    ref_t o = w_new(w);
+    OPR(w, sg(23, 1), ws, o);
+    OPR(w, sg(24, 1), o, wt[2]);
+    OPR(w, sg(25, 1), wt[0], wt[1], wt[2]);
+}
+
+START_TEST(test_loop_body_over_the_same_buffers_is_never_reported) {
+    /* 256 turns of a 1- or 2-op body inside each iteration repeat with periods 1, 2, 3, 4, 6
+     * ... over the very same buffers: none is an iteration (shorter than min_period, or a
+     * multiple of a shorter one). Only the iteration is reported, once. */
+    for (int body = 1; body <= 2; body++) {
+        world_t w;
+        w_init(&w, NULL);
+        ref_t wt[3] = {w_pre(&w), w_pre(&w), w_pre(&w)};
+        int64_t p = 5 + 256 * body;
+        for (int it = 0; it < 5; it++)
+            attention_iter(&w, wt, 256, body);
+        ck_assert_msg(w.nfound == 1, "body %d: %d FOUND events, first period %lld", body, w.nfound,
+                      (long long)w.found[0].period);
+        ck_assert_int_eq(w.found[0].period, p);
+        ck_assert_int_eq(w.nbroken, 0);
+        ck_assert_int_eq(w.ev.period, p);
+        w_fini(&w);
+    }
+}
+END_TEST
+
+START_TEST(test_min_period_is_an_option) {
+    /* The same stream with min_period 1: the 1-op body is reported (then breaks). */
+    ooc_iterdet_opts_t o = {.min_period = 1};
+    world_t w;
+    w_init(&w, &o);
+    ref_t wt[3] = {w_pre(&w), w_pre(&w), w_pre(&w)};
+    for (int it = 0; it < 5; it++)
+        attention_iter(&w, wt, 256, 1);
+    ck_assert_int_ge(w.nfound, 2);
+    ck_assert_int_eq(w.found[0].period, 1);
+    ck_assert_int_eq(w.ev.period, 5 + 256);
+    w_fini(&w);
+    o.min_period = -1;
+    ooc_iterdet_t *d = NULL;
+    ck_assert_int_eq(ooc_iterdet_new(&o, &d), OOC_EINVAL);
+}
+END_TEST
+
 /* ---- markers ------------------------------------------------------------------------------- */
 
 START_TEST(test_markers_take_precedence_over_detection) {
@@ -1031,6 +1086,8 @@ Suite *suite_iterdet(void) {
     tcase_add_test(tc, test_weights_reallocated_by_every_update_are_matched_as_temporaries);
     tcase_add_test(tc, test_batch_prefetched_one_iteration_ahead_is_matched);
     tcase_add_test(tc, test_one_buffer_arena_sub_periods_give_way_to_the_iteration);
+    tcase_add_test(tc, test_loop_body_over_the_same_buffers_is_never_reported);
+    tcase_add_test(tc, test_min_period_is_an_option);
     tcase_add_test(tc, test_ops_with_many_references_are_compared_in_full);
     suite_add_tcase(s, tc);
 
