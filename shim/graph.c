@@ -17,8 +17,9 @@
  * address space merged into one range (residency walks a range buffer by buffer); if more than
  * OOC_MAX_REFS remain, the launch fails with CUDA_ERROR_OUT_OF_MEMORY and a log line, never
  * with a reference dropped. Graphs built with the explicit node API are learned node by node
- * (below). A graph the shim learned nothing of (captured with cuStreamBeginCaptureToGraph, or
- * built only of nodes it does not learn) is launched with a warning and nothing made resident:
+ * (below); a capture into an existing graph (cuStreamBeginCaptureToGraph) adds what it touches to
+ * that graph's list. A graph the shim learned nothing of (built only of nodes it does not learn)
+ * is launched with a warning and nothing made resident:
  * its accesses are like those through pointers stored in device memory (safe mode).
  *
  * Which streams capture: the captures the shim saw begin, at most MAX_CAPTURES at once (per
@@ -54,6 +55,7 @@ typedef struct capture {
     int used;
     CUstream stream;  /* CU_STREAM_PER_THREAD for a thread's per-thread default stream */
     pthread_t thread; /* that thread */
+    CUgraph into;     /* cuStreamBeginCaptureToGraph's graph, else NULL */
     qlist_t list;
 } capture_t;
 
@@ -250,7 +252,7 @@ CUresult ooc_graph_capture_room(CUstream stream, int per_thread) {
     return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
-void ooc_graph_capture_started(CUstream stream, int per_thread) {
+void ooc_graph_capture_started(CUstream stream, int per_thread, CUgraph into) {
     CUstream key = stream_key(stream, per_thread);
     capture_t *c = key ? capture_find(key, 1) : NULL;
     if (!c)
@@ -264,6 +266,7 @@ void ooc_graph_capture_started(CUstream stream, int per_thread) {
         c->thread = pthread_self();
         atomic_fetch_add_explicit(&ooc_graph_captures, 1, memory_order_relaxed);
     }
+    c->into = into;
 }
 
 CUresult ooc_graph_capture_note(const ooc_access_t *a, CUstream stream, int per_thread,
@@ -313,6 +316,8 @@ CUresult ooc_graph_capture_note(const ooc_access_t *a, CUstream stream, int per_
     return CUDA_SUCCESS;
 }
 
+static tracked_t *graph_entry(CUgraph g);
+
 CUresult ooc_graph_capture_ended(CUstream stream, int per_thread, CUresult r, CUgraph *graph) {
     CUstream key = stream_key(stream, per_thread);
     capture_t *c = key ? capture_find(key, 0) : NULL;
@@ -322,6 +327,7 @@ CUresult ooc_graph_capture_ended(CUstream stream, int per_thread, CUresult r, CU
     if (real_status(key, &st) == CUDA_SUCCESS && st != CU_STREAM_CAPTURE_STATUS_NONE)
         return r; /* not ended (called from the wrong thread, say): still followed */
     qlist_t list = c->list;
+    CUgraph into = c->into;
     memset(&c->list, 0, sizeof c->list);
     capture_drop(c);
     if (r != CUDA_SUCCESS || !graph || !*graph) {
@@ -329,6 +335,18 @@ CUresult ooc_graph_capture_ended(CUstream stream, int per_thread, CUresult r, CU
         return r;
     }
     qlist_compact(&list);
+    if (into) {
+        /* Appended to a graph that may already hold learned nodes: added to them. */
+        tracked_t *t = graph_entry(into);
+        int rc = t ? qlist_add(&t->list, list.q, list.n) : OOC_ENOMEM;
+        qlist_free(&list);
+        if (rc == 0)
+            return r;
+        OOC_LOG_E("out of host memory recording what a capture into graph %p touches; its "
+                  "launches would not make all of it resident",
+                  (void *)into);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     if (tracked_add(&graphs, *graph, &list) != 0) {
         qlist_free(&list);
         ooc_real.cuGraphDestroy(*graph);

@@ -637,7 +637,8 @@ SET2_ASYNC(cuMemsetD2D32Async_ptsz, PFN_cuMemsetD2D32Async_v7000_ptsz, 1, 4, uns
 
 /* Begins a capture the shim follows from the moment it exists (graph.c's lock is held across the
  * real call, so no op on the stream slips between them). */
-#define BEGIN_CAPTURE(sym, ptds, s, call)                                                          \
+#define BEGIN_CAPTURE(sym, ptds, s, call) BEGIN_CAPTURE_INTO(sym, ptds, s, NULL, call)
+#define BEGIN_CAPTURE_INTO(sym, ptds, s, into, call)                                               \
     do {                                                                                           \
         OOC_NEED_REAL(sym);                                                                        \
         if (!managing())                                                                           \
@@ -647,7 +648,7 @@ SET2_ASYNC(cuMemsetD2D32Async_ptsz, PFN_cuMemsetD2D32Async_v7000_ptsz, 1, 4, uns
         if (r_ == CUDA_SUCCESS) {                                                                  \
             r_ = (call);                                                                           \
             if (r_ == CUDA_SUCCESS)                                                                \
-                ooc_graph_capture_started((s), (ptds));                                            \
+                ooc_graph_capture_started((s), (ptds), (into));                                    \
         }                                                                                          \
         ooc_graph_unlock();                                                                        \
         return r_;                                                                                 \
@@ -673,6 +674,24 @@ CUresult ooc_hook_cuStreamBeginCapture_v2_ptsz(CUstream s, CUstreamCaptureMode m
                   ooc_real.cuStreamBeginCapture_v2_ptsz(s, mode));
 }
 OOC_EXPORT_HOOK(cuStreamBeginCapture_v2_ptsz, PFN_cuStreamBeginCapture_v10010_ptsz);
+
+/* A capture appended to an existing graph (XLA builds graphs this way): followed like any
+ * capture, and what it touches is added to what the graph already touches. */
+CUresult ooc_hook_cuStreamBeginCaptureToGraph(CUstream s, CUgraph g, const CUgraphNode *deps,
+                                              const CUgraphEdgeData *edges, size_t ndeps,
+                                              CUstreamCaptureMode mode) {
+    BEGIN_CAPTURE_INTO(cuStreamBeginCaptureToGraph, 0, s, g,
+                       ooc_real.cuStreamBeginCaptureToGraph(s, g, deps, edges, ndeps, mode));
+}
+OOC_EXPORT_HOOK(cuStreamBeginCaptureToGraph, PFN_cuStreamBeginCaptureToGraph_v12030);
+
+CUresult ooc_hook_cuStreamBeginCaptureToGraph_ptsz(CUstream s, CUgraph g, const CUgraphNode *deps,
+                                                   const CUgraphEdgeData *edges, size_t ndeps,
+                                                   CUstreamCaptureMode mode) {
+    BEGIN_CAPTURE_INTO(cuStreamBeginCaptureToGraph_ptsz, 1, s, g,
+                       ooc_real.cuStreamBeginCaptureToGraph_ptsz(s, g, deps, edges, ndeps, mode));
+}
+OOC_EXPORT_HOOK(cuStreamBeginCaptureToGraph_ptsz, PFN_cuStreamBeginCaptureToGraph_v12030_ptsz);
 
 /* Ends a capture: what its ops touch belongs to the graph. */
 #define END_CAPTURE(sym, ptds, s, g)                                                               \

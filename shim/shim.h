@@ -563,9 +563,11 @@ void ooc_graph_unlock(void);
 /* Locked, before a real cuStreamBeginCapture on `stream` (NULL with per_thread: the calling
  * thread's per-thread stream): CUDA_SUCCESS when the capture can be followed, else
  * CUDA_ERROR_OUT_OF_MEMORY (logged; the capture must not begin). Locked, after it succeeded:
- * ooc_graph_capture_started follows the capture from now on. */
+ * ooc_graph_capture_started follows the capture from now on; `into` is the graph a
+ * cuStreamBeginCaptureToGraph appends to (NULL for a capture into a new graph): what the capture
+ * touches is then added to what that graph already touches. */
 CUresult ooc_graph_capture_room(CUstream stream, int per_thread);
-void ooc_graph_capture_started(CUstream stream, int per_thread);
+void ooc_graph_capture_started(CUstream stream, int per_thread, CUgraph into);
 
 /* For an op about to be issued on `stream` with access set `a` (NULL: only asks): when the
  * stream is capturing, notes the op's queries in the capture, sets *capturing and returns

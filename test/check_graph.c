@@ -93,8 +93,8 @@ static void oracle(char *checksum, size_t len) {
 /* Runs the default program under the shim in demand mode at four chunks, and checks: the
  * oracle's bytes, swaps in both directions, every graph launch queued, no illegal access, no
  * unmap under queued work, and no kernel access to a host alias. */
-static void check_swapping_run(int safe, const char *sched, unsigned jitter_seed,
-                               const char *mode) {
+static void check_swapping_run_of(const char *const *args, int safe, const char *sched,
+                                  unsigned jitter_seed, const char *mode) {
     char ref[64];
     oracle(ref, sizeof ref);
     char sch[64], jit[64], seed[64], md[64];
@@ -116,9 +116,9 @@ static void check_swapping_run(int safe, const char *sched, unsigned jitter_seed
                          "OOC_CHUNK=64K",
                          "OOC_STATS=1",
                          NULL};
-    run_t r = run_prog(1, NULL, env);
-    ck_assert_msg(r.status == 0, "%s, safe %d, %s, seed %u: status %d\n%s", mode, safe, sched,
-                  jitter_seed, r.status, r.err);
+    run_t r = run_prog(1, args, env);
+    ck_assert_msg(r.status == 0, "%s%s, safe %d, %s, seed %u: status %d\n%s", mode,
+                  args ? " --to-graph" : "", safe, sched, jitter_seed, r.status, r.err);
     ck_assert_msg(strcmp(r.checksum, ref) == 0, "checksum %s, oracle %s", r.checksum, ref);
     ck_assert_msg(strstr(r.err, safe ? "safe mode on" : "safe mode off") != NULL, "%s", r.err);
     ck_assert_msg(tu_stat_row(r.err, "swap-outs") >= 2 * LAUNCHES, "too few swap-outs:\n%s", r.err);
@@ -129,6 +129,7 @@ static void check_swapping_run(int safe, const char *sched, unsigned jitter_seed
     ck_assert_int_eq(stat_of(&r, "kernel_host_accesses"), 0);
     ck_assert_int_eq(stat_of(&r, "graphs_live"), 0);
     ck_assert_int_eq(stat_of(&r, "graph_execs_live"), 0);
+    ck_assert_int_eq(tu_stat_row(r.err, "graph launches with buffers not learned"), 0);
     run_free(&r);
     char cmd[160];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
@@ -166,6 +167,26 @@ START_TEST(test_graph_program_passes_through_in_off_mode) {
     ck_assert_str_eq(r.checksum, ref);
     ck_assert_int_eq(stat_of(&r, "graph_launches"), LAUNCHES);
     run_free(&r);
+}
+END_TEST
+
+static void check_swapping_run(int safe, const char *sched, unsigned jitter_seed,
+                               const char *mode) {
+    check_swapping_run_of(NULL, safe, sched, jitter_seed, mode);
+}
+
+static const char *const to_graph[] = {"--to-graph", NULL};
+
+/* Graph 1 built as XLA builds its command buffers: an explicit node, then a capture appended to
+ * the same graph (cuStreamBeginCaptureToGraph). Without the hook the shim made the captured ops
+ * resident as if they ran, and the capture was invalidated. */
+START_TEST(test_capture_into_an_existing_graph_is_followed) {
+    unsigned seed =
+        (unsigned)(tu_seed("test_capture_into_an_existing_graph_is_followed") % 1000) + 1;
+    check_swapping_run_of(to_graph, 0, "inline", 0, "demand");
+    check_swapping_run_of(to_graph, 1, "inline", 0, "demand");
+    check_swapping_run_of(to_graph, 0, "threaded", seed, "demand");
+    check_swapping_run_of(to_graph, 1, "threaded", seed + 1, "demand");
 }
 END_TEST
 
@@ -241,7 +262,7 @@ END_TEST
 /* Fails the Nth call of `api` for every N the default run makes under the shim: each run ends
  * with the oracle's bytes or a clean driver error (exit 2), never a signal, a wrong byte, an
  * illegal access or an unmap under queued work. */
-static void fault_loop(const char *api, int safe) {
+static void fault_loop_of(const char *const *args, const char *api, int safe) {
     if (tu_under_valgrind())
         return; /* dozens of runs under valgrind: covered by the other tests */
     char ref[64];
@@ -252,7 +273,7 @@ static void fault_loop(const char *api, int safe) {
                           "OOC_CHUNK=64K",
                           "OOC_MODE=demand",
                           NULL};
-    run_t r = run_prog(1, NULL, base);
+    run_t r = run_prog(1, args, base);
     ck_assert_int_eq(r.status, 0);
     char key[128];
     snprintf(key, sizeof key, "calls.%s", api);
@@ -263,7 +284,7 @@ static void fault_loop(const char *api, int safe) {
         char fail[128];
         snprintf(fail, sizeof fail, "FAKECUDA_FAIL=%s@%lld", api, n);
         const char *env[] = {base[0], base[1], base[2], base[3], base[4], fail, NULL};
-        r = run_prog(1, NULL, env);
+        r = run_prog(1, args, env);
         ck_assert_msg(r.status == 0 || r.status == 2, "%s@%lld: status %d\n%s", api, n, r.status,
                       r.err);
         if (r.status == 0)
@@ -278,6 +299,16 @@ static void fault_loop(const char *api, int safe) {
         run_free(&r);
     }
 }
+
+static void fault_loop(const char *api, int safe) {
+    fault_loop_of(NULL, api, safe);
+}
+
+START_TEST(test_fault_in_capture_into_a_graph_is_clean) {
+    fault_loop_of(to_graph, "cuStreamBeginCaptureToGraph", 0);
+    fault_loop_of(to_graph, "cuGraphAddMemsetNode", 0);
+}
+END_TEST
 
 /* The shim asks the driver whether a followed stream captures before each op on it. */
 START_TEST(test_fault_in_capture_query_is_clean) {
@@ -312,6 +343,7 @@ Suite *suite_graph(void) {
     tcase_add_test(t, test_graph_launches_swap_at_a_small_budget_in_safe_mode);
     tcase_add_test(t, test_graph_launches_swap_with_jitter);
     tcase_add_test(t, test_graph_launches_while_recording);
+    tcase_add_test(t, test_capture_into_an_existing_graph_is_followed);
     tcase_add_test(t, test_graph_with_more_buffers_than_an_access_set);
     tcase_add_test(t, test_graph_larger_than_the_budget_is_a_clean_out_of_memory);
     suite_add_tcase(s, t);
@@ -319,6 +351,7 @@ Suite *suite_graph(void) {
     tcase_set_timeout(f, 600);
     tcase_add_test(f, test_fault_in_capture_query_is_clean);
     tcase_add_test(f, test_fault_in_graph_launch_is_clean);
+    tcase_add_test(f, test_fault_in_capture_into_a_graph_is_clean);
     tcase_add_test(f, test_fault_in_swap_in_around_graphs_is_clean);
     tcase_add_test(f, test_fault_in_safe_swap_around_graphs_is_clean);
     suite_add_tcase(s, f);

@@ -372,6 +372,17 @@ static CUresult c_begin_capture(void *fn, int ver) {
         return F(PFN_cuStreamBeginCapture_v10010)(CU_STREAM_LEGACY, CU_STREAM_CAPTURE_MODE_GLOBAL);
     return F(pfn_begin_capture_v1)(CU_STREAM_LEGACY);
 }
+static CUresult c_begin_capture_to(void *fn, int ver) {
+    (void)ver;
+    CUgraph g = NULL;
+    CUresult r = cuGraphCreate(&g, 0);
+    if (r != CUDA_SUCCESS)
+        return CUDA_SUCCESS; /* reported as a wrong call that succeeded */
+    r = F(PFN_cuStreamBeginCaptureToGraph_v12030)(CU_STREAM_LEGACY, g, NULL, NULL, 0,
+                                                  CU_STREAM_CAPTURE_MODE_GLOBAL);
+    cuGraphDestroy(g);
+    return r;
+}
 static CUresult c_end_capture(void *fn, int ver) {
     (void)ver;
     CUgraph g;
@@ -478,6 +489,7 @@ static const bad_case_t cases[] = {
     {"cuLaunchKernelEx", c_launch_ex},
     {"cuLaunchCooperativeKernel", c_launch_coop},
     {"cuStreamBeginCapture", c_begin_capture},
+    {"cuStreamBeginCaptureToGraph", c_begin_capture_to},
     {"cuStreamEndCapture", c_end_capture},
     {"cuGraphInstantiate", c_instantiate},
     {"cuGraphInstantiateWithFlags", c_instantiate_flags},

@@ -18,7 +18,9 @@
  *
  * Other modes: `--many N --bytes B`: one graph of N memsets into N buffers of B bytes (more
  * buffers than one operation's access set holds when N > 256), launched twice and checked;
- * `--big`: a graph touching five chunks, which a budget of four cannot hold (the launch fails).
+ * `--big`: a graph touching five chunks, which a budget of four cannot hold (the launch fails);
+ * `--to-graph`: graph 1 is an explicit memset node followed by the body captured into the same
+ * graph with cuStreamBeginCaptureToGraph (same results).
  *
  * Output: "graph: ok" and "checksum: H" (FNV-1a 64 of the final buffers). Exit status: 0 when
  * every byte is right; 1 when one is wrong (named on stderr); 2 when a driver call failed
@@ -185,6 +187,8 @@ static int check_buffer(CUdeviceptr d, const float *want, const char *what, int 
     return same(host, want, what, it);
 }
 
+static int to_graph; /* --to-graph */
+
 static int run_graphs(int iters) {
     typedef CUresult (*instantiate_v11_fn)(CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t);
     void *p_inst = NULL, *p_launch = NULL;
@@ -208,9 +212,30 @@ static int run_graphs(int iters) {
 
     CUgraph gr1, gr2;
     CUgraphExec e1, e2;
-    CHECK(cuStreamBeginCapture(s1, CU_STREAM_CAPTURE_MODE_GLOBAL));
-    capture_body(&g1, s1);
-    CHECK(cuStreamEndCapture(s1, &gr1));
+    if (to_graph) {
+        /* XLA's way: an explicit node (C = 0, undone by the body's C = B), then the body
+         * captured into the same graph after it. */
+        CUcontext ctx;
+        CHECK(cuCtxGetCurrent(&ctx));
+        CHECK(cuGraphCreate(&gr1, 0));
+        CUDA_MEMSET_NODE_PARAMS mp = {
+            .dst = g1.c, .pitch = 0, .value = 0, .elementSize = 4, .width = (size_t)N, .height = 1};
+        CUgraphNode zero;
+        CHECK(cuGraphAddMemsetNode(&zero, gr1, NULL, 0, &mp, ctx));
+        CHECK(cuStreamBeginCaptureToGraph(s1, gr1, &zero, NULL, 1, CU_STREAM_CAPTURE_MODE_GLOBAL));
+        capture_body(&g1, s1);
+        CUgraph got;
+        CHECK(cuStreamEndCapture(s1, &got));
+        if (got != gr1) {
+            fprintf(stderr, "graph: cuStreamEndCapture gave graph %p, not %p\n", (void *)got,
+                    (void *)gr1);
+            return 1;
+        }
+    } else {
+        CHECK(cuStreamBeginCapture(s1, CU_STREAM_CAPTURE_MODE_GLOBAL));
+        capture_body(&g1, s1);
+        CHECK(cuStreamEndCapture(s1, &gr1));
+    }
     CHECK(cuStreamBeginCapture(s2, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
     capture_body(&g2, s2);
     CHECK(cuStreamEndCapture(s2, &gr2));
@@ -338,10 +363,13 @@ int main(int argc, char **argv) {
             many = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--bytes") == 0 && i + 1 < argc) {
             bytes = (size_t)strtoull(argv[++i], NULL, 10);
+        } else if (strcmp(argv[i], "--to-graph") == 0) {
+            to_graph = 1;
         } else if (strcmp(argv[i], "--big") == 0) {
             big = 1;
         } else {
-            fprintf(stderr, "usage: graph [--iters N] [--many N [--bytes B]] [--big]\n");
+            fprintf(stderr,
+                    "usage: graph [--iters N] [--to-graph] [--many N [--bytes B]] [--big]\n");
             return 64;
         }
     }
