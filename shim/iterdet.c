@@ -50,27 +50,10 @@
  * found again two iterations later. A short last batch changes signatures: BROKEN, and nothing
  * new unless that shape repeats.
  *
- * Limits. A repetition whose ops reference the same buffers each time (shared weights, an RNN
- * over time steps, a framework that puts every tensor in one allocation) cannot be told from an
- * iteration by references: if its body has at least min_period ops and it spans min_span_ops ops
- * and two repetitions after its first, it is reported, then replaced by the true period once that
- * has two iterations (tests show it); a recorder that stops at the first report records the loop
- * body (the shim's recorder then sees its plan diverge and records again). A
- * temporary re-allocated every iteration that lives longer than two periods, or references given
- * in a varying order, prevent detection. A period longer than max_period, or whose ops' references
- * have left the history (max_refs), is never found; neither is one made only of keys that recur
- * more than three times per iteration at every scale up to 4096 ops (no rare op, no rare window,
- * no buffer used once per iteration), which a training iteration with a loss does not do. When
- * nothing is found the caller stays in demand mode; searching then costs a few table probes per
- * op (0.4 to 0.6 us on the development machine, against 40 ns per op while a period holds).
- *
  * Markers. The first ooc_iterdet_mark switches to marker mode for good: boundaries come from the
  * markers only, consecutive marker iterations are compared op by op with the same rule, and the
  * same warm-up test applies (the ops before the first marker are never an iteration).
- *
- * Memory. The history is two rings (ops: 16 bytes each, max_period + 1 of them; references: 16
- * bytes each, max_refs rounded up to a power of two) that start small and double as ops arrive;
- * the key table is fixed at creation. Nothing else grows. Not thread-safe; no global state. */
+ * Limits and memory: iterdet.h. */
 #include "iterdet.h"
 
 #include <stdlib.h>
@@ -529,22 +512,18 @@ static int qualifies(const ooc_iterdet_t *d, const cand_t *c, int64_t a) {
     return a + 1 - stretch_start(c, a) >= d->min_span;
 }
 
-/* Whether the run ops up to op a, which repeat with period p, also repeat with a period p / q
- * for a prime q: then p is a multiple of a loop body (two or three of its turns), not a period
- * of its own. A stream that only looked so at first proposes p again later, with a longer run. */
+/* Whether the run ops up to op a, which repeat with period p, also repeat with period p / q for
+ * a prime q: p is then turns of a loop body. Proposed again later, p may have a longer run. */
 static int repeats_shorter(const ooc_iterdet_t *d, int64_t p, int64_t a, int64_t run) {
-    int64_t rest = p;
-    for (int64_t q = 2; q * q <= rest || rest > 1; q++) {
-        if (q * q > rest)
-            q = rest; /* what is left is prime */
+    for (int64_t q = 2, rest = p; rest > 1; q = q * q > rest ? rest : q + 1) {
         if (rest % q != 0)
             continue;
         while (rest % q == 0)
-            rest /= q;
-        int64_t sub = p / q, i = 0;
-        while (i < run && matches(d, a - i, sub))
-            i++;
-        if (i == run)
+            rest /= q; /* q: a prime factor of p */
+        int64_t k = 0;
+        while (k < run && matches(d, a - k, p / q))
+            k++;
+        if (k == run)
             return 1;
     }
     return 0;

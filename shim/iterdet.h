@@ -8,12 +8,30 @@
  * short last iteration v. The detector reports when iterations are known ("iterations from op
  * F, each P ops, k of them, all matching; the warm-up excluded") and when that stops holding.
  * An explicit marker (ooc_iterdet_mark, behind the user's ooc_mark_iteration) wins: once one
- * has been seen, only markers delimit iterations. See iterdet.c for the algorithm and its
- * limits.
+ * has been seen, only markers delimit iterations. The algorithm is described in iterdet.c, its
+ * limits below.
  *
  * Pure C: no driver, no environment, no global state, no log. One detector is not thread-safe;
  * its owner serialises the calls (the shim feeds it from the path that already orders ops).
- * Memory is bounded by the options (ooc_iterdet_mem_limit). */
+ * Memory is bounded by the options (ooc_iterdet_mem_limit).
+ *
+ * Limits. A repetition whose ops reference the same buffers each time (shared weights, an RNN
+ * over time steps, a framework that puts every tensor in one allocation) cannot be told from an
+ * iteration by references: if its body has at least min_period ops and it spans min_span_ops ops
+ * and two repetitions after its first, it is reported, then replaced by the true period once that
+ * has two iterations (tests show it); a recorder that stops at the first report records the loop
+ * body (the shim's recorder then sees its plan diverge and records again). A
+ * temporary re-allocated every iteration that lives longer than two periods, or references given
+ * in a varying order, prevent detection. A period longer than max_period, or whose ops' references
+ * have left the history (max_refs), is never found; neither is one made only of keys that recur
+ * more than three times per iteration at every scale up to 4096 ops (no rare op, no rare window,
+ * no buffer used once per iteration), which a training iteration with a loss does not do. When
+ * nothing is found the caller stays in demand mode; searching then costs a few table probes per
+ * op (0.4 to 0.6 us on the development machine, against 40 ns per op while a period holds).
+ *
+ * Memory. The history is two rings (ops: 16 bytes each, max_period + 1 of them; references: 16
+ * bytes each, max_refs rounded up to a power of two) that start small and double as ops arrive;
+ * the key table is fixed at creation. Nothing else grows. Not thread-safe; no global state. */
 #ifndef OOC_ITERDET_H
 #define OOC_ITERDET_H
 
