@@ -32,6 +32,27 @@ static CUresult refuse_in_capture(const char *what, CUstream s, int ptds) {
     return r;
 }
 
+/* cuMemAlloc and cuMemFree are unsafe while a stream captures: the real driver refuses them in
+ * a global-mode capture (any thread) or a thread-local one (its thread), and invalidates that
+ * capture, so that a graph never replays into memory freed or allocated behind it. The shim's
+ * memory never reaches the driver, so while any capture it follows is in progress it asks the
+ * driver itself: a real one-byte allocation, freed at once, gets the same answer and the same
+ * invalidation (a device too full for the probe is let through: not a capture question). */
+static CUresult capture_unsafe(const char *what) {
+    if (OOC_LIKELY(!atomic_load_explicit(&ooc_graph_captures, memory_order_relaxed)))
+        return CUDA_SUCCESS;
+    CUdeviceptr probe = 0;
+    CUresult r = ooc_real.cuMemAlloc_v2(&probe, 1);
+    if (r == CUDA_SUCCESS) {
+        ooc_real.cuMemFree_v2(probe);
+        return CUDA_SUCCESS;
+    }
+    if (r == CUDA_ERROR_OUT_OF_MEMORY)
+        return CUDA_SUCCESS;
+    OOC_LOG_I("%s while a stream captures: %s, as the driver answers", what, ooc_real_errname(r));
+    return r;
+}
+
 static CUresult alloc(CUdeviceptr *p, size_t size) {
     CUresult r = ooc_device_init();
     if (r != CUDA_SUCCESS)
@@ -47,7 +68,8 @@ CUresult ooc_hook_cuMemAlloc_v2(CUdeviceptr *p, size_t size) {
     OOC_NEED_REAL(cuMemAlloc_v2);
     if (!managing())
         return ooc_real.cuMemAlloc_v2(p, size);
-    return alloc(p, size);
+    CUresult r = capture_unsafe("cuMemAlloc");
+    return r == CUDA_SUCCESS ? alloc(p, size) : r;
 }
 OOC_EXPORT_HOOK(cuMemAlloc_v2, PFN_cuMemAlloc_v3020);
 
@@ -56,6 +78,9 @@ CUresult ooc_hook_cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t w, si
     OOC_NEED_REAL(cuMemAllocPitch_v2);
     if (!managing())
         return ooc_real.cuMemAllocPitch_v2(p, pitch, w, h, elem);
+    CUresult r = capture_unsafe("cuMemAllocPitch");
+    if (r != CUDA_SUCCESS)
+        return r;
     if (!pitch || (elem != 4 && elem != 8 && elem != 16) || w == 0 || h == 0)
         return CUDA_ERROR_INVALID_VALUE;
     size_t pt = (w + 511) & ~(size_t)511;
@@ -123,7 +148,8 @@ CUresult ooc_hook_cuMemFree_v2(CUdeviceptr p) {
         return CUDA_SUCCESS;
     if (!ooc_mem_owns((uintptr_t)p))
         return ooc_real.cuMemFree_v2(p);
-    return free_ours(p, NULL);
+    CUresult r = capture_unsafe("cuMemFree");
+    return r == CUDA_SUCCESS ? free_ours(p, NULL) : r;
 }
 OOC_EXPORT_HOOK(cuMemFree_v2, PFN_cuMemFree_v3020);
 

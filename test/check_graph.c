@@ -190,6 +190,29 @@ START_TEST(test_capture_into_an_existing_graph_is_followed) {
 }
 END_TEST
 
+/* cuMemAlloc/cuMemFree during a capture answer as the real driver's do (the shim's memory never
+ * reaches it): allowed in a relaxed capture; refused in a global one, which they invalidate, so
+ * that no graph replays into memory freed behind it. Before, the shim let both succeed. */
+START_TEST(test_alloc_and_free_in_a_capture_answer_as_the_driver) {
+    static const char *const args[] = {"--alloc-in-capture", NULL};
+    static const char *const plain[] = {"FAKECUDA_SCHED=inline", NULL};
+    run_t ref = run_prog(0, args, plain);
+    ck_assert_msg(ref.status == 0, "status %d\n%s", ref.status, ref.err);
+    ck_assert_ptr_nonnull(strstr(ref.out, "global: alloc CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"));
+    static const char *const modes[] = {"OOC_MODE=demand", "OOC_MODE=auto"};
+    for (int m = 0; m < 2; m++) {
+        const char *env[] = {"FAKECUDA_SCHED=inline", "OOC_BUDGET=1M", "OOC_CHUNK=64K", modes[m],
+                             NULL};
+        run_t r = run_prog(1, args, env);
+        ck_assert_msg(r.status == 0 && strcmp(r.out, ref.out) == 0,
+                      "%s: status %d, said\n%s\nwithout the shim\n%s\n%s", modes[m], r.status,
+                      r.out, ref.out, r.err);
+        run_free(&r);
+    }
+    run_free(&ref);
+}
+END_TEST
+
 START_TEST(test_graph_launches_swap_at_a_small_budget_without_safe_mode) {
     check_swapping_run(0, "threaded", 0, "demand");
     check_swapping_run(0, "inline", 0, "demand");
@@ -344,6 +367,7 @@ Suite *suite_graph(void) {
     tcase_add_test(t, test_graph_launches_swap_with_jitter);
     tcase_add_test(t, test_graph_launches_while_recording);
     tcase_add_test(t, test_capture_into_an_existing_graph_is_followed);
+    tcase_add_test(t, test_alloc_and_free_in_a_capture_answer_as_the_driver);
     tcase_add_test(t, test_graph_with_more_buffers_than_an_access_set);
     tcase_add_test(t, test_graph_larger_than_the_budget_is_a_clean_out_of_memory);
     suite_add_tcase(s, t);

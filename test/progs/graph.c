@@ -20,7 +20,8 @@
  * buffers than one operation's access set holds when N > 256), launched twice and checked;
  * `--big`: a graph touching five chunks, which a budget of four cannot hold (the launch fails);
  * `--to-graph`: graph 1 is an explicit memset node followed by the body captured into the same
- * graph with cuStreamBeginCaptureToGraph (same results).
+ * graph with cuStreamBeginCaptureToGraph (same results); `--alloc-in-capture`: cuMemAlloc and
+ * cuMemFree during a relaxed and a global capture, printing what each call answered.
  *
  * Output: "graph: ok" and "checksum: H" (FNV-1a 64 of the final buffers). Exit status: 0 when
  * every byte is right; 1 when one is wrong (named on stderr); 2 when a driver call failed
@@ -353,8 +354,48 @@ static int run_big(void) {
     return 0;
 }
 
+static const char *ename(CUresult r) {
+    const char *n = NULL;
+    return cuGetErrorName(r, &n) == CUDA_SUCCESS && n ? n : "?";
+}
+
+/* cuMemAlloc and cuMemFree while a stream captures: allowed in a relaxed capture, refused in a
+ * global one, which they invalidate. Prints what each call answered. */
+static int run_alloc_in_capture(void) {
+    CUstream s;
+    CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr x, y = 0;
+    CHECK(cuMemAlloc(&x, CHUNK));
+    CUgraph g = NULL;
+    CHECK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+    CUresult ra = cuMemAlloc(&y, CHUNK);
+    CUresult rf = ra == CUDA_SUCCESS ? cuMemFree(y) : ra;
+    CUresult rs = cuMemsetD32Async(x, 7, (size_t)N, s);
+    CUresult re = cuStreamEndCapture(s, &g);
+    printf("relaxed: alloc %s, free %s, op %s, end %s\n", ename(ra), ename(rf), ename(rs),
+           ename(re));
+    if (re == CUDA_SUCCESS)
+        CHECK(cuGraphDestroy(g));
+    CHECK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    ra = cuMemAlloc(&y, CHUNK);
+    rf = cuMemFree(x);
+    rs = cuMemsetD32Async(x, 7, (size_t)N, s);
+    g = NULL;
+    re = cuStreamEndCapture(s, &g);
+    printf("global: alloc %s, free %s, op %s, end %s\n", ename(ra), ename(rf), ename(rs),
+           ename(re));
+    if (re == CUDA_SUCCESS && g)
+        CHECK(cuGraphDestroy(g));
+    if (ra == CUDA_SUCCESS)
+        CHECK(cuMemFree(y));
+    if (rf != CUDA_SUCCESS)
+        CHECK(cuMemFree(x));
+    CHECK(cuStreamDestroy(s));
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    int iters = 6, many = 0, big = 0;
+    int iters = 6, many = 0, big = 0, in_capture = 0;
     size_t bytes = 256;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc) {
@@ -363,13 +404,15 @@ int main(int argc, char **argv) {
             many = atoi(argv[++i]);
         } else if (strcmp(argv[i], "--bytes") == 0 && i + 1 < argc) {
             bytes = (size_t)strtoull(argv[++i], NULL, 10);
+        } else if (strcmp(argv[i], "--alloc-in-capture") == 0) {
+            in_capture = 1;
         } else if (strcmp(argv[i], "--to-graph") == 0) {
             to_graph = 1;
         } else if (strcmp(argv[i], "--big") == 0) {
             big = 1;
         } else {
-            fprintf(stderr,
-                    "usage: graph [--iters N] [--to-graph] [--many N [--bytes B]] [--big]\n");
+            fprintf(stderr, "usage: graph [--iters N] [--to-graph] [--many N [--bytes B]] [--big] "
+                            "[--alloc-in-capture]\n");
             return 64;
         }
     }
@@ -389,7 +432,10 @@ int main(int argc, char **argv) {
     CHECK(cuModuleLoadData(&mod, FAKECUDA_IMAGE_PREFIX "graphprog"));
     CHECK(cuModuleGetFunction(&f_axpb, mod, "axpb"));
     CHECK(cuModuleGetFunction(&f_acc, mod, "acc"));
-    int rc = big ? run_big() : many ? run_many(many, bytes) : run_graphs(iters);
+    int rc = in_capture ? run_alloc_in_capture()
+             : big      ? run_big()
+             : many     ? run_many(many, bytes)
+                        : run_graphs(iters);
     CHECK(cuModuleUnload(mod));
     CHECK(cuDevicePrimaryCtxRelease(dev));
     return rc;
