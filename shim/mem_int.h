@@ -6,14 +6,15 @@
  * The rooms, lowest first (a file calls only into files above it in this list; scripts/check-arch
  * checks it): memcheck.c (the invariants, in OOC_CHECKS builds), fastpath.c (the lock, writer
  * sections, the lock-free path), pool.c (events, host slots), streams.c (a chunk's users, waiting
- * for them), vmm.c (VA runs, chunk table, mapping, LRU), retire.c (retiring and dying chunks),
- * buffer.c (buffers, slabs, lookup), resident.c (demand residency, eviction, the op's chunks),
- * transfer.c (the plan's transfers), worker.c (the replay worker), external.c (the program's own
- * VMM memory), bandwidth.c (the recorder's bandwidth probe), mem.c (state, start-up, shutdown,
- * queries). */
+ * for them), lru.c (the LRU list, the eviction walk; no driver), vmm.c (VA runs, chunk table,
+ * mapping), retire.c (retiring and dying chunks), buffer.c (buffers, slabs, lookup), resident.c
+ * (demand residency, eviction, the op's chunks), transfer.c (the plan's transfers), worker.c (the
+ * replay worker), external.c (the program's own VMM memory), bandwidth.c (the recorder's bandwidth
+ * probe), mem.c (state, start-up, shutdown, queries). */
 #ifndef OOC_MEM_INT_H
 #define OOC_MEM_INT_H
 
+#include "lru.h"
 #include "shim.h"
 #include "slab.h"
 #include "vaspace.h"
@@ -205,6 +206,16 @@ static inline uintptr_t chunk_addr(const chunk_t *c) {
     return M.va_base + ((uintptr_t)c->idx << M.shift);
 }
 
+/* The LRU of resident live chunks (lru.c), most recent at the head: c at its hot end. */
+static inline void lru_push(chunk_t *c) {
+    lru_list_push(&M.lru, c);
+}
+
+/* c at the LRU's cold end: the first to be evicted. */
+static inline void lru_push_tail(chunk_t *c) {
+    lru_list_push_tail(&M.lru, c);
+}
+
 /* ---- growing arrays and pooled events ------------------------------------------------------ */
 
 /* Makes room for `need` elements of `elem` bytes in *p; 0 or -1 when out of memory. */
@@ -271,9 +282,6 @@ int gather_streams(chunk_t *const *cs, size_t n, CUstream *users, unsigned *nu_o
 CUresult wait_chunks(chunk_t *const *cs, size_t n);
 evref_t *fence_ev(CUstream s);
 /* vmm.c */
-void lru_remove(chunk_t *c);
-void lru_push(chunk_t *c);
-void lru_push_tail(chunk_t *c);
 int va_take(uint64_t count, uint64_t *first);
 void va_give(uint64_t first, uint64_t count);
 chunk_t *chunk_new(uint64_t idx, uint64_t first, uint64_t n);
