@@ -7,6 +7,7 @@
  * can never disagree; the reader checks that the file's summary rows match its actions. */
 #include "ooc_planner.h"
 #include "msg.h"
+#include "tsv.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -233,7 +234,9 @@ static int kv(const char *f, size_t n, const char *key, const char **val, size_t
 int ooc_plan_parse(const char *text, size_t len, const char *name, ooc_plan_t **out, char *err,
                    size_t errlen) {
     *out = NULL;
-    const char *s = text, *end = text + len;
+    ooc_tsv_t t = {.name = name, .s = text, .end = text + len};
+    const char *const *fld = t.f;
+    const size_t *flen = t.flen;
     unsigned line = 0;
     ooc_plan_t *pl = NULL;
     uint8_t *seen_dec = NULL;
@@ -242,34 +245,20 @@ int ooc_plan_parse(const char *text, size_t len, const char *name, ooc_plan_t **
     uint32_t via_cap = 0;
     static const char *const hdr_keys[5] = {"policy", "budget_bytes", "chunk_bytes", "nops",
                                             "nbufs"};
-    const char *fld[8];
-    size_t flen[8];
-    int nf;
-    while (s < end) {
-        const char *nl = memchr(s, '\n', (size_t)(end - s));
-        const char *le = nl ? nl : end;
-        const char *ls = s;
-        s = nl ? nl + 1 : end;
-        line++;
-        if (le > ls && le[-1] == '\r')
-            le--;
-        if (le == ls || memchr(ls, '\0', (size_t)(le - ls))) {
+    for (;;) {
+        int got = ooc_tsv_next(&t, 8);
+        line = t.line;
+        if (got == OOC_TSV_END)
+            break;
+        if (got == OOC_TSV_EMPTY || got == OOC_TSV_NUL) {
             ooc_msg_say(err, errlen, "%s:%u: empty line or NUL byte", name, line);
             goto fail;
         }
-        nf = 0;
-        for (const char *p = ls;;) {
-            const char *t = memchr(p, '\t', (size_t)(le - p));
-            if (nf == 8) {
-                ooc_msg_say(err, errlen, "%s:%u: too many fields", name, line);
-                goto fail;
-            }
-            fld[nf] = p;
-            flen[nf++] = (size_t)((t ? t : le) - p);
-            if (!t)
-                break;
-            p = t + 1;
+        if (got != OOC_TSV_LINE) {
+            ooc_msg_say(err, errlen, "%s:%u: too many fields", name, line);
+            goto fail;
         }
+        int nf = t.nf;
         if (line == 1) {
             if (nf != 7 || !is(fld[0], flen[0], "#ooc-plan")) {
                 ooc_msg_say(err, errlen,

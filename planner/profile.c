@@ -8,6 +8,7 @@
  * is plain data owned by its creator; nothing here keeps state between calls. */
 #include "ooc_planner.h"
 #include "msg.h"
+#include "tsv.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -241,62 +242,26 @@ int ooc_profile_validate(const ooc_profile_t *p, char *err, size_t errlen) {
 /* ---- reading ----------------------------------------------------------------------------------
  */
 
-/* A cursor over one file's text, line by line, splitting on tabs. */
-typedef struct {
-    const char *name;
-    const char *s, *end;
-    unsigned line;
-    const char *f[16];
-    size_t flen[16];
-    int nf;
-} rd_t;
-
-/* Reads the next line into fields. Returns 1 when a line was read, 0 at end of text, and
- * OOC_EFORMAT for an empty line or a NUL byte. */
-static int next_line(rd_t *r, char *err, size_t errlen) {
-    if (r->s >= r->end)
-        return 0;
-    const char *nl = memchr(r->s, '\n', (size_t)(r->end - r->s));
-    const char *le = nl ? nl : r->end;
-    r->line++;
-    const char *ls = r->s;
-    r->s = nl ? nl + 1 : r->end;
-    if (le > ls && le[-1] == '\r')
-        le--;
-    if (le == ls) {
-        ooc_msg_say(err, errlen, "%s:%u: empty line", r->name, r->line);
-        return OOC_EFORMAT;
-    }
-    if (memchr(ls, '\0', (size_t)(le - ls))) {
-        ooc_msg_say(err, errlen, "%s:%u: NUL byte in line", r->name, r->line);
-        return OOC_EFORMAT;
-    }
-    r->nf = 0;
-    const char *p = ls;
-    for (;;) {
-        const char *t = memchr(p, '\t', (size_t)(le - p));
-        const char *fe = t ? t : le;
-        if (r->nf == 16) {
-            ooc_msg_say(err, errlen, "%s:%u: too many fields", r->name, r->line);
-            return OOC_EFORMAT;
-        }
-        r->f[r->nf] = p;
-        r->flen[r->nf] = (size_t)(fe - p);
-        r->nf++;
-        if (!t)
-            break;
-        p = t + 1;
-    }
-    return 1;
+/* Reads the next line into fields (tsv.c). Returns 1 when a line was read, 0 at end of text, and
+ * OOC_EFORMAT for an empty line, a NUL byte or too many fields. */
+static int next_line(ooc_tsv_t *r, char *err, size_t errlen) {
+    int rc = ooc_tsv_next(r, OOC_TSV_FIELDS);
+    if (rc >= 0)
+        return rc;
+    ooc_msg_say(err, errlen, "%s:%u: %s", r->name, r->line,
+                rc == OOC_TSV_EMPTY ? "empty line"
+                : rc == OOC_TSV_NUL ? "NUL byte in line"
+                                    : "too many fields");
+    return OOC_EFORMAT;
 }
 
-static int field_is(const rd_t *r, int i, const char *s) {
+static int field_is(const ooc_tsv_t *r, int i, const char *s) {
     return r->flen[i] == strlen(s) && memcmp(r->f[i], s, r->flen[i]) == 0;
 }
 
 /* Checks the version header "#ooc-profile<TAB>KIND<TAB>1" and the column-name line. */
-static int read_header(rd_t *r, const char *kind, const char *const *cols, int ncols, char *err,
-                       size_t errlen) {
+static int read_header(ooc_tsv_t *r, const char *kind, const char *const *cols, int ncols,
+                       char *err, size_t errlen) {
     int rc = next_line(r, err, errlen);
     if (rc < 0)
         return rc;
@@ -327,7 +292,7 @@ static int read_header(rd_t *r, const char *kind, const char *const *cols, int n
     return 0;
 }
 
-static int bad(const rd_t *r, int i, const char *field, const char *what, char *err,
+static int bad(const ooc_tsv_t *r, int i, const char *field, const char *what, char *err,
                size_t errlen) {
     ooc_msg_say(err, errlen, "%s:%u: field %s: '%.*s' %s", r->name, r->line, field,
                 (int)(r->flen[i] > 40 ? 40 : r->flen[i]), r->f[i], what);
@@ -382,7 +347,7 @@ static int parse_pos_double(const char *s, size_t n, double *out) {
     return 0;
 }
 
-static char *field_dup(const rd_t *r, int i) {
+static char *field_dup(const ooc_tsv_t *r, int i) {
     char *d = malloc(r->flen[i] + 1);
     if (d) {
         memcpy(d, r->f[i], r->flen[i]);
@@ -414,7 +379,7 @@ static const char *const meta_keys[] = {
     "chunk_bytes",    "h2d_bps", "d2h_bps", "bidir_bps",        "iterations"};
 #define NMETA ((int)(sizeof meta_keys / sizeof meta_keys[0]))
 
-static int parse_meta(ooc_profile_t *p, rd_t *r, char *err, size_t errlen) {
+static int parse_meta(ooc_profile_t *p, ooc_tsv_t *r, char *err, size_t errlen) {
     int rc = read_header(r, "meta", meta_cols, 2, err, errlen);
     if (rc)
         return rc;
@@ -497,7 +462,7 @@ static int parse_meta(ooc_profile_t *p, rd_t *r, char *err, size_t errlen) {
     return 0;
 }
 
-static int parse_buffers(ooc_profile_t *p, rd_t *r, char *err, size_t errlen) {
+static int parse_buffers(ooc_profile_t *p, ooc_tsv_t *r, char *err, size_t errlen) {
     int rc = read_header(r, "buffers", buf_cols, 7, err, errlen);
     if (rc)
         return rc;
@@ -550,7 +515,7 @@ static int parse_buffers(ooc_profile_t *p, rd_t *r, char *err, size_t errlen) {
     return rc < 0 ? rc : 0;
 }
 
-static int parse_ops(ooc_profile_t *p, rd_t *r, char *err, size_t errlen) {
+static int parse_ops(ooc_profile_t *p, ooc_tsv_t *r, char *err, size_t errlen) {
     int rc = read_header(r, "ops", op_cols, 7, err, errlen);
     if (rc)
         return rc;
@@ -650,14 +615,14 @@ int ooc_profile_parse(const char *meta, size_t meta_len, const char *bufs, size_
     ooc_profile_t *p = ooc_profile_new();
     if (!p)
         return OOC_ENOMEM;
-    rd_t r = {.name = "meta.tsv", .s = meta, .end = meta + meta_len};
+    ooc_tsv_t r = {.name = "meta.tsv", .s = meta, .end = meta + meta_len};
     int rc = parse_meta(p, &r, err, errlen);
     if (rc == 0) {
-        rd_t rb = {.name = "buffers.tsv", .s = bufs, .end = bufs + bufs_len};
+        ooc_tsv_t rb = {.name = "buffers.tsv", .s = bufs, .end = bufs + bufs_len};
         rc = parse_buffers(p, &rb, err, errlen);
     }
     if (rc == 0) {
-        rd_t ro = {.name = "ops.tsv", .s = ops, .end = ops + ops_len};
+        ooc_tsv_t ro = {.name = "ops.tsv", .s = ops, .end = ops + ops_len};
         rc = parse_ops(p, &ro, err, errlen);
     }
     if (rc == 0)
