@@ -6,6 +6,7 @@
  * per-buffer decisions are a summary derived from the actions by ooc_plan_finalize, so the two
  * can never disagree; the reader checks that the file's summary rows match its actions. */
 #include "ooc_planner.h"
+#include "grow.h"
 #include "msg.h"
 #include "tsv.h"
 
@@ -59,24 +60,9 @@ int ooc_plan_add(ooc_plan_t *pl, int32_t op, ooc_when_t when, ooc_act_kind_t kin
     if (op < 0 || (uint32_t)op >= pl->nops || buf < 0 || (uint32_t)buf >= pl->nbufs ||
         (unsigned)kind >= OOC_ACT_COUNT)
         return OOC_EINVAL;
-    if (pl->nacts == pl->acts_cap) {
-        uint32_t nc = pl->acts_cap ? pl->acts_cap * 2 : 64;
-        void *p = realloc(pl->acts, (size_t)nc * sizeof *pl->acts);
-        if (!p)
-            return OOC_ENOMEM;
-        pl->acts = p;
-        pl->acts_cap = nc;
-    }
-    if (pl->nvia + nvia > pl->via_cap) {
-        uint32_t nc = pl->via_cap ? pl->via_cap : 64;
-        while (nc < pl->nvia + nvia)
-            nc *= 2;
-        void *p = realloc(pl->via, (size_t)nc * sizeof *pl->via);
-        if (!p)
-            return OOC_ENOMEM;
-        pl->via = p;
-        pl->via_cap = nc;
-    }
+    if (ooc_grow32(&pl->acts, &pl->acts_cap, pl->nacts + 1, sizeof *pl->acts, 64) ||
+        ooc_grow32(&pl->via, &pl->via_cap, pl->nvia + nvia, sizeof *pl->via, 64))
+        return OOC_ENOMEM;
     ooc_action_t *a = &pl->acts[pl->nacts++];
     a->op = op;
     a->when = (uint8_t)when;
@@ -400,14 +386,9 @@ int ooc_plan_parse(const char *text, size_t len, const char *name, ooc_plan_t **
                                 line);
                     goto fail;
                 }
-                if (nvia == via_cap) {
-                    via_cap = via_cap ? via_cap * 2 : 16;
-                    int32_t *nv = realloc(via, via_cap * sizeof *via);
-                    if (!nv) {
-                        rc = OOC_ENOMEM;
-                        goto fail;
-                    }
-                    via = nv;
+                if (ooc_grow32(&via, &via_cap, nvia + 1, sizeof *via, 16)) {
+                    rc = OOC_ENOMEM;
+                    goto fail;
                 }
                 via[nvia++] = (int32_t)v;
                 if (!c)

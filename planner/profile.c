@@ -7,6 +7,7 @@
  * checked, and the first problem is reported as "file:line: field NAME: what is wrong". A profile
  * is plain data owned by its creator; nothing here keeps state between calls. */
 #include "ooc_planner.h"
+#include "grow.h"
 #include "msg.h"
 #include "tsv.h"
 
@@ -30,23 +31,6 @@ static char *dupstr(const char *s) {
     if (d)
         memcpy(d, s, n + 1);
     return d;
-}
-
-/* Grows *arr (of elements of size `sz`) so that it holds at least `need` elements. */
-static int grow(void **arr, uint32_t *cap, uint32_t need, size_t sz) {
-    if (need <= *cap)
-        return 0;
-    if (need > UINT32_MAX / 2)
-        return OOC_ENOMEM;
-    uint32_t nc = *cap ? *cap : 16;
-    while (nc < need)
-        nc *= 2;
-    void *p = realloc(*arr, (size_t)nc * sz);
-    if (!p)
-        return OOC_ENOMEM;
-    *arr = p;
-    *cap = nc;
-    return 0;
 }
 
 ooc_profile_t *ooc_profile_new(void) {
@@ -99,8 +83,8 @@ int ooc_profile_add_buffer(ooc_profile_t *p, uint64_t bytes, int64_t alloc_idx, 
                            int persistent, const char *site, const int32_t *prods, uint32_t nprod) {
     if (p->nbufs >= INT32_MAX || nprod > INT32_MAX - p->nprods)
         return OOC_EINVAL;
-    if (grow((void **)&p->bufs, &p->bufs_cap, p->nbufs + 1, sizeof *p->bufs) ||
-        grow((void **)&p->prods, &p->prods_cap, p->nprods + nprod, sizeof *p->prods))
+    if (ooc_grow32(&p->bufs, &p->bufs_cap, p->nbufs + 1, sizeof *p->bufs, 16) ||
+        ooc_grow32(&p->prods, &p->prods_cap, p->nprods + nprod, sizeof *p->prods, 16))
         return OOC_ENOMEM;
     char *s = dupstr(site && *site ? site : "-");
     if (!s)
@@ -124,8 +108,8 @@ int ooc_profile_add_op(ooc_profile_t *p, int32_t stream, ooc_op_kind_t kind, con
                        uint32_t nref) {
     if (p->nops >= INT32_MAX || nref > INT32_MAX - p->nrefs || (unsigned)kind >= OOC_KIND_COUNT)
         return OOC_EINVAL;
-    if (grow((void **)&p->ops, &p->ops_cap, p->nops + 1, sizeof *p->ops) ||
-        grow((void **)&p->refs, &p->refs_cap, p->nrefs + nref, sizeof *p->refs))
+    if (ooc_grow32(&p->ops, &p->ops_cap, p->nops + 1, sizeof *p->ops, 16) ||
+        ooc_grow32(&p->refs, &p->refs_cap, p->nrefs + nref, sizeof *p->refs, 16))
         return OOC_ENOMEM;
     char *n = dupstr(name && *name ? name : "-");
     char *s = dupstr(shape && *shape ? shape : "-");
@@ -577,7 +561,7 @@ static int parse_ops(ooc_profile_t *p, ooc_tsv_t *r, char *err, size_t errlen) {
                     rc = bad(r, 6, "refs", "is not '-' or a list of BUFFER:r|w|rw", err, errlen);
                     goto out;
                 }
-                if (grow((void **)&refs, &cap, nref + 1, sizeof *refs)) {
+                if (ooc_grow32(&refs, &cap, nref + 1, sizeof *refs, 16)) {
                     rc = OOC_ENOMEM;
                     goto out;
                 }

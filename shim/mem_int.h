@@ -14,6 +14,7 @@
 #ifndef OOC_MEM_INT_H
 #define OOC_MEM_INT_H
 
+#include "grow.h"
 #include "lru.h"
 #include "shim.h"
 #include "slab.h"
@@ -216,22 +217,7 @@ static inline void lru_push_tail(chunk_t *c) {
     lru_list_push_tail(&M.lru, c);
 }
 
-/* ---- growing arrays and pooled events ------------------------------------------------------ */
-
-/* Makes room for `need` elements of `elem` bytes in *p; 0 or -1 when out of memory. */
-static inline int grow(void *p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap)
-        return 0;
-    size_t nc = *cap ? *cap * 2 : 64;
-    while (nc < need)
-        nc *= 2;
-    void *n = realloc(*(void **)p, nc * elem);
-    if (!n)
-        return -1;
-    *(void **)p = n;
-    *cap = nc;
-    return 0;
-}
+/* ---- the memory files' shared functions (growing arrays: grow.h) --------------------------- */
 
 /* Raises *cell to v (the fast path raises the same cells without the lock). */
 static inline void raise_to(_Atomic uint64_t *cell, uint64_t v) {
