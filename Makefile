@@ -152,7 +152,7 @@ $(B)/obj/shim/%.o: shim/%.c
 	    -fvisibility=hidden -DHASH_NONFATAL_OOM=1 $(SH_UNWIND_DEF) -c $< -o $@
 
 # Shim modules that never call the driver; the test runner links them for unit tests.
-SH_PURE := $(filter $(addprefix $(B)/obj/shim/,options.o log.o stats.o iterdet.o vaspace.o slab.o),\
+SH_PURE := $(filter $(addprefix $(B)/obj/shim/,options.o log.o stats.o iterdet.o vaspace.o slab.o lru.o),\
     $(SH_OBJ))
 
 $(B)/libooc_shim.so: $(SH_OBJ) $(PL_LIB)

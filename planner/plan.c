@@ -6,7 +6,9 @@
  * per-buffer decisions are a summary derived from the actions by ooc_plan_finalize, so the two
  * can never disagree; the reader checks that the file's summary rows match its actions. */
 #include "ooc_planner.h"
+#include "grow.h"
 #include "msg.h"
+#include "tsv.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -58,24 +60,9 @@ int ooc_plan_add(ooc_plan_t *pl, int32_t op, ooc_when_t when, ooc_act_kind_t kin
     if (op < 0 || (uint32_t)op >= pl->nops || buf < 0 || (uint32_t)buf >= pl->nbufs ||
         (unsigned)kind >= OOC_ACT_COUNT)
         return OOC_EINVAL;
-    if (pl->nacts == pl->acts_cap) {
-        uint32_t nc = pl->acts_cap ? pl->acts_cap * 2 : 64;
-        void *p = realloc(pl->acts, (size_t)nc * sizeof *pl->acts);
-        if (!p)
-            return OOC_ENOMEM;
-        pl->acts = p;
-        pl->acts_cap = nc;
-    }
-    if (pl->nvia + nvia > pl->via_cap) {
-        uint32_t nc = pl->via_cap ? pl->via_cap : 64;
-        while (nc < pl->nvia + nvia)
-            nc *= 2;
-        void *p = realloc(pl->via, (size_t)nc * sizeof *pl->via);
-        if (!p)
-            return OOC_ENOMEM;
-        pl->via = p;
-        pl->via_cap = nc;
-    }
+    if (ooc_grow32(&pl->acts, &pl->acts_cap, pl->nacts + 1, sizeof *pl->acts, 64) ||
+        ooc_grow32(&pl->via, &pl->via_cap, pl->nvia + nvia, sizeof *pl->via, 64))
+        return OOC_ENOMEM;
     ooc_action_t *a = &pl->acts[pl->nacts++];
     a->op = op;
     a->when = (uint8_t)when;
@@ -233,7 +220,9 @@ static int kv(const char *f, size_t n, const char *key, const char **val, size_t
 int ooc_plan_parse(const char *text, size_t len, const char *name, ooc_plan_t **out, char *err,
                    size_t errlen) {
     *out = NULL;
-    const char *s = text, *end = text + len;
+    ooc_tsv_t t = {.name = name, .s = text, .end = text + len};
+    const char *const *fld = t.f;
+    const size_t *flen = t.flen;
     unsigned line = 0;
     ooc_plan_t *pl = NULL;
     uint8_t *seen_dec = NULL;
@@ -242,34 +231,20 @@ int ooc_plan_parse(const char *text, size_t len, const char *name, ooc_plan_t **
     uint32_t via_cap = 0;
     static const char *const hdr_keys[5] = {"policy", "budget_bytes", "chunk_bytes", "nops",
                                             "nbufs"};
-    const char *fld[8];
-    size_t flen[8];
-    int nf;
-    while (s < end) {
-        const char *nl = memchr(s, '\n', (size_t)(end - s));
-        const char *le = nl ? nl : end;
-        const char *ls = s;
-        s = nl ? nl + 1 : end;
-        line++;
-        if (le > ls && le[-1] == '\r')
-            le--;
-        if (le == ls || memchr(ls, '\0', (size_t)(le - ls))) {
+    for (;;) {
+        int got = ooc_tsv_next(&t, 8);
+        line = t.line;
+        if (got == OOC_TSV_END)
+            break;
+        if (got == OOC_TSV_EMPTY || got == OOC_TSV_NUL) {
             ooc_msg_say(err, errlen, "%s:%u: empty line or NUL byte", name, line);
             goto fail;
         }
-        nf = 0;
-        for (const char *p = ls;;) {
-            const char *t = memchr(p, '\t', (size_t)(le - p));
-            if (nf == 8) {
-                ooc_msg_say(err, errlen, "%s:%u: too many fields", name, line);
-                goto fail;
-            }
-            fld[nf] = p;
-            flen[nf++] = (size_t)((t ? t : le) - p);
-            if (!t)
-                break;
-            p = t + 1;
+        if (got != OOC_TSV_LINE) {
+            ooc_msg_say(err, errlen, "%s:%u: too many fields", name, line);
+            goto fail;
         }
+        int nf = t.nf;
         if (line == 1) {
             if (nf != 7 || !is(fld[0], flen[0], "#ooc-plan")) {
                 ooc_msg_say(err, errlen,
@@ -411,14 +386,9 @@ int ooc_plan_parse(const char *text, size_t len, const char *name, ooc_plan_t **
                                 line);
                     goto fail;
                 }
-                if (nvia == via_cap) {
-                    via_cap = via_cap ? via_cap * 2 : 16;
-                    int32_t *nv = realloc(via, via_cap * sizeof *via);
-                    if (!nv) {
-                        rc = OOC_ENOMEM;
-                        goto fail;
-                    }
-                    via = nv;
+                if (ooc_grow32(&via, &via_cap, nvia + 1, sizeof *via, 16)) {
+                    rc = OOC_ENOMEM;
+                    goto fail;
                 }
                 via[nvia++] = (int32_t)v;
                 if (!c)

@@ -7,7 +7,9 @@
  * checked, and the first problem is reported as "file:line: field NAME: what is wrong". A profile
  * is plain data owned by its creator; nothing here keeps state between calls. */
 #include "ooc_planner.h"
+#include "grow.h"
 #include "msg.h"
+#include "tsv.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -29,23 +31,6 @@ static char *dupstr(const char *s) {
     if (d)
         memcpy(d, s, n + 1);
     return d;
-}
-
-/* Grows *arr (of elements of size `sz`) so that it holds at least `need` elements. */
-static int grow(void **arr, uint32_t *cap, uint32_t need, size_t sz) {
-    if (need <= *cap)
-        return 0;
-    if (need > UINT32_MAX / 2)
-        return OOC_ENOMEM;
-    uint32_t nc = *cap ? *cap : 16;
-    while (nc < need)
-        nc *= 2;
-    void *p = realloc(*arr, (size_t)nc * sz);
-    if (!p)
-        return OOC_ENOMEM;
-    *arr = p;
-    *cap = nc;
-    return 0;
 }
 
 ooc_profile_t *ooc_profile_new(void) {
@@ -98,8 +83,8 @@ int ooc_profile_add_buffer(ooc_profile_t *p, uint64_t bytes, int64_t alloc_idx, 
                            int persistent, const char *site, const int32_t *prods, uint32_t nprod) {
     if (p->nbufs >= INT32_MAX || nprod > INT32_MAX - p->nprods)
         return OOC_EINVAL;
-    if (grow((void **)&p->bufs, &p->bufs_cap, p->nbufs + 1, sizeof *p->bufs) ||
-        grow((void **)&p->prods, &p->prods_cap, p->nprods + nprod, sizeof *p->prods))
+    if (ooc_grow32(&p->bufs, &p->bufs_cap, p->nbufs + 1, sizeof *p->bufs, 16) ||
+        ooc_grow32(&p->prods, &p->prods_cap, p->nprods + nprod, sizeof *p->prods, 16))
         return OOC_ENOMEM;
     char *s = dupstr(site && *site ? site : "-");
     if (!s)
@@ -123,8 +108,8 @@ int ooc_profile_add_op(ooc_profile_t *p, int32_t stream, ooc_op_kind_t kind, con
                        uint32_t nref) {
     if (p->nops >= INT32_MAX || nref > INT32_MAX - p->nrefs || (unsigned)kind >= OOC_KIND_COUNT)
         return OOC_EINVAL;
-    if (grow((void **)&p->ops, &p->ops_cap, p->nops + 1, sizeof *p->ops) ||
-        grow((void **)&p->refs, &p->refs_cap, p->nrefs + nref, sizeof *p->refs))
+    if (ooc_grow32(&p->ops, &p->ops_cap, p->nops + 1, sizeof *p->ops, 16) ||
+        ooc_grow32(&p->refs, &p->refs_cap, p->nrefs + nref, sizeof *p->refs, 16))
         return OOC_ENOMEM;
     char *n = dupstr(name && *name ? name : "-");
     char *s = dupstr(shape && *shape ? shape : "-");
@@ -241,62 +226,26 @@ int ooc_profile_validate(const ooc_profile_t *p, char *err, size_t errlen) {
 /* ---- reading ----------------------------------------------------------------------------------
  */
 
-/* A cursor over one file's text, line by line, splitting on tabs. */
-typedef struct {
-    const char *name;
-    const char *s, *end;
-    unsigned line;
-    const char *f[16];
-    size_t flen[16];
-    int nf;
-} rd_t;
-
-/* Reads the next line into fields. Returns 1 when a line was read, 0 at end of text, and
- * OOC_EFORMAT for an empty line or a NUL byte. */
-static int next_line(rd_t *r, char *err, size_t errlen) {
-    if (r->s >= r->end)
-        return 0;
-    const char *nl = memchr(r->s, '\n', (size_t)(r->end - r->s));
-    const char *le = nl ? nl : r->end;
-    r->line++;
-    const char *ls = r->s;
-    r->s = nl ? nl + 1 : r->end;
-    if (le > ls && le[-1] == '\r')
-        le--;
-    if (le == ls) {
-        ooc_msg_say(err, errlen, "%s:%u: empty line", r->name, r->line);
-        return OOC_EFORMAT;
-    }
-    if (memchr(ls, '\0', (size_t)(le - ls))) {
-        ooc_msg_say(err, errlen, "%s:%u: NUL byte in line", r->name, r->line);
-        return OOC_EFORMAT;
-    }
-    r->nf = 0;
-    const char *p = ls;
-    for (;;) {
-        const char *t = memchr(p, '\t', (size_t)(le - p));
-        const char *fe = t ? t : le;
-        if (r->nf == 16) {
-            ooc_msg_say(err, errlen, "%s:%u: too many fields", r->name, r->line);
-            return OOC_EFORMAT;
-        }
-        r->f[r->nf] = p;
-        r->flen[r->nf] = (size_t)(fe - p);
-        r->nf++;
-        if (!t)
-            break;
-        p = t + 1;
-    }
-    return 1;
+/* Reads the next line into fields (tsv.c). Returns 1 when a line was read, 0 at end of text, and
+ * OOC_EFORMAT for an empty line, a NUL byte or too many fields. */
+static int next_line(ooc_tsv_t *r, char *err, size_t errlen) {
+    int rc = ooc_tsv_next(r, OOC_TSV_FIELDS);
+    if (rc >= 0)
+        return rc;
+    ooc_msg_say(err, errlen, "%s:%u: %s", r->name, r->line,
+                rc == OOC_TSV_EMPTY ? "empty line"
+                : rc == OOC_TSV_NUL ? "NUL byte in line"
+                                    : "too many fields");
+    return OOC_EFORMAT;
 }
 
-static int field_is(const rd_t *r, int i, const char *s) {
+static int field_is(const ooc_tsv_t *r, int i, const char *s) {
     return r->flen[i] == strlen(s) && memcmp(r->f[i], s, r->flen[i]) == 0;
 }
 
 /* Checks the version header "#ooc-profile<TAB>KIND<TAB>1" and the column-name line. */
-static int read_header(rd_t *r, const char *kind, const char *const *cols, int ncols, char *err,
-                       size_t errlen) {
+static int read_header(ooc_tsv_t *r, const char *kind, const char *const *cols, int ncols,
+                       char *err, size_t errlen) {
     int rc = next_line(r, err, errlen);
     if (rc < 0)
         return rc;
@@ -327,7 +276,7 @@ static int read_header(rd_t *r, const char *kind, const char *const *cols, int n
     return 0;
 }
 
-static int bad(const rd_t *r, int i, const char *field, const char *what, char *err,
+static int bad(const ooc_tsv_t *r, int i, const char *field, const char *what, char *err,
                size_t errlen) {
     ooc_msg_say(err, errlen, "%s:%u: field %s: '%.*s' %s", r->name, r->line, field,
                 (int)(r->flen[i] > 40 ? 40 : r->flen[i]), r->f[i], what);
@@ -382,7 +331,7 @@ static int parse_pos_double(const char *s, size_t n, double *out) {
     return 0;
 }
 
-static char *field_dup(const rd_t *r, int i) {
+static char *field_dup(const ooc_tsv_t *r, int i) {
     char *d = malloc(r->flen[i] + 1);
     if (d) {
         memcpy(d, r->f[i], r->flen[i]);
@@ -414,7 +363,7 @@ static const char *const meta_keys[] = {
     "chunk_bytes",    "h2d_bps", "d2h_bps", "bidir_bps",        "iterations"};
 #define NMETA ((int)(sizeof meta_keys / sizeof meta_keys[0]))
 
-static int parse_meta(ooc_profile_t *p, rd_t *r, char *err, size_t errlen) {
+static int parse_meta(ooc_profile_t *p, ooc_tsv_t *r, char *err, size_t errlen) {
     int rc = read_header(r, "meta", meta_cols, 2, err, errlen);
     if (rc)
         return rc;
@@ -497,7 +446,7 @@ static int parse_meta(ooc_profile_t *p, rd_t *r, char *err, size_t errlen) {
     return 0;
 }
 
-static int parse_buffers(ooc_profile_t *p, rd_t *r, char *err, size_t errlen) {
+static int parse_buffers(ooc_profile_t *p, ooc_tsv_t *r, char *err, size_t errlen) {
     int rc = read_header(r, "buffers", buf_cols, 7, err, errlen);
     if (rc)
         return rc;
@@ -550,7 +499,7 @@ static int parse_buffers(ooc_profile_t *p, rd_t *r, char *err, size_t errlen) {
     return rc < 0 ? rc : 0;
 }
 
-static int parse_ops(ooc_profile_t *p, rd_t *r, char *err, size_t errlen) {
+static int parse_ops(ooc_profile_t *p, ooc_tsv_t *r, char *err, size_t errlen) {
     int rc = read_header(r, "ops", op_cols, 7, err, errlen);
     if (rc)
         return rc;
@@ -612,7 +561,7 @@ static int parse_ops(ooc_profile_t *p, rd_t *r, char *err, size_t errlen) {
                     rc = bad(r, 6, "refs", "is not '-' or a list of BUFFER:r|w|rw", err, errlen);
                     goto out;
                 }
-                if (grow((void **)&refs, &cap, nref + 1, sizeof *refs)) {
+                if (ooc_grow32(&refs, &cap, nref + 1, sizeof *refs, 16)) {
                     rc = OOC_ENOMEM;
                     goto out;
                 }
@@ -650,14 +599,14 @@ int ooc_profile_parse(const char *meta, size_t meta_len, const char *bufs, size_
     ooc_profile_t *p = ooc_profile_new();
     if (!p)
         return OOC_ENOMEM;
-    rd_t r = {.name = "meta.tsv", .s = meta, .end = meta + meta_len};
+    ooc_tsv_t r = {.name = "meta.tsv", .s = meta, .end = meta + meta_len};
     int rc = parse_meta(p, &r, err, errlen);
     if (rc == 0) {
-        rd_t rb = {.name = "buffers.tsv", .s = bufs, .end = bufs + bufs_len};
+        ooc_tsv_t rb = {.name = "buffers.tsv", .s = bufs, .end = bufs + bufs_len};
         rc = parse_buffers(p, &rb, err, errlen);
     }
     if (rc == 0) {
-        rd_t ro = {.name = "ops.tsv", .s = ops, .end = ops + ops_len};
+        ooc_tsv_t ro = {.name = "ops.tsv", .s = ops, .end = ops + ops_len};
         rc = parse_ops(p, &ro, err, errlen);
     }
     if (rc == 0)

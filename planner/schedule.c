@@ -7,6 +7,7 @@
  * op in_at and a wait before the next use, a drop after the last use of a buffer the program
  * frees later, and persistent buffers that the iteration never touches parked on the host. */
 #include "schedule.h"
+#include "grow.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -393,14 +394,9 @@ int sched_eval(const sched_t *s, uint64_t budget, const ooc_sim_opts_t *o, ooc_s
     ooc_plan_free(pl);
     if (rc || !mm)
         return rc;
-    if (mm->n == mm->cap) { /* a full memo only costs simulations: keep going without it */
-        size_t cap = mm->cap ? 2 * mm->cap : 64;
-        memo_ent_t *e = realloc(mm->e, cap * sizeof *e);
-        if (!e)
-            return 0;
-        mm->e = e;
-        mm->cap = cap;
-    }
+    /* A full memo only costs simulations: keep going without it. */
+    if (ooc_grow(&mm->e, &mm->cap, mm->n + 1, sizeof *mm->e, 64))
+        return 0;
     mm->e[mm->n].h[0] = h[0];
     mm->e[mm->n].h[1] = h[1];
     mm->e[mm->n++].r = *r;

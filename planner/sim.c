@@ -12,6 +12,7 @@
  * move, the plan is infeasible under the budget. Both directions share the bidirectional
  * bandwidth when they run together. Everything is deterministic. */
 #include "ooc_planner.h"
+#include "grow.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -76,15 +77,9 @@ static void trace(sim_t *s, ooc_trace_kind_t k, int32_t op, int32_t buf, int32_t
     ooc_trace_t *t = s->tr;
     if (!t)
         return;
-    if (t->n == t->cap) {
-        size_t nc = t->cap ? t->cap * 2 : 1024;
-        void *p = realloc(t->ev, nc * sizeof *t->ev);
-        if (!p) {
-            violate(s, OOC_ENOMEM, op, buf, "out of memory for the trace");
-            return;
-        }
-        t->ev = p;
-        t->cap = nc;
+    if (ooc_grow(&t->ev, &t->cap, t->n + 1, sizeof *t->ev, 1024)) {
+        violate(s, OOC_ENOMEM, op, buf, "out of memory for the trace");
+        return;
     }
     t->ev[t->n++] = (ooc_trace_ev_t){s->now, (uint8_t)k, op, buf, aux, bytes};
 }
@@ -113,14 +108,8 @@ static int push(engine_t *e, int32_t buf, double issue) {
             memmove(e->q, e->q + e->head, e->n * sizeof *e->q);
             e->head = 0;
         }
-        if (e->n == e->cap) {
-            size_t nc = e->cap ? e->cap * 2 : 64;
-            void *p = realloc(e->q, nc * sizeof *e->q);
-            if (!p)
-                return OOC_ENOMEM;
-            e->q = p;
-            e->cap = nc;
-        }
+        if (ooc_grow(&e->q, &e->cap, e->n + 1, sizeof *e->q, 64))
+            return OOC_ENOMEM;
     }
     e->q[e->head + e->n++] = (xfer_t){buf, issue};
     return 0;

@@ -11,6 +11,7 @@
  * never decrease. Callers: ooc-plan (--timeline, --trace-json) and trace_json.c. Pure functions
  * of their inputs; no global state. */
 #include "ooc_planner.h"
+#include "grow.h"
 #include "msg.h"
 
 #include <errno.h>
@@ -41,14 +42,8 @@ void ooc_timeline_free(ooc_timeline_t *t) {
 /* Appends a row and returns its index, or -1 when out of memory. */
 static long add_row(ooc_timeline_t *t, ooc_engine_t eng, ooc_tl_action_t act, uint64_t start_ns,
                     int32_t op, int32_t buf, uint64_t bytes) {
-    if (t->nrows == t->cap) {
-        size_t nc = t->cap ? t->cap * 2 : 1024;
-        void *q = realloc(t->rows, nc * sizeof *t->rows);
-        if (!q)
-            return -1;
-        t->rows = q;
-        t->cap = nc;
-    }
+    if (ooc_grow(&t->rows, &t->cap, t->nrows + 1, sizeof *t->rows, 1024))
+        return -1;
     t->rows[t->nrows] = (ooc_tl_row_t){.start_ns = start_ns,
                                        .end_ns = start_ns,
                                        .op = op,

@@ -6,14 +6,16 @@
  * The rooms, lowest first (a file calls only into files above it in this list; scripts/check-arch
  * checks it): memcheck.c (the invariants, in OOC_CHECKS builds), fastpath.c (the lock, writer
  * sections, the lock-free path), pool.c (events, host slots), streams.c (a chunk's users, waiting
- * for them), vmm.c (VA runs, chunk table, mapping, LRU), retire.c (retiring and dying chunks),
- * buffer.c (buffers, slabs, lookup), resident.c (demand residency, eviction, the op's chunks),
- * transfer.c (the plan's transfers), worker.c (the replay worker), external.c (the program's own
- * VMM memory), bandwidth.c (the recorder's bandwidth probe), mem.c (state, start-up, shutdown,
- * queries). */
+ * for them), lru.c (the LRU list, the eviction walk; no driver), vmm.c (VA runs, chunk table,
+ * mapping), retire.c (retiring and dying chunks), buffer.c (buffers, slabs, lookup), resident.c
+ * (demand residency, eviction, the op's chunks), transfer.c (the plan's transfers), worker.c (the
+ * replay worker), external.c (the program's own VMM memory), bandwidth.c (the recorder's bandwidth
+ * probe), mem.c (state, start-up, shutdown, queries). */
 #ifndef OOC_MEM_INT_H
 #define OOC_MEM_INT_H
 
+#include "grow.h"
+#include "lru.h"
 #include "shim.h"
 #include "slab.h"
 #include "vaspace.h"
@@ -205,22 +207,17 @@ static inline uintptr_t chunk_addr(const chunk_t *c) {
     return M.va_base + ((uintptr_t)c->idx << M.shift);
 }
 
-/* ---- growing arrays and pooled events ------------------------------------------------------ */
-
-/* Makes room for `need` elements of `elem` bytes in *p; 0 or -1 when out of memory. */
-static inline int grow(void *p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap)
-        return 0;
-    size_t nc = *cap ? *cap * 2 : 64;
-    while (nc < need)
-        nc *= 2;
-    void *n = realloc(*(void **)p, nc * elem);
-    if (!n)
-        return -1;
-    *(void **)p = n;
-    *cap = nc;
-    return 0;
+/* The LRU of resident live chunks (lru.c), most recent at the head: c at its hot end. */
+static inline void lru_push(chunk_t *c) {
+    lru_list_push(&M.lru, c);
 }
+
+/* c at the LRU's cold end: the first to be evicted. */
+static inline void lru_push_tail(chunk_t *c) {
+    lru_list_push_tail(&M.lru, c);
+}
+
+/* ---- the memory files' shared functions (growing arrays: grow.h) --------------------------- */
 
 /* Raises *cell to v (the fast path raises the same cells without the lock). */
 static inline void raise_to(_Atomic uint64_t *cell, uint64_t v) {
@@ -271,9 +268,6 @@ int gather_streams(chunk_t *const *cs, size_t n, CUstream *users, unsigned *nu_o
 CUresult wait_chunks(chunk_t *const *cs, size_t n);
 evref_t *fence_ev(CUstream s);
 /* vmm.c */
-void lru_remove(chunk_t *c);
-void lru_push(chunk_t *c);
-void lru_push_tail(chunk_t *c);
 int va_take(uint64_t count, uint64_t *first);
 void va_give(uint64_t first, uint64_t count);
 chunk_t *chunk_new(uint64_t idx, uint64_t first, uint64_t n);

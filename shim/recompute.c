@@ -29,6 +29,7 @@
  * Without either (no nvcc at build time), verification is off and says so once.
  *
  * Locking: vf_lock guards the table of keys; the launches themselves run outside it. */
+#include "grow.h"
 #include "shim.h"
 
 #include <stdlib.h>
@@ -50,20 +51,6 @@ _Thread_local const ooc_launch_t *ooc_launch_now;
 _Thread_local int ooc_internal_op;
 
 /* ---- saved launches -------------------------------------------------------------------------- */
-
-static int reserve(void **p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap)
-        return 0;
-    size_t nc = *cap ? *cap : 64;
-    while (nc < need)
-        nc *= 2;
-    void *n = realloc(*p, nc * elem);
-    if (!n)
-        return -1;
-    *p = n;
-    *cap = nc;
-    return 0;
-}
 
 int ooc_launch_save(const ooc_launch_t *l, ooc_saved_launch_t *s) {
     s->fn = l->fn;
@@ -91,7 +78,7 @@ int ooc_launch_save(const ooc_launch_t *l, ooc_saved_launch_t *s) {
             else if (l->extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE)
                 size = l->extra[i + 1];
         }
-        if (!buf || !size || reserve((void **)&s->bytes, &s->cap, *size ? *size : 1, 1) != 0)
+        if (!buf || !size || grow(&s->bytes, &s->cap, *size ? *size : 1, 1) != 0)
             return -1;
         memcpy(s->bytes, buf, *size);
         s->nbytes = *size;
@@ -106,8 +93,8 @@ int ooc_launch_save(const ooc_launch_t *l, ooc_saved_launch_t *s) {
     for (unsigned i = 0; i < n; i++)
         if (off[i] + size[i] > total)
             total = off[i] + size[i];
-    if (reserve((void **)&s->bytes, &s->cap, total ? total : 1, 1) != 0 ||
-        reserve((void **)&s->ptrs, &s->cap_ptrs, n ? n : 1, sizeof *s->ptrs) != 0)
+    if (grow(&s->bytes, &s->cap, total ? total : 1, 1) != 0 ||
+        grow(&s->ptrs, &s->cap_ptrs, n ? n : 1, sizeof *s->ptrs) != 0)
         return -1;
     /* The gaps between parameters are zero, not whatever the buffer held: the bytes are hashed
      * into the launch's key (launch_key) and compared. */

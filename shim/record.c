@@ -20,6 +20,7 @@
 #ifndef OOC_NO_UNWIND
 #define UNW_LOCAL_ONLY
 #endif
+#include "grow.h"
 #include "shim.h"
 
 #include <dlfcn.h>
@@ -197,20 +198,6 @@ int ooc_record_op_begin(CUstream s) {
     return r == CUDA_SUCCESS ? (int)i : -1;
 }
 
-static int grow(void **p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap)
-        return 0;
-    size_t nc = *cap ? *cap * 2 : 1024;
-    while (nc < need)
-        nc *= 2;
-    void *n = realloc(*p, nc * elem);
-    if (!n)
-        return -1;
-    *p = n;
-    *cap = nc;
-    return 0;
-}
-
 /* The detector's signature of an op: what it runs, its shape, and its buffers' sizes. */
 static uint64_t signature(const rop_t *o, const ooc_opbuf_t *b, size_t nb) {
     uint64_t h = 1469598103934665603ull;
@@ -236,8 +223,8 @@ void ooc_record_op_end(int token, const ooc_access_t *a, CUstream s, int issued)
     }
     const ooc_opbuf_t *b;
     size_t nb = ooc_mem_op_buffers(&b);
-    if (R.nops >= MAX_OPS || grow((void **)&R.ops, &R.cap_ops, R.nops + 1, sizeof *R.ops) != 0 ||
-        grow((void **)&R.refs, &R.cap_refs, R.nrefs + nb, sizeof *R.refs) != 0) {
+    if (R.nops >= MAX_OPS || grow_from(&R.ops, &R.cap_ops, R.nops + 1, sizeof *R.ops, 1024) != 0 ||
+        grow_from(&R.refs, &R.cap_refs, R.nrefs + nb, sizeof *R.refs, 1024) != 0) {
         R.give_up = 1;
         pthread_mutex_unlock(&rec_lock);
         OOC_LOG_W("recording stopped: no iteration was found in the first %zu operations; the "

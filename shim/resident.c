@@ -139,18 +139,9 @@ CUresult need_phys(uint64_t want) {
         return CUDA_SUCCESS;
     /* Swap out the least recently used chunks that the current op does not need. A chunk the
      * fast path used since it was placed in the list gets a second chance: it goes back to the
-     * head (the walk meets it again last, untouched, unless used again meanwhile: bounded). */
-    uint64_t steps = 2 * M.resident + 64;
-    for (chunk_t *c = M.lru.prev, *prev; c != &M.lru && nv < want && steps; c = prev, steps--) {
-        prev = c->prev;
-        if (c->pin == M.serial)
-            continue;
-        if (atomic_load_explicit(&c->touched, memory_order_relaxed)) {
-            lru_push(c);
-            continue;
-        }
-        victims[nv++] = c;
-    }
+     * head (the walk meets it again last, untouched, unless used again meanwhile: bounded). See
+     * lru.c. */
+    nv = lru_pick(&M.lru, M.serial, 2 * M.resident + 64, victims, (unsigned)want);
     if (nv == 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     return evict(victims, nv);

@@ -1,52 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /* vmm.c: the address space and the chunk table: VA runs with a quarantine, chunk objects,
- * mapping and unmapping them, safe-mode host aliases, and the LRU of resident chunks.
+ * mapping and unmapping them, safe-mode host aliases.
  *
  * Invariants: buffers never move; a freed run goes through a quarantine of QUARANTINE_RUNS runs
  * before reuse (a use after free faults), and leaves it coalesced with its free neighbours. A
  * chunk object is in the hash (M.chunks) and in the fast path's table (M.table) from chunk_new to
  * chunk_delete, and is freed only in a writer section (the graveyard waits for one). A RESIDENT
- * chunk is mapped read-write to its physical chunk; the LRU holds resident live chunks, most
- * recent at the head. Locking: caller holds mem_lock. Callers: the other memory files. */
+ * chunk is mapped read-write to its physical chunk (the LRU of resident live chunks is lru.c's).
+ * Locking: caller holds mem_lock. Callers: the other memory files. */
 #include "mem_int.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 int oom_flag;
-
-/* ---- LRU ------------------------------------------------------------------------------------- */
-
-/* The list is ordered by the locked path; the fast path only sets a chunk's `touched` flag, and
- * eviction gives a touched chunk a second chance (need_phys), as CLOCK does. */
-void lru_remove(chunk_t *c) {
-    if (!c->prev)
-        return;
-    c->prev->next = c->next;
-    c->next->prev = c->prev;
-    c->prev = c->next = NULL;
-}
-
-/* Moves c between neighbours prev and next, untouched. */
-static void lru_insert(chunk_t *c, chunk_t *prev, chunk_t *next) {
-    atomic_store_explicit(&c->touched, 0, memory_order_relaxed);
-    c->prev = prev;
-    c->next = next;
-    prev->next = c;
-    next->prev = c;
-}
-
-/* Puts c at the hot end. */
-void lru_push(chunk_t *c) {
-    lru_remove(c);
-    lru_insert(c, &M.lru, M.lru.next);
-}
-
-/* Puts c at the cold end: the first to be evicted. */
-void lru_push_tail(chunk_t *c) {
-    lru_remove(c);
-    lru_insert(c, M.lru.prev, &M.lru);
-}
 
 /* ---- VA runs (vaspace.c), with the address-space gauge ------------------------------------ */
 

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* check_memunit.c: the memory layer's pure parts, without a driver: runs of the address
- * reservation (shim/vaspace.c: best fit, the quarantine, coalescing, the tail) and the slab
+ * reservation (shim/vaspace.c: best fit, the quarantine, coalescing, the tail), the slab
  * lists of small buffers (shim/slab.c: sorted insertion, lookup of interior pointers, padding,
- * removal). */
+ * removal) and the LRU's eviction walk (shim/lru.c: least recently used first, the second
+ * chance of touched chunks, pinned chunks skipped, the bound on the walk). */
 #include "mem_int.h" /* first: it sets up cuda.h as the shim does */
 
 #include <check.h>
@@ -136,6 +137,159 @@ START_TEST(test_slab_finds_interior_pointers_not_padding) {
 }
 END_TEST
 
+/* ---- the LRU (lru.c) ------------------------------------------------------------------------ */
+
+#define NLRU 5
+
+/* An LRU of NLRU chunks pushed in index order: c[NLRU - 1] the most recent, c[0] the least. */
+typedef struct {
+    chunk_t head;
+    chunk_t c[NLRU];
+} lru_fix_t;
+
+static void lru_fresh(lru_fix_t *f) {
+    memset(f, 0, sizeof *f);
+    f->head.next = f->head.prev = &f->head;
+    for (int i = 0; i < NLRU; i++) {
+        f->c[i].idx = (uint64_t)i;
+        lru_list_push(&f->head, &f->c[i]);
+    }
+}
+
+static void touch(chunk_t *c) {
+    atomic_store_explicit(&c->touched, 1, memory_order_relaxed);
+}
+
+/* The indices of the list from its tail (least recent) to its head, as a string "01234". */
+static const char *lru_order(const lru_fix_t *f) {
+    static char s[NLRU + 2];
+    int n = 0;
+    for (const chunk_t *c = f->head.prev; c != &f->head && n <= NLRU; c = c->prev)
+        s[n++] = (char)('0' + c->idx);
+    s[n] = '\0';
+    return s;
+}
+
+/* The victims' indices in the order picked, as a string. */
+static const char *picked(chunk_t *const *v, unsigned n) {
+    static char s[NLRU + 1];
+    ck_assert_uint_le(n, NLRU);
+    for (unsigned i = 0; i < n; i++)
+        s[i] = (char)('0' + v[i]->idx);
+    s[n] = '\0';
+    return s;
+}
+
+START_TEST(test_lru_victims_come_least_recently_used_first) {
+    lru_fix_t f;
+    lru_fresh(&f);
+    chunk_t *v[NLRU];
+    unsigned n = lru_pick(&f.head, 1, 100, v, NLRU);
+    ck_assert_str_eq(picked(v, n), "01234");
+    ck_assert_str_eq(lru_order(&f), "01234"); /* victims stay in the list for the caller */
+    lru_list_push(&f.head, &f.c[0]);          /* used again: now the most recent */
+    n = lru_pick(&f.head, 1, 100, v, NLRU);
+    ck_assert_str_eq(picked(v, n), "12340");
+    lru_list_push_tail(&f.head, &f.c[3]); /* the plan swaps it out: the first to go */
+    n = lru_pick(&f.head, 1, 100, v, NLRU);
+    ck_assert_str_eq(picked(v, n), "31240");
+}
+END_TEST
+
+START_TEST(test_lru_pick_respects_want) {
+    lru_fix_t f;
+    lru_fresh(&f);
+    chunk_t *v[NLRU];
+    ck_assert_uint_eq(lru_pick(&f.head, 1, 100, v, 0), 0);
+    unsigned n = lru_pick(&f.head, 1, 100, v, 2);
+    ck_assert_str_eq(picked(v, n), "01");
+    touch(&f.c[0]);
+    n = lru_pick(&f.head, 1, 100, v, 1);
+    ck_assert_str_eq(picked(v, n), "1");
+    ck_assert_str_eq(lru_order(&f), "12340"); /* the walk stopped at its one victim */
+}
+END_TEST
+
+START_TEST(test_lru_touched_chunks_get_a_second_chance) {
+    lru_fix_t f;
+    lru_fresh(&f);
+    touch(&f.c[0]);
+    touch(&f.c[2]);
+    chunk_t *v[NLRU];
+    unsigned n = lru_pick(&f.head, 1, 100, v, NLRU);
+    /* The touched ones went back to the head, untouched, and were met again last, the less
+     * recent of them first. */
+    ck_assert_str_eq(picked(v, n), "13402");
+    ck_assert_str_eq(lru_order(&f), "13402");
+    for (int i = 0; i < NLRU; i++)
+        ck_assert_int_eq(atomic_load(&f.c[i].touched), 0);
+    /* Untouched now: a second walk takes them in list order. */
+    n = lru_pick(&f.head, 1, 100, v, 2);
+    ck_assert_str_eq(picked(v, n), "13");
+}
+END_TEST
+
+START_TEST(test_lru_pinned_chunks_are_skipped) {
+    lru_fix_t f;
+    lru_fresh(&f);
+    f.c[0].pin = 7; /* the current op (serial 7) needs them */
+    f.c[3].pin = 7;
+    f.c[1].pin = 6; /* pinned by an earlier op: fair game */
+    touch(&f.c[3]); /* pinned and touched: still skipped, not moved */
+    chunk_t *v[NLRU];
+    unsigned n = lru_pick(&f.head, 7, 100, v, NLRU);
+    ck_assert_str_eq(picked(v, n), "124");
+    ck_assert_str_eq(lru_order(&f), "01234");
+    ck_assert_int_eq(atomic_load(&f.c[3].touched), 1);
+}
+END_TEST
+
+START_TEST(test_lru_walk_is_bounded) {
+    lru_fix_t f;
+    chunk_t *v[NLRU];
+    /* Every chunk pinned: the walk reaches the head and ends with no victim. */
+    lru_fresh(&f);
+    for (int i = 0; i < NLRU; i++)
+        f.c[i].pin = 3;
+    ck_assert_uint_eq(lru_pick(&f.head, 3, UINT64_MAX, v, NLRU), 0);
+    ck_assert_str_eq(lru_order(&f), "01234");
+    /* Every chunk touched, steps for one pass: each gets its second chance, none is taken. */
+    lru_fresh(&f);
+    for (int i = 0; i < NLRU; i++)
+        touch(&f.c[i]);
+    ck_assert_uint_eq(lru_pick(&f.head, 1, NLRU, v, NLRU), 0);
+    ck_assert_str_eq(lru_order(&f), "01234");
+    /* Without the bound's help they are all met again, untouched, and taken. */
+    for (int i = 0; i < NLRU; i++)
+        touch(&f.c[i]);
+    unsigned n = lru_pick(&f.head, 1, 2 * NLRU, v, NLRU);
+    ck_assert_str_eq(picked(v, n), "01234");
+    /* Untouched chunks but fewer steps than wanted victims. */
+    lru_fresh(&f);
+    n = lru_pick(&f.head, 1, 2, v, NLRU);
+    ck_assert_str_eq(picked(v, n), "01");
+    /* An empty list. */
+    chunk_t head = {0};
+    head.next = head.prev = &head;
+    ck_assert_uint_eq(lru_pick(&head, 1, 100, v, NLRU), 0);
+}
+END_TEST
+
+START_TEST(test_lru_remove_leaves_a_whole_list) {
+    lru_fix_t f;
+    lru_fresh(&f);
+    lru_remove(&f.c[2]);
+    ck_assert_ptr_null(f.c[2].prev);
+    lru_remove(&f.c[2]); /* in no list: nothing */
+    ck_assert_str_eq(lru_order(&f), "0134");
+    lru_remove(&f.c[0]);
+    lru_remove(&f.c[4]);
+    ck_assert_str_eq(lru_order(&f), "13");
+    lru_list_push_tail(&f.head, &f.c[4]);
+    ck_assert_str_eq(lru_order(&f), "413");
+}
+END_TEST
+
 Suite *suite_memunit(void) {
     Suite *s = suite_create("memunit");
     TCase *tc = tcase_create("vaspace");
@@ -147,6 +301,14 @@ Suite *suite_memunit(void) {
     suite_add_tcase(s, tc);
     tc = tcase_create("slab");
     tcase_add_test(tc, test_slab_finds_interior_pointers_not_padding);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("lru");
+    tcase_add_test(tc, test_lru_victims_come_least_recently_used_first);
+    tcase_add_test(tc, test_lru_pick_respects_want);
+    tcase_add_test(tc, test_lru_touched_chunks_get_a_second_chance);
+    tcase_add_test(tc, test_lru_pinned_chunks_are_skipped);
+    tcase_add_test(tc, test_lru_walk_is_bounded);
+    tcase_add_test(tc, test_lru_remove_leaves_a_whole_list);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -184,6 +184,7 @@ static const struct {
     {2, ":r", ":x", "field refs"},
     {2, ":r", ":r,0:r,0:r", "field refs"},
     {2, "\n2\t", "\n\n2\t", "ops.tsv:5: empty line"},
+    {2, "\n1\t0\t", "\n1\t0\t\t\t\t\t\t\t\t\t\t\t", "ops.tsv:4: too many fields"},
     {2, "\n1\t0\t", "\n1\t0\t\t", "ops.tsv:4: field"},
     {2, "\t-\t", "\t\t", "is empty"},
 };
@@ -289,6 +290,9 @@ static const struct {
     {"H\nC\nstart\t-\t2\tcold\t-\n", "p.tsv:3: field action"},
     {"H\nC\nsideways\t1\t2\tswapin\t-\n", "p.tsv:3: field type"},
     {"H\nC\nbefore\t1\t2\tswapin\n", "p.tsv:3: field type: expected 5 fields"},
+    {"H\nC\nbefore\t1\t2\tswapin\t-\t\t\t\n", "p.tsv:3: field type: expected 5 fields, found 8"},
+    {"H\nC\nbefore\t1\t2\tswapin\t-\t\t\t\t\n", "p.tsv:3: too many fields"},
+    {"H\nC\n\nbefore\t1\t2\tswapin\t-\n", "p.tsv:3: empty line or NUL byte"},
 };
 
 START_TEST(test_malformed_plan_names_line_and_field) {
