@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* hook_int.h: what the files of hooks share (hooks.c, copy2d.c, memop.c, tensormap.c): whether
- * the shim manages memory, the access set's start, and RUN_OP, the one way a hook runs an
- * operation (op.c's sequence, or the capture of a graph). */
+ * the shim manages memory, the access set's start, a batch part's size, and RUN_OP, the one way a
+ * hook runs an operation (op.c's sequence, or the capture of a graph). */
 #ifndef OOC_HOOK_INT_H
 #define OOC_HOOK_INT_H
 
@@ -53,6 +53,19 @@ static inline void op_start(ooc_access_t *a, int kind, const char *name, size_t 
         if (ar_ != CUDA_SUCCESS)                                                                   \
             return ar_;                                                                            \
     } while (0)
+
+/* Chunks that the buffers of ours [p, p + n) overlaps need resident: an upper bound, used to cut
+ * a wide batch into parts that fit the budget. Takes the residency lock per buffer looked up. */
+static inline uint64_t range_chunks(uintptr_t p, size_t n, uint64_t chunk) {
+    uint64_t c = 0;
+    uintptr_t end = p + (n ? n : 1), base;
+    size_t size;
+    while (p < end && ooc_mem_owns(p) && ooc_mem_lookup(p, &base, &size) == 0) {
+        c += (size + chunk - 1) / chunk + 1; /* + 1: a small buffer need not start a chunk */
+        p = base + size;
+    }
+    return c;
+}
 
 /* The access set of a 3D copy (copy2d.c): each device side of ours, range-checked. */
 CUresult ooc_copy3d_access(ooc_access_t *a, const char *name, const CUDA_MEMCPY3D *p);

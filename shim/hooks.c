@@ -461,18 +461,6 @@ static CUresult batch_op(const batch_t *b, size_t lo, size_t cnt, CUmemcpyAttrib
     RUN_OP(&a, b->h, b->ptds, batch_real(b, lo, cnt, at, ai, na, fail));
 }
 
-/* Chunks that the buffers of ours [p, p + n) overlaps need resident: an upper bound. */
-static uint64_t range_chunks(uintptr_t p, size_t n, uint64_t chunk) {
-    uint64_t c = 0;
-    uintptr_t end = p + (n ? n : 1), base;
-    size_t size;
-    while (p < end && ooc_mem_owns(p) && ooc_mem_lookup(p, &base, &size) == 0) {
-        c += (size + chunk - 1) / chunk + 1; /* + 1: a small buffer need not start a chunk */
-        p = base + size;
-    }
-    return c;
-}
-
 /* How many copies from lo on fit one op (at least one). */
 static size_t batch_fit(const batch_t *b, size_t lo, uint64_t chunk, uint64_t budget_chunks) {
     uint64_t chunks = 0;

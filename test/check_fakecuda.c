@@ -551,6 +551,97 @@ START_TEST(test_memsets_and_batch_copy) {
 }
 END_TEST
 
+/* A 3D batch op between pointers: `src` and `dst` with row lengths and layer heights (0: packed).
+ */
+static CUDA_MEMCPY3D_BATCH_OP op3d(CUdeviceptr dst, size_t drow, size_t dlayer, CUdeviceptr src,
+                                   size_t srow, size_t slayer, size_t w, size_t h, size_t d) {
+    CUDA_MEMCPY3D_BATCH_OP o;
+    memset(&o, 0, sizeof o);
+    o.src.type = o.dst.type = CU_MEMCPY_OPERAND_TYPE_POINTER;
+    o.src.op.ptr.ptr = src;
+    o.src.op.ptr.rowLength = srow;
+    o.src.op.ptr.layerHeight = slayer;
+    o.dst.op.ptr.ptr = dst;
+    o.dst.op.ptr.rowLength = drow;
+    o.dst.op.ptr.layerHeight = dlayer;
+    o.extent = (CUextent3D){w, h, d};
+    o.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+    return o;
+}
+
+START_TEST(test_batch_3d_copy_strides_and_refusals) {
+    open_device(threaded);
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr a, b;
+    OK(cuMemAlloc(&a, 256));
+    OK(cuMemAlloc(&b, 256));
+    unsigned char host[256], out[256];
+    for (int i = 0; i < 256; i++)
+        host[i] = (unsigned char)i;
+    OK(cuMemcpyHtoD(a, host, 256));
+    OK(cuMemsetD8(b, 0xee, 256));
+    /* Op 0: a 4x2x2 box of a (rows of 8, layers of 3 rows) packed into b. Op 1: 16 bytes from a
+     * pageable host buffer into b + 100, rows of 4 spread 8 apart. */
+    CUDA_MEMCPY3D_BATCH_OP ops[2] = {op3d(b, 0, 0, a + 1, 8, 3, 4, 2, 2),
+                                     op3d(b + 100, 8, 0, (CUdeviceptr)(host + 200), 0, 0, 4, 4, 1)};
+    OK(cuMemcpy3DBatchAsync(2, ops, 0, s));
+    OK(cuStreamSynchronize(s));
+    OK(cuMemcpyDtoH(out, b, 256));
+    static const unsigned char box[16] = {1,  2,  3,  4,  9,  10, 11, 12,
+                                          25, 26, 27, 28, 33, 34, 35, 36};
+    ck_assert_mem_eq(out, box, 16);
+    ck_assert_uint_eq(out[16], 0xee);
+    for (int r = 0; r < 4; r++) {
+        ck_assert_uint_eq(out[100 + 8 * r], 200 + 4 * r);
+        ck_assert_uint_eq(out[100 + 8 * r + 3], 200 + 4 * r + 3);
+        ck_assert_uint_eq(out[100 + 8 * r + 4], 0xee); /* the gap between rows is kept */
+    }
+    /* The documented refusals: nothing is queued, the 12.8 form names the failing op. */
+    CUDA_MEMCPY3D_BATCH_OP bad[2] = {ops[0], ops[0]};
+    ck_assert_int_eq(cuMemcpy3DBatchAsync(0, bad, 0, s), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuMemcpy3DBatchAsync(1, NULL, 0, s), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuMemcpy3DBatchAsync(1, bad, 1, s), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuMemcpy3DBatchAsync(1, bad, 0, NULL), CUDA_ERROR_INVALID_VALUE);
+    void *fn;
+    CUdriverProcAddressQueryResult st;
+    OK(cuGetProcAddress_v2("cuMemcpy3DBatchAsync", &fn, 12080,
+                           CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st));
+    PFN_cuMemcpy3DBatchAsync_v12080_ptsz b12 = (PFN_cuMemcpy3DBatchAsync_v12080_ptsz)fn;
+    size_t fail = 0;
+    bad[1].extent.depth = 0;
+    ck_assert_int_eq(b12(2, bad, &fail, 0, s), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_uint_eq(fail, 1);
+    bad[1] = ops[0];
+    bad[1].src.op.ptr.rowLength = 3; /* shorter than the width */
+    ck_assert_int_eq(cuMemcpy3DBatchAsync_v2(2, bad, 0, s), CUDA_ERROR_INVALID_VALUE);
+    bad[1] = ops[0];
+    bad[1].dst.op.ptr.layerHeight = 1; /* lower than the height */
+    ck_assert_int_eq(cuMemcpy3DBatchAsync_v2(2, bad, 0, s), CUDA_ERROR_INVALID_VALUE);
+    bad[1] = ops[0];
+    bad[1].srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_INVALID;
+    ck_assert_int_eq(cuMemcpy3DBatchAsync_v2(2, bad, 0, s), CUDA_ERROR_INVALID_VALUE);
+    bad[1] = ops[0];
+    bad[1].dst.type = CU_MEMCPY_OPERAND_TYPE_ARRAY; /* no CUarray exists here */
+    ck_assert_int_eq(cuMemcpy3DBatchAsync_v2(2, bad, 0, s), CUDA_ERROR_INVALID_VALUE);
+    bad[1] = op3d(b + 250, 0, 0, a, 0, 0, 8, 1, 1); /* past b's end */
+    ck_assert_int_eq(b12(2, bad, &fail, 0, s), CUDA_ERROR_INVALID_VALUE);
+    ck_assert_uint_eq(fail, 1);
+    bad[0] = op3d(b, 0, 0, a, 0, 0, 8, 1, 1);
+    bad[0].src.op.ptr.ptr = a + 192; /* 16 rows of 4, 5 apart: 79 bytes, past a's end */
+    bad[0].extent = (CUextent3D){4, 16, 1};
+    bad[0].src.op.ptr.rowLength = 5;
+    ck_assert_int_eq(cuMemcpy3DBatchAsync(1, bad, 0, s), CUDA_ERROR_INVALID_VALUE);
+    OK(cuStreamSynchronize(s));
+    OK(cuMemcpyDtoH(out, b, 256));
+    ck_assert_mem_eq(out, box, 16); /* nothing of a refused batch was copied */
+    ck_assert_uint_eq(out[250], 0xee);
+    OK(cuMemFree(a));
+    OK(cuMemFree(b));
+    OK(cuStreamDestroy(s));
+}
+END_TEST
+
 /* ---- strict mode ------------------------------------------------------------------------------
  */
 
@@ -2030,6 +2121,7 @@ Suite *suite_fakecuda(void) {
     tcase_add_test(t, test_pageable_async_copy_is_staged_at_call_time);
     tcase_add_test(t, test_pinned_async_copy_reads_at_run_time);
     tcase_add_test(t, test_memsets_and_batch_copy);
+    tcase_add_test(t, test_batch_3d_copy_strides_and_refusals);
     tcase_add_test_raise_signal(t, test_strict_mode_aborts_on_unmap_under_queued_work, SIGABRT);
     tcase_add_test(t, test_non_strict_mode_counts_and_faults_the_queued_kernel);
     tcase_add_test(t, test_param_layout_follows_the_abi);

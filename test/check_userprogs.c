@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* check_userprogs.c: driver-API programs written the way users write them, doing what the shim
- * must survive (fork, exit handlers, modules unloaded and loaded again, wide batched copies),
- * produce under the shim exactly what they produce without it.
+ * must survive (fork, exit handlers, modules unloaded and loaded again, wide batched copies, 1D
+ * and 3D), produce under the shim exactly what they produce without it.
  *
  * Each program (test/progs) is first run without the shim on an unlimited simulated device (the
  * oracle: its whole standard output, and its peak device memory from FAKECUDA_STATS); then under
@@ -162,6 +162,12 @@ START_TEST(test_wide_batched_copies_are_split) {
 }
 END_TEST
 
+START_TEST(test_wide_batched_3d_copies_are_split) {
+    static const char *const args[] = {"--iters", "5", "--3d", NULL};
+    check_prog("test/progs/batchprog", args, "test_wide_batched_3d_copies_are_split");
+}
+END_TEST
+
 START_TEST(test_producer_with_host_side_effect_is_launched_as_often_as_the_program_does) {
     static const char *const args[] = {"--iters", "8", NULL};
     check_prog("test/progs/sideprog", args,
@@ -236,9 +242,11 @@ END_TEST
 /* Fails the Nth call of `api` that `prog` makes, under the shim in auto mode at a quarter of its
  * footprint (for modprog, a plan is being replayed when the first unload comes), for every N up
  * to `every` and then for about `every` more spread over the rest: each run ends with the
- * oracle's checksum or a clean driver error (exit 2), and leaves nothing behind. */
-static void fault_loop(const char *prog, const char *api, const char *iters, long long every) {
-    const char *const args[] = {"--iters", iters, NULL};
+ * oracle's checksum or a clean driver error (exit 2), and leaves nothing behind. `option`: one
+ * more argument for prog, or NULL. */
+static void fault_loop(const char *prog, const char *api, const char *iters, long long every,
+                       const char *option) {
+    const char *const args[] = {"--iters", iters, option, NULL};
     unsigned long long peak = 0;
     tu_result_t ref = oracle(prog, args, &peak);
     char *stats = tmp_file();
@@ -285,19 +293,25 @@ static void fault_loop(const char *prog, const char *api, const char *iters, lon
 }
 
 START_TEST(test_fault_in_module_unload_is_clean) {
-    fault_loop("test/progs/modprog", "cuModuleUnload", "4", 1000);
+    fault_loop("test/progs/modprog", "cuModuleUnload", "4", 1000, NULL);
 }
 END_TEST
 
 START_TEST(test_fault_in_module_load_is_clean) {
-    fault_loop("test/progs/modprog", "cuModuleLoadData", "4", 1000);
+    fault_loop("test/progs/modprog", "cuModuleLoadData", "4", 1000, NULL);
 }
 END_TEST
 
 /* The split batches: a part that fails ends the call with its error. Sampled: a run makes
  * hundreds of parts. */
 START_TEST(test_fault_in_split_batch_is_clean) {
-    fault_loop("test/progs/batchprog", "cuMemcpyBatchAsync", "1", 8);
+    fault_loop("test/progs/batchprog", "cuMemcpyBatchAsync", "1", 8, NULL);
+}
+END_TEST
+
+/* The same for the split 3D batches. */
+START_TEST(test_fault_in_split_3d_batch_is_clean) {
+    fault_loop("test/progs/batchprog", "cuMemcpy3DBatchAsync", "1", 8, "--3d");
 }
 END_TEST
 
@@ -318,6 +332,7 @@ Suite *suite_userprogs(void) {
     tc = tcase_create("batch");
     tcase_set_timeout(tc, 600);
     tcase_add_test(tc, test_wide_batched_copies_are_split);
+    tcase_add_test(tc, test_wide_batched_3d_copies_are_split);
     suite_add_tcase(s, tc);
     tc = tcase_create("side_effects");
     tcase_set_timeout(tc, 600);
@@ -341,6 +356,7 @@ Suite *suite_userprogs(void) {
     tcase_add_test(tc, test_fault_in_module_unload_is_clean);
     tcase_add_test(tc, test_fault_in_module_load_is_clean);
     tcase_add_test(tc, test_fault_in_split_batch_is_clean);
+    tcase_add_test(tc, test_fault_in_split_3d_batch_is_clean);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* fc_copy.c: simulated copies and sets in every form (sync, Async, _ptds/_ptsz, batched, 2D and
- * 3D copies, peer copies within the one device, 2D sets of 8, 16 and 32 bits).
+ * 3D copies, batched 3D copies, peer copies within the one device, 2D sets of 8, 16 and 32 bits).
  *
  * Device ranges are validated when the call is made (CUDA_ERROR_INVALID_VALUE, as the driver
  * does for an unknown pointer) and again when the op runs (a range unmapped meanwhile is a
@@ -583,6 +583,135 @@ static CUresult fc_batch_13000_ptsz(CUdeviceptr *d, CUdeviceptr *s, size_t *n, s
     return batch(d, s, n, count, a, ai, na, NULL, h, 1);
 }
 FC_EXPORT(cuMemcpyBatchAsync_v2_ptsz, PFN_cuMemcpyBatchAsync_v13000_ptsz, fc_batch_13000_ptsz);
+
+/* ---- batched 3D copies --------------------------------------------------------------------------
+ *
+ * cuMemcpy3DBatchAsync: numOps independent strided copies, validated together at the call (one
+ * bad op and nothing is queued; the 12.8 form reports its index), then queued as one op on the
+ * stream that counts numOps memcpys. Each is a pointer-to-pointer copy of extent width x height x
+ * depth bytes (the element size of pointers is 1); an operand's rowLength and layerHeight are its
+ * pitch and rows per layer, 0 meaning packed by the extent, otherwise at least width and height.
+ * A pointer may be device or host memory, told by its first byte. Array operands are
+ * refused as an invalid value, as in cuMemcpy3D: no CUarray can exist here. The reference
+ * manual's other rules: numOps > 0, a non-NULL opList, flags 0, every extent non-zero, a valid
+ * srcAccessOrder and only CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE among an op's flags; the
+ * stream must not be the legacy NULL stream. */
+
+/* The side3d_t of a pointer operand, or CUDA_ERROR_INVALID_VALUE for any other operand. */
+static CUresult operand_side(const CUmemcpy3DOperand *o, const CUextent3D *e, side3d_t *sd) {
+    if (o->type != CU_MEMCPY_OPERAND_TYPE_POINTER)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t row = o->op.ptr.rowLength, layer = o->op.ptr.layerHeight;
+    if ((row && row < e->width) || (layer && layer < e->height))
+        return CUDA_ERROR_INVALID_VALUE;
+    /* The operand is device or host memory by its pointer, as for the driver: every row of a
+     * device operand must then lie in device memory. */
+    CUmemorytype t = side_of((uintptr_t)o->op.ptr.ptr) == SIDE_DEVICE ? CU_MEMORYTYPE_DEVICE
+                                                                      : CU_MEMORYTYPE_HOST;
+    *sd = (side3d_t){t,
+                     (const void *)(uintptr_t)o->op.ptr.ptr,
+                     o->op.ptr.ptr,
+                     0,
+                     0,
+                     0,
+                     row ? row : e->width,
+                     layer ? layer : e->height};
+    return CUDA_SUCCESS;
+}
+
+/* Validates op `o` and builds its rows (*out owns them). */
+static CUresult batch3d_rows(const CUDA_MEMCPY3D_BATCH_OP *o, int captured, copy_payload_t **out) {
+    const CUextent3D *e = &o->extent;
+    if (!e->width || !e->height || !e->depth)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (o->srcAccessOrder < CU_MEMCPY_SRC_ACCESS_ORDER_STREAM ||
+        o->srcAccessOrder > CU_MEMCPY_SRC_ACCESS_ORDER_ANY ||
+        (o->flags & ~(unsigned)CU_MEMCPY_FLAG_PREFER_OVERLAP_WITH_COMPUTE))
+        return CUDA_ERROR_INVALID_VALUE;
+    side3d_t src, dst;
+    CUresult r = operand_side(&o->src, e, &src);
+    if (r == CUDA_SUCCESS)
+        r = operand_side(&o->dst, e, &dst);
+    if (r != CUDA_SUCCESS)
+        return r;
+    return rows_payload(&src, &dst, e->width, e->height, e->depth, captured, out);
+}
+
+static CUresult batch3d(size_t nops, CUDA_MEMCPY3D_BATCH_OP *ops, size_t *fail_idx,
+                        unsigned long long flags, CUstream h, int ptds) {
+    if (fail_idx)
+        *fail_idx = SIZE_MAX;
+    if (nops == 0 || !ops || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (h == CU_STREAM_LEGACY || (!h && !ptds))
+        return CUDA_ERROR_INVALID_VALUE; /* "must not be default NULL stream" */
+    if (!fc_stream_resolve(h, ptds))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (nops > SIZE_MAX / sizeof(copy_payload_t *))
+        return CUDA_ERROR_INVALID_VALUE;
+    copy_payload_t **parts = calloc(nops, sizeof *parts);
+    if (!parts)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    int captured = fc_capturing(h, ptds);
+    size_t rows = 0;
+    CUresult r = CUDA_SUCCESS;
+    size_t i = 0;
+    for (; i < nops && r == CUDA_SUCCESS; i++) {
+        r = batch3d_rows(&ops[i], captured, &parts[i]);
+        if (r == CUDA_SUCCESS && __builtin_add_overflow(rows, parts[i]->count, &rows))
+            r = CUDA_ERROR_INVALID_VALUE;
+    }
+    copy_payload_t *p = NULL;
+    if (r != CUDA_SUCCESS) {
+        if (fail_idx && r == CUDA_ERROR_INVALID_VALUE)
+            *fail_idx = i - 1;
+    } else if (rows > (SIZE_MAX - sizeof(copy_payload_t)) / sizeof(copy_one_t)) {
+        r = CUDA_ERROR_INVALID_VALUE;
+    } else if (!(p = malloc(sizeof *p + rows * sizeof(copy_one_t)))) {
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    } else {
+        p->count = 0;
+        for (size_t k = 0; k < nops; k++) {
+            memcpy(&p->c[p->count], parts[k]->c, parts[k]->count * sizeof(copy_one_t));
+            p->count += parts[k]->count;
+        }
+    }
+    for (size_t k = 0; k < nops; k++)
+        free(parts[k]);
+    free(parts);
+    if (r != CUDA_SUCCESS)
+        return r;
+    return submit_copies(p, "memcpy 3D batch", h, ptds, 0, (uint32_t)nops);
+}
+
+static CUresult fc_batch3d_12080(size_t n, CUDA_MEMCPY3D_BATCH_OP *ops, size_t *fail,
+                                 unsigned long long flags, CUstream h) {
+    FC_ENTER("cuMemcpy3DBatchAsync");
+    return batch3d(n, ops, fail, flags, h, 0);
+}
+FC_EXPORT(cuMemcpy3DBatchAsync, PFN_cuMemcpy3DBatchAsync_v12080, fc_batch3d_12080);
+
+static CUresult fc_batch3d_12080_ptsz(size_t n, CUDA_MEMCPY3D_BATCH_OP *ops, size_t *fail,
+                                      unsigned long long flags, CUstream h) {
+    FC_ENTER("cuMemcpy3DBatchAsync");
+    return batch3d(n, ops, fail, flags, h, 1);
+}
+FC_EXPORT(cuMemcpy3DBatchAsync_ptsz, PFN_cuMemcpy3DBatchAsync_v12080_ptsz, fc_batch3d_12080_ptsz);
+
+static CUresult fc_batch3d_13000(size_t n, CUDA_MEMCPY3D_BATCH_OP *ops, unsigned long long flags,
+                                 CUstream h) {
+    FC_ENTER("cuMemcpy3DBatchAsync");
+    return batch3d(n, ops, NULL, flags, h, 0);
+}
+FC_EXPORT(cuMemcpy3DBatchAsync_v2, PFN_cuMemcpy3DBatchAsync_v13000, fc_batch3d_13000);
+
+static CUresult fc_batch3d_13000_ptsz(size_t n, CUDA_MEMCPY3D_BATCH_OP *ops,
+                                      unsigned long long flags, CUstream h) {
+    FC_ENTER("cuMemcpy3DBatchAsync");
+    return batch3d(n, ops, NULL, flags, h, 1);
+}
+FC_EXPORT(cuMemcpy3DBatchAsync_v2_ptsz, PFN_cuMemcpy3DBatchAsync_v13000_ptsz,
+          fc_batch3d_13000_ptsz);
 
 /* ---- sets ---------------------------------------------------------------------------------------
  */

@@ -147,6 +147,25 @@ static CUresult c_batch(void *fn, int ver) {
         return F(PFN_cuMemcpyBatchAsync_v13000)(d, s, n, 2, &at, &ai, 1, stream);
     return F(PFN_cuMemcpyBatchAsync_v12080)(d, s, n, 2, &at, &ai, 1, &fail, stream);
 }
+static CUresult c_batch3d(void *fn, int ver) {
+    /* Two ops of 16 x 2 x 1 bytes, rows 32 apart; the second reads past a buffer's end. */
+    CUDA_MEMCPY3D_BATCH_OP ops[2];
+    memset(ops, 0, sizeof ops);
+    for (int i = 0; i < 2; i++) {
+        ops[i].src.type = ops[i].dst.type = CU_MEMCPY_OPERAND_TYPE_POINTER;
+        ops[i].src.op.ptr.rowLength = ops[i].dst.op.ptr.rowLength = 32;
+        ops[i].extent = (CUextent3D){16, 2, 1};
+        ops[i].srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+    }
+    ops[0].src.op.ptr.ptr = buf[3];
+    ops[0].dst.op.ptr.ptr = buf[1];
+    ops[1].src.op.ptr.ptr = PAST_END - 32;
+    ops[1].dst.op.ptr.ptr = buf[2];
+    size_t fail;
+    if (ver >= 13000)
+        return F(PFN_cuMemcpy3DBatchAsync_v13000)(2, ops, 0, stream);
+    return F(PFN_cuMemcpy3DBatchAsync_v12080)(2, ops, &fail, 0, stream);
+}
 static CUresult c_set8(void *fn, int ver) {
     (void)ver;
     return F(PFN_cuMemsetD8_v3020)(PAST_END, 0xEE, 16);
@@ -452,6 +471,7 @@ static const bad_case_t cases[] = {
     {"cuMemcpyDtoHAsync", c_dtoh_async},
     {"cuMemcpyDtoDAsync", c_dtod_async},
     {"cuMemcpyBatchAsync", c_batch},
+    {"cuMemcpy3DBatchAsync", c_batch3d},
     {"cuMemsetD8", c_set8},
     {"cuMemsetD16", c_set16},
     {"cuMemsetD32", c_set32},

@@ -4,11 +4,14 @@
  * copies each source to its destination with a second batch (device to device), mixes every
  * destination with its neighbour, and reads the destinations back with a third batch. Each
  * batch has three attribute ranges, so that a batch split in parts keeps each copy's attributes.
- * NB copies reference 2 * NB buffers, more than one operation can hold.
+ * NB copies reference 2 * NB buffers, more than one operation can hold. With --3d, the device to
+ * device batch is one cuMemcpy3DBatchAsync of 4 * NB strided copies instead: each buffer seen as
+ * 32 rows of 128 bytes in layers of 8 rows, copied as four boxes of 64 bytes x 4 rows x 4 layers
+ * (rowLength 128, layerHeight 8), the left or right half of the first or last 4 rows of each layer.
  *
  * Buffers: 2 * NB of 4 KiB (run with FAKECUDA_GRANULARITY=64K and OOC_CHUNK=64K).
  *
- * Options: --iters N (default 6). Output: "checksum: H" (FNV-1a 64 of every destination after
+ * Options: --iters N (default 6), --3d. Output: "checksum: H" (FNV-1a 64 of every destination after
  * the last iteration). Exit status: 0 when every byte is right; 1 when one is wrong; 2 when a
  * driver call failed ("error: <call>: <name> (<code>)"). Linked with -lcuda. */
 #include <cuda.h>
@@ -37,8 +40,30 @@ static CUresult batch(CUdeviceptr *dst, CUdeviceptr *src, CUstream s) {
     return cuMemcpyBatchAsync(dst, src, sizes, NB, attrs, idx, 3, s);
 }
 
+/* The same copies as batch(dst, src, s), as 4 * NB strided 3D copies in one batch. */
+static CUresult batch3d(CUdeviceptr *dst, CUdeviceptr *src, CUstream s) {
+    static CUDA_MEMCPY3D_BATCH_OP ops[4 * NB];
+    memset(ops, 0, sizeof ops);
+    for (int i = 0; i < 4 * NB; i++) {
+        CUDA_MEMCPY3D_BATCH_OP *o = &ops[i];
+        size_t off = (size_t)(i & 1) * 64 + (size_t)((i >> 1) & 1) * 4 * 128;
+        o->src.type = o->dst.type = CU_MEMCPY_OPERAND_TYPE_POINTER;
+        o->src.op.ptr.ptr = src[i / 4] + off;
+        o->dst.op.ptr.ptr = dst[i / 4] + off;
+        o->src.op.ptr.rowLength = o->dst.op.ptr.rowLength = 128;
+        o->src.op.ptr.layerHeight = o->dst.op.ptr.layerHeight = 8;
+        o->extent = (CUextent3D){64, 4, 4};
+        o->srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+    }
+    return cuMemcpy3DBatchAsync(4 * NB, ops, 0, s);
+}
+
 int main(int argc, char **argv) {
-    int iters = 6;
+    int iters = 6, use3d = 0;
+    if (argc > 1 && strcmp(argv[argc - 1], "--3d") == 0) {
+        use3d = 1;
+        argc--;
+    }
     if (up_parse_iters(argc, argv, "batchprog", 1, &iters) != 0)
         return 64;
     if (fakecuda_register_kernels(kernels, sizeof kernels / sizeof kernels[0]) != 0)
@@ -68,7 +93,10 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < (size_t)NB * WORDS; i++)
             in[i] = (uint32_t)(i * 2654435761u + (size_t)it * 40503u);
         UP_CHECK(batch(src, hin, s));
-        UP_CHECK(batch(dst, src, s));
+        if (use3d)
+            UP_CHECK(batch3d(dst, src, s));
+        else
+            UP_CHECK(batch(dst, src, s));
         for (int b = 0; b < NB; b++) {
             uint32_t k = (uint32_t)(it * NB + b);
             UP_CHECK(up_mix(f_mix, dst[b], src[(b + 1) % NB], k, WORDS, s));
