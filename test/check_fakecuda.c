@@ -581,6 +581,7 @@ START_TEST(test_batch_3d_copy_strides_and_refusals) {
         host[i] = (unsigned char)i;
     OK(cuMemcpyHtoD(a, host, 256));
     OK(cuMemsetD8(b, 0xee, 256));
+    OK(cuCtxSynchronize()); /* the memset may still run: s does not wait for the legacy stream */
     /* Op 0: a 4x2x2 box of a (rows of 8, layers of 3 rows) packed into b. Op 1: 16 bytes from a
      * pageable host buffer into b + 100, rows of 4 spread 8 apart. */
     CUDA_MEMCPY3D_BATCH_OP ops[2] = {op3d(b, 0, 0, a + 1, 8, 3, 4, 2, 2),
