@@ -39,7 +39,8 @@ static CUresult refuse_in_capture(const char *what, CUstream s, int ptds) {
  * driver itself: a real one-byte allocation, freed at once, gets the same answer and the same
  * invalidation (a device too full for the probe is let through: not a capture question). */
 static CUresult capture_unsafe(const char *what) {
-    if (OOC_LIKELY(!atomic_load_explicit(&ooc_graph_captures, memory_order_relaxed)))
+    if (OOC_LIKELY(!atomic_load_explicit(&ooc_graph_captures, memory_order_relaxed)) ||
+        !ooc_real.cuMemAlloc_v2 || !ooc_real.cuMemFree_v2)
         return CUDA_SUCCESS;
     CUdeviceptr probe = 0;
     CUresult r = ooc_real.cuMemAlloc_v2(&probe, 1);
