@@ -45,20 +45,55 @@ static CUresult alloc_small(buf_t *b, size_t size) {
     return CUDA_SUCCESS;
 }
 
+/* A freed buffer's run of the same chunk count still mapped (warm.c) is taken whole: the new
+ * buffer is resident from the start, with no driver call. */
 static CUresult alloc_large(buf_t *b, size_t size) {
     uint64_t count = (size + M.chunk - 1) >> M.shift, first;
-    if (va_take(count, &first) != 0)
+    warm_t *w = warm_take(count);
+    if (!w && M.ndying && warm_pending(count)) {
+        reap_dying(0); /* the runs whose users are done become ready */
+        w = warm_take(count);
+    }
+    if (w)
+        first = w->first;
+    else if (va_take(count, &first) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     for (uint64_t i = 0; i < count; i++) {
         chunk_t *c = chunk_new(first + i, first, count);
         if (!c) {
-            for (uint64_t j = 0; j < i; j++)
-                chunk_delete(chunk_find(first + j));
-            va_give(first, count);
+            for (uint64_t j = 0; j < i; j++) {
+                chunk_t *d = chunk_find(first + j);
+                if (w) { /* its physical chunk goes back to the run, still mapped */
+                    lru_remove(d);
+                    w->phys[j] = d->phys;
+                    d->phys = NULL;
+                    d->state = C_EMPTY;
+                    M.resident--;
+                    M.warm_chunks++;
+                }
+                chunk_delete(d);
+            }
+            if (w)
+                warm_untake(w);
+            else
+                va_give(first, count);
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
         c->owner = b;
         c->nbufs = 1;
+        if (w) {
+            c->phys = w->phys[i];
+            w->phys[i] = NULL;
+            c->state = C_RESIDENT;
+            c->since = M.serial;
+            M.warm_chunks--;
+            M.resident++;
+            lru_push(c);
+        }
+    }
+    if (w) {
+        ooc_stats_add(OOC_STAT_warm_reuses, count);
+        free(w);
     }
     b->addr = M.va_base + ((uintptr_t)first << M.shift);
     return CUDA_SUCCESS;
@@ -126,10 +161,19 @@ CUresult ooc_mem_free(CUdeviceptr p, CUstream stream, uint64_t *id) {
         ooc_stats_free(b->size, (b->size + SLAB_ALIGN - 1) & ~(uint64_t)(SLAB_ALIGN - 1));
     } else {
         uint64_t count = (b->size + M.chunk - 1) >> M.shift;
+        /* Every chunk resident: they die as a warm run, kept mapped for the next buffer of
+         * this size (warm.c). */
+        int whole = 1;
+        for (uint64_t i = 0; i < count && whole; i++) {
+            chunk_t *c = chunk_find(first + i);
+            whole = c->state == C_RESIDENT && !c->aliased;
+        }
+        warm_t *w = whole ? warm_begin(first, count) : NULL;
         for (uint64_t i = 0; i < count; i++) {
             chunk_t *c = chunk_find(first + i);
             c->owner = NULL;
             c->nbufs = 0;
+            c->run = w;
             chunk_release(c, stream);
         }
         ooc_stats_free(b->size, count << M.shift);

@@ -30,6 +30,12 @@ struct mem_state M;
 
 /* ---- init ---------------------------------------------------------------------------------- */
 
+void ooc_mem_set_reuse(int on) {
+    mem_lock_take();
+    M.reuse = on;
+    mem_unlock();
+}
+
 int ooc_mem_init(uint64_t budget_bytes, uint64_t chunk_bytes, CUdevice dev, CUcontext ctx,
                  const CUmemLocation *safe_loc) {
     M.ctx = ctx;
@@ -113,6 +119,7 @@ void ooc_mem_shutdown(void) {
     }
     for (unsigned i = 0; i < 8; i++)
         ev_drop(M.fcache[i].v);
+    warm_shutdown();
     chunk_t *c, *tmp;
     HASH_ITER(hh, M.chunks, c, tmp) {
         ev_drop(c->in_ev);

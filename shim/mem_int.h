@@ -7,10 +7,10 @@
  * checks it): memcheck.c (the invariants, in OOC_CHECKS builds), fastpath.c (the lock, writer
  * sections, the lock-free path), pool.c (events, host slots), streams.c (a chunk's users, waiting
  * for them), lru.c (the LRU list, the eviction walk; no driver), vmm.c (VA runs, chunk table,
- * mapping), retire.c (retiring and dying chunks), buffer.c (buffers, slabs, lookup), resident.c
- * (demand residency, eviction, the op's chunks), transfer.c (the plan's transfers), worker.c (the
- * replay worker), external.c (the program's own VMM memory), bandwidth.c (the recorder's bandwidth
- * probe), mem.c (state, start-up, shutdown, queries). */
+ * mapping), warm.c (freed runs kept mapped), retire.c (retiring and dying chunks), buffer.c
+ * (buffers, slabs, lookup), resident.c (demand residency, eviction, the op's chunks), transfer.c
+ * (the plan's transfers), worker.c (the replay worker), external.c (the program's own VMM memory),
+ * bandwidth.c (the recorder's bandwidth probe), mem.c (state, start-up, shutdown, queries). */
 #ifndef OOC_MEM_INT_H
 #define OOC_MEM_INT_H
 
@@ -46,6 +46,16 @@ typedef struct phys {
     CUmemGenericAllocationHandle h;
     struct phys *next;
 } phys_t;
+
+/* A warm run (warm.c): the chunk run [first, first + n) of a freed large buffer whose physical
+ * chunks stay mapped there for the next buffer of n chunks. Pending while `left` of its chunks
+ * are still dying; ready (in the age order of M.warm) once left == 0. */
+typedef struct warm {
+    uint64_t first, n;
+    uint64_t left;
+    int broken; /* a chunk was not resident when buried: the run is given back, not kept */
+    phys_t *phys[];
+} warm_t;
 
 typedef struct buf {
     uintptr_t addr;
@@ -87,6 +97,7 @@ typedef struct chunk {
     slab_t *slab;
     uint64_t pin; /* op serial that pinned it */
     int dying;
+    warm_t *run; /* dying as part of a warm run: buried into it, not unmapped */
     /* Replay (planned, asynchronous transfers): */
     evref_t *in_ev;  /* a planned swap-in's copy: ops using the chunk wait for it on their stream */
     evref_t *out_ev; /* retiring: a planned swap-out's copy was issued; unmapped once it is done */
@@ -142,6 +153,10 @@ struct mem_state {
     chunk_t *slab_cur;
     chunk_t **dying;
     size_t ndying, cap_dying;
+    warm_t **warm; /* warm runs, pending and ready, oldest first */
+    size_t nwarm, cap_warm;
+    uint64_t warm_chunks; /* physical chunks held mapped by warm runs (not in `resident`) */
+    int reuse;            /* OOC_REUSE: keep freed buffers' chunks mapped in warm runs */
     hslot_t *host_free;
     hslot_t **host_blocks; /* arrays of HOST_BLOCK_CHUNKS slots */
     size_t nhost_blocks;
@@ -278,6 +293,15 @@ void alias_chunk(chunk_t *c);
 CUresult unmap_failed_copy_in(chunk_t *c);
 CUresult unalias_chunk(chunk_t *c);
 CUresult map_chunk(chunk_t *c);
+/* warm.c */
+warm_t *warm_begin(uint64_t first, uint64_t n);
+int warm_keep(chunk_t *c);
+warm_t *warm_take(uint64_t n);
+int warm_pending(uint64_t n);
+void warm_untake(warm_t *w);
+int warm_ready(void);
+CUresult warm_release(void);
+void warm_shutdown(void);
 /* retire.c */
 void retire_cancel(chunk_t *c);
 unsigned retire_poll(int block);

@@ -125,6 +125,14 @@ static const ooc_option_desc_t table[] = {
             "is slow but correct; auto: on when the device supports host-located VMM memory.",
      .offset = OFF(safe),
      .choices = safe_words},
+    {.name = "OOC_REUSE",
+     .type = OOC_OPT_BOOL,
+     .def = "1",
+     .accepted = "0 or 1",
+     .doc = "1: a freed buffer's memory stays mapped at its address and serves the next "
+            "allocation of the same size with no driver call (a use after free then reads stale "
+            "bytes); 0: it is unmapped at once, so that a use after free faults.",
+     .offset = OFF(reuse)},
     {.name = "OOC_LOG_FILE",
      .type = OOC_OPT_PATH,
      .def = "stderr",

@@ -124,6 +124,10 @@ CUresult need_phys(uint64_t want) {
         reap_dying(0);
     if (M.nret && !M.phys_free)
         retire_poll(0);
+    /* Freed buffers' runs kept mapped (warm.c): the oldest go back before anything waits. */
+    while (!M.phys_free && warm_ready())
+        if (warm_release() != CUDA_SUCCESS)
+            break;
     while (!M.phys_free && (M.ndying || M.nret)) {
         int dying_first =
             M.ndying && (!M.nret || !M.dying[0]->fenced || M.dying[0]->when <= M.ret[0]->when);
@@ -134,6 +138,9 @@ CUresult need_phys(uint64_t want) {
         } else if (!retire_poll(1)) {
             break;
         }
+        while (!M.phys_free && warm_ready()) /* a dying run may have become ready */
+            if (warm_release() != CUDA_SUCCESS)
+                break;
     }
     if (M.phys_free)
         return CUDA_SUCCESS;

@@ -182,6 +182,8 @@ typedef struct ooc_opbuf {
 int ooc_mem_init(uint64_t budget_bytes, uint64_t chunk_bytes, CUdevice dev, CUcontext ctx,
                  const CUmemLocation *safe_loc);
 void ooc_mem_shutdown(void);
+/* OOC_REUSE: 1 keeps a freed large buffer's chunks mapped for the next buffer of its size. */
+void ooc_mem_set_reuse(int on);
 
 /* Allocates `size` bytes at a stable address; on the device only when first used. */
 CUresult ooc_mem_alloc(CUdeviceptr *out, size_t size, uint64_t *id);

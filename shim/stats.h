@@ -50,6 +50,7 @@
     X(prefetch_no_memory, COUNTER, COUNT, "planned swap-ins with no memory coming")                \
     X(planned_swap_outs, COUNTER, COUNT, "planned swap-outs (buffers)")                            \
     X(swap_cancels, COUNTER, COUNT, "swap-outs cancelled: used again first")                       \
+    X(warm_reuses, COUNTER, COUNT, "chunks reused mapped from freed buffers")                      \
     X(rerecords, COUNTER, COUNT, "re-recordings after divergence")                                 \
     X(lru_evictions, COUNTER, COUNT, "chunks evicted on demand (LRU)")                             \
     X(allocs, COUNTER, COUNT, "allocations")                                                       \

@@ -83,7 +83,8 @@ static void worker_swapin(job_t j) {
             c->queued = 0;
             continue;
         }
-        if (!M.phys_free && M.phys_made >= M.budget_chunks && !M.ndying && !any_discard()) {
+        if (!M.phys_free && M.phys_made >= M.budget_chunks && !M.ndying && !warm_ready() &&
+            !any_discard()) {
             if (M.nret) {
                 worker_wait_retiree();
                 continue;

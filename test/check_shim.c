@@ -399,6 +399,62 @@ START_TEST(test_address_space_is_reused) {
 }
 END_TEST
 
+/* test/progs/churn under the shim (demand, 64 KiB chunks) at a budget of `budget`: its output
+ * and statistics. Every word it reads back must be right. */
+static tu_result_t run_churn(const char *budget, const char *reuse, int vary) {
+    char b[64], r[32];
+    snprintf(b, sizeof b, "OOC_BUDGET=%s", budget);
+    snprintf(r, sizeof r, "OOC_REUSE=%s", reuse);
+    const char *const args[] = {"--iters", "8", vary ? "--vary" : NULL, NULL};
+    const char *const env[] = {
+        "FAKECUDA_GRANULARITY=64K", "OOC_CHUNK=64K", "OOC_MODE=demand", "OOC_STATS=1", b, r, NULL};
+    tu_result_t p = tu_run_prog("test/progs/churn", args, 1, env, 120);
+    ck_assert_msg(p.status == 0 && strstr(p.out, "churn: ok"), "status %d\n%s\n%s", p.status, p.out,
+                  tu_tail(p.err, 3000));
+    return p;
+}
+
+/* cuMemMap calls in iteration `it` of a churn run's output. */
+static long long churn_maps(const tu_result_t *p, int it) {
+    char key[32], *line;
+    snprintf(key, sizeof key, "iter %d: maps ", it);
+    line = strstr(p->out, key);
+    ck_assert_msg(line != NULL, "no \"%s\" line:\n%s", key, p->out);
+    return atoll(line + strlen(key));
+}
+
+/* A program that frees and allocates the same sizes every iteration (a framework without its
+ * caching allocator) gets its freed buffers' chunks back still mapped: after the first iteration
+ * the driver maps nothing (each mapping costs tens of microseconds on a real GPU). With
+ * OOC_REUSE=0 every iteration maps its buffers again. */
+START_TEST(test_freed_buffers_chunks_are_reused_mapped) {
+    tu_result_t p = run_churn("8M", "1", 0);
+    ck_assert_int_gt(churn_maps(&p, 0), 0);
+    for (int it = 1; it < 8; it++)
+        ck_assert_msg(churn_maps(&p, it) == 0, "iteration %d mapped %lld chunks:\n%s", it,
+                      churn_maps(&p, it), p.out);
+    ck_assert_int_gt(tu_stat_row(p.err, "chunks reused mapped from freed buffers"), 0);
+    tu_result_free(&p);
+    p = run_churn("8M", "0", 0);
+    for (int it = 1; it < 8; it++)
+        ck_assert_int_eq(churn_maps(&p, it), churn_maps(&p, 0));
+    ck_assert_int_eq(tu_stat_row(p.err, "chunks reused mapped from freed buffers"), 0);
+    tu_result_free(&p);
+}
+END_TEST
+
+/* Freed buffers' mapped chunks give way before live data: sizes change every iteration (so
+ * kept runs rarely fit), the budget holds the largest iteration's buffers (17 chunks) and no
+ * more, and nothing live is ever swapped out. */
+START_TEST(test_kept_chunks_go_back_before_live_data_is_evicted) {
+    tu_result_t p = run_churn("1088K", "1", 1);
+    ck_assert_msg(tu_stat_row(p.err, "swap-outs") == 0, "live data swapped out:\n%s",
+                  tu_tail(p.err, 3000));
+    ck_assert_int_gt(tu_stat_row(p.err, "chunks reused mapped from freed buffers"), 0);
+    tu_result_free(&p);
+}
+END_TEST
+
 /* The same workloads with swaps through pinned host memory (no host-located VMM memory). */
 START_TEST(test_workloads_match_oracle_without_safe_mode) {
     no_host_vmm = 1;
@@ -430,6 +486,8 @@ Suite *suite_shim(void) {
     tcase_add_test(sf, test_safe_mode_required_but_missing_stops_startup);
     tcase_add_test(sf, test_programs_own_vmm_memory_counts_against_the_budget);
     tcase_add_test(sf, test_address_space_is_reused);
+    tcase_add_test(sf, test_freed_buffers_chunks_are_reused_mapped);
+    tcase_add_test(sf, test_kept_chunks_go_back_before_live_data_is_evicted);
     suite_add_tcase(s, sf);
     TCase *f = tcase_create("faults");
     tcase_set_timeout(f, 600);

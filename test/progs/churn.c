@@ -1,0 +1,130 @@
+/* SPDX-License-Identifier: MIT */
+/* churn.c: allocates, fills, checks and frees the same buffers every iteration, as a framework
+ * without its caching allocator does (PyTorch with PYTORCH_NO_CUDA_MEMORY_CACHING=1), and
+ * counts the driver's cuMemMap calls in each iteration.
+ *
+ * Each iteration allocates K buffers of several chunks each (chunk = 64 KiB: run with
+ * FAKECUDA_GRANULARITY=64K and OOC_CHUNK=64K), fills each with a kernel, reads every buffer
+ * back and checks every word, then frees them all. With --vary the buffers' sizes change from
+ * one iteration to the next (buffer j of iteration i has (i + j) % 4 + 1 chunks; without it,
+ * j % 4 + 1), so that a freed buffer's run of chunks does not fit the next one of its place.
+ *
+ * Options: --iters N (default 6), --bufs K (1..16, default 6), --vary.
+ * Output: one line per iteration, "iter I: maps M" (cuMemMap calls during the iteration, the
+ * shim's included), then "churn: ok". Exit status: 0 when every word is right; 1 when one is
+ * wrong (named on stderr); 2 when a driver call failed; 64 on a bad option. Linked with -lcuda
+ * (the simulated driver, whose fakecuda.h gives the kernel and the call counts). */
+#include <cuda.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fakecuda.h"
+
+#define CHUNK    ((size_t)64 << 10)
+#define MAX_BUFS 16
+
+/* fill(uint32_t *dst, uint32_t v, int n): dst[i] = v + i * 7 */
+static int k_fill(fakecuda_launch_t *l) {
+    CUdeviceptr dd = FAKECUDA_ARG(l, 0, CUdeviceptr);
+    uint32_t v = FAKECUDA_ARG(l, 1, uint32_t);
+    int n = FAKECUDA_ARG(l, 2, int);
+    uint32_t *dst = fakecuda_access(l, dd, (size_t)n * 4, 1);
+    if (!dst)
+        return -1;
+    for (int i = 0; i < n; i++)
+        dst[i] = v + (uint32_t)i * 7u;
+    return 0;
+}
+
+static const fakecuda_kernel_t kernels[] = {
+    {"churnprog", "fill", 3, {8, 4, 4}, k_fill},
+};
+
+static void die(const char *call, CUresult r) {
+    const char *name = "?";
+    cuGetErrorName(r, &name);
+    fprintf(stderr, "error: %s: %s (%d)\n", call, name, (int)r);
+    exit(2);
+}
+
+#define CHECK(x)                                                                                   \
+    do {                                                                                           \
+        CUresult r_ = (x);                                                                         \
+        if (r_ != CUDA_SUCCESS)                                                                    \
+            die(#x, r_);                                                                           \
+    } while (0)
+
+int main(int argc, char **argv) {
+    int iters = 6, nbufs = 6, vary = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc)
+            iters = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--bufs") == 0 && i + 1 < argc)
+            nbufs = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--vary") == 0)
+            vary = 1;
+        else {
+            fprintf(stderr, "usage: churn [--iters N] [--bufs K] [--vary]\n");
+            return 64;
+        }
+    }
+    if (iters < 1 || nbufs < 1 || nbufs > MAX_BUFS) {
+        fprintf(stderr, "churn: bad option value\n");
+        return 64;
+    }
+    if (fakecuda_register_kernels(kernels, sizeof kernels / sizeof kernels[0]) != 0)
+        return 2;
+    CUdevice dev;
+    CUcontext ctx;
+    CUmodule mod;
+    CUfunction f_fill;
+    CHECK(cuInit(0));
+    CHECK(cuDeviceGet(&dev, 0));
+    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CHECK(cuCtxSetCurrent(ctx));
+    CHECK(cuModuleLoadData(&mod, FAKECUDA_IMAGE_PREFIX "churnprog"));
+    CHECK(cuModuleGetFunction(&f_fill, mod, "fill"));
+    uint32_t *host = malloc(4 * CHUNK);
+    if (!host)
+        return 2;
+    int bad = 0;
+    for (int it = 0; it < iters; it++) {
+        uint64_t maps0 = fakecuda_call_count("cuMemMap");
+        CUdeviceptr d[MAX_BUFS];
+        size_t words[MAX_BUFS];
+        for (int j = 0; j < nbufs; j++) {
+            size_t chunks = (size_t)((vary ? it + j : j) % 4 + 1);
+            words[j] = (chunks * CHUNK - 64) / 4; /* a little less than whole chunks */
+            CHECK(cuMemAlloc(&d[j], words[j] * 4));
+            uint32_t v = (uint32_t)(it * 131 + j * 17);
+            int n = (int)words[j];
+            void *args[] = {&d[j], &v, &n};
+            CHECK(cuLaunchKernel(f_fill, 1, 1, 1, 32, 1, 1, 0, NULL, args, NULL));
+        }
+        for (int j = 0; j < nbufs; j++) {
+            CHECK(cuMemcpyDtoH(host, d[j], words[j] * 4));
+            uint32_t v = (uint32_t)(it * 131 + j * 17);
+            for (size_t i = 0; i < words[j]; i++) {
+                if (host[i] != v + (uint32_t)i * 7u) {
+                    fprintf(stderr, "churn: iteration %d, buffer %d, word %zu: %u, expected %u\n",
+                            it, j, i, host[i], v + (uint32_t)i * 7u);
+                    bad = 1;
+                    break;
+                }
+            }
+        }
+        for (int j = 0; j < nbufs; j++)
+            CHECK(cuMemFree(d[j]));
+        CHECK(cuCtxSynchronize());
+        printf("iter %d: maps %llu\n", it,
+               (unsigned long long)(fakecuda_call_count("cuMemMap") - maps0));
+    }
+    free(host);
+    CHECK(cuModuleUnload(mod));
+    if (bad)
+        return 1;
+    printf("churn: ok\n");
+    return 0;
+}
