@@ -60,7 +60,8 @@ static void warm_remove(const warm_t *w) {
 static CUresult give_back_last(warm_t *w) {
     uint64_t i = w->n - 1;
     if (w->phys[i]) {
-        CUresult r = ooc_real.cuMemUnmap(M.va_base + ((uintptr_t)(w->first + i) << M.shift), M.chunk);
+        CUresult r =
+            ooc_real.cuMemUnmap(M.va_base + ((uintptr_t)(w->first + i) << M.shift), M.chunk);
         if (r != CUDA_SUCCESS)
             return r;
         w->phys[i]->next = M.phys_free;
@@ -80,9 +81,10 @@ static CUresult drop_run(warm_t *w) {
     while (w->n) {
         CUresult r = give_back_last(w);
         if (r != CUDA_SUCCESS) {
-            OOC_LOG_W("cuMemUnmap of a freed chunk at %#llx failed: %s",
-                      (unsigned long long)(M.va_base + ((uintptr_t)(w->first + w->n - 1) << M.shift)),
-                      ooc_real_errname(r));
+            OOC_LOG_W(
+                "cuMemUnmap of a freed chunk at %#llx failed: %s",
+                (unsigned long long)(M.va_base + ((uintptr_t)(w->first + w->n - 1) << M.shift)),
+                ooc_real_errname(r));
             return r;
         }
     }
