@@ -67,6 +67,7 @@ typedef struct rop {
     uint32_t nref;
     int64_t dur_ns; /* -1 until read */
     uint64_t key;   /* what recompute.c verified it under (kernels); 0 when nothing */
+    uint64_t live;  /* bytes of the recorded live buffers when it was issued */
 } rop_t;
 
 typedef struct rref {
@@ -94,6 +95,8 @@ static struct {
     _Atomic int pending; /* enough iterations: finish before the next op (frees and allocations
                             before it still belong to the iteration) */
     int give_up;         /* the log grew too long, or memory ran out */
+    uint64_t live;       /* bytes of the live buffers the recorder knows */
+    int64_t grew_first, grew_period; /* the last run refused for growing (logged once) */
     CUcontext ctx;
 } R;
 
@@ -148,6 +151,8 @@ void ooc_record_alloc(uint64_t id, uint64_t bytes) {
     if (rec_oom) {
         free(b);
         R.give_up = 1;
+    } else {
+        R.live += bytes;
     }
     pthread_mutex_unlock(&rec_lock);
 }
@@ -156,12 +161,16 @@ void ooc_record_free(uint64_t id) {
     pthread_mutex_lock(&rec_lock);
     rbuf_t *b;
     HASH_FIND(hh, R.bufs, &id, sizeof id, b);
-    if (b)
+    if (b && b->free_pos < 0) {
         b->free_pos = (int64_t)R.nops;
+        R.live -= b->bytes;
+    }
     pthread_mutex_unlock(&rec_lock);
 }
 
 /* ---- ops ------------------------------------------------------------------------------------- */
+
+static int run_grows(const ooc_iterdet_event_t *ev);
 
 static uint32_t stream_id(CUstream s) {
     if (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD)
@@ -244,6 +253,7 @@ void ooc_record_op_end(int token, const ooc_access_t *a, CUstream s, int issued)
     o->nref = (uint32_t)nb;
     o->dur_ns = -1;
     o->key = a->kind == OOC_OP_KERNEL ? ooc_verify_key() : 0;
+    o->live = R.live;
     ooc_iterdet_ref_t dref[64];
     unsigned nd = 0;
     uint8_t first[OOC_MAX_REFS];
@@ -269,9 +279,36 @@ void ooc_record_op_end(int token, const ooc_access_t *a, CUstream s, int issued)
     R.nops++;
     R.unprofiled++;
     ooc_iterdet_op(R.det, signature(o, b, nb), dref, nd, &R.ev);
-    if (R.ev.source != OOC_ITERDET_NONE && R.ev.iters >= R.want && R.ev.period > 0)
+    if (R.ev.source != OOC_ITERDET_NONE && R.ev.iters >= R.want && R.ev.period > 0 &&
+        !run_grows(&R.ev))
         atomic_store(&R.pending, 1);
     pthread_mutex_unlock(&rec_lock);
+}
+
+/* Does a detected run leave more memory allocated with each repetition? A training iteration
+ * frees what it allocates (the live bytes at the start of each iteration are the same); a
+ * repetition that keeps what it allocates is not one: a framework uploading its parameters
+ * (PyTorch's model.to("cuda"): a weight, four batch-norm tensors and a counter, per layer, each
+ * copied into a new buffer) repeats the same ops on fresh buffers, layer after layer. Growth up
+ * to 64 KiB or 1% of the live bytes is let pass (a loss kept per iteration for logging).
+ * Markers are never refused. Caller holds rec_lock. */
+static int run_grows(const ooc_iterdet_event_t *ev) {
+    if (ev->source != OOC_ITERDET_DETECTED || ev->first_op < 0 || ev->last_op <= ev->first_op ||
+        (size_t)ev->last_op >= R.nops)
+        return 0;
+    uint64_t a = R.ops[ev->first_op].live, b = R.ops[ev->last_op].live;
+    uint64_t slack = a / 100 > ((uint64_t)64 << 10) ? a / 100 : (uint64_t)64 << 10;
+    if (b <= a + slack)
+        return 0;
+    if (ev->first_op != R.grew_first || ev->period != R.grew_period) {
+        R.grew_first = ev->first_op;
+        R.grew_period = ev->period;
+        OOC_LOG_I("ops %lld.. repeat every %lld ops but keep what they allocate (%llu bytes more "
+                  "live after %lld repetitions): not an iteration; still looking",
+                  (long long)ev->first_op, (long long)ev->period, (unsigned long long)(b - a),
+                  (long long)(ev->iters - 1));
+    }
+    return 1;
 }
 
 int ooc_record_pending(void) {
@@ -694,6 +731,8 @@ static void seed(uint64_t id, uintptr_t addr, uint64_t bytes, void *ctx) {
     b->pid = -1;
     rec_oom = 0;
     HASH_ADD(hh, R.bufs, id, sizeof b->id, b);
+    if (!rec_oom)
+        R.live += bytes;
     if (rec_oom) {
         free(b);
         R.give_up = 1;
@@ -719,6 +758,8 @@ void ooc_record_restart_l(void) {
     }
     R.nops = 0;
     R.nrefs = 0;
+    R.live = 0; /* the live buffers are seeded below */
+    R.grew_first = R.grew_period = 0;
     memset(&R.ev, 0, sizeof R.ev);
     for (int i = 0; i < EV_RING; i++)
         R.ev_op[i] = -1;

@@ -220,6 +220,41 @@ START_TEST(test_record_cnn_detects_its_iteration) {
 }
 END_TEST
 
+/* cnn with 16 identical blocks uploads its parameters block after block: the same 8 copies,
+ * each into fresh buffers that stay allocated, 16 times before the first iteration. That
+ * repeats like an iteration but keeps what it allocates; the detector once took it for the
+ * iteration (as PyTorch's model.to("cuda") of ResNet-50 on a GPU), and the whole iteration must
+ * be recorded instead. */
+START_TEST(test_record_skips_a_parameter_upload_that_repeats) {
+    static const char *const args[] = {"--blocks", "16", NULL};
+    check_record("workloads/cnn", args, 0);
+    /* In auto mode the first report is planned at once: it must be the iteration. */
+    static const char *const auto_args[] = {"--blocks", "16", "--iters", "6", NULL};
+    static const char *const env[] = {"OOC_MODE=auto",
+                                      "OOC_BUDGET=1G",
+                                      "OOC_STATS=1",
+                                      "OOC_LOG=info",
+                                      "OOC_PROFILE_DIR=/tmp/ooc-rec-upload-prof",
+                                      NULL};
+    static const char *const oenv[] = {"FAKECUDA_SCHED=inline", NULL};
+    tu_result_t ref = tu_run_prog("workloads/cnn", auto_args, 0, oenv, 120);
+    tu_result_t r = tu_run_prog("workloads/cnn", auto_args, 1, env, 120);
+    ck_assert_msg(r.status == 0 && strcmp(r.checksum, ref.checksum) == 0,
+                  "status %d, checksum %s, oracle %s\n%s", r.status, r.checksum, ref.checksum,
+                  tu_tail(r.err, 3000));
+    const char *rec = strstr(r.err, "profile recorded in ");
+    const char *ops = rec ? strstr(rec, ": ") : NULL;
+    long n = ops ? strtol(ops + 2, NULL, 10) : 0;
+    ck_assert_msg(n == (long)r.ops && strstr(r.err, "keep what they allocate") != NULL,
+                  "recorded %ld ops first, the iteration has %llu:\n%s", n, r.ops,
+                  tu_tail(r.err, 3000));
+    ck_assert_int_eq(tu_stat_row(r.err, "re-recordings after divergence"), 0);
+    tu_result_free(&r);
+    tu_result_free(&ref);
+    ck_assert_int_eq(system("rm -rf /tmp/ooc-rec-upload-prof"), 0);
+}
+END_TEST
+
 START_TEST(test_record_large_detects_its_iteration) {
     check_record("workloads/large", NULL, 0);
 }
@@ -358,6 +393,7 @@ Suite *suite_record(void) {
     tcase_add_test(t, test_record_mlp_detects_its_iteration);
     tcase_add_test(t, test_record_cnn_detects_its_iteration);
     tcase_add_test(t, test_record_large_detects_its_iteration);
+    tcase_add_test(t, test_record_skips_a_parameter_upload_that_repeats);
     tcase_add_test(t, test_record_with_markers_has_every_buffer_and_lifetime);
     tcase_add_test(t, test_record_survives_a_differing_first_iteration_and_short_last_batch);
     tcase_add_test(t, test_record_without_an_iteration_says_so);
