@@ -7,7 +7,9 @@
  * schedule, and the best of a wider search of its variants (belady_search); then, from the best
  * window and the best next-use schedule (from the better only on iterations of more than 2,000
  * ops), PoocH's classification (keep what stalls, recompute where r(X) < 1). The fastest
- * feasible candidate wins; ties go to the earlier candidate, so the result is deterministic. */
+ * feasible candidate wins; among equally fast ones, the one that copies fewer bytes, then the
+ * earlier, so the result is deterministic. The first candidate keeps everything resident and
+ * moves nothing: it wins whenever the iteration fits the budget as it is. */
 #include "schedule.h"
 
 #include <stdlib.h>
@@ -16,9 +18,13 @@
 typedef struct {
     ooc_plan_t *plan;
     uint64_t score;
+    uint64_t moved; /* bytes copied each way together, per iteration */
 } best_t;
 
-/* Simulates plan and keeps it in *b when it beats the current best (takes ownership). */
+/* Simulates plan and keeps it in *b when it beats the current best (takes ownership): faster, or
+ * as fast and moving fewer bytes. The model overlaps copies with compute perfectly, so a plan
+ * that swaps everything may tie with one that moves nothing; on a real link a copy costs
+ * engine time, host time and power, so the tie goes to the plan that moves less. */
 static int consider(const ooc_model_t *m, best_t *b, ooc_plan_t *plan) {
     ooc_sim_result_t r;
     int rc = ooc_sim_run(m, plan, NULL, &r);
@@ -26,12 +32,13 @@ static int consider(const ooc_model_t *m, best_t *b, ooc_plan_t *plan) {
         ooc_plan_free(plan);
         return rc;
     }
-    uint64_t sc = sched_score(&r);
+    uint64_t sc = sched_score(&r), moved = r.h2d_bytes + r.d2h_bytes;
     ooc_sim_result_free(&r);
-    if (!b->plan || sc < b->score) {
+    if (!b->plan || sc < b->score || (sc == b->score && moved < b->moved)) {
         ooc_plan_free(b->plan);
         b->plan = plan;
         b->score = sc;
+        b->moved = moved;
     } else {
         ooc_plan_free(plan);
     }
@@ -39,8 +46,23 @@ static int consider(const ooc_model_t *m, best_t *b, ooc_plan_t *plan) {
 }
 
 int pol_auto(const ooc_model_t *m, const ooc_policy_opts_t *o, ooc_plan_t **out) {
-    best_t best = {NULL, UINT64_MAX};
+    best_t best = {NULL, UINT64_MAX, UINT64_MAX};
     int rc = 0;
+    /* Nothing moved at all: when the iteration fits the budget as it is, this plan wins (no
+     * candidate is faster, and the ties go to the one that moves less). */
+    {
+        sched_t k;
+        ooc_plan_t *pl;
+        if ((rc = sched_init(&k, m)) != 0)
+            return rc;
+        k.keep_dead = 1;
+        rc = sched_plan(&k, "auto", o->budget_bytes, &pl);
+        sched_free(&k);
+        if (!rc && (rc = consider(m, &best, pl)) != 0)
+            return rc;
+        if (rc)
+            return rc;
+    }
     int (*const others[])(const ooc_model_t *, const ooc_policy_opts_t *, ooc_plan_t **) = {
         pol_swapall, pol_lms, pol_superneurons, pol_window, pol_pooch};
     ooc_policy_opts_t wo = *o;

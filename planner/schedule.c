@@ -306,9 +306,10 @@ int sched_plan(const sched_t *s0, const char *policy, uint64_t budget, ooc_plan_
          * It is swapped out, not dropped: the shim never discards bytes the program may still
          * read (a program that reads it anyway, unlike the recorded iterations, must get them),
          * so the copy is what replay costs and what the simulator charges. One freed right after
-         * its last use needs nothing. */
+         * its last use needs nothing, nor does any under keep_dead (the plan that keeps
+         * everything resident, which auto tries first). */
         int32_t last = m->uses[m->use_off[b] + m->nuse[b] - 1];
-        if (!bf->persistent && bf->free_idx > last + 1)
+        if (!s0->keep_dead && !bf->persistent && bf->free_idx > last + 1)
             rc = ooc_plan_add(pl, last, OOC_AFTER, OOC_ACT_SWAPOUT, (int32_t)b, NULL, 0);
     }
     sched_free(&s);

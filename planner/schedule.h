@@ -22,6 +22,7 @@ typedef struct sched {
     uint32_t ng;
     uint32_t *gap_off;  /* per buffer (nb + 1): its gaps, ordered by `from` */
     sched_memo_t *memo; /* NULL, or the results of sched_eval so far (not owned; copied along) */
+    int keep_dead;      /* 1: a buffer dead before its free stays resident (sched_plan) */
 } sched_t;
 
 /* Collects every gap of at least one op, all kept. */
