@@ -39,6 +39,7 @@ enum { C_EMPTY, C_RESIDENT, C_SWAPPED };
 typedef struct evref {
     CUevent e;
     unsigned refs;
+    int done; /* seen completed (ev_done): not asked again until it is taken again */
     struct evref *next;
 } evref_t;
 
@@ -267,7 +268,7 @@ void cool(chunk_t *c);
 /* pool.c */
 evref_t *ev_take(void);
 void ev_drop(evref_t *v);
-int ev_done(const evref_t *v);
+int ev_done(evref_t *v);
 hslot_t *host_slot(void);
 void host_slot_put(hslot_t *s);
 CUresult copy_out(chunk_t *c, CUstream st);
@@ -283,6 +284,8 @@ int gather_streams(chunk_t *const *cs, size_t n, CUstream *users, unsigned *nu_o
 CUresult wait_chunks(chunk_t *const *cs, size_t n);
 evref_t *fence_ev(CUstream s);
 /* vmm.c */
+CUresult vmm_unmap(CUdeviceptr a);
+CUresult vmm_map_rw(CUdeviceptr a, CUmemGenericAllocationHandle h);
 int va_take(uint64_t count, uint64_t *first);
 void va_give(uint64_t first, uint64_t count);
 chunk_t *chunk_new(uint64_t idx, uint64_t first, uint64_t n);

@@ -30,6 +30,7 @@ evref_t *ev_take(void) {
         M.ev_all[M.nev_all++] = v;
     }
     v->refs = 1;
+    v->done = 0;
     v->next = NULL;
     return v;
 }
@@ -43,8 +44,14 @@ void ev_drop(evref_t *v) {
 
 /* Has the event's work completed? (Non-blocking; an error counts as done: the sticky error
  * surfaces to the program on its own calls.) */
-int ev_done(const evref_t *v) {
-    return ooc_real.cuEventQuery(v->e) != CUDA_ERROR_NOT_READY;
+/* Has v's work completed? A completed event is remembered: many dying chunks share one fence
+ * event, and on a real driver each query is a call into it. */
+int ev_done(evref_t *v) {
+    if (v->done)
+        return 1;
+    ooc_stats_add(OOC_STAT_event_queries, 1);
+    v->done = ooc_real.cuEventQuery(v->e) != CUDA_ERROR_NOT_READY;
+    return v->done;
 }
 
 /* ---- host slots -------------------------------------------------------------------------------

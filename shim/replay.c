@@ -256,6 +256,31 @@ static int same_bufs(uint32_t i, const ooc_opbuf_t *b, size_t nb, int bound) {
     return 1;
 }
 
+/* How the live op's buffers differ from plan op i's, for the log (the first difference). */
+static void bufs_differ(uint32_t i, const ooc_opbuf_t *b, size_t nb, char *out, size_t n) {
+    const ooc_op_t *o = &P.p->ops[i];
+    if (o->nref != nb) {
+        snprintf(out, n, "other buffers: %zu, the plan's op has %u", nb, o->nref);
+        return;
+    }
+    for (uint32_t r = 0; r < o->nref; r++) {
+        int32_t pid = P.p->refs[o->ref_off + r].buf;
+        if (P.p->bufs[pid].bytes != b[r].bytes) {
+            snprintf(out, n, "other buffers: its buffer %u has %llu bytes, the plan's %llu", r,
+                     (unsigned long long)b[r].bytes, (unsigned long long)P.p->bufs[pid].bytes);
+            return;
+        }
+        if (P.bind[pid].id && P.bind[pid].id != b[r].id) {
+            snprintf(out, n,
+                     "other buffers: its buffer %u (%llu bytes) is not the one the plan's "
+                     "buffer %d was earlier in the iteration",
+                     r, (unsigned long long)b[r].bytes, pid);
+            return;
+        }
+    }
+    snprintf(out, n, "other buffers");
+}
+
 /* ---- recompute ------------------------------------------------------------------------------ */
 
 static int recipes_push(recipes_t *rs, recipe_t *r) {
@@ -599,7 +624,10 @@ static void op_begin(const ooc_access_t *a, const ooc_opbuf_t *b, size_t nb, CUs
     }
     uint32_t i = P.pos;
     if (!same_op(i, a) || !same_bufs(i, b, nb, 1)) {
-        diverge(i, same_op(i, a) ? "other buffers" : "another operation");
+        char why[160] = "another operation";
+        if (same_op(i, a))
+            bufs_differ(i, b, nb, why, sizeof why);
+        diverge(i, why);
         if (ooc_replay_on())
             P.prev_last = same_op(P.n - 1, a);
         pthread_mutex_unlock(&rp_lock);

@@ -51,6 +51,9 @@
     X(planned_swap_outs, COUNTER, COUNT, "planned swap-outs (buffers)")                            \
     X(swap_cancels, COUNTER, COUNT, "swap-outs cancelled: used again first")                       \
     X(warm_reuses, COUNTER, COUNT, "chunks reused mapped from freed buffers")                      \
+    X(vmm_calls, COUNTER, COUNT, "mapping calls (map, set access, unmap)")                         \
+    X(vmm_ns, COUNTER, NS, "time in mapping calls")                                                \
+    X(event_queries, COUNTER, COUNT, "event queries")                                              \
     X(rerecords, COUNTER, COUNT, "re-recordings after divergence")                                 \
     X(lru_evictions, COUNTER, COUNT, "chunks evicted on demand (LRU)")                             \
     X(allocs, COUNTER, COUNT, "allocations")                                                       \

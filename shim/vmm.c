@@ -12,8 +12,49 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 int oom_flag;
+
+/* ---- the driver's mapping calls, counted and timed (OOC_STATS) ------------------------------ */
+
+static uint64_t vmm_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Unmaps the chunk-sized mapping at a. */
+CUresult vmm_unmap(CUdeviceptr a) {
+    uint64_t t0 = vmm_now();
+    CUresult r = ooc_real.cuMemUnmap(a, M.chunk);
+    ooc_stats_add(OOC_STAT_vmm_calls, 1);
+    ooc_stats_add(OOC_STAT_vmm_ns, vmm_now() - t0);
+    return r;
+}
+
+/* Maps h (one chunk) at a, read-write for the device; nothing stays mapped on failure. */
+CUresult vmm_map_rw(CUdeviceptr a, CUmemGenericAllocationHandle h) {
+    uint64_t t0 = vmm_now();
+    unsigned calls = 1;
+    CUresult r = ooc_real.cuMemMap(a, M.chunk, 0, h, 0);
+    if (r == CUDA_SUCCESS) {
+        CUmemAccessDesc d;
+        memset(&d, 0, sizeof d);
+        d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        d.location.id = M.dev;
+        d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        calls++;
+        r = ooc_real.cuMemSetAccess(a, M.chunk, &d, 1);
+        if (r != CUDA_SUCCESS) {
+            calls++;
+            ooc_real.cuMemUnmap(a, M.chunk);
+        }
+    }
+    ooc_stats_add(OOC_STAT_vmm_calls, calls);
+    ooc_stats_add(OOC_STAT_vmm_ns, vmm_now() - t0);
+    return r;
+}
 
 /* ---- VA runs (vaspace.c), with the address-space gauge ------------------------------------ */
 
@@ -92,7 +133,7 @@ CUresult unmap_chunk(chunk_t *c) {
     cool(c);
     if (M.safe)
         quiesce(); /* wait_chunks did already, unless the lock was let go since */
-    CUresult r = ooc_real.cuMemUnmap(chunk_addr(c), M.chunk);
+    CUresult r = vmm_unmap(chunk_addr(c));
     if (r != CUDA_SUCCESS)
         return r;
     c->phys->next = M.phys_free;
@@ -113,7 +154,7 @@ CUresult unmap_chunk(chunk_t *c) {
  * the host copy there again. Returns the unmap's result; on failure c stays mapped. Caller holds
  * the residency lock. */
 CUresult unmap_failed_copy_in(chunk_t *c) {
-    CUresult r = ooc_real.cuMemUnmap(chunk_addr(c), M.chunk);
+    CUresult r = vmm_unmap(chunk_addr(c));
     if (r != CUDA_SUCCESS)
         return r;
     c->phys->next = M.phys_free;
@@ -130,17 +171,7 @@ CUresult unmap_failed_copy_in(chunk_t *c) {
  * shim could not see reaches the host copy, slowly but correctly. A failure is logged and leaves
  * the address unmapped (such an access would then fault); the data is safe either way. */
 void alias_chunk(chunk_t *c) {
-    CUresult r = ooc_real.cuMemMap(chunk_addr(c), M.chunk, 0, c->host->h, 0);
-    if (r == CUDA_SUCCESS) {
-        CUmemAccessDesc d;
-        memset(&d, 0, sizeof d);
-        d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-        d.location.id = M.dev;
-        d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-        r = ooc_real.cuMemSetAccess(chunk_addr(c), M.chunk, &d, 1);
-        if (r != CUDA_SUCCESS)
-            ooc_real.cuMemUnmap(chunk_addr(c), M.chunk);
-    }
+    CUresult r = vmm_map_rw(chunk_addr(c), c->host->h);
     if (r != CUDA_SUCCESS) {
         OOC_LOG_W("safe mode: the swapped chunk at %#llx could not be mapped to its host copy "
                   "(%s); an access the shim cannot see would fault there",
@@ -158,7 +189,7 @@ CUresult unalias_chunk(chunk_t *c) {
         return CUDA_SUCCESS;
     cool(c);
     quiesce();
-    CUresult r = ooc_real.cuMemUnmap(chunk_addr(c), M.chunk);
+    CUresult r = vmm_unmap(chunk_addr(c));
     if (r == CUDA_SUCCESS)
         c->aliased = 0;
     return r;
@@ -171,19 +202,9 @@ CUresult map_chunk(chunk_t *c) {
     if (M.safe)
         quiesce();
     phys_t *p = M.phys_free;
-    CUresult r = ooc_real.cuMemMap(chunk_addr(c), M.chunk, 0, p->h, 0);
+    CUresult r = vmm_map_rw(chunk_addr(c), p->h);
     if (r != CUDA_SUCCESS)
         return r;
-    CUmemAccessDesc d;
-    memset(&d, 0, sizeof d);
-    d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    d.location.id = M.dev;
-    d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    r = ooc_real.cuMemSetAccess(chunk_addr(c), M.chunk, &d, 1);
-    if (r != CUDA_SUCCESS) {
-        ooc_real.cuMemUnmap(chunk_addr(c), M.chunk);
-        return r;
-    }
     M.phys_free = p->next;
     c->phys = p;
     c->since = M.serial;

@@ -60,8 +60,7 @@ static void warm_remove(const warm_t *w) {
 static CUresult give_back_last(warm_t *w) {
     uint64_t i = w->n - 1;
     if (w->phys[i]) {
-        CUresult r =
-            ooc_real.cuMemUnmap(M.va_base + ((uintptr_t)(w->first + i) << M.shift), M.chunk);
+        CUresult r = vmm_unmap(M.va_base + ((uintptr_t)(w->first + i) << M.shift));
         if (r != CUDA_SUCCESS)
             return r;
         w->phys[i]->next = M.phys_free;
@@ -76,15 +75,17 @@ static CUresult give_back_last(warm_t *w) {
     return CUDA_SUCCESS;
 }
 
-/* Gives back every chunk of a run, and the run. */
-static CUresult drop_run(warm_t *w) {
+/* Gives back every chunk of a run, and the run; a failure is logged unless `quiet` (at exit,
+ * when the driver may already refuse everything). */
+static CUresult drop_run(warm_t *w, int quiet) {
     while (w->n) {
         CUresult r = give_back_last(w);
         if (r != CUDA_SUCCESS) {
-            OOC_LOG_W(
-                "cuMemUnmap of a freed chunk at %#llx failed: %s",
-                (unsigned long long)(M.va_base + ((uintptr_t)(w->first + w->n - 1) << M.shift)),
-                ooc_real_errname(r));
+            if (!quiet)
+                OOC_LOG_W(
+                    "cuMemUnmap of a freed chunk at %#llx failed: %s",
+                    (unsigned long long)(M.va_base + ((uintptr_t)(w->first + w->n - 1) << M.shift)),
+                    ooc_real_errname(r));
             return r;
         }
     }
@@ -114,7 +115,7 @@ int warm_keep(chunk_t *c) {
         w->broken = 1;
     }
     if (--w->left == 0 && w->broken)
-        (void)drop_run(w);
+        (void)drop_run(w, 0);
     return keep ? 0 : -1;
 }
 
@@ -160,7 +161,7 @@ CUresult warm_release(void) {
         if (w->left == 0) {
             if (M.safe)
                 quiesce(); /* no fast-path op is in flight while its memory goes */
-            return drop_run(w);
+            return drop_run(w, 0);
         }
     }
     return CUDA_SUCCESS;
@@ -172,7 +173,7 @@ void warm_shutdown(void) {
     while (M.nwarm) {
         warm_t *w = M.warm[M.nwarm - 1];
         w->left = 0;
-        if (drop_run(w) != CUDA_SUCCESS) {
+        if (drop_run(w, 1) != CUDA_SUCCESS) {
             /* After a sticky device error nothing can be unmapped: free our side anyway. */
             for (uint64_t i = 0; i < w->n; i++) {
                 if (w->phys[i]) {
