@@ -241,44 +241,26 @@ static int same_op(uint32_t i, const ooc_access_t *a) {
 }
 
 /* Do the live op's buffers match plan op i's: as many, the same sizes in the same order, and
- * the buffers already bound (when `bound`)? */
-static int same_bufs(uint32_t i, const ooc_opbuf_t *b, size_t nb, int bound) {
+ * the buffers already bound (when `bound`)? When not, says how in why[n] when why is given
+ * (each `return why && snprintf(...) < 0` returns 0 after writing). */
+static int same_bufs(uint32_t i, const ooc_opbuf_t *b, size_t nb, int bound, char *why, size_t n) {
     const ooc_op_t *o = &P.p->ops[i];
     if (o->nref != nb)
-        return 0;
+        return why && snprintf(why, n, "other buffers: %zu, the plan's op has %u", nb, o->nref) < 0;
     for (uint32_t r = 0; r < o->nref; r++) {
         int32_t pid = P.p->refs[o->ref_off + r].buf;
         if (P.p->bufs[pid].bytes != b[r].bytes)
-            return 0;
+            return why &&
+                   snprintf(why, n, "other buffers: its buffer %u has %llu bytes, the plan's %llu",
+                            r, (unsigned long long)b[r].bytes,
+                            (unsigned long long)P.p->bufs[pid].bytes) < 0;
         if (bound && P.bind[pid].id && P.bind[pid].id != b[r].id)
-            return 0;
+            return why && snprintf(why, n,
+                                   "other buffers: its buffer %u is not the plan's buffer %d "
+                                   "of earlier in the iteration",
+                                   r, pid) < 0;
     }
     return 1;
-}
-
-/* How the live op's buffers differ from plan op i's, for the log (the first difference). */
-static void bufs_differ(uint32_t i, const ooc_opbuf_t *b, size_t nb, char *out, size_t n) {
-    const ooc_op_t *o = &P.p->ops[i];
-    if (o->nref != nb) {
-        snprintf(out, n, "other buffers: %zu, the plan's op has %u", nb, o->nref);
-        return;
-    }
-    for (uint32_t r = 0; r < o->nref; r++) {
-        int32_t pid = P.p->refs[o->ref_off + r].buf;
-        if (P.p->bufs[pid].bytes != b[r].bytes) {
-            snprintf(out, n, "other buffers: its buffer %u has %llu bytes, the plan's %llu", r,
-                     (unsigned long long)b[r].bytes, (unsigned long long)P.p->bufs[pid].bytes);
-            return;
-        }
-        if (P.bind[pid].id && P.bind[pid].id != b[r].id) {
-            snprintf(out, n,
-                     "other buffers: its buffer %u (%llu bytes) is not the one the plan's "
-                     "buffer %d was earlier in the iteration",
-                     r, (unsigned long long)b[r].bytes, pid);
-            return;
-        }
-    }
-    snprintf(out, n, "other buffers");
 }
 
 /* ---- recompute ------------------------------------------------------------------------------ */
@@ -606,7 +588,7 @@ static void op_begin(const ooc_access_t *a, const ooc_opbuf_t *b, size_t nb, CUs
     if (P.diverged || marked || P.pos == P.n) {
         /* At an iteration's end, or looking for one: only the plan's first op starts the next. */
         int boundary = marked || P.pos == P.n || P.prev_last;
-        if (boundary && same_op(0, a) && same_bufs(0, b, nb, 0)) {
+        if (boundary && same_op(0, a) && same_bufs(0, b, nb, 0, NULL, 0)) {
             new_iteration();
         } else {
             if (!P.diverged)
@@ -623,10 +605,8 @@ static void op_begin(const ooc_access_t *a, const ooc_opbuf_t *b, size_t nb, CUs
         }
     }
     uint32_t i = P.pos;
-    if (!same_op(i, a) || !same_bufs(i, b, nb, 1)) {
-        char why[160] = "another operation";
-        if (same_op(i, a))
-            bufs_differ(i, b, nb, why, sizeof why);
+    char why[160] = "another operation";
+    if (!same_op(i, a) || !same_bufs(i, b, nb, 1, why, sizeof why)) {
         diverge(i, why);
         if (ooc_replay_on())
             P.prev_last = same_op(P.n - 1, a);
