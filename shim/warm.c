@@ -94,6 +94,37 @@ static CUresult drop_run(warm_t *w, int quiet) {
     return CUDA_SUCCESS;
 }
 
+/* Joins a run that just became ready with the ready runs right before and after it in the
+ * address space (pieces of one run split by warm_take, freed again), so that a larger buffer
+ * finds them whole. The joined run takes w's place in the age order. */
+static void coalesce(warm_t *w) {
+    for (int again = 1; again;) {
+        again = 0;
+        for (size_t i = 0; i < M.nwarm; i++) {
+            warm_t *r = M.warm[i];
+            if (r == w || r->left || (r->first + r->n != w->first && w->first + w->n != r->first))
+                continue;
+            warm_t *lo = r->first < w->first ? r : w, *hi = lo == r ? w : r;
+            warm_t *j = malloc(sizeof *j + (lo->n + hi->n) * sizeof j->phys[0]);
+            if (!j)
+                return; /* they stay apart */
+            *j = *lo;
+            memcpy(j->phys, lo->phys, lo->n * sizeof j->phys[0]);
+            memcpy(j->phys + lo->n, hi->phys, hi->n * sizeof j->phys[0]);
+            j->n = lo->n + hi->n;
+            for (size_t k = 0; k < M.nwarm; k++)
+                if (M.warm[k] == w)
+                    M.warm[k] = j;
+            warm_remove(r);
+            free(r);
+            free(w);
+            w = j;
+            again = 1;
+            break;
+        }
+    }
+}
+
 /* A dying chunk of a run is buried: the run keeps its physical chunk, mapped (0; the caller
  * deletes the chunk object and keeps its address), or, when it is not resident, the run is
  * broken (-1: the caller buries it as usual; the run gives its other chunks back once the last
@@ -116,35 +147,57 @@ int warm_keep(chunk_t *c) {
     }
     if (--w->left == 0 && w->broken)
         (void)drop_run(w, 0);
+    else if (w->left == 0)
+        coalesce(w);
     return keep ? 0 : -1;
 }
 
-/* The newest ready run of n chunks, taken out of the list, or NULL. Its physical chunks are
- * still counted in M.warm_chunks: the caller moves them to its new chunks (or calls
- * warm_untake). */
+/* A ready run of n chunks, taken out of the list, or NULL: the smallest of at least n chunks
+ * (the newest of those), its first n chunks when it has more (the rest stays, a run of its own,
+ * in its place). Its physical chunks are still counted in M.warm_chunks: the caller moves them to
+ * its new chunks (or calls warm_untake). */
 warm_t *warm_take(uint64_t n) {
+    size_t best = M.nwarm;
     for (size_t i = M.nwarm; i-- > 0;) {
-        warm_t *w = M.warm[i];
-        if (w->left == 0 && w->n == n) {
-            memmove(&M.warm[i], &M.warm[i + 1], (M.nwarm - i - 1) * sizeof *M.warm);
-            M.nwarm--;
-            return w;
-        }
+        const warm_t *w = M.warm[i];
+        if (w->left == 0 && w->n >= n && (best == M.nwarm || w->n < M.warm[best]->n))
+            best = i;
     }
-    return NULL;
+    if (best == M.nwarm)
+        return NULL;
+    warm_t *w = M.warm[best];
+    if (w->n > n) {
+        warm_t *rest = malloc(sizeof *rest + (w->n - n) * sizeof rest->phys[0]);
+        if (!rest)
+            return NULL;
+        *rest = *w;
+        rest->first = w->first + n;
+        rest->n = w->n - n;
+        memcpy(rest->phys, w->phys + n, rest->n * sizeof rest->phys[0]);
+        w->n = n;
+        M.warm[best] = rest;
+        return w;
+    }
+    memmove(&M.warm[best], &M.warm[best + 1], (M.nwarm - best - 1) * sizeof *M.warm);
+    M.nwarm--;
+    return w;
 }
 
-/* Is a run of n chunks pending (some of its chunks still dying)? */
+/* Is a run of at least n chunks pending (some of its chunks still dying)? */
 int warm_pending(uint64_t n) {
     for (size_t i = M.nwarm; i-- > 0;)
-        if (M.warm[i]->left && M.warm[i]->n == n && !M.warm[i]->broken)
+        if (M.warm[i]->left && M.warm[i]->n >= n && !M.warm[i]->broken)
             return 1;
     return 0;
 }
 
-/* A taken run that could not be used goes back, as the newest (the list has room: it was in). */
+/* A taken run that could not be used goes back, as the newest (or, with no room in the list,
+ * to the pool). */
 void warm_untake(warm_t *w) {
-    M.warm[M.nwarm++] = w;
+    if (grow(&M.warm, &M.cap_warm, M.nwarm + 1, sizeof *M.warm) == 0)
+        M.warm[M.nwarm++] = w;
+    else
+        (void)drop_run(w, 0);
 }
 
 int warm_ready(void) {
