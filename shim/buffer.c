@@ -45,15 +45,12 @@ static CUresult alloc_small(buf_t *b, size_t size) {
     return CUDA_SUCCESS;
 }
 
-/* A freed buffer's run of the same chunk count still mapped (warm.c) is taken whole: the new
- * buffer is resident from the start, with no driver call. */
+/* A freed buffer's run of chunks still mapped (warm.c) is taken when one fits: the new buffer is
+ * resident from the start, with no driver call; its ops wait on their streams for the work
+ * that may still use the old one (each chunk's in_ev). */
 static CUresult alloc_large(buf_t *b, size_t size) {
     uint64_t count = (size + M.chunk - 1) >> M.shift, first;
     warm_t *w = warm_take(count);
-    if (!w && M.ndying && warm_pending(count)) {
-        reap_dying(0); /* the runs whose users are done become ready */
-        w = warm_take(count);
-    }
     if (w)
         first = w->first;
     else if (va_take(count, &first) != 0)
@@ -65,7 +62,8 @@ static CUresult alloc_large(buf_t *b, size_t size) {
                 chunk_t *d = chunk_find(first + j);
                 if (w) { /* its physical chunk goes back to the run, still mapped */
                     lru_remove(d);
-                    w->phys[j] = d->phys;
+                    w->c[j] = (wchunk_t){d->phys, d->in_ev};
+                    d->in_ev = NULL;
                     d->phys = NULL;
                     d->state = C_EMPTY;
                     M.resident--;
@@ -82,8 +80,9 @@ static CUresult alloc_large(buf_t *b, size_t size) {
         c->owner = b;
         c->nbufs = 1;
         if (w) {
-            c->phys = w->phys[i];
-            w->phys[i] = NULL;
+            c->phys = w->c[i].phys;
+            c->in_ev = w->c[i].ev;
+            w->c[i] = (wchunk_t){NULL, NULL};
             c->state = C_RESIDENT;
             c->since = M.serial;
             M.warm_chunks--;
@@ -161,20 +160,21 @@ CUresult ooc_mem_free(CUdeviceptr p, CUstream stream, uint64_t *id) {
         ooc_stats_free(b->size, (b->size + SLAB_ALIGN - 1) & ~(uint64_t)(SLAB_ALIGN - 1));
     } else {
         uint64_t count = (b->size + M.chunk - 1) >> M.shift;
-        /* Every chunk resident: they die as a warm run, kept mapped for the next buffer of
-         * this size (warm.c). */
+        /* Every chunk resident and settled: kept mapped as a warm run for the next buffers
+         * (warm.c); else each chunk is released, its memory back once its users are done. */
         int whole = 1;
         for (uint64_t i = 0; i < count && whole; i++) {
             chunk_t *c = chunk_find(first + i);
-            whole = c->state == C_RESIDENT && !c->aliased;
+            whole = c->state == C_RESIDENT && !c->aliased && !c->out_ev && !c->queued &&
+                    !c->dying && c != M.slab_cur;
         }
-        warm_t *w = whole ? warm_begin(first, count) : NULL;
-        for (uint64_t i = 0; i < count; i++) {
-            chunk_t *c = chunk_find(first + i);
-            c->owner = NULL;
-            c->nbufs = 0;
-            c->run = w;
-            chunk_release(c, stream);
+        if (!whole || warm_free(first, count, stream) != 0) {
+            for (uint64_t i = 0; i < count; i++) {
+                chunk_t *c = chunk_find(first + i);
+                c->owner = NULL;
+                c->nbufs = 0;
+                chunk_release(c, stream);
+            }
         }
         ooc_stats_free(b->size, count << M.shift);
     }

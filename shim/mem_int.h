@@ -49,13 +49,16 @@ typedef struct phys {
 } phys_t;
 
 /* A warm run (warm.c): the chunk run [first, first + n) of a freed large buffer whose physical
- * chunks stay mapped there for the next buffer of n chunks. Pending while `left` of its chunks
- * are still dying; ready (in the age order of M.warm) once left == 0. */
+ * chunks stay mapped there for the next buffers; each chunk holds a reference to an event after
+ * the work that may still use it (NULL: none). */
+typedef struct wchunk {
+    phys_t *phys;
+    struct evref *ev;
+} wchunk_t;
+
 typedef struct warm {
     uint64_t first, n;
-    uint64_t left;
-    int broken; /* a chunk was not resident when buried: the run is given back, not kept */
-    phys_t *phys[];
+    wchunk_t c[];
 } warm_t;
 
 typedef struct buf {
@@ -98,7 +101,6 @@ typedef struct chunk {
     slab_t *slab;
     uint64_t pin; /* op serial that pinned it */
     int dying;
-    warm_t *run; /* dying as part of a warm run: buried into it, not unmapped */
     /* Replay (planned, asynchronous transfers): */
     evref_t *in_ev;  /* a planned swap-in's copy: ops using the chunk wait for it on their stream */
     evref_t *out_ev; /* retiring: a planned swap-out's copy was issued; unmapped once it is done */
@@ -154,10 +156,11 @@ struct mem_state {
     chunk_t *slab_cur;
     chunk_t **dying;
     size_t ndying, cap_dying;
-    warm_t **warm; /* warm runs, pending and ready, oldest first */
+    warm_t **warm; /* warm runs, oldest first */
     size_t nwarm, cap_warm;
     uint64_t warm_chunks; /* physical chunks held mapped by warm runs (not in `resident`) */
     int reuse;            /* OOC_REUSE: keep freed buffers' chunks mapped in warm runs */
+    CUstream join;        /* warm.c joins several streams' events on it (created when needed) */
     hslot_t *host_free;
     hslot_t **host_blocks; /* arrays of HOST_BLOCK_CHUNKS slots */
     size_t nhost_blocks;
@@ -297,10 +300,8 @@ CUresult unmap_failed_copy_in(chunk_t *c);
 CUresult unalias_chunk(chunk_t *c);
 CUresult map_chunk(chunk_t *c);
 /* warm.c */
-warm_t *warm_begin(uint64_t first, uint64_t n);
-int warm_keep(chunk_t *c);
+int warm_free(uint64_t first, uint64_t n, CUstream fs);
 warm_t *warm_take(uint64_t n);
-int warm_pending(uint64_t n);
 void warm_untake(warm_t *w);
 int warm_ready(void);
 CUresult warm_release(void);

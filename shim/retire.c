@@ -14,14 +14,6 @@
 /* Gives back what a dead chunk holds (its users are done): device or host mapping, host slot,
  * addresses. */
 static CUresult chunk_bury(chunk_t *c) {
-    if (c->run && warm_keep(c) == 0) { /* kept mapped, its address taken, in its warm run */
-        for (unsigned i = 0; i < c->nfence; i++)
-            ev_drop(c->fence[i]);
-        host_slot_put(c->host);
-        c->host = NULL;
-        chunk_delete(c);
-        return CUDA_SUCCESS;
-    }
     CUresult r = c->state == C_RESIDENT ? unmap_chunk(c) : unalias_chunk(c);
     if (r != CUDA_SUCCESS)
         return r;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* warm.c: freed buffers' memory kept mapped at its addresses for the next allocation of the same
- * number of chunks (OOC_REUSE, on by default).
+/* warm.c: freed buffers' memory kept mapped at its addresses and handed to the next allocations,
+ * stream-ordered (OOC_REUSE, on by default).
  *
  * Why: on the real driver a mapping costs about the same whatever its size, and the cost is per
  * mapping, not per call (measured on an H200, driver 580, per 2 MiB chunk: cuMemMap 1 us,
@@ -8,40 +8,41 @@
  * without its caching allocator (PyTorch with PYTORCH_NO_CUDA_MEMORY_CACHING=1, which the shim
  * sets) frees and allocates the same sizes every iteration: mapping each chunk at first use and
  * unmapping it at death cost ResNet-50 about half a second per iteration with nothing to swap.
+ * And the framework's thread runs ahead of the GPU: memory freed a moment ago is still in use by
+ * queued work, so waiting for it before reuse would make the thread wait for the GPU.
  *
  * A warm run is the chunk run of a large buffer all of whose chunks were resident when it was
- * freed. Its chunks die as any others (retire.c); when one is buried, its physical chunk stays
- * mapped at its address and is held by the run (warm_keep), and the run's addresses stay taken.
- * Once all are buried the run is ready: ooc_mem_alloc hands it to the next buffer of the same
- * chunk count (warm_take), resident from the start, with no driver call. need_phys gives the
- * oldest ready runs back (unmap, addresses to the quarantine) before it evicts anything live.
+ * freed (warm_free). Its physical chunks stay mapped at its addresses, its addresses stay taken,
+ * and its chunk objects go at once: each chunk of the run keeps a reference to an event after
+ * the work of every stream that may have used the buffer (its users, the free's stream, in safe
+ * mode every stream that issued since it was mapped). The next allocation of at most as many
+ * chunks takes the smallest run that fits (warm_take; the rest stays a run in its place), with
+ * no driver call: its chunks are resident from the start, with that event as the copy they
+ * wait for (in_ev), so every op that uses them waits for it on its own stream, on the GPU, and
+ * the program's thread never does. Runs next to each other in the address space are joined.
+ * need_phys gives the oldest runs back (waiting for their events, then unmapping; addresses to
+ * the quarantine) before it evicts anything live.
  *
  * Trade-off: a freed buffer's address keeps working memory until its run is reused or given back,
  * so a use after free reads stale bytes instead of faulting (as under a caching allocator).
  * OOC_REUSE=0 keeps the strict behaviour: every freed chunk is unmapped.
  *
  * Invariants: a warm chunk has no chunk object; M.warm_chunks counts the physical chunks held by
- * runs (pending or ready), M.resident those of chunk objects, and both are in the resident-bytes
- * gauge; M.resident + M.warm_chunks <= M.phys_made. Locking: caller holds mem_lock. Callers:
- * buffer.c (warm_begin at free, warm_take at allocation), retire.c (warm_keep), resident.c and
- * worker.c (warm_ready, warm_release), mem.c (warm_shutdown). */
+ * runs, M.resident those of chunk objects, both in the resident-bytes gauge, and
+ * M.resident + M.warm_chunks <= M.phys_made. M.warm is in age order, oldest first. Locking:
+ * caller holds mem_lock. Callers: buffer.c (warm_free, warm_take), resident.c and worker.c
+ * (warm_ready, warm_release), mem.c (warm_shutdown). */
 #include "mem_int.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-/* A pending run for the large buffer at chunks [first, first + n), or NULL (no room, or
- * OOC_REUSE=0): its chunks are then buried as usual. */
-warm_t *warm_begin(uint64_t first, uint64_t n) {
-    if (!M.reuse || grow(&M.warm, &M.cap_warm, M.nwarm + 1, sizeof *M.warm) != 0)
-        return NULL;
-    warm_t *w = calloc(1, sizeof *w + n * sizeof w->phys[0]);
-    if (!w)
-        return NULL;
-    w->first = first;
-    w->n = n;
-    w->left = n;
-    M.warm[M.nwarm++] = w;
+static warm_t *run_new(uint64_t first, uint64_t n) {
+    warm_t *w = calloc(1, sizeof *w + n * sizeof w->c[0]);
+    if (w) {
+        w->first = first;
+        w->n = n;
+    }
     return w;
 }
 
@@ -55,22 +56,25 @@ static void warm_remove(const warm_t *w) {
     }
 }
 
-/* Unmaps the run's last held chunk and gives its physical chunk to the pool and its address to
- * the quarantine; the run shrinks by one. */
+/* Unmaps the run's last chunk once the work that may use it is done, and gives its physical
+ * chunk to the pool and its address to the quarantine; the run shrinks by one. */
 static CUresult give_back_last(warm_t *w) {
-    uint64_t i = w->n - 1;
-    if (w->phys[i]) {
-        CUresult r = vmm_unmap(M.va_base + ((uintptr_t)(w->first + i) << M.shift));
+    wchunk_t *c = &w->c[w->n - 1];
+    if (c->ev && !ev_done(c->ev)) {
+        CUresult r = sync_event(c->ev->e);
         if (r != CUDA_SUCCESS)
             return r;
-        w->phys[i]->next = M.phys_free;
-        M.phys_free = w->phys[i];
-        w->phys[i] = NULL;
-        M.warm_chunks--;
-        ooc_stats_gauge_sub(OOC_STAT_resident_bytes, M.chunk);
-        va_give(w->first + i, 1);
     }
-    /* A chunk buried the usual way (broken run) gave its own address back. */
+    CUresult r = vmm_unmap(M.va_base + ((uintptr_t)(w->first + w->n - 1) << M.shift));
+    if (r != CUDA_SUCCESS)
+        return r;
+    ev_drop(c->ev);
+    c->phys->next = M.phys_free;
+    M.phys_free = c->phys;
+    *c = (wchunk_t){NULL, NULL};
+    M.warm_chunks--;
+    ooc_stats_gauge_sub(OOC_STAT_resident_bytes, M.chunk);
+    va_give(w->first + w->n - 1, 1);
     w->n--;
     return CUDA_SUCCESS;
 }
@@ -94,24 +98,22 @@ static CUresult drop_run(warm_t *w, int quiet) {
     return CUDA_SUCCESS;
 }
 
-/* Joins a run that just became ready with the ready runs right before and after it in the
- * address space (pieces of one run split by warm_take, freed again), so that a larger buffer
- * finds them whole. The joined run takes w's place in the age order. */
+/* Joins w with the runs right before and after it in the address space (pieces of one run split
+ * by warm_take, freed again), so that a larger buffer finds them whole. The joined run takes
+ * w's place in the age order. */
 static void coalesce(warm_t *w) {
     for (int again = 1; again;) {
         again = 0;
         for (size_t i = 0; i < M.nwarm; i++) {
             warm_t *r = M.warm[i];
-            if (r == w || r->left || (r->first + r->n != w->first && w->first + w->n != r->first))
+            if (r == w || (r->first + r->n != w->first && w->first + w->n != r->first))
                 continue;
             warm_t *lo = r->first < w->first ? r : w, *hi = lo == r ? w : r;
-            warm_t *j = malloc(sizeof *j + (lo->n + hi->n) * sizeof j->phys[0]);
+            warm_t *j = run_new(lo->first, lo->n + hi->n);
             if (!j)
                 return; /* they stay apart */
-            *j = *lo;
-            memcpy(j->phys, lo->phys, lo->n * sizeof j->phys[0]);
-            memcpy(j->phys + lo->n, hi->phys, hi->n * sizeof j->phys[0]);
-            j->n = lo->n + hi->n;
+            memcpy(j->c, lo->c, lo->n * sizeof j->c[0]);
+            memcpy(j->c + lo->n, hi->c, hi->n * sizeof j->c[0]);
             for (size_t k = 0; k < M.nwarm; k++)
                 if (M.warm[k] == w)
                     M.warm[k] = j;
@@ -125,55 +127,107 @@ static void coalesce(warm_t *w) {
     }
 }
 
-/* A dying chunk of a run is buried: the run keeps its physical chunk, mapped (0; the caller
- * deletes the chunk object and keeps its address), or, when it is not resident, the run is
- * broken (-1: the caller buries it as usual; the run gives its other chunks back once the last
- * is buried). Its users are done. */
-int warm_keep(chunk_t *c) {
-    warm_t *w = c->run;
-    c->run = NULL;
-    int keep = !w->broken && c->state == C_RESIDENT && !c->aliased;
-    if (keep) {
-        cool(c);
-        w->phys[c->idx - w->first] = c->phys;
+/* An event after the work of `users` and the copies `in` (n of them, NULL entries skipped), or
+ * NULL with *none set when there is nothing to wait for. Several are joined on M.join, a stream
+ * of the shim's own. NULL without *none: out of events, or a driver error. */
+static evref_t *join(const CUstream *users, unsigned nu, chunk_t *const *in, size_t n, int *none) {
+    size_t nin = 0;
+    for (size_t i = 0; i < n; i++)
+        nin += in[i]->in_ev != NULL;
+    *none = nu == 0 && nin == 0;
+    if (*none)
+        return NULL;
+    if (nu == 1 && nin == 0)
+        return fence_ev(users[0]);
+    if (!M.join && ooc_real.cuStreamCreate(&M.join, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+        M.join = NULL;
+        return NULL;
+    }
+    CUresult r = CUDA_SUCCESS;
+    for (unsigned u = 0; u < nu && r == CUDA_SUCCESS; u++) {
+        evref_t *v = fence_ev(users[u]);
+        r = v ? ooc_real.cuStreamWaitEvent(M.join, v->e, 0) : CUDA_ERROR_OUT_OF_MEMORY;
+        ev_drop(v);
+    }
+    for (size_t i = 0; i < n && r == CUDA_SUCCESS; i++)
+        if (in[i]->in_ev)
+            r = ooc_real.cuStreamWaitEvent(M.join, in[i]->in_ev->e, 0);
+    evref_t *v = r == CUDA_SUCCESS ? ev_take() : NULL;
+    if (v && ooc_real.cuEventRecord(v->e, M.join) != CUDA_SUCCESS) {
+        ev_drop(v);
+        v = NULL;
+    }
+    return v;
+}
+
+/* The large buffer at chunks [first, first + n), all resident, not retiring, is freed (on
+ * stream fs, or NULL): it becomes a warm run. 0, or -1 when it cannot (OOC_REUSE=0, a user
+ * that cannot be named, no memory): the caller then releases its chunks as usual. */
+int warm_free(uint64_t first, uint64_t n, CUstream fs) {
+    if (!M.reuse || grow(&M.warm, &M.cap_warm, M.nwarm + 1, sizeof *M.warm) != 0)
+        return -1;
+    chunk_t **cs = malloc(n * sizeof *cs);
+    warm_t *w = run_new(first, n);
+    if (!cs || !w) {
+        free(cs);
+        free(w);
+        return -1;
+    }
+    for (uint64_t i = 0; i < n; i++)
+        cs[i] = chunk_find(first + i);
+    CUstream users[MAX_USERS + MAX_STREAMS + 1];
+    unsigned nu = 0;
+    int none = 0, unknown = gather_streams(cs, n, users, &nu);
+    if (fs)
+        add_user(users, &nu, &unknown, fs);
+    evref_t *ev = unknown ? NULL : join(users, nu, cs, n, &none);
+    if (!ev && !none) {
+        free(cs);
+        free(w);
+        return -1;
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        chunk_t *c = cs[i];
+        lru_remove(c);
+        atomic_store_explicit(&c->ext_n, 0, memory_order_relaxed);
+        ev_drop(c->in_ev); /* the event covers its copy */
+        c->in_ev = NULL;
+        host_slot_put(c->host);
+        c->host = NULL;
+        if (ev && i > 0)
+            ev->refs++;
+        w->c[i] = (wchunk_t){c->phys, ev};
         c->phys = NULL;
         c->state = C_EMPTY;
         M.resident--;
         M.warm_chunks++;
-        ev_drop(c->in_ev);
-        c->in_ev = NULL;
-    } else {
-        w->broken = 1;
+        chunk_delete(c);
     }
-    if (--w->left == 0 && w->broken)
-        (void)drop_run(w, 0);
-    else if (w->left == 0)
-        coalesce(w);
-    return keep ? 0 : -1;
+    free(cs);
+    M.warm[M.nwarm++] = w;
+    coalesce(w);
+    return 0;
 }
 
-/* A ready run of n chunks, taken out of the list, or NULL: the smallest of at least n chunks
- * (the newest of those), its first n chunks when it has more (the rest stays, a run of its own,
- * in its place). Its physical chunks are still counted in M.warm_chunks: the caller moves them to
- * its new chunks (or calls warm_untake). */
+/* A run of n chunks, taken out of the list, or NULL: the smallest of at least n chunks (the
+ * newest of those), its first n chunks when it has more (the rest stays, a run of its own, in
+ * its place). Its physical chunks and event references are still counted in M.warm_chunks: the
+ * caller moves them to its new chunks (or calls warm_untake). */
 warm_t *warm_take(uint64_t n) {
     size_t best = M.nwarm;
     for (size_t i = M.nwarm; i-- > 0;) {
         const warm_t *w = M.warm[i];
-        if (w->left == 0 && w->n >= n && (best == M.nwarm || w->n < M.warm[best]->n))
+        if (w->n >= n && (best == M.nwarm || w->n < M.warm[best]->n))
             best = i;
     }
     if (best == M.nwarm)
         return NULL;
     warm_t *w = M.warm[best];
     if (w->n > n) {
-        warm_t *rest = malloc(sizeof *rest + (w->n - n) * sizeof rest->phys[0]);
+        warm_t *rest = run_new(w->first + n, w->n - n);
         if (!rest)
             return NULL;
-        *rest = *w;
-        rest->first = w->first + n;
-        rest->n = w->n - n;
-        memcpy(rest->phys, w->phys + n, rest->n * sizeof rest->phys[0]);
+        memcpy(rest->c, w->c + n, rest->n * sizeof rest->c[0]);
         w->n = n;
         M.warm[best] = rest;
         return w;
@@ -181,14 +235,6 @@ warm_t *warm_take(uint64_t n) {
     memmove(&M.warm[best], &M.warm[best + 1], (M.nwarm - best - 1) * sizeof *M.warm);
     M.nwarm--;
     return w;
-}
-
-/* Is a run of at least n chunks pending (some of its chunks still dying)? */
-int warm_pending(uint64_t n) {
-    for (size_t i = M.nwarm; i-- > 0;)
-        if (M.warm[i]->left && M.warm[i]->n >= n && !M.warm[i]->broken)
-            return 1;
-    return 0;
 }
 
 /* A taken run that could not be used goes back, as the newest (or, with no room in the list,
@@ -201,40 +247,30 @@ void warm_untake(warm_t *w) {
 }
 
 int warm_ready(void) {
-    for (size_t i = 0; i < M.nwarm; i++)
-        if (M.warm[i]->left == 0)
-            return 1;
-    return 0;
+    return M.nwarm > 0;
 }
 
-/* Gives the oldest ready run back to the pool. CUDA_SUCCESS when one was (or none is ready). */
+/* Gives the oldest run back to the pool. CUDA_SUCCESS when it was (or there is none). */
 CUresult warm_release(void) {
-    for (size_t i = 0; i < M.nwarm; i++) {
-        warm_t *w = M.warm[i];
-        if (w->left == 0) {
-            if (M.safe)
-                quiesce(); /* no fast-path op is in flight while its memory goes */
-            return drop_run(w, 0);
-        }
-    }
-    return CUDA_SUCCESS;
+    if (!M.nwarm)
+        return CUDA_SUCCESS;
+    if (M.safe)
+        quiesce(); /* no fast-path op is in flight while its memory goes */
+    return drop_run(M.warm[0], 0);
 }
 
-/* At shutdown: every held chunk unmapped and back in the pool, every run freed (the chunks of
- * pending runs that are still dying are the caller's). */
+/* At shutdown: every held chunk unmapped and back in the pool, every run freed. */
 void warm_shutdown(void) {
     while (M.nwarm) {
         warm_t *w = M.warm[M.nwarm - 1];
-        w->left = 0;
         if (drop_run(w, 1) != CUDA_SUCCESS) {
             /* After a sticky device error nothing can be unmapped: free our side anyway. */
             for (uint64_t i = 0; i < w->n; i++) {
-                if (w->phys[i]) {
-                    ooc_real.cuMemRelease(w->phys[i]->h);
-                    free(w->phys[i]);
-                    M.phys_made--;
-                    M.warm_chunks--;
-                }
+                ev_drop(w->c[i].ev);
+                ooc_real.cuMemRelease(w->c[i].phys->h);
+                free(w->c[i].phys);
+                M.phys_made--;
+                M.warm_chunks--;
             }
             warm_remove(w);
             free(w);
@@ -243,4 +279,7 @@ void warm_shutdown(void) {
     free(M.warm);
     M.warm = NULL;
     M.cap_warm = 0;
+    if (M.join)
+        ooc_real.cuStreamDestroy_v2(M.join);
+    M.join = NULL;
 }

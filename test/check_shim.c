@@ -459,6 +459,32 @@ START_TEST(test_kept_chunks_go_back_before_live_data_is_evicted) {
 }
 END_TEST
 
+/* Memory freed while queued work still reads it goes to the next buffer at once (the program's
+ * thread runs ahead of the GPU and must not wait), but that buffer's work waits, on its own
+ * stream, for the work on the old one: a sum on stream A held back by a host flag must still
+ * see the freed buffer's bytes although the new buffer, on its chunks, is filled on stream B
+ * before the flag is set. Safe mode on and off. */
+START_TEST(test_reused_memory_waits_for_the_work_that_still_reads_it) {
+    for (int safe = 1; safe >= 0; safe--) {
+        const char *const args[] = {"--overlap", NULL};
+        const char *const env[] = {"FAKECUDA_SCHED=threaded",
+                                   "FAKECUDA_GRANULARITY=64K",
+                                   "OOC_CHUNK=64K",
+                                   "OOC_MODE=demand",
+                                   "OOC_STATS=1",
+                                   "OOC_BUDGET=8M",
+                                   safe ? "OOC_SAFE=auto" : "OOC_SAFE=off",
+                                   NULL};
+        tu_result_t p = tu_run_prog("test/progs/churn", args, 1, env, 120);
+        ck_assert_msg(p.status == 0 && strstr(p.out, "churn: ok"),
+                      "safe mode %s: status %d\n%s\n%s", safe ? "on" : "off", p.status, p.out,
+                      tu_tail(p.err, 3000));
+        ck_assert_int_gt(tu_stat_row(p.err, "chunks reused mapped from freed buffers"), 0);
+        tu_result_free(&p);
+    }
+}
+END_TEST
+
 /* The same workloads with swaps through pinned host memory (no host-located VMM memory). */
 START_TEST(test_workloads_match_oracle_without_safe_mode) {
     no_host_vmm = 1;
@@ -492,6 +518,7 @@ Suite *suite_shim(void) {
     tcase_add_test(sf, test_address_space_is_reused);
     tcase_add_test(sf, test_freed_buffers_chunks_are_reused_mapped);
     tcase_add_test(sf, test_kept_chunks_go_back_before_live_data_is_evicted);
+    tcase_add_test(sf, test_reused_memory_waits_for_the_work_that_still_reads_it);
     suite_add_tcase(s, sf);
     TCase *f = tcase_create("faults");
     tcase_set_timeout(f, 600);

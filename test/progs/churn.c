@@ -9,16 +9,25 @@
  * one iteration to the next (buffer j of iteration i has (i + j) % 4 + 1 chunks; without it,
  * j % 4 + 1), so that a freed buffer's run of chunks does not fit the next one of its place.
  *
- * Options: --iters N (default 6), --bufs K (1..16, default 6), --vary.
+ * --overlap instead checks that memory freed while queued work still reads it is not written by
+ * the next buffer's work before that: on stream A a buffer X is filled, then A waits for a
+ * host flag, then sums X; X is freed on A (cuMemFreeAsync) and Y of the same size allocated
+ * (cuMemAllocAsync on B) and filled on B at once; the host sets the flag 50 ms later. The sum
+ * must be X's, and Y must hold its fill. Run it with FAKECUDA_SCHED=threaded (the wait needs
+ * another thread to end it).
+ *
+ * Options: --iters N (default 6), --bufs K (1..16, default 6), --vary, --overlap.
  * Output: one line per iteration, "iter I: maps M" (cuMemMap calls during the iteration, the
- * shim's included), then "churn: ok". Exit status: 0 when every word is right; 1 when one is
- * wrong (named on stderr); 2 when a driver call failed; 64 on a bad option. Linked with -lcuda
- * (the simulated driver, whose fakecuda.h gives the kernel and the call counts). */
+ * shim's included), then "churn: ok"; with --overlap, "overlap: sum S" and "churn: ok". Exit
+ * status: 0 when every word is right; 1 when one is wrong (named on stderr); 2 when a driver call
+ * failed; 64 on a bad option. Linked with -lcuda (the simulated driver, whose fakecuda.h gives the
+ * kernel and the call counts). */
 #include <cuda.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fakecuda.h"
 
@@ -38,8 +47,24 @@ static int k_fill(fakecuda_launch_t *l) {
     return 0;
 }
 
+/* sum(uint64_t *out, const uint32_t *src, int n): out[0] = the sum of src */
+static int k_sum(fakecuda_launch_t *l) {
+    CUdeviceptr od = FAKECUDA_ARG(l, 0, CUdeviceptr), sd = FAKECUDA_ARG(l, 1, CUdeviceptr);
+    int n = FAKECUDA_ARG(l, 2, int);
+    uint64_t *out = fakecuda_access(l, od, 8, 1);
+    const uint32_t *src = fakecuda_access(l, sd, (size_t)n * 4, 0);
+    if (!out || !src)
+        return -1;
+    uint64_t t = 0;
+    for (int i = 0; i < n; i++)
+        t += src[i];
+    *out = t;
+    return 0;
+}
+
 static const fakecuda_kernel_t kernels[] = {
     {"churnprog", "fill", 3, {8, 4, 4}, k_fill},
+    {"churnprog", "sum", 3, {8, 8, 4}, k_sum},
 };
 
 static void die(const char *call, CUresult r) {
@@ -56,8 +81,71 @@ static void die(const char *call, CUresult r) {
             die(#x, r_);                                                                           \
     } while (0)
 
+static CUfunction f_fill, f_sum;
+
+static void fill(CUdeviceptr d, uint32_t v, size_t words, CUstream s) {
+    int n = (int)words;
+    void *args[] = {&d, &v, &n};
+    CHECK(cuLaunchKernel(f_fill, 1, 1, 1, 32, 1, 1, 0, s, args, NULL));
+}
+
+/* --overlap (see the header). */
+static int overlap(void) {
+    CUstream a, b;
+    CHECK(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
+    CHECK(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
+    volatile uint32_t *flag;
+    CHECK(cuMemHostAlloc((void **)&flag, 64, CU_MEMHOSTALLOC_DEVICEMAP));
+    *flag = 0;
+    CUdeviceptr out, x, y;
+    size_t words = (3 * CHUNK - 64) / 4;
+    CHECK(cuMemAlloc(&out, 8));
+    CHECK(cuMemAllocAsync(&x, words * 4, a));
+    fill(x, 5, words, a);
+    CHECK(cuStreamWaitValue32(a, (CUdeviceptr)(uintptr_t)flag, 1, CU_STREAM_WAIT_VALUE_EQ));
+    int n = (int)words;
+    void *args[] = {&out, &x, &n};
+    CHECK(cuLaunchKernel(f_sum, 1, 1, 1, 32, 1, 1, 0, a, args, NULL));
+    CHECK(cuMemFreeAsync(x, a));
+    CHECK(cuMemAllocAsync(&y, words * 4, b));
+    fill(y, 9, words, b);
+    struct timespec ts = {0, 50 * 1000 * 1000};
+    nanosleep(&ts, NULL); /* B's fill has run by now, unless it waits for A's sum */
+    *flag = 1;
+    CHECK(cuStreamSynchronize(a));
+    CHECK(cuStreamSynchronize(b));
+    uint64_t sum = 0, want = 0;
+    CHECK(cuMemcpyDtoH(&sum, out, 8));
+    for (size_t i = 0; i < words; i++)
+        want += 5u + (uint32_t)i * 7u;
+    uint32_t *host = malloc(words * 4);
+    if (!host)
+        return 2;
+    CHECK(cuMemcpyDtoH(host, y, words * 4));
+    int bad = sum != want;
+    for (size_t i = 0; i < words && !bad; i++)
+        bad = host[i] != 9u + (uint32_t)i * 7u;
+    free(host);
+    printf("overlap: sum %llu\n", (unsigned long long)sum);
+    if (bad) {
+        fprintf(stderr,
+                "churn: the sum is %llu, expected %llu (or the new buffer lost its fill): "
+                "freed memory was written before the work reading it had run\n",
+                (unsigned long long)sum, (unsigned long long)want);
+        return 1;
+    }
+    CHECK(cuMemFreeAsync(y, b));
+    CHECK(cuMemFree(out));
+    CHECK(cuStreamSynchronize(b));
+    CHECK(cuMemFreeHost((void *)flag));
+    CHECK(cuStreamDestroy(a));
+    CHECK(cuStreamDestroy(b));
+    printf("churn: ok\n");
+    return 0;
+}
+
 int main(int argc, char **argv) {
-    int iters = 6, nbufs = 6, vary = 0;
+    int iters = 6, nbufs = 6, vary = 0, ovl = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc)
             iters = atoi(argv[++i]);
@@ -65,8 +153,10 @@ int main(int argc, char **argv) {
             nbufs = atoi(argv[++i]);
         else if (strcmp(argv[i], "--vary") == 0)
             vary = 1;
+        else if (strcmp(argv[i], "--overlap") == 0)
+            ovl = 1;
         else {
-            fprintf(stderr, "usage: churn [--iters N] [--bufs K] [--vary]\n");
+            fprintf(stderr, "usage: churn [--iters N] [--bufs K] [--vary] [--overlap]\n");
             return 64;
         }
     }
@@ -79,13 +169,18 @@ int main(int argc, char **argv) {
     CUdevice dev;
     CUcontext ctx;
     CUmodule mod;
-    CUfunction f_fill;
     CHECK(cuInit(0));
     CHECK(cuDeviceGet(&dev, 0));
     CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
     CHECK(cuCtxSetCurrent(ctx));
     CHECK(cuModuleLoadData(&mod, FAKECUDA_IMAGE_PREFIX "churnprog"));
     CHECK(cuModuleGetFunction(&f_fill, mod, "fill"));
+    CHECK(cuModuleGetFunction(&f_sum, mod, "sum"));
+    if (ovl) {
+        int rc = overlap();
+        CHECK(cuModuleUnload(mod));
+        return rc;
+    }
     uint32_t *host = malloc(4 * CHUNK);
     if (!host)
         return 2;
@@ -98,10 +193,7 @@ int main(int argc, char **argv) {
             size_t chunks = (size_t)((vary ? it + j : j) % 4 + 1);
             words[j] = (chunks * CHUNK - 64) / 4; /* a little less than whole chunks */
             CHECK(cuMemAlloc(&d[j], words[j] * 4));
-            uint32_t v = (uint32_t)(it * 131 + j * 17);
-            int n = (int)words[j];
-            void *args[] = {&d[j], &v, &n};
-            CHECK(cuLaunchKernel(f_fill, 1, 1, 1, 32, 1, 1, 0, NULL, args, NULL));
+            fill(d[j], (uint32_t)(it * 131 + j * 17), words[j], NULL);
         }
         for (int j = 0; j < nbufs; j++) {
             CHECK(cuMemcpyDtoH(host, d[j], words[j] * 4));
