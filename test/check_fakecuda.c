@@ -968,6 +968,48 @@ START_TEST(test_copy_to_host_located_memory_crosses_the_link) {
 }
 END_TEST
 
+/* With the timing model, the mapping calls cost host time per mapping, as measured on an H200
+ * (FAKECUDA_VMM_US; here scaled up to be measurable): cuMemSetAccess and cuMemUnmap over a
+ * range of two mappings cost two mappings' time, host-located memory its own figures. */
+START_TEST(test_mapping_calls_cost_host_time_per_mapping) {
+    static const char *const env[] = {"FAKECUDA_TIMING", "1", "FAKECUDA_VMM_US",
+                                      "0,20000,10000,5000,40000,0,0", NULL};
+    open_device(env);
+    size_t g = 2u << 20;
+    CUdeviceptr va;
+    OK(cuMemAddressReserve(&va, 3 * g, 0, 0, 0));
+    CUmemAllocationProp prop = dev_prop();
+    CUmemGenericAllocationHandle h[2];
+    uint64_t t0 = now_ns();
+    OK(cuMemCreate(&h[0], g, &prop, 0));
+    OK(cuMemCreate(&h[1], g, &prop, 0));
+    uint64_t create_ms = (now_ns() - t0) / 1000000;
+    OK(cuMemMap(va, g, 0, h[0], 0));
+    OK(cuMemMap(va + g, g, 0, h[1], 0));
+    t0 = now_ns();
+    set_rw(va, 2 * g);
+    uint64_t access_ms = (now_ns() - t0) / 1000000;
+    t0 = now_ns();
+    OK(cuMemUnmap(va, 2 * g));
+    uint64_t unmap_ms = (now_ns() - t0) / 1000000;
+    ck_assert_msg(create_ms >= 10 && access_ms >= 40 && unmap_ms >= 20,
+                  "create 2 x 5 ms took %llu ms, set access on 2 mappings x 20 ms took %llu ms, "
+                  "unmap 2 x 10 ms took %llu ms",
+                  (unsigned long long)create_ms, (unsigned long long)access_ms,
+                  (unsigned long long)unmap_ms);
+    t0 = now_ns();
+    CUmemGenericAllocationHandle hh = map_located(va + 2 * g, g, CU_MEM_LOCATION_TYPE_HOST_NUMA);
+    uint64_t host_ms = (now_ns() - t0) / 1000000;
+    ck_assert_msg(host_ms >= 40, "host-located set access (40 ms) took %llu ms",
+                  (unsigned long long)host_ms);
+    OK(cuMemUnmap(va + 2 * g, g));
+    OK(cuMemRelease(hh));
+    OK(cuMemRelease(h[0]));
+    OK(cuMemRelease(h[1]));
+    OK(cuMemAddressFree(va, 3 * g));
+}
+END_TEST
+
 /* With the timing model, a copy into host-located memory takes the link's time on the
  * device-to-host engine, not the device memory's on the compute engine: it runs beside a long
  * kernel instead of waiting for it. */
@@ -2133,6 +2175,7 @@ Suite *suite_fakecuda(void) {
     tcase_add_test(t, test_inline_threads_share_the_legacy_stream_in_order);
     tcase_add_test(t, test_copy_to_host_located_memory_crosses_the_link);
     tcase_add_test(t, test_link_copy_is_timed_on_the_link_engine);
+    tcase_add_test(t, test_mapping_calls_cost_host_time_per_mapping);
     suite_add_tcase(s, t);
     TCase *g = tcase_create("graphs");
     tcase_set_timeout(g, 20);

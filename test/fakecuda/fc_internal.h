@@ -46,6 +46,9 @@ typedef struct fc_config {
     double hbm_gbps;
     double h2d_gbps, d2h_gbps;
     double launch_us;
+    /* FAKECUDA_VMM_US, timing model: host time per mapping of cuMemMap, cuMemSetAccess,
+     * cuMemUnmap, per cuMemCreate, then the same three for host-located memory (VMM_*). */
+    double vmm_us[7];
     const char *stats_path; /* FAKECUDA_STATS */
     const char *trace_path; /* FAKECUDA_TRACE */
     const char *fail_spec;  /* FAKECUDA_FAIL */
@@ -219,6 +222,18 @@ FC_HIDDEN void fc_config_load(void);
 FC_HIDDEN void fc_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 FC_HIDDEN void fc_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 FC_HIDDEN uint64_t fc_now_ns(void);
+/* The timing model's host cost of a driver call: the calling thread is held `us` microseconds
+ * (a busy wait: sleeping would overshoot). No-op without the timing model. */
+enum {
+    VMM_MAP,
+    VMM_ACCESS,
+    VMM_UNMAP,
+    VMM_CREATE,
+    VMM_HOST_ACCESS,
+    VMM_HOST_UNMAP,
+    VMM_HOST_CREATE
+};
+FC_HIDDEN void fc_host_cost(double us);
 FC_HIDDEN CUresult fc_require_ctx(void);
 /* The calling thread's current context (NULL when none). */
 FC_HIDDEN CUcontext fc_ctx_current(void);

@@ -767,6 +767,7 @@ static CUresult fc_mem_create(CUmemGenericAllocationHandle *out, size_t size,
     else
         FC_STAT(vmm_device_bytes_live, size);
     *out = (CUmemGenericAllocationHandle)(uintptr_t)h;
+    fc_host_cost(g_fc.cfg.vmm_us[host ? VMM_HOST_CREATE : VMM_CREATE]);
     return CUDA_SUCCESS;
 }
 FC_EXPORT(cuMemCreate, PFN_cuMemCreate_v10020, fc_mem_create);
@@ -882,6 +883,7 @@ static CUresult fc_mem_map(CUdeviceptr ptr, size_t size, size_t offset,
     if (rc == CUDA_SUCCESS) {
         FC_STAT(mappings_live, 1);
         FC_STAT(mapped_bytes_live, size);
+        fc_host_cost(g_fc.cfg.vmm_us[VMM_MAP]);
     }
     return rc;
 }
@@ -908,6 +910,16 @@ static int whole_mappings(uintptr_t p, size_t size, size_t *first, size_t *count
     return 0;
 }
 
+/* The timing model's host cost of acting on `count` mappings from `first`: `dev` microseconds
+ * each for device-located memory, `host` for host-located. Caller holds mem_lock. */
+static double mappings_cost(size_t first, size_t count, int dev, int host) {
+    double us = 0;
+    for (size_t k = 0; k < count; k++)
+        us += g_fc.cfg
+                  .vmm_us[location_is_host(&g_fc.ranges[first + k].h->prop.location) ? host : dev];
+    return us;
+}
+
 static CUresult fc_mem_unmap(CUdeviceptr ptr, size_t size) {
     FC_ENTER("cuMemUnmap");
     uintptr_t p = (uintptr_t)ptr;
@@ -921,6 +933,7 @@ static CUresult fc_mem_unmap(CUdeviceptr ptr, size_t size) {
         pthread_rwlock_unlock(&g_fc.mem_lock);
         return CUDA_ERROR_INVALID_VALUE;
     }
+    double cost = mappings_cost(first, count, VMM_UNMAP, VMM_HOST_UNMAP);
     fc_handle_t *dead[64];
     size_t ndead = 0;
     for (size_t k = 0; k < count; k++) {
@@ -939,6 +952,7 @@ static CUresult fc_mem_unmap(CUdeviceptr ptr, size_t size) {
     FC_STAT(mapped_bytes_live, -(int64_t)size);
     for (size_t k = 0; k < ndead; k++)
         handle_destroy(dead[k]);
+    fc_host_cost(cost);
     return CUDA_SUCCESS;
 }
 FC_EXPORT(cuMemUnmap, PFN_cuMemUnmap_v10020, fc_mem_unmap);
@@ -980,7 +994,9 @@ static CUresult fc_mem_set_access(CUdeviceptr ptr, size_t size, const CUmemAcces
     }
     for (size_t k = 0; k < n; k++)
         g_fc.ranges[first + k].access = acc;
+    double cost = mappings_cost(first, n, VMM_ACCESS, VMM_HOST_ACCESS);
     pthread_rwlock_unlock(&g_fc.mem_lock);
+    fc_host_cost(cost);
     return CUDA_SUCCESS;
 }
 FC_EXPORT(cuMemSetAccess, PFN_cuMemSetAccess_v10020, fc_mem_set_access);
