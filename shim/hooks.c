@@ -60,6 +60,8 @@ static CUresult alloc(CUdeviceptr *p, size_t size) {
         return r;
     uint64_t id;
     r = ooc_mem_alloc(p, size, &id); /* counted there, with its sizes */
+    if (r == CUDA_SUCCESS)
+        ooc_mem_back_new((uintptr_t)*p);
     if (r == CUDA_SUCCESS && ooc_record_on())
         ooc_record_alloc(id, size);
     return r;

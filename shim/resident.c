@@ -154,6 +154,38 @@ CUresult need_phys(uint64_t want) {
     return evict(victims, nv);
 }
 
+/* Safe mode: the new buffer at p gets device memory at once, as cuMemAlloc's does: a kernel may
+ * reach it through a pointer stored in device memory before any op the shim sees uses it (a
+ * grouped GEMM's table of operands), and an address with nothing mapped would fault. Room is
+ * made as for an op (least recently used chunks swapped out, their host copies aliased); when
+ * none can be, the rest stays unmapped until its first use. Outside safe mode nothing is done:
+ * memory is mapped at first use. */
+void ooc_mem_back_new(uintptr_t p) {
+    mem_lock_take();
+    buf_t *b = M.safe ? lookup(p) : NULL;
+    uint64_t c0 = 1, c1 = 0;
+    if (b)
+        buf_span(b, &c0, &c1);
+    for (uint64_t idx = c0; idx <= c1; idx++) {
+        chunk_t *c = chunk_find(idx);
+        if (!c || c->state != C_EMPTY)
+            continue;
+        c->pin = M.serial; /* not a victim of its own buffer's room */
+        CUresult r = need_phys(c1 - idx + 1);
+        if (r == CUDA_SUCCESS)
+            r = map_chunk(c);
+        if (r != CUDA_SUCCESS) {
+            OOC_LOG_D("the new buffer at %#llx stays unmapped from chunk %llu on (%s): mapped at "
+                      "its first use",
+                      (unsigned long long)p, (unsigned long long)idx, ooc_real_errname(r));
+            break;
+        }
+        c->state = C_RESIDENT;
+        lru_push(c);
+    }
+    mem_unlock();
+}
+
 /* Lists b for the current op (once), with how the query [lo, hi) uses it. */
 static int opbuf_add(buf_t *b, uintptr_t lo, uintptr_t hi, unsigned use) {
     /* A write that does not cover the whole buffer keeps the rest: read-write for the planner. */

@@ -184,6 +184,8 @@ int ooc_mem_init(uint64_t budget_bytes, uint64_t chunk_bytes, CUdevice dev, CUco
 void ooc_mem_shutdown(void);
 /* OOC_REUSE: 1 keeps a freed large buffer's chunks mapped for the next buffer of its size. */
 void ooc_mem_set_reuse(int on);
+/* Safe mode: maps the new buffer at p at once (a no-op otherwise). */
+void ooc_mem_back_new(uintptr_t p);
 
 /* Allocates `size` bytes at a stable address; on the device only when first used. */
 CUresult ooc_mem_alloc(CUdeviceptr *out, size_t size, uint64_t *id);

@@ -393,8 +393,10 @@ START_TEST(test_address_space_is_reused) {
     char u1[8] = "", u2[8] = "";
     ck_assert_int_eq(sscanf(strstr(row, ")") + 1, "%lf %7s %lf %7s", &now, u1, &peak, u2), 4);
     double mib = peak * (strcmp(u2, "GiB") == 0 ? 1024 : strcmp(u2, "MiB") == 0 ? 1 : 1e9);
-    /* the quarantine holds 64 runs of 2 MiB chunks; a slab chunk and one buffer besides */
-    ck_assert_msg(mib <= 160, "%.2f %s of address space handed out", peak, u2);
+    /* the quarantine holds 64 runs of 2 MiB chunks; freed buffers kept mapped (OOC_REUSE) hold
+     * their addresses too, at most the budget's 64 MiB (they are resident memory); a slab chunk
+     * and one buffer besides: 196 MiB, however many allocations */
+    ck_assert_msg(mib <= 200, "%.2f %s of address space handed out", peak, u2);
     tu_proc_free(&p);
 }
 END_TEST
