@@ -497,6 +497,19 @@ static CUresult batch_run(const batch_t *b) {
                 b->ai[0] == 0;
     for (size_t k = 1; valid && k < b->na; k++)
         valid = b->ai[k] > b->ai[k - 1] && b->ai[k] < b->count;
+    /* The driver refuses the legacy NULL stream and a bad srcAccessOrder: such a batch is given
+     * to it whole, so that it refuses it before anything is copied. */
+    valid = valid && b->h != CU_STREAM_LEGACY && (b->h || b->ptds);
+    for (size_t k = 0; valid && k < b->na; k++)
+        valid = b->at[k].srcAccessOrder >= CU_MEMCPY_SRC_ACCESS_ORDER_STREAM &&
+                b->at[k].srcAccessOrder <= CU_MEMCPY_SRC_ACCESS_ORDER_ANY;
+    /* One the driver refuses whole that is too wide for one op: answered here as the driver
+     * answers it (an op could not hold its buffers to give it to the driver), nothing done. */
+    if (!valid && b->d && b->s && b->n && b->count > OOC_MAX_REFS / 8) {
+        if (b->fail)
+            *b->fail = SIZE_MAX;
+        return CUDA_ERROR_INVALID_VALUE;
+    }
     /* A narrow batch (the common case) is one op, as before, without looking up its buffers
      * (a lookup takes the residency lock); only one that may not fit one access set is split. */
     valid = valid && b->count > OOC_MAX_REFS / 8;

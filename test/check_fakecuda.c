@@ -537,7 +537,20 @@ START_TEST(test_memsets_and_batch_copy) {
     memset(&attr, 0, sizeof attr);
     attr.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
     size_t idx = 0;
-    OK(cuMemcpyBatchAsync(dsts, srcs, sizes, 2, &attr, &idx, 1, NULL));
+    /* The legacy NULL stream is refused, as is an attribute without a valid srcAccessOrder. */
+    ck_assert_int_eq(cuMemcpyBatchAsync(dsts, srcs, sizes, 2, &attr, &idx, 1, NULL),
+                     CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(cuMemcpyBatchAsync(dsts, srcs, sizes, 2, &attr, &idx, 1, CU_STREAM_LEGACY),
+                     CUDA_ERROR_INVALID_VALUE);
+    CUstream st;
+    OK(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
+    attr.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_INVALID;
+    ck_assert_int_eq(cuMemcpyBatchAsync(dsts, srcs, sizes, 2, &attr, &idx, 1, st),
+                     CUDA_ERROR_INVALID_VALUE);
+    attr.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+    OK(cuMemcpyBatchAsync(dsts, srcs, sizes, 2, &attr, &idx, 1, st));
+    OK(cuStreamSynchronize(st));
+    OK(cuStreamDestroy(st));
     unsigned char out[256];
     OK(cuMemcpyDtoH(out, b, 256));
     ck_assert_uint_eq(out[0], 0x04);

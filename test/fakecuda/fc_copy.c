@@ -534,6 +534,15 @@ static CUresult batch(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_
     if (!dsts || !srcs || !sizes || count == 0 || !attrs || !attr_idxs || nattrs == 0 ||
         nattrs > count || attr_idxs[0] != 0)
         return CUDA_ERROR_INVALID_VALUE;
+    /* The reference manual: the legacy NULL stream is refused, and every attribute needs a
+     * valid srcAccessOrder; attribute indices rise strictly. */
+    if (h == CU_STREAM_LEGACY || (!h && !ptds))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < nattrs; i++)
+        if (attrs[i].srcAccessOrder < CU_MEMCPY_SRC_ACCESS_ORDER_STREAM ||
+            attrs[i].srcAccessOrder > CU_MEMCPY_SRC_ACCESS_ORDER_ANY ||
+            (i > 0 && attr_idxs[i] <= attr_idxs[i - 1]) || attr_idxs[i] >= count)
+            return CUDA_ERROR_INVALID_VALUE;
     if (count > (SIZE_MAX - sizeof(copy_payload_t)) / sizeof(copy_one_t))
         return CUDA_ERROR_INVALID_VALUE;
     copy_payload_t *p = malloc(sizeof *p + count * sizeof(copy_one_t));

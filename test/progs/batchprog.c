@@ -27,17 +27,24 @@
 
 static const fakecuda_kernel_t kernels[] = {UP_MIX_KERNEL("batchprog")};
 
-/* One batch of NB copies from src[i] to dst[i], with three attribute ranges. */
-static CUresult batch(CUdeviceptr *dst, CUdeviceptr *src, CUstream s) {
+/* One batch of NB copies from src[i] to dst[i], with three attribute ranges; with `spoil`, the
+ * last range's srcAccessOrder is invalid (the driver refuses the whole batch). */
+static CUresult batch_of(CUdeviceptr *dst, CUdeviceptr *src, CUstream s, int spoil) {
     static size_t sizes[NB];
     CUmemcpyAttributes attrs[3];
     memset(attrs, 0, sizeof attrs);
     for (int k = 0; k < 3; k++)
         attrs[k].srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+    if (spoil)
+        attrs[2].srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_INVALID;
     size_t idx[3] = {0, NB / 3, NB - 7};
     for (int i = 0; i < NB; i++)
         sizes[i] = WORDS * 4;
     return cuMemcpyBatchAsync(dst, src, sizes, NB, attrs, idx, 3, s);
+}
+
+static CUresult batch(CUdeviceptr *dst, CUdeviceptr *src, CUstream s) {
+    return batch_of(dst, src, s, 0);
 }
 
 /* The same copies as batch(dst, src, s), as 4 * NB strided 3D copies in one batch. */
@@ -112,6 +119,18 @@ int main(int argc, char **argv) {
             fprintf(stderr, "batchprog: iteration %d: the destinations are wrong\n", it);
             bad = 1;
         }
+    }
+    /* A wide batch the driver refuses (its last attribute's srcAccessOrder is invalid; the legacy
+     * NULL stream) copies nothing, although a shim would split one this wide. */
+    CUresult r1 = batch_of(dst, src, s, 1), r2 = batch_of(dst, src, NULL, 0);
+    UP_CHECK(cuStreamSynchronize(s));
+    UP_CHECK(batch(hout, dst, s));
+    UP_CHECK(cuStreamSynchronize(s));
+    if (r1 != CUDA_ERROR_INVALID_VALUE || r2 != CUDA_ERROR_INVALID_VALUE ||
+        memcmp(out, model, (size_t)NB * WORDS * 4) != 0) {
+        fprintf(stderr, "batchprog: refused batches answered %d and %d (not %d) or copied bytes\n",
+                (int)r1, (int)r2, (int)CUDA_ERROR_INVALID_VALUE);
+        bad = 1;
     }
     uint64_t sum = up_fnv(UP_FNV_SEED, model, (size_t)NB * WORDS * 4);
     for (int b = 0; b < NB; b++) {
