@@ -304,7 +304,7 @@ int warm_free(uint64_t first, uint64_t n, CUstream fs);
 warm_t *warm_take(uint64_t n);
 void warm_untake(warm_t *w);
 int warm_ready(void);
-CUresult warm_release(void);
+CUresult warm_release(uint64_t want);
 void warm_shutdown(void);
 /* retire.c */
 void retire_cancel(chunk_t *c);

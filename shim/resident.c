@@ -126,7 +126,7 @@ CUresult need_phys(uint64_t want) {
         retire_poll(0);
     /* Freed buffers' runs kept mapped (warm.c): the oldest go back before anything waits. */
     while (!M.phys_free && warm_ready())
-        if (warm_release() != CUDA_SUCCESS)
+        if (warm_release(want) != CUDA_SUCCESS)
             break;
     while (!M.phys_free && (M.ndying || M.nret)) {
         int dying_first =
@@ -138,8 +138,8 @@ CUresult need_phys(uint64_t want) {
         } else if (!retire_poll(1)) {
             break;
         }
-        while (!M.phys_free && warm_ready()) /* a dying run may have become ready */
-            if (warm_release() != CUDA_SUCCESS)
+        while (!M.phys_free && warm_ready()) /* a run may have been made meanwhile */
+            if (warm_release(want) != CUDA_SUCCESS)
                 break;
     }
     if (M.phys_free)

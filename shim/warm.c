@@ -250,13 +250,30 @@ int warm_ready(void) {
     return M.nwarm > 0;
 }
 
-/* Gives the oldest run back to the pool. CUDA_SUCCESS when it was (or there is none). */
-CUresult warm_release(void) {
+/* Gives up to `want` chunks (at least one) back to the pool, from the end of the oldest run: a
+ * long run (joined from many freed buffers) is not unmapped whole for one chunk's sake.
+ * CUDA_SUCCESS when they were (or there is no run). */
+CUresult warm_release(uint64_t want) {
     if (!M.nwarm)
         return CUDA_SUCCESS;
     if (M.safe)
         quiesce(); /* no fast-path op is in flight while its memory goes */
-    return drop_run(M.warm[0], 0);
+    warm_t *w = M.warm[0];
+    for (uint64_t k = 0; w->n && k < (want ? want : 1); k++) {
+        CUresult r = give_back_last(w);
+        if (r != CUDA_SUCCESS) {
+            OOC_LOG_W(
+                "cuMemUnmap of a freed chunk at %#llx failed: %s",
+                (unsigned long long)(M.va_base + ((uintptr_t)(w->first + w->n - 1) << M.shift)),
+                ooc_real_errname(r));
+            return r;
+        }
+    }
+    if (!w->n) {
+        warm_remove(w);
+        free(w);
+    }
+    return CUDA_SUCCESS;
 }
 
 /* At shutdown: every held chunk unmapped and back in the pool, every run freed. */
