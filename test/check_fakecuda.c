@@ -544,6 +544,9 @@ START_TEST(test_memsets_and_batch_copy) {
                      CUDA_ERROR_INVALID_VALUE);
     CUstream st;
     OK(cuStreamCreate(&st, CU_STREAM_NON_BLOCKING));
+    /* The sets above ran on the legacy stream (a synchronous set may return before it ran),
+     * which a non-blocking stream does not wait for. */
+    OK(cuCtxSynchronize());
     attr.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_INVALID;
     ck_assert_int_eq(cuMemcpyBatchAsync(dsts, srcs, sizes, 2, &attr, &idx, 1, st),
                      CUDA_ERROR_INVALID_VALUE);
