@@ -16,7 +16,8 @@
 
 static CUresult alloc_small(buf_t *b, size_t size) {
     size_t need = (size + SLAB_ALIGN - 1) & ~(size_t)(SLAB_ALIGN - 1);
-    chunk_t *c = M.slab_cur;
+    chunk_t **cur = b->own ? &M.slab_own : &M.slab_cur;
+    chunk_t *c = *cur;
     if (!c || c->slab->offset + need > M.chunk) {
         uint64_t idx;
         if (va_take(1, &idx) != 0)
@@ -30,8 +31,8 @@ static CUresult alloc_small(buf_t *b, size_t size) {
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
         c->slab = s;
-        chunk_t *full = M.slab_cur;
-        M.slab_cur = c;
+        chunk_t *full = *cur;
+        *cur = c;
         /* A full slab chunk whose buffers are all freed already: no later free releases it. */
         if (full && full->nbufs == 0)
             chunk_release(full, NULL);
@@ -98,7 +99,7 @@ static CUresult alloc_large(buf_t *b, size_t size) {
     return CUDA_SUCCESS;
 }
 
-CUresult ooc_mem_alloc(CUdeviceptr *out, size_t size, uint64_t *id) {
+static CUresult mem_alloc(CUdeviceptr *out, size_t size, uint64_t *id, int own) {
     if (!out || size == 0)
         return CUDA_ERROR_INVALID_VALUE;
     mem_lock_take();
@@ -113,6 +114,7 @@ CUresult ooc_mem_alloc(CUdeviceptr *out, size_t size, uint64_t *id) {
     CUresult r = b ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
     if (r == CUDA_SUCCESS) {
         b->size = size;
+        b->own = own;
         r = size <= M.chunk / 8 ? alloc_small(b, size) : alloc_large(b, size);
     }
     if (r == CUDA_SUCCESS) {
@@ -128,13 +130,27 @@ CUresult ooc_mem_alloc(CUdeviceptr *out, size_t size, uint64_t *id) {
     }
     uint64_t mapped = b->small ? ((size + SLAB_ALIGN - 1) & ~(uint64_t)(SLAB_ALIGN - 1))
                                : (((size + M.chunk - 1) >> M.shift) << M.shift);
-    ooc_stats_alloc(size, mapped);
+    if (!own)
+        ooc_stats_alloc(size, mapped);
     *out = (CUdeviceptr)b->addr;
     b->id = ++M.next_id;
     if (id)
         *id = b->id;
     mem_unlock();
     return CUDA_SUCCESS;
+}
+
+CUresult ooc_mem_alloc(CUdeviceptr *out, size_t size, uint64_t *id) {
+    return mem_alloc(out, size, id, 0);
+}
+
+/* The shim's own small buffers (recompute.c's checksums and scratch) share slab chunks with each
+ * other only: interleaved with the program's, they would spread its small buffers over more
+ * chunks while recording than in demand mode, and an op touching many of them (PyTorch's
+ * foreach optimizer step) could then need more chunks than the budget holds. Not counted in the
+ * program's allocation statistics. */
+CUresult ooc_mem_alloc_own(CUdeviceptr *out, size_t size) {
+    return mem_alloc(out, size, NULL, 1);
 }
 
 CUresult ooc_mem_free(CUdeviceptr p, CUstream stream, uint64_t *id) {
@@ -155,9 +171,10 @@ CUresult ooc_mem_free(CUdeviceptr p, CUstream stream, uint64_t *id) {
         slab_remove(c->slab, b);
         if (stream)
             chunk_add_user(c, stream);
-        if (--c->nbufs == 0 && c != M.slab_cur)
+        if (--c->nbufs == 0 && c != M.slab_cur && c != M.slab_own)
             chunk_release(c, stream);
-        ooc_stats_free(b->size, (b->size + SLAB_ALIGN - 1) & ~(uint64_t)(SLAB_ALIGN - 1));
+        if (!b->own)
+            ooc_stats_free(b->size, (b->size + SLAB_ALIGN - 1) & ~(uint64_t)(SLAB_ALIGN - 1));
     } else {
         uint64_t count = (b->size + M.chunk - 1) >> M.shift;
         /* Every chunk resident and settled: kept mapped as a warm run for the next buffers
@@ -176,7 +193,8 @@ CUresult ooc_mem_free(CUdeviceptr p, CUstream stream, uint64_t *id) {
                 chunk_release(c, stream);
             }
         }
-        ooc_stats_free(b->size, count << M.shift);
+        if (!b->own)
+            ooc_stats_free(b->size, count << M.shift);
     }
     free(b);
     mem_unlock();

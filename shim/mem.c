@@ -220,6 +220,40 @@ void ooc_mem_info(uint64_t *budget, uint64_t *held) {
     mem_unlock();
 }
 
+static int span_cmp(const void *a, const void *b) {
+    const uint64_t *x = a, *y = b;
+    return x[0] < y[0] ? -1 : x[0] > y[0];
+}
+
+int ooc_mem_span(const uintptr_t *addrs, unsigned n, uint64_t *chunks, uint64_t *budget_chunks) {
+    uint64_t(*sp)[2] = malloc((n ? n : 1) * sizeof *sp);
+    if (!sp)
+        return -1;
+    mem_lock_take();
+    unsigned k = 0;
+    for (unsigned i = 0; i < n; i++) {
+        buf_t *b = lookup(addrs[i]);
+        if (b) {
+            buf_span(b, &sp[k][0], &sp[k][1]);
+            k++;
+        }
+    }
+    *budget_chunks = M.budget_chunks;
+    mem_unlock();
+    qsort(sp, k, sizeof *sp, span_cmp);
+    uint64_t total = 0, end = 0; /* chunks [.., end) counted so far */
+    for (unsigned i = 0; i < k; i++) {
+        uint64_t lo = sp[i][0] > end ? sp[i][0] : end, hi = sp[i][1] + 1;
+        if (hi > lo)
+            total += hi - lo;
+        if (hi > end)
+            end = hi;
+    }
+    free(sp);
+    *chunks = total;
+    return 0;
+}
+
 uint64_t ooc_mem_slab_chunks(void) {
     mem_lock_take();
     uint64_t n = 0;

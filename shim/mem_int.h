@@ -67,6 +67,7 @@ typedef struct buf {
     uint64_t id;     /* serial number, never reused */
     uint64_t opmark; /* op serial that listed it in op_bufs */
     int small;
+    int own; /* the shim's own (ooc_mem_alloc_own): its small ones use M.slab_own */
     UT_hash_handle hh;
 } buf_t;
 
@@ -153,7 +154,8 @@ struct mem_state {
     chunk_t *chunks;
     buf_t *bufs;
     chunk_t lru;
-    chunk_t *slab_cur;
+    chunk_t *slab_cur; /* the slab chunk the program's small buffers are bump-allocated in */
+    chunk_t *slab_own; /* the one the shim's own small buffers are */
     chunk_t **dying;
     size_t ndying, cap_dying;
     warm_t **warm; /* warm runs, oldest first */

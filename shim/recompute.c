@@ -19,10 +19,11 @@
  *
  * All of this work is the shim's own: it runs through ooc_mem_begin/ooc_mem_end, on the launch's
  * stream, as an op that is neither recorded nor matched against a plan (ooc_internal_op), with
- * the scratch and result buffers allocated in the pool (ooc_mem_alloc) under the budget. Limits:
- * a buffer of more than VERIFY_MAX_BYTES, or a launch whose buffers and scratch together exceed
- * the budget, is not verified; once VERIFY_TOTAL_BYTES have been checksummed in a recording,
- * nothing more is. Each check waits for the launch's stream.
+ * the scratch and result buffers allocated in the pool under the budget (ooc_mem_alloc_own: in
+ * slab chunks of their own, so that the program's buffers lie as they would without recording).
+ * Limits: a buffer of more than VERIFY_MAX_BYTES, or a launch whose buffers (in the chunks they
+ * span) and scratch together exceed the budget, is not verified; once VERIFY_TOTAL_BYTES have been
+ * checksummed in a recording, nothing more is. Each check waits for the launch's stream.
  *
  * The checksum kernel (shim/checksum.cu) is loaded once: first as the simulated device's module
  * "FAKECUDA-MODULE:ooc_checksum", then, on a real driver, from the PTX the Makefile embedded.
@@ -376,14 +377,15 @@ static uint64_t chunks_of(uint64_t n, uint64_t chunk) {
     return (n + chunk - 1) / chunk;
 }
 
-/* Does a set of buffers (and `extra` bytes more) fit the budget at once? */
-static int fits(const uint64_t *size, unsigned n, uint64_t extra) {
-    uint64_t chunk, budget;
+/* Do the buffers at addrs[0..n), in the chunks they span, and `extra` bytes of the shim's own
+ * more (plus the slab chunk those may start) fit the budget at once? An internal op that did
+ * not would fail as out of memory, and say so as if the program's op had. */
+static int fits(const uintptr_t *addrs, unsigned n, uint64_t extra) {
+    uint64_t chunk, budget, span, budget_chunks;
     ooc_mem_geometry(&chunk, &budget);
-    uint64_t need = chunks_of(extra, chunk) + 1;
-    for (unsigned i = 0; i < n; i++)
-        need += chunks_of(size[i], chunk);
-    return need * chunk <= budget;
+    if (ooc_mem_span(addrs, n, &span, &budget_chunks) != 0)
+        return 0;
+    return span + chunks_of(extra, chunk) + 1 <= budget_chunks;
 }
 
 /* Takes `bytes` from the recording's allowance; 0 when it is spent. */
@@ -444,7 +446,7 @@ static CUresult run_sums(void *ctx) {
 static CUresult checksums(sums_t *x, uint64_t *host) {
     unsigned total = x->n + 2 * x->ncand;
     CUdeviceptr out = 0;
-    CUresult r = ooc_mem_alloc(&out, 8 * (size_t)total, NULL);
+    CUresult r = ooc_mem_alloc_own(&out, 8 * (size_t)total);
     if (r != CUDA_SUCCESS)
         return r;
     x->out = (uintptr_t)out;
@@ -532,7 +534,7 @@ void ooc_verify_pre(ooc_verify_t *v, const ooc_launch_t *l, const ooc_access_t *
         bytes += v->size[i];
     v->on = 1;
     vnote.key = v->key;
-    if (need_rw && fits(v->size, v->n, 8 * (uint64_t)v->n) && allowance(2 * bytes)) {
+    if (need_rw && fits(v->addr, v->n, 8 * (uint64_t)v->n) && allowance(2 * bytes)) {
         v->pre = malloc((v->n ? v->n : 1) * sizeof *v->pre);
         sums_t x = {.s = s, .n = v->n, .src = v->addr, .len = v->size};
         if (v->pre && checksums(&x, v->pre) != CUDA_SUCCESS) {
@@ -640,8 +642,8 @@ void ooc_verify_post(ooc_verify_t *v, const ooc_launch_t *l, CUstream s, CUresul
     uint64_t bytes = 0;
     for (unsigned c = 0; c < ncand; c++)
         bytes += 3 * v->size[cand[c]];
-    if (!ncand || !fits(v->size, v->n, scratch_bytes + 8 * (3 * (uint64_t)v->n)) ||
-        !allowance(bytes) || ooc_mem_alloc(&scratch, scratch_bytes, NULL) != CUDA_SUCCESS)
+    if (!ncand || !fits(v->addr, v->n, scratch_bytes + 8 * (3 * (uint64_t)v->n)) ||
+        !allowance(bytes) || ooc_mem_alloc_own(&scratch, scratch_bytes) != CUDA_SUCCESS)
         goto out; /* nothing to verify, or too large for the budget or the allowance */
     unsigned nok = 0;
     for (unsigned c = 0; c < ncand; c++) {

@@ -81,6 +81,8 @@ static struct {
     rop_t *ops;
     size_t nops, cap_ops;
     size_t unprofiled; /* ops recorded since the last profile, over restarts (module unloads) */
+    size_t dumped;     /* ops in the unrepeated-ops.tsv written (dump_unrepeated), or 0 */
+    char dump_path[OOC_PATH_MAX + 32];
     rref_t *refs;
     size_t nrefs, cap_refs;
     rbuf_t *bufs;
@@ -594,6 +596,45 @@ static void link_figures(ooc_profile_t *p, double (*bw)[4], int nbw) {
     p->bidir_bps = fig[2];
 }
 
+/* When no iteration was found: every op recorded, in order, in DIR/unrepeated-ops.tsv (the
+ * profile directory), so that a user can see what differs from one iteration to the next (the
+ * iteration detector needs equal ops: kind, name, grid, block, bytes and buffer sizes, and the
+ * same references by age). Written at exit and when a module unload restarts the recording;
+ * the longest recording is kept. Sets R.dumped and R.dump_path. Caller holds rec_lock. */
+static void dump_unrepeated(void) {
+    char dir[OOC_PATH_MAX];
+    if (R.nops == 0 || R.nops <= R.dumped ||
+        ooc_options_profile_dir(ooc_opts(), dir, sizeof dir) != 0 || mkdirs(dir) != 0)
+        return;
+    char *path = R.dump_path;
+    snprintf(path, sizeof R.dump_path, "%s/unrepeated-ops.tsv", dir);
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return;
+    static const char *const kinds[] = {"kernel", "memcpy", "memset"};
+    static const char *const uses[] = {"-", "r", "w", "rw"};
+    fprintf(f, "#ooc-unrepeated-ops\t1\nop\tstream\tkind\tname\tgrid\tblock\tbytes\tlive\t"
+               "refs (buffer id:bytes:use:ops since its allocation)\n");
+    for (size_t i = 0; i < R.nops; i++) {
+        const rop_t *o = &R.ops[i];
+        fprintf(f, "%zu\t%u\t%s\t%s\t%u,%u,%u\t%u,%u,%u\t%llu\t%llu\t", i, o->stream,
+                o->kind < 3 ? kinds[o->kind] : "?", o->name ? o->name : "-", o->grid[0],
+                o->grid[1], o->grid[2], o->block[0], o->block[1], o->block[2],
+                (unsigned long long)o->bytes, (unsigned long long)o->live);
+        for (uint32_t k = 0; k < o->nref; k++) {
+            const rref_t *r = &R.refs[o->ref_off + k];
+            rbuf_t *b;
+            HASH_FIND(hh, R.bufs, &r->id, sizeof r->id, b);
+            fprintf(f, "%s%llu:%llu:%s:%lld", k ? " " : "", (unsigned long long)r->id,
+                    b ? (unsigned long long)b->bytes : 0ull, uses[r->use & 3],
+                    b ? (long long)i - (long long)b->alloc_pos : -1ll);
+        }
+        fputc('\n', f);
+    }
+    if (fclose(f) == 0)
+        R.dumped = R.nops;
+}
+
 static ooc_profile_t *finish(int at_exit, char *dir_out, uint32_t *pos_out) {
     pthread_mutex_lock(&rec_lock);
     if (atomic_load(&ooc_rec_state) != OOC_REC_ON) {
@@ -606,11 +647,16 @@ static ooc_profile_t *finish(int at_exit, char *dir_out, uint32_t *pos_out) {
         /* Counted over restarts since the last profile: a program that unloads its modules at
          * exit restarts the recording, which then sees nothing, and is nothing to warn about. */
         size_t seen = R.unprofiled;
+        if (seen)
+            dump_unrepeated();
+        char path[sizeof R.dump_path];
+        snprintf(path, sizeof path, "%s", R.dumped ? R.dump_path : "");
         pthread_mutex_unlock(&rec_lock);
         if (seen)
             OOC_LOG_W("no profile written: no repeating iteration was found in %zu operations "
-                      "(call ooc_mark_iteration() after each iteration to mark them)",
-                      seen);
+                      "(call ooc_mark_iteration() after each iteration to mark them)%s%s",
+                      seen, path[0] ? "; the longest recording's operations are listed in " : "",
+                      path);
         return NULL;
     }
     for (unsigned i = 0; i < EV_RING; i++)
@@ -751,6 +797,9 @@ void ooc_record_restart_l(void) {
     R.want = ooc_opts()->profile_iters;
     if (!R.ctx)
         ooc_real.cuCtxGetCurrent(&R.ctx);
+    /* A recording that found nothing is listed before it goes (the longest one is kept). */
+    if (R.ev.source == OOC_ITERDET_NONE)
+        dump_unrepeated();
     rbuf_t *b, *bt;
     HASH_ITER(hh, R.bufs, b, bt) {
         HASH_DEL(R.bufs, b);

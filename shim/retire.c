@@ -147,6 +147,8 @@ void chunk_release(chunk_t *c, CUstream free_stream) {
     lru_remove(c);
     if (c == M.slab_cur)
         M.slab_cur = NULL;
+    if (c == M.slab_own)
+        M.slab_own = NULL;
     if (c->state != C_RESIDENT && !c->aliased) {
         chunk_bury(c); /* nothing mapped: cannot fail */
         return;

@@ -189,6 +189,12 @@ void ooc_mem_back_new(uintptr_t p);
 
 /* Allocates `size` bytes at a stable address; on the device only when first used. */
 CUresult ooc_mem_alloc(CUdeviceptr *out, size_t size, uint64_t *id);
+/* The same for the shim's own buffers: small ones never share a chunk with the program's. */
+CUresult ooc_mem_alloc_own(CUdeviceptr *out, size_t size);
+/* The chunks the live buffers at addrs[0..n) span together (a slab chunk shared by several counts
+ * once; an address in no live buffer counts nothing), and the budget in chunks. 0, or -1 when
+ * out of host memory. Takes mem_lock. */
+int ooc_mem_span(const uintptr_t *addrs, unsigned n, uint64_t *chunks, uint64_t *budget_chunks);
 /* Frees a buffer without synchronising: its memory is reused after its users' work completes.
  * `stream` is the stream of a cuMemFreeAsync, or NULL. Returns CUDA_ERROR_INVALID_VALUE when
  * p is not the start of a live buffer of ours. */

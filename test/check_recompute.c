@@ -213,6 +213,68 @@ START_TEST(test_nondeterministic_producers_are_refused) {
 }
 END_TEST
 
+/* The layout of rcprog --addrs's small buffers: per iteration and buffer, its offset inside its
+ * chunk and which of the iteration's buffers before it share that chunk (a bit each). */
+#define RC_ITERS 8
+static void rc_layout(const char *text, long long lay[RC_ITERS][4][2]) {
+    const long long chunk = 2 << 20; /* the default OOC_CHUNK */
+    int seen = 0;
+    for (const char *p = strstr(text, "addrs "); p; p = strstr(p + 1, "addrs ")) {
+        int it;
+        long long o[4];
+        ck_assert_int_eq(
+            sscanf(p, "addrs %d: %lld %lld %lld %lld", &it, &o[0], &o[1], &o[2], &o[3]), 5);
+        ck_assert(it >= 0 && it < RC_ITERS);
+        for (int k = 0; k < 4; k++) {
+            lay[it][k][0] = o[k] % chunk;
+            lay[it][k][1] = 0;
+            for (int j = 0; j < k; j++)
+                lay[it][k][1] |= (long long)(o[j] / chunk == o[k] / chunk) << j;
+        }
+        seen++;
+    }
+    ck_assert_int_eq(seen, RC_ITERS);
+}
+
+/* Recording verifies producers with checksums and scratch buffers of the shim's own; those must
+ * not land among the program's small buffers. Interleaved, they spread the program's buffers
+ * over more chunks than in demand mode, and an op touching many small buffers (PyTorch's
+ * foreach optimizer step, on a GPU: 56 chunks where the budget held 52) then fails as out of
+ * memory while recording where demand mode ran. Each small buffer sits at the same place in its
+ * chunk, beside the same neighbours, recording or not. */
+START_TEST(test_recording_leaves_the_program_layout_alone) {
+    long long base[RC_ITERS][4][2], rec[RC_ITERS][4][2];
+    static const char *const args[] = {"--addrs", NULL};
+    const char *denv[] = {"FAKECUDA_SCHED=inline", "OOC_MODE=demand", "OOC_BUDGET=64M", NULL};
+    tu_result_t d = run("test/progs/rcprog", args, 1, denv);
+    ck_assert_msg(d.status == 0, "%s", d.err);
+    rc_layout(d.out, base);
+    static const char *const modes[] = {"OOC_MODE=record", "OOC_MODE=auto"};
+    for (int m = 0; m < 2; m++) {
+        const char *dir = tmpdir();
+        char pdir[96];
+        snprintf(pdir, sizeof pdir, "OOC_PROFILE_DIR=%s", dir);
+        const char *env[] = {"FAKECUDA_SCHED=inline", modes[m], "OOC_BUDGET=64M",
+                             "OOC_STATS=1",           pdir,     NULL};
+        tu_result_t r = run("test/progs/rcprog", args, 1, env);
+        ck_assert_msg(r.status == 0, "%s", r.err);
+        ck_assert_msg(tu_stat_row(r.err, "producers verified by checksum") >= 1, "%s", r.err);
+        rc_layout(r.out, rec);
+        for (int it = 0; it < RC_ITERS; it++)
+            for (int k = 0; k < 4; k++)
+                ck_assert_msg(rec[it][k][0] == base[it][k][0] && rec[it][k][1] == base[it][k][1],
+                              "%s: iteration %d buffer %d at +%lld, sharing its chunk with 0x%llx; "
+                              "in demand mode +%lld, with 0x%llx",
+                              modes[m], it, k, rec[it][k][0], rec[it][k][1], base[it][k][0],
+                              base[it][k][1]);
+        ck_assert_str_eq(strstr(r.out, "checksum:"), strstr(d.out, "checksum:"));
+        tu_result_free(&r);
+        rmdir_all(dir);
+    }
+    tu_result_free(&d);
+}
+END_TEST
+
 /* The environment of a run at `budget` bytes: the timing model with a slow link (2 Gbit/s each
  * way), so that swapping costs more than re-launching a ReLU and the planner recomputes. */
 typedef struct envs {
@@ -397,6 +459,7 @@ Suite *suite_recompute(void) {
     tcase_set_timeout(tc, 900);
     tcase_add_test(tc, test_profile_names_verified_producers);
     tcase_add_test(tc, test_nondeterministic_producers_are_refused);
+    tcase_add_test(tc, test_recording_leaves_the_program_layout_alone);
     tcase_add_test(tc, test_replay_rebuilds_dropped_buffers_at_quarter_budget);
     tcase_add_test(tc, test_replay_rebuilds_dropped_buffers_at_eighth_budget);
     tcase_add_test(tc, test_unverified_recompute_is_not_replayed);

@@ -279,17 +279,47 @@ START_TEST(test_record_survives_a_differing_first_iteration_and_short_last_batch
 }
 END_TEST
 
-/* A program too short to repeat gets no profile, a line that says why, and its checksum. */
+/* A program too short to repeat gets no profile, a line that says why, its checksum, and the
+ * ops it issued listed in unrepeated-ops.tsv (one row each, in order) for the user to compare. */
 START_TEST(test_record_without_an_iteration_says_so) {
+    char dir[] = "/tmp/ooc-none-XXXXXX", pdir[64], path[96];
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(pdir, sizeof pdir, "OOC_PROFILE_DIR=%s", dir);
+    snprintf(path, sizeof path, "%s/unrepeated-ops.tsv", dir);
     const char *argv[] = {tu_build_path("workloads/mlp"), "--iters", "1", NULL};
-    const char *env[] = {tu_fakecuda_libpath(), tu_shim_preload(), "OOC_MODE=record",
-                         "OOC_PROFILE_DIR=/tmp/ooc-none", NULL};
+    const char *env[] = {tu_fakecuda_libpath(), tu_shim_preload(), "OOC_MODE=record", pdir, NULL};
     tu_proc_t p;
     ck_assert_int_eq(tu_run(argv, env, 60, &p), 0);
     ck_assert_int_eq(p.status, 0);
-    ck_assert_ptr_nonnull(strstr(p.err, "no profile written: no repeating iteration was found"));
-    ck_assert_int_ne(access("/tmp/ooc-none/ops.tsv", F_OK), 0);
+    const char *w = strstr(p.err, "no profile written: no repeating iteration was found in ");
+    ck_assert_ptr_nonnull(w);
+    long nops = strtol(w + strlen("no profile written: no repeating iteration was found in "),
+                       NULL, 10);
+    ck_assert_int_gt(nops, 10);
+    ck_assert_msg(strstr(p.err, path) != NULL, "the message names %s: %s", path, p.err);
+    char ops[96];
+    snprintf(ops, sizeof ops, "%s/ops.tsv", dir);
+    ck_assert_int_ne(access(ops, F_OK), 0);
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    char line[8192];
+    long rows = 0, kernels = 0;
+    ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
+    ck_assert_int_eq(strncmp(line, "#ooc-unrepeated-ops\t1", 21), 0);
+    ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
+    while (fgets(line, sizeof line, f)) {
+        ck_assert_int_eq(strtol(line, NULL, 10), rows); /* in order, numbered from 0 */
+        kernels += strstr(line, "\tkernel\t") != NULL &&
+                   (strstr(line, ":w:") != NULL || strstr(line, ":rw:") != NULL);
+        rows++;
+    }
+    fclose(f);
+    ck_assert_int_eq(rows, nops);
+    ck_assert_int_gt(kernels, 0);
     tu_proc_free(&p);
+    char cmd[96];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
 }
 END_TEST
 

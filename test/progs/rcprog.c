@@ -6,11 +6,14 @@
  * deterministic producer), B by noisy_fill_f32 (a different result at every launch), C by
  * accumulate_f32 (it reads its output), then reads all three into D with copy_f32 and
  * accumulate_f32, reads D back, and frees them. Prints `checksum: H` (FNV-1a of every D read
- * back). Exit status 0, or 2 on a driver error. Linked with -lcuda (the simulated driver). */
+ * back). With --addrs, also prints each iteration's four addresses as offsets from X's (`addrs I:
+ * A B C D`): recording must not move the program's buffers. Exit status 0, or 2 on a driver
+ * error. Linked with -lcuda (the simulated driver). */
 #include <cuda.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define N     (64 * 1024)
 #define ITERS 8
@@ -42,7 +45,8 @@ static void accumulate(CUstream s, CUdeviceptr x, CUdeviceptr y) {
     launch(f_acc, s, a);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    int addrs = argc > 1 && strcmp(argv[1], "--addrs") == 0;
     CUdevice dev;
     CUcontext ctx;
     CUmodule mod;
@@ -69,6 +73,9 @@ int main(void) {
         CHECK(cuMemAlloc(&b, N * sizeof(float)));
         CHECK(cuMemAlloc(&c, N * sizeof(float)));
         CHECK(cuMemAlloc(&d, N * sizeof(float)));
+        if (addrs)
+            printf("addrs %d: %lld %lld %lld %lld\n", it, (long long)(a - x), (long long)(b - x),
+                   (long long)(c - x), (long long)(d - x));
         copy(s, x, a);
         uint64_t n = N;
         void *na[] = {&b, &n};
