@@ -618,9 +618,9 @@ static void dump_unrepeated(void) {
     for (size_t i = 0; i < R.nops; i++) {
         const rop_t *o = &R.ops[i];
         fprintf(f, "%zu\t%u\t%s\t%s\t%u,%u,%u\t%u,%u,%u\t%llu\t%llu\t", i, o->stream,
-                o->kind < 3 ? kinds[o->kind] : "?", o->name ? o->name : "-", o->grid[0],
-                o->grid[1], o->grid[2], o->block[0], o->block[1], o->block[2],
-                (unsigned long long)o->bytes, (unsigned long long)o->live);
+                o->kind < 3 ? kinds[o->kind] : "?", o->name ? o->name : "-", o->grid[0], o->grid[1],
+                o->grid[2], o->block[0], o->block[1], o->block[2], (unsigned long long)o->bytes,
+                (unsigned long long)o->live);
         for (uint32_t k = 0; k < o->nref; k++) {
             const rref_t *r = &R.refs[o->ref_off + k];
             rbuf_t *b;

@@ -293,8 +293,8 @@ START_TEST(test_record_without_an_iteration_says_so) {
     ck_assert_int_eq(p.status, 0);
     const char *w = strstr(p.err, "no profile written: no repeating iteration was found in ");
     ck_assert_ptr_nonnull(w);
-    long nops = strtol(w + strlen("no profile written: no repeating iteration was found in "),
-                       NULL, 10);
+    long nops =
+        strtol(w + strlen("no profile written: no repeating iteration was found in "), NULL, 10);
     ck_assert_int_gt(nops, 10);
     ck_assert_msg(strstr(p.err, path) != NULL, "the message names %s: %s", path, p.err);
     char ops[96];
