@@ -291,10 +291,13 @@ int ooc_mem_lookup(uintptr_t p, uintptr_t *base, size_t *size) {
 
 /* Appends a query for [p, p + n) (n == 0: the buffer containing p); resolved to buffers by
  * ooc_mem_begin under its lock, so that noting takes no lock. */
-static void note(ooc_access_t *a, uintptr_t p, size_t n, unsigned use) {
+static void note(ooc_access_t *a, uintptr_t p, size_t n, unsigned use, uint32_t word) {
     for (unsigned i = 0; i < a->n; i++) {
         if (a->refs[i].lo == p && a->refs[i].hi == p + n) {
-            a->refs[i].use |= use;
+            unsigned old = a->refs[i].use; /* weak only while every word noting it is */
+            a->refs[i].use = ((old | use) & ~OOC_USE_WEAK) | (old & use & OOC_USE_WEAK);
+            if (!a->refs[i].word || !(use & OOC_USE_WEAK))
+                a->refs[i].word = word ? word : a->refs[i].word;
             return;
         }
     }
@@ -305,17 +308,23 @@ static void note(ooc_access_t *a, uintptr_t p, size_t n, unsigned use) {
     a->refs[a->n].lo = p;
     a->refs[a->n].hi = p + n;
     a->refs[a->n].use = use;
+    a->refs[a->n].word = word;
     a->n++;
 }
 
 void ooc_mem_note(ooc_access_t *a, uintptr_t p) {
     if (ooc_mem_owns(p) || (p && ooc_mem_owns(p - 1))) /* the latter: an end pointer */
-        note(a, p, 0, OOC_USE_RW);
+        note(a, p, 0, OOC_USE_RW, 0);
+}
+
+void ooc_mem_note_word(ooc_access_t *a, uintptr_t p, uint32_t word, int weak) {
+    if (ooc_mem_owns(p) || (p && ooc_mem_owns(p - 1)))
+        note(a, p, 0, OOC_USE_RW | (weak ? OOC_USE_WEAK : 0u), word);
 }
 
 void ooc_mem_note_range(ooc_access_t *a, uintptr_t p, size_t n, unsigned use) {
     if (ooc_mem_owns(p) && n)
-        note(a, p, n, use);
+        note(a, p, n, use, 0);
 }
 
 /* The indices of the first and last chunk b lies in. */

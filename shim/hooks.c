@@ -281,6 +281,9 @@ static CUresult launch_op(CUfunction f, CUstream s, int ptds, void **params, voi
     ooc_launch_now = &l;
     CUresult r = issue_launch(&a, f, s, ptds, params, extra, cfg, kind, shared);
     ooc_launch_now = NULL;
+    uint64_t dangling[OOC_MAX_REFS / 64];
+    if (ooc_mem_op_dangling(dangling)) /* before verify_post: its own op would clear them */
+        ooc_launch_mark_weak(f, &a, dangling);
     ooc_verify_post(&v, &l, st, r);
     return r;
 }

@@ -11,6 +11,15 @@
  * references that whole buffer. Parameters come as kernelParams (a pointer per parameter) or
  * packed in `extra` (CU_LAUNCH_PARAM_BUFFER_POINTER/SIZE), where the packed bytes are scanned.
  *
+ * Weak words. A parameter word that once held an address in the reservation with no live buffer
+ * there (ooc_mem_op_dangling, after the launch) is a pointer the kernel does not use at every
+ * launch, often a stale value (seen on an H100: a cuDNN convolution's parameter block points
+ * into whatever buffer last took a freed address, one iteration a live 822 MB activation, the
+ * next nothing). Its bit in the layout's `weak` map is set; from then on its queries carry
+ * OOC_USE_WEAK: their buffers are still made resident (the kernel may use it), but are not
+ * listed for the op, so that iteration detection and replay see the same op every iteration.
+ * Only the first WEAK_BYTES of the parameters have bits.
+ *
  * A module unloaded (hooks.c) may free functions whose handle values a later module's functions
  * reuse, with other layouts: ooc_launch_forget_layouts raises the generation, and a layout of an
  * older generation is asked for again before it is used.
@@ -29,6 +38,7 @@
 #include <uthash.h>
 
 #define MAX_PARAMS 256
+#define WEAK_BYTES 4096 /* parameter bytes whose words may be marked weak */
 
 typedef struct layout {
     CUfunction f;
@@ -36,8 +46,9 @@ typedef struct layout {
     int known; /* 0: cuFuncGetParamInfo failed; the launch's words cannot be found */
     uint32_t offset[MAX_PARAMS];
     uint32_t size[MAX_PARAMS];
-    uint64_t gen;         /* layout_gen when it was asked for */
-    struct layout *older; /* on `replaced` */
+    _Atomic uint64_t weak[WEAK_BYTES / 8 / 64]; /* a bit per parameter word: see "Weak words" */
+    uint64_t gen;                               /* layout_gen when it was asked for */
+    struct layout *older;                       /* on `replaced` */
     UT_hash_handle hh;
 } layout_t;
 
@@ -173,13 +184,23 @@ static const layout_t *layout_of(CUfunction f) {
     return l;
 }
 
-/* Notes every aligned 8-byte word of [p, p + n) that points into one of our buffers. */
-static void scan_words(const unsigned char *p, size_t n, ooc_access_t *a) {
+/* Notes every aligned 8-byte word of [p, p + n) that points into one of our buffers. `base` is
+ * the bytes' offset in the parameters and `l` their layout, for the words' indices and weak
+ * bits (NULL: packed bytes, no index). */
+static void scan_words(const unsigned char *p, size_t n, ooc_access_t *a, const layout_t *l,
+                       size_t base) {
     for (size_t off = 0; off + 8 <= n; off += 8) {
         uint64_t w;
         memcpy(&w, p + off, 8);
-        if (ooc_mem_owns((uintptr_t)w))
+        if (!ooc_mem_owns((uintptr_t)w))
+            continue;
+        size_t idx = (base + off) / 8;
+        if (!l || base + off + 8 > WEAK_BYTES) {
             ooc_mem_note(a, (uintptr_t)w);
+            continue;
+        }
+        uint64_t bits = atomic_load_explicit(&l->weak[idx / 64], memory_order_relaxed);
+        ooc_mem_note_word(a, (uintptr_t)w, (uint32_t)idx + 1, (int)((bits >> (idx % 64)) & 1));
     }
 }
 
@@ -193,7 +214,7 @@ static void scan_extra(void **extra, ooc_access_t *a) {
             size = extra[i + 1];
     }
     if (buf && size) {
-        scan_words(buf, *size, a);
+        scan_words(buf, *size, a, NULL, 0);
         ooc_tmap_scan(buf, *size, 0, a);
     }
 }
@@ -214,8 +235,26 @@ void ooc_launch_access(CUfunction f, void **params, void **extra, ooc_access_t *
         if (l->size[i] < 8 || !params[i])
             continue;
         /* A parameter's bytes start at an 8-aligned offset when it holds a pointer. */
-        scan_words(params[i], l->size[i], a);
+        scan_words(params[i], l->size[i], a, l, l->offset[i]);
         ooc_tmap_scan(params[i], l->size[i], l->offset[i], a);
+    }
+}
+
+void ooc_launch_mark_weak(CUfunction f, const ooc_access_t *a, const uint64_t *mask) {
+    layout_t *l = (layout_t *)layout_of(f); /* only the atomic map is written */
+    if (!l)
+        return;
+    for (unsigned i = 0; i < a->n; i++) {
+        uint32_t word = a->refs[i].word;
+        if (!((mask[i / 64] >> (i % 64)) & 1) || !word || (size_t)word * 8 > WEAK_BYTES)
+            continue;
+        uint64_t bit = 1ull << ((word - 1) % 64);
+        uint64_t was = atomic_fetch_or(&l->weak[(word - 1) / 64], bit);
+        if (!(was & bit))
+            OOC_LOG_I("%s: parameter byte %u held an address with no buffer there; from now on "
+                      "what it points at is made resident but is not part of the launch's "
+                      "identity (a pointer the kernel does not always use)",
+                      ooc_fnname_of(f), (word - 1) * 8);
     }
 }
 

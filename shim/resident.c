@@ -186,6 +186,20 @@ void ooc_mem_back_new(uintptr_t p) {
     mem_unlock();
 }
 
+/* The queries of this thread's op that came from a parameter word and named no live buffer
+ * (ooc_mem_op_dangling). */
+static _Thread_local uint64_t op_dangling[OOC_MAX_REFS / 64];
+
+unsigned ooc_mem_op_dangling(uint64_t mask[OOC_MAX_REFS / 64]) {
+    unsigned n = 0;
+    for (unsigned k = 0; k < OOC_MAX_REFS / 64; k++) {
+        mask[k] = op_dangling[k];
+        n += (unsigned)__builtin_popcountll(op_dangling[k]);
+        op_dangling[k] = 0;
+    }
+    return n;
+}
+
 /* Lists b for the current op (once), with how the query [lo, hi) uses it. */
 static int opbuf_add(buf_t *b, uintptr_t lo, uintptr_t hi, unsigned use) {
     /* A write that does not cover the whole buffer keeps the rest: read-write for the planner. */
@@ -312,15 +326,22 @@ CUresult ooc_mem_op_pin(const ooc_access_t *a, int *listed) {
                   OOC_MAX_REFS);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    memset(op_dangling, 0, sizeof op_dangling);
     for (unsigned i = 0; i < a->n; i++) {
         query_walk_t w = QUERY_WALK(&a->refs[i]);
         buf_t *b;
+        int found = 0;
+        /* A weak word's buffer is made resident but not listed (OOC_USE_WEAK). */
+        int listed_here = list && !(a->refs[i].use & OOC_USE_WEAK);
         while ((b = query_next(&w)) != NULL) {
-            if (list && opbuf_add(b, a->refs[i].lo, a->refs[i].hi, a->refs[i].use) != 0)
+            found = 1;
+            if (listed_here && opbuf_add(b, a->refs[i].lo, a->refs[i].hi, a->refs[i].use) != 0)
                 return CUDA_ERROR_OUT_OF_MEMORY;
             if (pin_buffer(b) != 0)
                 return CUDA_ERROR_OUT_OF_MEMORY;
         }
+        if (!found && a->refs[i].word && a->refs[i].hi == a->refs[i].lo)
+            op_dangling[i / 64] |= 1ull << (i % 64);
     }
     if (M.nop > M.budget_chunks) {
         log_oom(M.nop);

@@ -144,11 +144,18 @@ int ooc_replay_on(void);
 #define OOC_USE_R  1u
 #define OOC_USE_W  2u
 #define OOC_USE_RW 3u
+/* A query flag: the word the query came from is a kernel parameter word that has held an address
+ * in the shim's range with no live buffer there (launch.c). Its buffer is made resident as any
+ * other, but is not listed for the op (ooc_mem_op_buffers): a pointer a kernel does not always
+ * use, often a stale value, would make the same op look different from one iteration to the
+ * next as freed addresses are reused, and no iteration would be found or replayed. */
+#define OOC_USE_WEAK 4u
 
 /* What an op may touch, as noted: [lo, hi), or the buffer containing lo when hi == lo. */
 typedef struct ooc_query {
     uintptr_t lo, hi;
-    unsigned use; /* OOC_USE_*: a kernel's parameters are RW, a copy's source R */
+    unsigned use;  /* OOC_USE_*: a kernel's parameters are RW, a copy's source R */
+    uint32_t word; /* 1 + the index of the kernel parameter word it came from; 0: none */
 } ooc_query_t;
 
 #define OOC_MAX_REFS 256
@@ -239,6 +246,13 @@ CUresult ooc_mem_check_range(const char *call, uintptr_t p, size_t n);
 /* Notes the buffer containing p (if ours) in the access set, used read-write, or the buffer
  * that ends exactly at p (an end pointer); takes no lock. */
 void ooc_mem_note(ooc_access_t *a, uintptr_t p);
+/* The same for a kernel parameter word: `word` is 1 + its index in the parameter bytes; `weak`
+ * adds OOC_USE_WEAK (a query noted by a weak word and a strong one is strong). */
+void ooc_mem_note_word(ooc_access_t *a, uintptr_t p, uint32_t word, int weak);
+/* The queries of this thread's last op (ooc_mem_op_pin) that came from a parameter word and
+ * named no live buffer, as bits of mask[OOC_MAX_REFS / 64]; cleared by the call. Returns how
+ * many. */
+unsigned ooc_mem_op_dangling(uint64_t mask[OOC_MAX_REFS / 64]);
 /* Notes every buffer of ours that [p, p + n) overlaps, used as `use` (OOC_USE_*); no lock. */
 void ooc_mem_note_range(ooc_access_t *a, uintptr_t p, size_t n, unsigned use);
 
@@ -468,6 +482,9 @@ void ooc_launch_access(CUfunction f, void **params, void **extra, ooc_access_t *
 /* The parameter layout of f (cached): *n parameters at offsets off[] of sizes size[]. 0, or -1
  * when the driver cannot say. The arrays live as long as the process. Thread-safe. */
 int ooc_launch_layout(CUfunction f, unsigned *n, const uint32_t **off, const uint32_t **size);
+/* Marks the parameter words of f behind a's queries in `mask` (ooc_mem_op_dangling) weak: from
+ * the next launch on, their queries carry OOC_USE_WEAK. */
+void ooc_launch_mark_weak(CUfunction f, const ooc_access_t *a, const uint64_t *mask);
 /* Every cached layout is asked for again before its next use (a module was unloaded: its
  * functions' handle values may come back as other functions). Thread-safe, lock-free. */
 void ooc_launch_forget_layouts(void);

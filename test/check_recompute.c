@@ -275,6 +275,48 @@ START_TEST(test_recording_leaves_the_program_layout_alone) {
 }
 END_TEST
 
+/* A kernel parameter holding a stale pointer (staleprog: dangling in some iterations, pointing
+ * into a live temporary the kernel never reads in the others, in no repeating order), as cuDNN's
+ * parameter blocks do on a GPU. Once the word has been seen dangling its buffers are no part of
+ * the launch's identity: the iteration is found and replayed without divergence, and the bytes
+ * are the program's own. Without weak words, a three-iteration "period" was found, diverged and
+ * was recorded again, and nothing was found after. Safe mode on and off, inline and threaded. */
+START_TEST(test_a_stale_parameter_word_does_not_hide_the_iteration) {
+    tu_result_t o = run("test/progs/staleprog", NULL, 0, NULL);
+    ck_assert_msg(o.status == 0, "%s", o.err);
+    static const char *const sched[] = {"FAKECUDA_SCHED=inline", "FAKECUDA_SCHED=threaded"};
+    static const char *const safe[] = {"OOC_SAFE=on", "OOC_SAFE=off"};
+    for (int k = 0; k < 4; k++) {
+        const char *dir = tmpdir();
+        char pdir[96];
+        snprintf(pdir, sizeof pdir, "OOC_PROFILE_DIR=%s", dir);
+        const char *env[] = {sched[k & 1],
+                             safe[k >> 1],
+                             "OOC_MODE=auto",
+                             "OOC_BUDGET=64M",
+                             "OOC_PROFILE_ITERS=2",
+                             "OOC_STATS=1",
+                             "OOC_LOG=info",
+                             pdir,
+                             NULL};
+        tu_result_t r = run("test/progs/staleprog", NULL, 1, env);
+        ck_assert_msg(r.status == 0, "%s", r.err);
+        ck_assert_str_eq(strstr(r.out, "checksum:"), strstr(o.out, "checksum:"));
+        ck_assert_msg(strstr(r.err, "copy_hint_f32: parameter byte 24 held an address with no "
+                                    "buffer there") != NULL,
+                      "%s", r.err);
+        /* 24 iterations of 12 ops: found within the first 10. */
+        ck_assert_msg(tu_stat_row(r.err, "operations run as planned") >= 12 * 12, "%s %s",
+                      sched[k & 1], tu_tail(r.err, 3000));
+        ck_assert_int_eq(tu_stat_row(r.err, "divergences from the plan"), 0);
+        ck_assert_int_eq(tu_stat_row(r.err, "re-recordings after divergence"), 0);
+        tu_result_free(&r);
+        rmdir_all(dir);
+    }
+    tu_result_free(&o);
+}
+END_TEST
+
 /* The environment of a run at `budget` bytes: the timing model with a slow link (2 Gbit/s each
  * way), so that swapping costs more than re-launching a ReLU and the planner recomputes. */
 typedef struct envs {
@@ -460,6 +502,7 @@ Suite *suite_recompute(void) {
     tcase_add_test(tc, test_profile_names_verified_producers);
     tcase_add_test(tc, test_nondeterministic_producers_are_refused);
     tcase_add_test(tc, test_recording_leaves_the_program_layout_alone);
+    tcase_add_test(tc, test_a_stale_parameter_word_does_not_hide_the_iteration);
     tcase_add_test(tc, test_replay_rebuilds_dropped_buffers_at_quarter_budget);
     tcase_add_test(tc, test_replay_rebuilds_dropped_buffers_at_eighth_budget);
     tcase_add_test(tc, test_unverified_recompute_is_not_replayed);

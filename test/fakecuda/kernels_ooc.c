@@ -102,5 +102,8 @@ static const fakecuda_kernel_t ooc_kernels[] = {
     {"rctest", "noisy_fill_f32", 2, {P_PTR, P_U64}, k_noisy_fill},
     {"rctest", "accumulate_f32", 3, {P_PTR, P_PTR, P_U64}, k_accumulate},
     {"rctest", "copy_f32", 3, {P_PTR, P_PTR, P_U64}, k_copy},
+    /* copy_hint_f32(x, y, n, hint): y = x; `hint` is never read (a pointer parameter a kernel
+     * does not always use, as cuDNN's are). */
+    {"rctest", "copy_hint_f32", 4, {P_PTR, P_PTR, P_U64, P_PTR}, k_copy},
 };
 FC_KERNEL_TABLE(ooc_kernels);

@@ -16,7 +16,7 @@
 
 #include "fakecuda.h"
 
-static int up_k_mix(fakecuda_launch_t *l) {
+static inline int up_k_mix(fakecuda_launch_t *l) {
     CUdeviceptr dd = FAKECUDA_ARG(l, 0, CUdeviceptr), sd = FAKECUDA_ARG(l, 1, CUdeviceptr);
     uint32_t k = FAKECUDA_ARG(l, 2, uint32_t);
     int n = FAKECUDA_ARG(l, 3, int);

@@ -1,0 +1,77 @@
+/* SPDX-License-Identifier: MIT */
+/* staleprog.c: a kernel parameter that holds a stale pointer, as cuDNN's parameter blocks do on
+ * a GPU: each iteration launches copy_hint_f32 (module "rctest", test/fakecuda/kernels_ooc.c),
+ * whose `hint` the kernel never reads. In some iterations the hint is the address of a buffer
+ * freed at the start (nothing lives there), in others the address of a live temporary of the
+ * iteration, in an order that does not repeat (a fixed pseudo-random one; dangling in the first).
+ * Everything else is the same every iteration: X is copied into A, A into B through
+ * copy_hint_f32, B into A and back four times, B is read back and checksummed, and X changes a
+ * little.
+ *
+ * Under the shim, the dangling hint marks the parameter word weak, so the live temporary it
+ * points at in the other iterations is not part of the op's identity: the iteration is found
+ * and replayed. Options: --iters N (default 24, at least 4). Prints `checksum: H` (FNV-1a of
+ * every B read back). Exit status 0, 2 on a driver error, 64 on a bad option. Linked with -lcuda
+ * (the simulated driver). */
+#include "userprog.h"
+
+#define N (64 * 1024)
+
+static CUfunction f_copy, f_hint;
+
+static void launch(CUfunction f, CUstream s, void **args) {
+    UP_CHECK(cuLaunchKernel(f, 64, 1, 1, 256, 1, 1, 0, s, args, NULL));
+}
+
+int main(int argc, char **argv) {
+    int iters = 24;
+    int rc = up_parse_iters(argc, argv, "staleprog", 4, &iters);
+    if (rc)
+        return rc;
+    up_init_context();
+    CUmodule mod;
+    CUstream s;
+    UP_CHECK(cuModuleLoadData(&mod, "FAKECUDA-MODULE:rctest"));
+    UP_CHECK(cuModuleGetFunction(&f_copy, mod, "copy_f32"));
+    UP_CHECK(cuModuleGetFunction(&f_hint, mod, "copy_hint_f32"));
+    UP_CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    static float host[N];
+    for (int i = 0; i < N; i++)
+        host[i] = (float)(i % 89) * 0.25f;
+    CUdeviceptr x, gone;
+    UP_CHECK(cuMemAlloc(&gone, N * sizeof(float)));
+    UP_CHECK(cuMemFree(gone)); /* its address stays in the reservation, with nothing there */
+    UP_CHECK(cuMemAlloc(&x, N * sizeof(float)));
+    UP_CHECK(cuMemcpyHtoD(x, host, N * sizeof(float)));
+    uint64_t h = UP_FNV_SEED, n = N;
+    uint32_t lfsr = 0xace1u;
+    for (int it = 0; it < iters; it++) {
+        CUdeviceptr a, b, t;
+        UP_CHECK(cuMemAlloc(&a, N * sizeof(float)));
+        UP_CHECK(cuMemAlloc(&b, N * sizeof(float)));
+        UP_CHECK(cuMemAlloc(&t, N * sizeof(float)));
+        lfsr = (lfsr >> 1) ^ (-(lfsr & 1u) & 0xb400u); /* a 16-bit Galois LFSR */
+        CUdeviceptr hint = it == 0 || (lfsr & 1u) ? gone : t + 64;
+        void *ca[] = {&x, &a, &n};
+        launch(f_copy, s, ca);
+        void *ha[] = {&a, &b, &n, &hint};
+        launch(f_hint, s, ha);
+        void *ba[] = {&b, &a, &n}, *ab[] = {&a, &b, &n};
+        for (int k = 0; k < 4; k++) {
+            launch(f_copy, s, ba);
+            launch(f_copy, s, ab);
+        }
+        UP_CHECK(cuMemcpyDtoHAsync(host, b, N * sizeof(float), s));
+        UP_CHECK(cuStreamSynchronize(s));
+        h = up_fnv(h, host, N * sizeof(float));
+        UP_CHECK(cuMemFree(a));
+        UP_CHECK(cuMemFree(b));
+        UP_CHECK(cuMemFree(t));
+        host[0] += 1.0f;
+        UP_CHECK(cuMemcpyHtoD(x, host, 16)); /* the input changes a little every iteration */
+    }
+    UP_CHECK(cuMemFree(x));
+    UP_CHECK(cuStreamDestroy(s));
+    printf("checksum: %016llx\n", (unsigned long long)h);
+    return 0;
+}
