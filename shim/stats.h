@@ -23,6 +23,8 @@
     X(mapped_bytes, GAUGE, BYTES, "bytes mapped for live buffers")                                 \
     X(external_bytes, GAUGE, BYTES, "program's own cuMemCreate memory")                            \
     X(va_bytes, GAUGE, BYTES, "address space handed out (reservation)")                            \
+    X(host_pool_bytes, GAUGE, BYTES, "host memory for swapped chunks (pool)")                      \
+    X(host_slot_bytes, GAUGE, BYTES, "of it holding chunks or copies in flight")                   \
     X(swap_out_bytes, COUNTER, BYTES, "swapped out (device to host)")                              \
     X(swap_outs, COUNTER, COUNT, "swap-outs")                                                      \
     X(swap_in_bytes, COUNTER, BYTES, "swapped in (host to device)")                                \
