@@ -279,11 +279,12 @@ static CUresult launch_op(CUfunction f, CUstream s, int ptds, void **params, voi
     ooc_verify_t v;
     ooc_verify_pre(&v, &l, &a, st);
     ooc_launch_now = &l;
+    (void)ooc_mem_op_word_hits(); /* what an earlier op of this thread left is not this one's */
     CUresult r = issue_launch(&a, f, s, ptds, params, extra, cfg, kind, shared);
     ooc_launch_now = NULL;
-    uint64_t dangling[OOC_MAX_REFS / 64];
-    if (ooc_mem_op_dangling(dangling)) /* before verify_post: its own op would clear them */
-        ooc_launch_mark_weak(f, &a, dangling);
+    const ooc_word_hit_t *hits = ooc_mem_op_word_hits(); /* before verify_post's own op */
+    if (hits)
+        ooc_launch_learn_words(f, &a, hits);
     ooc_verify_post(&v, &l, st, r);
     return r;
 }

@@ -12,10 +12,13 @@
  * packed in `extra` (CU_LAUNCH_PARAM_BUFFER_POINTER/SIZE), where the packed bytes are scanned.
  *
  * Weak words. A parameter word that once held an address in the reservation with no live buffer
- * there (ooc_mem_op_dangling, after the launch) is a pointer the kernel does not use at every
- * launch, often a stale value (seen on an H100: a cuDNN convolution's parameter block points
+ * there, or that kept its value from one launch of the function to the next while the buffer
+ * under that address changed (another offset into another buffer: the word did not follow a
+ * buffer, the reuse of freed addresses moved one under it), is a pointer the kernel does not use
+ * at every launch, a stale value (seen on an H100: a cuDNN convolution's parameter block points
  * into whatever buffer last took a freed address, one iteration a live 822 MB activation, the
- * next nothing). Its bit in the layout's `weak` map is set; from then on its queries carry
+ * next a 205 MB one or nothing). What each word met comes from ooc_mem_op_word_hits after the
+ * launch. Its bit in the layout's `weak` map is set; from then on its queries carry
  * OOC_USE_WEAK: their buffers are still made resident (the kernel may use it), but are not
  * listed for the op, so that iteration detection and replay see the same op every iteration.
  * Only the first WEAK_BYTES of the parameters have bits.
@@ -240,21 +243,68 @@ void ooc_launch_access(CUfunction f, void **params, void **extra, ooc_access_t *
     }
 }
 
-void ooc_launch_mark_weak(CUfunction f, const ooc_access_t *a, const uint64_t *mask) {
+/* What a parameter word last pointed at: its value and where in the buffer it fell. */
+typedef struct word_seen {
+    struct {
+        const layout_t *l;
+        uint32_t word;
+    } key;
+    uint64_t value, off;
+    UT_hash_handle hh;
+} word_seen_t;
+
+static word_seen_t *seen;
+static pthread_mutex_t seen_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Is this word stale, given what it met now (hit: the buffer's start, 0 for none)? Dangling, or
+ * the same value as at its last launch but at another offset into the buffer there: the buffer
+ * under a fixed address changed, and the word did not follow it. A pointer to a buffer's start
+ * (or at a fixed offset into it) keeps its offset whatever buffer it names. Takes seen_lock. */
+static int stale(const layout_t *l, uint32_t word, uint64_t value, uintptr_t hit) {
+    if (!hit)
+        return 1;
+    word_seen_t probe, *w;
+    memset(&probe, 0, sizeof probe);
+    probe.key.l = l;
+    probe.key.word = word;
+    uint64_t off = value - (uint64_t)hit;
+    int moved = 0;
+    pthread_mutex_lock(&seen_lock);
+    HASH_FIND(hh, seen, &probe.key, sizeof probe.key, w);
+    if (!w && (w = calloc(1, sizeof *w)) != NULL) {
+        w->key = probe.key;
+        HASH_ADD(hh, seen, key, sizeof w->key, w);
+    } else if (w) {
+        moved = w->value == value && w->off != off;
+    }
+    if (w) {
+        w->value = value;
+        w->off = off;
+    }
+    pthread_mutex_unlock(&seen_lock);
+    return moved;
+}
+
+void ooc_launch_learn_words(CUfunction f, const ooc_access_t *a, const ooc_word_hit_t *hits) {
     layout_t *l = (layout_t *)layout_of(f); /* only the atomic map is written */
     if (!l)
         return;
     for (unsigned i = 0; i < a->n; i++) {
         uint32_t word = a->refs[i].word;
-        if (!((mask[i / 64] >> (i % 64)) & 1) || !word || (size_t)word * 8 > WEAK_BYTES)
+        if (!word || (size_t)word * 8 > WEAK_BYTES || a->refs[i].hi != a->refs[i].lo ||
+            (a->refs[i].use & OOC_USE_WEAK))
             continue;
         uint64_t bit = 1ull << ((word - 1) % 64);
+        if (!stale(l, word, a->refs[i].lo, hits[i].base))
+            continue;
         uint64_t was = atomic_fetch_or(&l->weak[(word - 1) / 64], bit);
         if (!(was & bit))
-            OOC_LOG_I("%s: parameter byte %u held an address with no buffer there; from now on "
-                      "what it points at is made resident but is not part of the launch's "
-                      "identity (a pointer the kernel does not always use)",
-                      ooc_fnname_of(f), (word - 1) * 8);
+            OOC_LOG_I("%s: parameter byte %u %s; from now on what it points at is made resident "
+                      "but is not part of the launch's identity (a pointer the kernel does not "
+                      "always use)",
+                      ooc_fnname_of(f), (word - 1) * 8,
+                      hits[i].base ? "kept its value while the buffer there changed"
+                                   : "held an address with no buffer there");
     }
 }
 

@@ -161,8 +161,10 @@ CUresult need_phys(uint64_t want) {
  * none can be, the rest stays unmapped until its first use. Outside safe mode nothing is done:
  * memory is mapped at first use. */
 void ooc_mem_back_new(uintptr_t p) {
+    if (!M.safe) /* set once by ooc_mem_init, before any allocation: no lock for every one */
+        return;
     mem_lock_take();
-    buf_t *b = M.safe ? lookup(p) : NULL;
+    buf_t *b = lookup(p);
     uint64_t c0 = 1, c1 = 0;
     if (b)
         buf_span(b, &c0, &c1);
@@ -186,18 +188,15 @@ void ooc_mem_back_new(uintptr_t p) {
     mem_unlock();
 }
 
-/* The queries of this thread's op that came from a parameter word and named no live buffer
- * (ooc_mem_op_dangling). */
-static _Thread_local uint64_t op_dangling[OOC_MAX_REFS / 64];
+/* What the parameter words of this thread's op met (ooc_mem_op_word_hits). */
+static _Thread_local ooc_word_hit_t op_hits[OOC_MAX_REFS];
+static _Thread_local int op_hits_set;
 
-unsigned ooc_mem_op_dangling(uint64_t mask[OOC_MAX_REFS / 64]) {
-    unsigned n = 0;
-    for (unsigned k = 0; k < OOC_MAX_REFS / 64; k++) {
-        mask[k] = op_dangling[k];
-        n += (unsigned)__builtin_popcountll(op_dangling[k]);
-        op_dangling[k] = 0;
-    }
-    return n;
+const ooc_word_hit_t *ooc_mem_op_word_hits(void) {
+    if (!op_hits_set)
+        return NULL;
+    op_hits_set = 0;
+    return op_hits;
 }
 
 /* Lists b for the current op (once), with how the query [lo, hi) uses it. */
@@ -326,22 +325,21 @@ CUresult ooc_mem_op_pin(const ooc_access_t *a, int *listed) {
                   OOC_MAX_REFS);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    memset(op_dangling, 0, sizeof op_dangling);
+    op_hits_set = a->kind == OOC_OP_KERNEL;
     for (unsigned i = 0; i < a->n; i++) {
         query_walk_t w = QUERY_WALK(&a->refs[i]);
         buf_t *b;
-        int found = 0;
+        uintptr_t hit = 0;
         /* A weak word's buffer is made resident but not listed (OOC_USE_WEAK). */
         int listed_here = list && !(a->refs[i].use & OOC_USE_WEAK);
         while ((b = query_next(&w)) != NULL) {
-            found = 1;
+            hit = hit ? hit : b->addr;
             if (listed_here && opbuf_add(b, a->refs[i].lo, a->refs[i].hi, a->refs[i].use) != 0)
                 return CUDA_ERROR_OUT_OF_MEMORY;
             if (pin_buffer(b) != 0)
                 return CUDA_ERROR_OUT_OF_MEMORY;
         }
-        if (!found && a->refs[i].word && a->refs[i].hi == a->refs[i].lo)
-            op_dangling[i / 64] |= 1ull << (i % 64);
+        op_hits[i].base = hit;
     }
     if (M.nop > M.budget_chunks) {
         log_oom(M.nop);

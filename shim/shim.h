@@ -249,10 +249,14 @@ void ooc_mem_note(ooc_access_t *a, uintptr_t p);
 /* The same for a kernel parameter word: `word` is 1 + its index in the parameter bytes; `weak`
  * adds OOC_USE_WEAK (a query noted by a weak word and a strong one is strong). */
 void ooc_mem_note_word(ooc_access_t *a, uintptr_t p, uint32_t word, int weak);
-/* The queries of this thread's last op (ooc_mem_op_pin) that came from a parameter word and
- * named no live buffer, as bits of mask[OOC_MAX_REFS / 64]; cleared by the call. Returns how
- * many. */
-unsigned ooc_mem_op_dangling(uint64_t mask[OOC_MAX_REFS / 64]);
+/* What the lone-word queries of this thread's last op (ooc_mem_op_pin) met: per query index, the
+ * start of the live buffer the word pointed into, or 0 for none (a dangling word); queries not
+ * from a parameter word have base 0 and are ignored (their `word` is 0). NULL when the last op
+ * of this thread listed nothing since the previous call (the fast path); the call consumes it. */
+typedef struct ooc_word_hit {
+    uintptr_t base;
+} ooc_word_hit_t;
+const ooc_word_hit_t *ooc_mem_op_word_hits(void);
 /* Notes every buffer of ours that [p, p + n) overlaps, used as `use` (OOC_USE_*); no lock. */
 void ooc_mem_note_range(ooc_access_t *a, uintptr_t p, size_t n, unsigned use);
 
@@ -482,9 +486,9 @@ void ooc_launch_access(CUfunction f, void **params, void **extra, ooc_access_t *
 /* The parameter layout of f (cached): *n parameters at offsets off[] of sizes size[]. 0, or -1
  * when the driver cannot say. The arrays live as long as the process. Thread-safe. */
 int ooc_launch_layout(CUfunction f, unsigned *n, const uint32_t **off, const uint32_t **size);
-/* Marks the parameter words of f behind a's queries in `mask` (ooc_mem_op_dangling) weak: from
- * the next launch on, their queries carry OOC_USE_WEAK. */
-void ooc_launch_mark_weak(CUfunction f, const ooc_access_t *a, const uint64_t *mask);
+/* Learns from what a's parameter words met (ooc_mem_op_word_hits) which words of f are stale,
+ * and marks them weak: from the next launch on, their queries carry OOC_USE_WEAK. */
+void ooc_launch_learn_words(CUfunction f, const ooc_access_t *a, const ooc_word_hit_t *hits);
 /* Every cached layout is asked for again before its next use (a module was unloaded: its
  * functions' handle values may come back as other functions). Thread-safe, lock-free. */
 void ooc_launch_forget_layouts(void);

@@ -22,14 +22,9 @@
  * status: 0 when every word is right; 1 when one is wrong (named on stderr); 2 when a driver call
  * failed; 64 on a bad option. Linked with -lcuda (the simulated driver, whose fakecuda.h gives the
  * kernel and the call counts). */
-#include <cuda.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <time.h>
 
-#include "fakecuda.h"
+#include "userprog.h" /* cuda.h, fakecuda.h, UP_CHECK, up_init_context */
 
 #define CHUNK    ((size_t)64 << 10)
 #define MAX_BUFS 16
@@ -67,61 +62,47 @@ static const fakecuda_kernel_t kernels[] = {
     {"churnprog", "sum", 3, {8, 8, 4}, k_sum},
 };
 
-static void die(const char *call, CUresult r) {
-    const char *name = "?";
-    cuGetErrorName(r, &name);
-    fprintf(stderr, "error: %s: %s (%d)\n", call, name, (int)r);
-    exit(2);
-}
-
-#define CHECK(x)                                                                                   \
-    do {                                                                                           \
-        CUresult r_ = (x);                                                                         \
-        if (r_ != CUDA_SUCCESS)                                                                    \
-            die(#x, r_);                                                                           \
-    } while (0)
-
 static CUfunction f_fill, f_sum;
 
 static void fill(CUdeviceptr d, uint32_t v, size_t words, CUstream s) {
     int n = (int)words;
     void *args[] = {&d, &v, &n};
-    CHECK(cuLaunchKernel(f_fill, 1, 1, 1, 32, 1, 1, 0, s, args, NULL));
+    UP_CHECK(cuLaunchKernel(f_fill, 1, 1, 1, 32, 1, 1, 0, s, args, NULL));
 }
 
 /* --overlap (see the header). */
 static int overlap(void) {
     CUstream a, b;
-    CHECK(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
-    CHECK(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
+    UP_CHECK(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
+    UP_CHECK(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
     volatile uint32_t *flag;
-    CHECK(cuMemHostAlloc((void **)&flag, 64, CU_MEMHOSTALLOC_DEVICEMAP));
+    UP_CHECK(cuMemHostAlloc((void **)&flag, 64, CU_MEMHOSTALLOC_DEVICEMAP));
     *flag = 0;
     CUdeviceptr out, x, y;
     size_t words = (3 * CHUNK - 64) / 4;
-    CHECK(cuMemAlloc(&out, 8));
-    CHECK(cuMemAllocAsync(&x, words * 4, a));
+    UP_CHECK(cuMemAlloc(&out, 8));
+    UP_CHECK(cuMemAllocAsync(&x, words * 4, a));
     fill(x, 5, words, a);
-    CHECK(cuStreamWaitValue32(a, (CUdeviceptr)(uintptr_t)flag, 1, CU_STREAM_WAIT_VALUE_EQ));
+    UP_CHECK(cuStreamWaitValue32(a, (CUdeviceptr)(uintptr_t)flag, 1, CU_STREAM_WAIT_VALUE_EQ));
     int n = (int)words;
     void *args[] = {&out, &x, &n};
-    CHECK(cuLaunchKernel(f_sum, 1, 1, 1, 32, 1, 1, 0, a, args, NULL));
-    CHECK(cuMemFreeAsync(x, a));
-    CHECK(cuMemAllocAsync(&y, words * 4, b));
+    UP_CHECK(cuLaunchKernel(f_sum, 1, 1, 1, 32, 1, 1, 0, a, args, NULL));
+    UP_CHECK(cuMemFreeAsync(x, a));
+    UP_CHECK(cuMemAllocAsync(&y, words * 4, b));
     fill(y, 9, words, b);
     struct timespec ts = {0, 50 * 1000 * 1000};
     nanosleep(&ts, NULL); /* B's fill has run by now, unless it waits for A's sum */
     *flag = 1;
-    CHECK(cuStreamSynchronize(a));
-    CHECK(cuStreamSynchronize(b));
+    UP_CHECK(cuStreamSynchronize(a));
+    UP_CHECK(cuStreamSynchronize(b));
     uint64_t sum = 0, want = 0;
-    CHECK(cuMemcpyDtoH(&sum, out, 8));
+    UP_CHECK(cuMemcpyDtoH(&sum, out, 8));
     for (size_t i = 0; i < words; i++)
         want += 5u + (uint32_t)i * 7u;
     uint32_t *host = malloc(words * 4);
     if (!host)
         return 2;
-    CHECK(cuMemcpyDtoH(host, y, words * 4));
+    UP_CHECK(cuMemcpyDtoH(host, y, words * 4));
     int bad = sum != want;
     for (size_t i = 0; i < words && !bad; i++)
         bad = host[i] != 9u + (uint32_t)i * 7u;
@@ -134,12 +115,12 @@ static int overlap(void) {
                 (unsigned long long)sum, (unsigned long long)want);
         return 1;
     }
-    CHECK(cuMemFreeAsync(y, b));
-    CHECK(cuMemFree(out));
-    CHECK(cuStreamSynchronize(b));
-    CHECK(cuMemFreeHost((void *)flag));
-    CHECK(cuStreamDestroy(a));
-    CHECK(cuStreamDestroy(b));
+    UP_CHECK(cuMemFreeAsync(y, b));
+    UP_CHECK(cuMemFree(out));
+    UP_CHECK(cuStreamSynchronize(b));
+    UP_CHECK(cuMemFreeHost((void *)flag));
+    UP_CHECK(cuStreamDestroy(a));
+    UP_CHECK(cuStreamDestroy(b));
     printf("churn: ok\n");
     return 0;
 }
@@ -166,19 +147,14 @@ int main(int argc, char **argv) {
     }
     if (fakecuda_register_kernels(kernels, sizeof kernels / sizeof kernels[0]) != 0)
         return 2;
-    CUdevice dev;
-    CUcontext ctx;
     CUmodule mod;
-    CHECK(cuInit(0));
-    CHECK(cuDeviceGet(&dev, 0));
-    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CHECK(cuCtxSetCurrent(ctx));
-    CHECK(cuModuleLoadData(&mod, FAKECUDA_IMAGE_PREFIX "churnprog"));
-    CHECK(cuModuleGetFunction(&f_fill, mod, "fill"));
-    CHECK(cuModuleGetFunction(&f_sum, mod, "sum"));
+    up_init_context();
+    UP_CHECK(cuModuleLoadData(&mod, FAKECUDA_IMAGE_PREFIX "churnprog"));
+    UP_CHECK(cuModuleGetFunction(&f_fill, mod, "fill"));
+    UP_CHECK(cuModuleGetFunction(&f_sum, mod, "sum"));
     if (ovl) {
         int rc = overlap();
-        CHECK(cuModuleUnload(mod));
+        UP_CHECK(cuModuleUnload(mod));
         return rc;
     }
     uint32_t *host = malloc(4 * CHUNK);
@@ -192,11 +168,11 @@ int main(int argc, char **argv) {
         for (int j = 0; j < nbufs; j++) {
             size_t chunks = (size_t)((vary ? it + j : j) % 4 + 1);
             words[j] = (chunks * CHUNK - 64) / 4; /* a little less than whole chunks */
-            CHECK(cuMemAlloc(&d[j], words[j] * 4));
+            UP_CHECK(cuMemAlloc(&d[j], words[j] * 4));
             fill(d[j], (uint32_t)(it * 131 + j * 17), words[j], NULL);
         }
         for (int j = 0; j < nbufs; j++) {
-            CHECK(cuMemcpyDtoH(host, d[j], words[j] * 4));
+            UP_CHECK(cuMemcpyDtoH(host, d[j], words[j] * 4));
             uint32_t v = (uint32_t)(it * 131 + j * 17);
             for (size_t i = 0; i < words[j]; i++) {
                 if (host[i] != v + (uint32_t)i * 7u) {
@@ -208,13 +184,13 @@ int main(int argc, char **argv) {
             }
         }
         for (int j = 0; j < nbufs; j++)
-            CHECK(cuMemFree(d[j]));
-        CHECK(cuCtxSynchronize());
+            UP_CHECK(cuMemFree(d[j]));
+        UP_CHECK(cuCtxSynchronize());
         printf("iter %d: maps %llu\n", it,
                (unsigned long long)(fakecuda_call_count("cuMemMap") - maps0));
     }
     free(host);
-    CHECK(cuModuleUnload(mod));
+    UP_CHECK(cuModuleUnload(mod));
     if (bad)
         return 1;
     printf("churn: ok\n");

@@ -10,9 +10,18 @@
  *
  * Under the shim, the dangling hint marks the parameter word weak, so the live temporary it
  * points at in the other iterations is not part of the op's identity: the iteration is found
- * and replayed. Options: --iters N (default 24, at least 4). Prints `checksum: H` (FNV-1a of
- * every B read back). Exit status 0, 2 on a driver error, 64 on a bad option. Linked with -lcuda
- * (the simulated driver). */
+ * and replayed.
+ *
+ * With --moved the hint never dangles: it keeps one address, which the shim's reuse of freed
+ * memory puts inside one buffer or another. A buffer of 3 chunks (2 MiB each, the default
+ * OOC_CHUNK; run with OOC_REUSE=1) is set and freed at the start, and hint = its start + 4 MiB +
+ * 64. Each iteration allocates C (1 chunk) and T (2 chunks), in the pseudo-random order, sets
+ * both, and frees both: C before T puts C at the start and the hint 2 MiB + 64 into T; T before
+ * C puts the hint 64 bytes into C. Same ops every iteration.
+ *
+ * Options: --iters N (default 24, at least 4), --moved. Prints `checksum: H` (FNV-1a of every B
+ * read back). Exit status 0, 2 on a driver error, 64 on a bad option. Linked with -lcuda (the
+ * simulated driver). */
 #include "userprog.h"
 
 #define N (64 * 1024)
@@ -24,10 +33,15 @@ static void launch(CUfunction f, CUstream s, void **args) {
 }
 
 int main(int argc, char **argv) {
-    int iters = 24;
+    int iters = 24, moved = 0;
+    if (argc > 1 && strcmp(argv[argc - 1], "--moved") == 0) {
+        moved = 1;
+        argc--;
+    }
     int rc = up_parse_iters(argc, argv, "staleprog", 4, &iters);
     if (rc)
         return rc;
+    const size_t chunk = (size_t)2 << 20;
     up_init_context();
     CUmodule mod;
     CUstream s;
@@ -43,6 +57,13 @@ int main(int argc, char **argv) {
     UP_CHECK(cuMemFree(gone)); /* its address stays in the reservation, with nothing there */
     UP_CHECK(cuMemAlloc(&x, N * sizeof(float)));
     UP_CHECK(cuMemcpyHtoD(x, host, N * sizeof(float)));
+    CUdeviceptr big = 0;
+    if (moved) {
+        UP_CHECK(cuMemAlloc(&big, 3 * chunk));
+        UP_CHECK(cuMemsetD8Async(big, 0, 3 * chunk, s));
+        UP_CHECK(cuStreamSynchronize(s));
+        UP_CHECK(cuMemFree(big));
+    }
     uint64_t h = UP_FNV_SEED, n = N;
     uint32_t lfsr = 0xace1u;
     for (int it = 0; it < iters; it++) {
@@ -51,7 +72,19 @@ int main(int argc, char **argv) {
         UP_CHECK(cuMemAlloc(&b, N * sizeof(float)));
         UP_CHECK(cuMemAlloc(&t, N * sizeof(float)));
         lfsr = (lfsr >> 1) ^ (-(lfsr & 1u) & 0xb400u); /* a 16-bit Galois LFSR */
-        CUdeviceptr hint = it == 0 || (lfsr & 1u) ? gone : t + 64;
+        CUdeviceptr hint = it == 0 || (lfsr & 1u) ? gone : t + 64, c = 0, tt = 0;
+        if (moved) {
+            hint = big + 2 * chunk + 64;
+            if (lfsr & 1u) {
+                UP_CHECK(cuMemAlloc(&c, chunk));
+                UP_CHECK(cuMemAlloc(&tt, 2 * chunk));
+            } else {
+                UP_CHECK(cuMemAlloc(&tt, 2 * chunk));
+                UP_CHECK(cuMemAlloc(&c, chunk));
+            }
+            UP_CHECK(cuMemsetD8Async(c, 1, chunk, s));
+            UP_CHECK(cuMemsetD8Async(tt, 2, 2 * chunk, s));
+        }
         void *ca[] = {&x, &a, &n};
         launch(f_copy, s, ca);
         void *ha[] = {&a, &b, &n, &hint};
@@ -67,6 +100,10 @@ int main(int argc, char **argv) {
         UP_CHECK(cuMemFree(a));
         UP_CHECK(cuMemFree(b));
         UP_CHECK(cuMemFree(t));
+        if (moved) {
+            UP_CHECK(cuMemFree(c));
+            UP_CHECK(cuMemFree(tt));
+        }
         host[0] += 1.0f;
         UP_CHECK(cuMemcpyHtoD(x, host, 16)); /* the input changes a little every iteration */
     }
