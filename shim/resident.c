@@ -325,7 +325,8 @@ CUresult ooc_mem_op_pin(const ooc_access_t *a, int *listed) {
                   OOC_MAX_REFS);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    op_hits_set = a->kind == OOC_OP_KERNEL;
+    /* Stale words matter only to listed ops (record, replay): demand mode learns nothing. */
+    op_hits_set = list && a->kind == OOC_OP_KERNEL;
     for (unsigned i = 0; i < a->n; i++) {
         query_walk_t w = QUERY_WALK(&a->refs[i]);
         buf_t *b;

@@ -252,7 +252,8 @@ void ooc_mem_note_word(ooc_access_t *a, uintptr_t p, uint32_t word, int weak);
 /* What the lone-word queries of this thread's last op (ooc_mem_op_pin) met: per query index, the
  * start of the live buffer the word pointed into, or 0 for none (a dangling word); queries not
  * from a parameter word have base 0 and are ignored (their `word` is 0). NULL when the last op
- * of this thread listed nothing since the previous call (the fast path); the call consumes it. */
+ * of this thread listed nothing since the previous call (the fast path, or neither recording
+ * nor replaying: only listed ops need it); the call consumes it. */
 typedef struct ooc_word_hit {
     uintptr_t base;
 } ooc_word_hit_t;
