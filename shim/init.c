@@ -171,7 +171,6 @@ static CUresult device_setup(void) {
         return r;
     }
     const ooc_options_t *o = ooc_options();
-    uint64_t chunk = ooc_options_chunk_bytes(o, gran);
     uint64_t budget = ooc_options_budget_bytes(o, total, free_b);
     if (budget > free_b) {
         OOC_LOG_W("OOC_BUDGET of %llu bytes is more than the %zu bytes free on the device; "
@@ -179,6 +178,7 @@ static CUresult device_setup(void) {
                   (unsigned long long)budget, free_b);
         budget = free_b;
     }
+    uint64_t chunk = ooc_options_chunk_bytes(o, gran, budget);
     if (budget < chunk) {
         OOC_LOG_E("the budget (%llu bytes%s) is smaller than one chunk (%llu bytes): nothing "
                   "could be resident; set OOC_BUDGET",

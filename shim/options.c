@@ -50,11 +50,12 @@ static const ooc_option_desc_t table[] = {
             "OOC_BUDGET is not set.",
      .offset = OFF(reserve)},
     {.name = "OOC_CHUNK",
-     .type = OOC_OPT_SIZE,
-     .def = "2M",
-     .accepted = "a power of two from 64K to 1G with an optional K/M/G suffix (e.g. 2M)",
-     .doc = "Physical chunk size; rounded up to the device's allocation granularity.",
-     .offset = OFF(chunk_bytes),
+     .type = OOC_OPT_SIZE_AUTO,
+     .def = "auto",
+     .accepted = "auto, or a power of two from 64K to 1G with an optional K/M/G suffix (e.g. 2M)",
+     .doc = "Physical chunk size; auto: the budget / 256 rounded down to a power of two, at most "
+            "32M; always rounded up to the device's allocation granularity.",
+     .offset = OFF(chunk),
      .min = 64 * 1024,
      .max = 1024 * 1024 * 1024,
      .pow2 = 1},
@@ -526,11 +527,12 @@ int ooc_options_parse(ooc_options_get_fn get, void *ctx, ooc_options_t *out, cha
         return first;
 
     /* A budget smaller than one chunk could never hold a buffer. */
-    if (out->budget.kind == OOC_SIZE_BYTES && out->budget.bytes < out->chunk_bytes) {
+    if (out->budget.kind == OOC_SIZE_BYTES && out->chunk.kind == OOC_SIZE_BYTES &&
+        out->budget.bytes < out->chunk.bytes) {
         char c[32];
         const ooc_option_desc_t *d = ooc_options_find("OOC_BUDGET");
         fail(err, errlen, d, get(d->name, ctx), "smaller than one chunk (OOC_CHUNK is %s)",
-             fmt_size(out->chunk_bytes, c, sizeof c));
+             fmt_size(out->chunk.bytes, c, sizeof c));
         return OOC_ERANGE;
     }
     return 0;
@@ -684,8 +686,15 @@ uint64_t ooc_options_budget_bytes(const ooc_options_t *o, uint64_t device_total,
     }
 }
 
-uint64_t ooc_options_chunk_bytes(const ooc_options_t *o, uint64_t granularity) {
-    return granularity > o->chunk_bytes ? granularity : o->chunk_bytes;
+uint64_t ooc_options_chunk_bytes(const ooc_options_t *o, uint64_t granularity, uint64_t budget) {
+    uint64_t c = o->chunk.bytes;
+    if (o->chunk.kind != OOC_SIZE_BYTES) {
+        uint64_t most = budget / OOC_CHUNK_AUTO_COUNT;
+        c = OOC_CHUNK_AUTO_MAX;
+        while (c > most && c > 64 * 1024)
+            c >>= 1;
+    }
+    return granularity > c ? granularity : c;
 }
 
 uint64_t ooc_options_window_bytes(const ooc_options_t *o) {

@@ -60,7 +60,7 @@ typedef struct ooc_size_spec {
 typedef struct ooc_options {
     ooc_size_spec_t budget;         /* OOC_BUDGET: DEFAULT, BYTES or PERCENT */
     ooc_size_spec_t reserve;        /* OOC_RESERVE: BYTES or PERCENT */
-    uint64_t chunk_bytes;           /* OOC_CHUNK: a power of two, 64K..1G */
+    ooc_size_spec_t chunk;          /* OOC_CHUNK: AUTO or BYTES (a power of two, 64K..1G) */
     ooc_size_spec_t window;         /* OOC_WINDOW: AUTO or BYTES */
     int mode;                       /* OOC_MODE: ooc_mode_t */
     int policy;                     /* OOC_POLICY: ooc_policy_t */
@@ -155,9 +155,16 @@ uint64_t ooc_options_budget_bytes(const ooc_options_t *o, uint64_t device_total,
 /* The reserve in bytes: OOC_RESERVE as bytes, or its percentage of device_total. */
 uint64_t ooc_options_reserve_bytes(const ooc_options_t *o, uint64_t device_total);
 
-/* The chunk size rounded up to a multiple of the device's allocation granularity (a power of
- * two; 0 means "no constraint"). Both are powers of two, so the result is the larger one. */
-uint64_t ooc_options_chunk_bytes(const ooc_options_t *o, uint64_t granularity);
+/* `OOC_CHUNK=auto` picks the largest power of two that leaves at least OOC_CHUNK_AUTO_COUNT
+ * chunks in the budget, at most OOC_CHUNK_AUTO_MAX: a real driver's cost is per mapping, not per
+ * byte (an H100: about 45 us to set access and unmap 2 MiB, 66 us for 32 MiB), so 2 MiB chunks
+ * spend as long mapping as a 50 GB/s link spends copying them. */
+#define OOC_CHUNK_AUTO_COUNT 256
+#define OOC_CHUNK_AUTO_MAX   (UINT64_C(32) << 20)
+
+/* The chunk size: OOC_CHUNK's, or auto's for this budget (bytes), rounded up to a multiple of
+ * the device's allocation granularity (a power of two; 0 means "no constraint"). */
+uint64_t ooc_options_chunk_bytes(const ooc_options_t *o, uint64_t granularity, uint64_t budget);
 
 /* The window in bytes, or 0 for `auto` (the planner tunes it). */
 uint64_t ooc_options_window_bytes(const ooc_options_t *o);

@@ -80,7 +80,7 @@ START_TEST(test_defaults_when_unset) {
     ck_assert_int_eq(opts.budget.kind, OOC_SIZE_DEFAULT);
     ck_assert_int_eq(opts.reserve.kind, OOC_SIZE_BYTES);
     ck_assert_uint_eq(opts.reserve.bytes, OOC_GiB);
-    ck_assert_uint_eq(opts.chunk_bytes, 2 * OOC_MiB);
+    ck_assert_int_eq(opts.chunk.kind, OOC_SIZE_AUTO);
     ck_assert_int_eq(opts.window.kind, OOC_SIZE_AUTO);
     ck_assert_int_eq(opts.mode, OOC_MODE_AUTO);
     ck_assert_int_eq(opts.policy, OOC_POLICY_AUTO);
@@ -226,8 +226,11 @@ START_TEST(test_parse_size_is_usable_alone) {
 END_TEST
 
 START_TEST(test_budget_smaller_than_a_chunk_is_rejected) {
-    ck_assert_int_eq(PARSE("OOC_BUDGET=1M"), OOC_ERANGE);
+    ck_assert_int_eq(PARSE("OOC_BUDGET=1M", "OOC_CHUNK=2M"), OOC_ERANGE);
     ck_assert_ptr_nonnull(strstr(err, "OOC_BUDGET=1M: smaller than one chunk (OOC_CHUNK is 2M)"));
+    /* With OOC_CHUNK=auto the chunk follows the budget; only the device's granularity can
+     * still exceed it, which start-up reports. */
+    ck_assert_int_eq(PARSE("OOC_BUDGET=1M"), 0);
     ck_assert_int_eq(PARSE("OOC_BUDGET=64K", "OOC_CHUNK=64K"), 0);
     ck_assert_uint_eq(opts.budget.bytes, 64 * OOC_KiB);
 }
@@ -248,19 +251,19 @@ END_TEST
 
 START_TEST(test_chunk_must_be_a_power_of_two_from_64k_to_1g) {
     ck_assert_int_eq(parse1("OOC_CHUNK", "64K"), 0);
-    ck_assert_uint_eq(opts.chunk_bytes, 64 * OOC_KiB);
+    ck_assert_uint_eq(opts.chunk.bytes, 64 * OOC_KiB);
     ck_assert_int_eq(parse1("OOC_CHUNK", "2M"), 0);
-    ck_assert_uint_eq(opts.chunk_bytes, 2 * OOC_MiB);
+    ck_assert_uint_eq(opts.chunk.bytes, 2 * OOC_MiB);
     ck_assert_int_eq(parse1("OOC_CHUNK", "20m"), OOC_EINVAL);
     ck_assert_int_eq(parse1("OOC_CHUNK", "1G"), 0);
-    ck_assert_uint_eq(opts.chunk_bytes, OOC_GiB);
+    ck_assert_uint_eq(opts.chunk.bytes, OOC_GiB);
     ck_assert_int_eq(parse1("OOC_CHUNK", "131072"), 0);
     expect_bad("OOC_CHUNK", "3M", OOC_EINVAL, "not a power of two");
     expect_bad("OOC_CHUNK", "32K", OOC_ERANGE, "below the minimum of 64K");
     expect_bad("OOC_CHUNK", "0", OOC_ERANGE, "below the minimum of 64K");
     expect_bad("OOC_CHUNK", "2G", OOC_ERANGE, "above the maximum of 1G");
     expect_bad("OOC_CHUNK", "50%", OOC_EINVAL, "not a size");
-    expect_bad("OOC_CHUNK", "auto", OOC_EINVAL, "not a size");
+    expect_bad("OOC_CHUNK", "autox", OOC_EINVAL, "not a size");
 }
 END_TEST
 
@@ -422,10 +425,30 @@ END_TEST
 
 START_TEST(test_chunk_rounds_up_to_the_device_granularity) {
     ck_assert_int_eq(PARSE("OOC_CHUNK=64K"), 0);
-    ck_assert_uint_eq(ooc_options_chunk_bytes(&opts, 2 * OOC_MiB), 2 * OOC_MiB);
-    ck_assert_uint_eq(ooc_options_chunk_bytes(&opts, 0), 64 * OOC_KiB);
+    ck_assert_uint_eq(ooc_options_chunk_bytes(&opts, 2 * OOC_MiB, OOC_GiB), 2 * OOC_MiB);
+    ck_assert_uint_eq(ooc_options_chunk_bytes(&opts, 0, OOC_GiB), 64 * OOC_KiB);
     ck_assert_int_eq(PARSE("OOC_CHUNK=16M"), 0);
-    ck_assert_uint_eq(ooc_options_chunk_bytes(&opts, 2 * OOC_MiB), 16 * OOC_MiB);
+    ck_assert_uint_eq(ooc_options_chunk_bytes(&opts, 2 * OOC_MiB, 8 * OOC_GiB), 16 * OOC_MiB);
+}
+END_TEST
+
+/* auto: the largest power of two leaving 256 chunks in the budget, 32 MiB at most, never below
+ * the granularity (nor 64K). */
+START_TEST(test_chunk_auto_follows_the_budget) {
+    ck_assert_int_eq(PARSE("OOC_CHUNK=auto"), 0);
+    ck_assert_int_eq(opts.chunk.kind, OOC_SIZE_AUTO);
+    ck_assert_uint_eq(ooc_options_chunk_bytes(&opts, 2 * OOC_MiB, 8 * OOC_GiB), 32 * OOC_MiB);
+    ck_assert_uint_eq(ooc_options_chunk_bytes(&opts, 2 * OOC_MiB, 80 * OOC_GiB), 32 * OOC_MiB);
+    ck_assert_uint_eq(ooc_options_chunk_bytes(&opts, 2 * OOC_MiB, 4 * OOC_GiB), 16 * OOC_MiB);
+    ck_assert_uint_eq(ooc_options_chunk_bytes(&opts, 2 * OOC_MiB, 3 * OOC_GiB - 1), 8 * OOC_MiB);
+    ck_assert_uint_eq(ooc_options_chunk_bytes(&opts, 2 * OOC_MiB, OOC_GiB), 4 * OOC_MiB);
+    ck_assert_uint_eq(ooc_options_chunk_bytes(&opts, 2 * OOC_MiB, 64 * OOC_MiB), 2 * OOC_MiB);
+    ck_assert_uint_eq(ooc_options_chunk_bytes(&opts, 64 * OOC_KiB, 64 * OOC_MiB), 256 * OOC_KiB);
+    ck_assert_uint_eq(ooc_options_chunk_bytes(&opts, 0, OOC_MiB), 64 * OOC_KiB);
+    ck_assert_int_eq(PARSE(NULL), 0);
+    ck_assert_uint_eq(ooc_options_chunk_bytes(&opts, 2 * OOC_MiB, 8 * OOC_GiB), 32 * OOC_MiB);
+    /* With auto, a budget below the granularity is init's error, not the parser's. */
+    ck_assert_int_eq(PARSE("OOC_BUDGET=64K"), 0);
 }
 END_TEST
 
@@ -687,6 +710,7 @@ Suite *suite_options(void) {
     tcase_set_timeout(tc, 10);
     tcase_add_test(tc, test_budget_resolves_bytes_percentage_and_default);
     tcase_add_test(tc, test_chunk_rounds_up_to_the_device_granularity);
+    tcase_add_test(tc, test_chunk_auto_follows_the_budget);
     tcase_add_test(tc, test_window_auto_resolves_to_zero);
     tcase_add_test(tc, test_profile_dir_defaults_to_program_and_pid);
     tcase_add_test(tc, test_choice_names_match_the_table);

@@ -275,6 +275,16 @@ START_TEST(test_saved_plan_replays_and_a_wrong_plan_stays_correct) {
     r = check_auto(&c, wrong);
     ck_assert_msg(tu_stat_row(r.err, "operations run as planned") > 500, "not replayed\n%s", r.err);
     tu_result_free(&r);
+
+    /* A plan made with other chunks (OOC_CHUNK=auto follows the budget) stops start-up, naming
+     * the setting that replays it. */
+    static const char *const args[] = {"--iters", "2", NULL};
+    const char *const other[] = {env_plan,         "OOC_MODE=auto", "FAKECUDA_MEM_BYTES=64M",
+                                 "OOC_BUDGET=48M", "OOC_CHUNK=4M",  NULL};
+    r = run("workloads/large", args, 1, other);
+    ck_assert_int_eq(r.status, 1);
+    ck_assert_msg(strstr(r.err, "set OOC_CHUNK=2M, as when it was made") != NULL, "%s", r.err);
+    tu_result_free(&r);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     ck_assert_int_eq(system(cmd), 0);
 }
