@@ -12,6 +12,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The range check's memory, per thread: buffers found live while free_gen had the value `gen`.
+ * Every free advances free_gen (under mem_lock, after the buffer left the table), so an entry is
+ * trusted only while no buffer at all has been freed since: a memset or copy loop over live
+ * buffers takes no lock, and a freed buffer is never taken for live. */
+static _Atomic uint64_t free_gen = 1;
+
+#define RANGE_MEMO 4
+
+static _Thread_local struct {
+    uintptr_t base;
+    size_t size;
+    uint64_t gen;
+} range_memo[RANGE_MEMO];
+
+static _Thread_local unsigned range_memo_next;
+
 /* ---- buffers --------------------------------------------------------------------------------- */
 
 static CUresult alloc_small(buf_t *b, size_t size) {
@@ -163,6 +179,7 @@ CUresult ooc_mem_free(CUdeviceptr p, CUstream stream, uint64_t *id) {
         return CUDA_ERROR_INVALID_VALUE;
     }
     HASH_DEL(M.bufs, b);
+    atomic_fetch_add_explicit(&free_gen, 1, memory_order_release);
     if (id)
         *id = b->id;
     uint64_t first = (b->addr - M.va_base) >> M.shift;
@@ -251,13 +268,24 @@ unsigned ooc_mem_lookup_word(uintptr_t p, uintptr_t base[2], size_t size[2]) {
 CUresult ooc_mem_check_range(const char *call, uintptr_t p, size_t n) {
     if (n == 0 || (!ooc_mem_owns(p) && !ooc_mem_owns(p + n - 1)))
         return CUDA_SUCCESS; /* not ours: the driver checks it */
+    uint64_t g = atomic_load_explicit(&free_gen, memory_order_acquire);
+    for (unsigned i = 0; i < RANGE_MEMO; i++)
+        if (range_memo[i].gen == g && p >= range_memo[i].base && p + n - 1 >= p &&
+            p + n - 1 - range_memo[i].base < range_memo[i].size)
+            return CUDA_SUCCESS;
     mem_lock_take();
     buf_t *b = p + n - 1 >= p ? lookup(p) : NULL;
     uintptr_t base = b ? b->addr : 0;
     size_t size = b ? b->size : 0;
+    g = atomic_load_explicit(&free_gen, memory_order_relaxed);
     mem_unlock();
-    if (b && p + n - 1 < base + size)
+    if (b && p + n - 1 < base + size) {
+        unsigned k = range_memo_next++ % RANGE_MEMO;
+        range_memo[k].base = base;
+        range_memo[k].size = size;
+        range_memo[k].gen = g;
         return CUDA_SUCCESS;
+    }
     if (b)
         OOC_LOG_W("%s: the %zu bytes at 0x%llx run past the end of the buffer at 0x%llx (%zu "
                   "bytes): CUDA_ERROR_INVALID_VALUE, nothing done",

@@ -112,6 +112,7 @@ static void wrong_calls(CUstream s) {
         cuMemcpyBatchAsync(d, src, n, 3, &at, &ai, 1, s));
     CUdeviceptr gone;
     UP_CHECK(cuMemAlloc(&gone, 4096));
+    UP_CHECK(cuMemsetD8(gone, 0, 16)); /* checked while live: the shim must not remember it so */
     UP_CHECK(cuMemFree(gone));
     say("HtoD to a freed pointer", cuMemcpyHtoD(gone, host, 16));
     say("DtoH from a freed pointer", cuMemcpyDtoH(host, gone, 16));
