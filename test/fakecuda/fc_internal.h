@@ -234,6 +234,9 @@ enum {
     VMM_HOST_CREATE
 };
 FC_HIDDEN void fc_host_cost(double us);
+/* The cost of VMM call `kind` (VMM_*) on one mapping or handle of `size` bytes: FAKECUDA_VMM_US's
+ * figure, which is for 2 MiB, plus a share per MiB beyond that (fc_mem.c). */
+FC_HIDDEN double fc_vmm_cost(int kind, size_t size);
 FC_HIDDEN CUresult fc_require_ctx(void);
 /* The calling thread's current context (NULL when none). */
 FC_HIDDEN CUcontext fc_ctx_current(void);
