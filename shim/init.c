@@ -179,6 +179,13 @@ static CUresult device_setup(void) {
         budget = free_b;
     }
     uint64_t chunk = ooc_options_chunk_bytes(o, gran, budget);
+    /* OOC_CHUNK=auto follows the budget; a saved plan fixes the chunk it was made for. */
+    if (o->chunk.kind != OOC_SIZE_BYTES && o->plan[0] &&
+        atomic_load(&ooc_mode_now) == OOC_MODE_AUTO) {
+        uint64_t pc = ooc_replay_plan_chunk(o->plan);
+        if (pc >= gran && pc <= budget && (pc & (pc - 1)) == 0)
+            chunk = pc;
+    }
     if (budget < chunk) {
         OOC_LOG_E("the budget (%llu bytes%s) is smaller than one chunk (%llu bytes): nothing "
                   "could be resident; set OOC_BUDGET",

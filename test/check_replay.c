@@ -285,6 +285,13 @@ START_TEST(test_saved_plan_replays_and_a_wrong_plan_stays_correct) {
     ck_assert_int_eq(r.status, 1);
     ck_assert_msg(strstr(r.err, "set OOC_CHUNK=2M, as when it was made") != NULL, "%s", r.err);
     tu_result_free(&r);
+    /* Under a budget whose own auto chunk is 4 MiB, OOC_CHUNK=auto adopts the plan's. */
+    const char *const adopt[] = {env_plan,        "OOC_MODE=auto", "FAKECUDA_MEM_BYTES=2G",
+                                 "OOC_BUDGET=1G", "OOC_STATS=1",   NULL};
+    r = run("workloads/large", args, 1, adopt);
+    ck_assert_msg(r.status == 0 && strstr(r.err, "chunk 2 MiB") != NULL, "%s", r.err);
+    ck_assert_msg(tu_stat_row(r.err, "operations run as planned") > 100, "not replayed\n%s", r.err);
+    tu_result_free(&r);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     ck_assert_int_eq(system(cmd), 0);
 }
