@@ -103,6 +103,18 @@ static const char *size_str(char *buf, size_t n, uint64_t bytes) {
     return buf;
 }
 
+/* The chunk size a saved plan was made for, 0 when it cannot be read (ooc_replay_load says
+ * why). */
+static uint64_t plan_chunk(const char *plan_path) {
+    char err[512];
+    ooc_plan_t *pl = NULL;
+    if (ooc_plan_read_file(plan_path, &pl, err, sizeof err) != 0)
+        return 0;
+    uint64_t c = pl->chunk_bytes;
+    ooc_plan_free(pl);
+    return c;
+}
+
 /* Can swapped chunks be mapped to host memory (safe mode)? Probes as NCCL does, with one real
  * allocation, because the attribute alone can be wrong in containers. Fills *loc with the host
  * location to use; otherwise writes the reason into why. */
@@ -182,7 +194,7 @@ static CUresult device_setup(void) {
     /* OOC_CHUNK=auto follows the budget; a saved plan fixes the chunk it was made for. */
     if (o->chunk.kind != OOC_SIZE_BYTES && o->plan[0] &&
         atomic_load(&ooc_mode_now) == OOC_MODE_AUTO) {
-        uint64_t pc = ooc_replay_plan_chunk(o->plan);
+        uint64_t pc = plan_chunk(o->plan);
         if (pc >= gran && pc <= budget && (pc & (pc - 1)) == 0)
             chunk = pc;
     }

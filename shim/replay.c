@@ -837,16 +837,6 @@ void ooc_replay_plan(ooc_profile_t *p, const char *dir, uint32_t pos) {
     go(p, pl, pos);
 }
 
-uint64_t ooc_replay_plan_chunk(const char *plan_path) {
-    char err[512];
-    ooc_plan_t *pl = NULL;
-    if (ooc_plan_read_file(plan_path, &pl, err, sizeof err) != 0)
-        return 0; /* ooc_replay_load reports it */
-    uint64_t c = pl->chunk_bytes;
-    ooc_plan_free(pl);
-    return c;
-}
-
 int ooc_replay_load(const char *plan_path) {
     char dir[OOC_PATH_MAX], err[512];
     snprintf(dir, sizeof dir, "%s", plan_path);

@@ -449,9 +449,6 @@ void ooc_record_functions_gone_l(int plan_dropped);
 void ooc_replay_plan(ooc_profile_t *p, const char *dir, uint32_t pos);
 /* Replays the saved plan OOC_PLAN (its profile is the directory the file is in). Returns 0, or
  * -1 after logging why the files cannot be used. */
-/* The chunk size a saved plan was made for (OOC_CHUNK=auto adopts it), 0 when it cannot be
- * read. */
-uint64_t ooc_replay_plan_chunk(const char *plan_path);
 int ooc_replay_load(const char *plan_path);
 /* Around each op, with the residency lock held: begin matches the op against the plan (its
  * signature and its buffers) and issues the plan's actions before it; end, once the op was
