@@ -158,6 +158,50 @@ static void write_script(const char *dir, const char *name, const char *body) {
     ck_assert_int_eq(chmod(path, 0755), 0);
 }
 
+/* The GPU path of scripts/demo with PyTorch (a fake python3 playing scripts/torch-train: its
+ * footprint without the shim; under it, the shim's plan line on stderr and the iterations on
+ * stdout): it prints both rates and the replayed iterations' median (the first replayed one left
+ * out) beside the plan's prediction. */
+START_TEST(test_demo_gpu_path_prints_replay_against_prediction) {
+    char dir[] = "/tmp/ooc-demo-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    write_script(dir, "nvidia-smi", "echo 'GPU 0: Fake H100 (UUID: GPU-0)'");
+    write_script(dir, "python3",
+                 "[ \"$1\" = -c ] && exit 0\n"
+                 "if [ -z \"$OOC_BUDGET\" ]; then\n"
+                 "  echo 'peak_reserved_bytes: 3221225472'; echo 'samples_per_s: 900.0'; exit 0\n"
+                 "fi\n"
+                 "echo 'iter 0: loss 1 (x) time_ms 500.0'; echo 'iter 1: loss 1 (x) time_ms 90.0'\n"
+                 "echo 'ooc[1] ooc-shim: plan (auto) in p/plan.tsv, for a budget of 1024.0 MiB: "
+                 "keep 1, swap 2, recompute 0 buffers; predicted 50.000 ms per iteration, 2.0x "
+                 "the in-core 25.000 ms, 10.0 MiB each way; replaying' >&2\n"
+                 "echo 'iter 2: loss 1 (x) time_ms 300.0'; echo 'iter 3: loss 1 (x) time_ms 60.0'\n"
+                 "echo 'iter 4: loss 1 (x) time_ms 55.0'; echo 'iter 5: loss 1 (x) time_ms 70.0'\n"
+                 "echo 'samples_per_s: 400.0'");
+    char path[4096], build[600];
+    snprintf(path, sizeof path, "PATH=%s:%s", dir, getenv("PATH"));
+    snprintf(build, sizeof build, "OOC_BUILD=%s", tu_build_dir());
+    const char *const argv[] = {"scripts/demo", NULL};
+    const char *const env[] = {build, path, "DEMO_ITERS=6", "ASAN_OPTIONS=detect_leaks=0", NULL};
+    tu_proc_t pr = run(argv, env);
+    ck_assert_msg(pr.status == 0, "status %d:\n%s\n%s", pr.status, tu_tail(pr.out, 2000),
+                  tu_tail(pr.err, 2000));
+    ck_assert_msg(strstr(pr.out, "OOC_BUDGET=1073741824"), "%s", tu_tail(pr.out, 2000));
+    ck_assert_msg(strstr(pr.out, "demo: samples per second: 900.0 without the shim"), "%s",
+                  tu_tail(pr.out, 2000));
+    ck_assert_msg(strstr(pr.out, "demo: 400.0 under the shim at a third of it (exit 0)"), "%s",
+                  tu_tail(pr.out, 2000));
+    ck_assert_msg(strstr(pr.out, "demo: replayed iterations: median 60.0 ms, predicted 50.000 ms "
+                                 "(1.20x)"),
+                  "%s", tu_tail(pr.out, 2000));
+    tu_proc_free(&pr);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s/demo-gpu' '%s/demo-gpu-profile'", dir,
+             tu_build_dir(), tu_build_dir());
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 /* scripts/demo says which device it runs on: the simulated one with DEMO_DEVICE=sim, even where
  * nvidia-smi lists a GPU; where it lists one, the GPU path (here without PyTorch or the means to
  * build the CUDA program: it fails and says what is missing, never falls back silently); a bad
@@ -701,6 +745,7 @@ Suite *suite_gpuprep(void) {
     tcase_add_test(tc, test_check_gpu_without_a_gpu_says_so_and_exits_2);
     tcase_add_test(tc, test_check_gpu_allow_no_gpu_exits_0);
     tcase_add_test(tc, test_python_scripts_compile);
+    tcase_add_test(tc, test_demo_gpu_path_prints_replay_against_prediction);
     tcase_add_test(tc, test_torch_train_help_needs_no_torch);
     tcase_add_test(tc, test_bench_gpu_dry_run_prints_the_runs);
     tcase_add_test(tc, test_gpu_programs_start_and_find_no_device);
