@@ -35,6 +35,18 @@ __attribute__((constructor)) static void framework_defaults(void) {
         return;
     setenv("PYTORCH_NO_CUDA_MEMORY_CACHING", "1", 0);
     setenv("XLA_PYTHON_CLIENT_ALLOCATOR", "platform", 0);
+    /* XLA's command buffers are CUDA graphs whose while loops are conditional nodes, which the
+     * shim does not learn: their kernels would run with nothing made resident. An empty list of
+     * command-buffer kinds makes XLA launch every kernel itself, where the shim sees it. A user's
+     * own setting of the flag is kept. */
+    static const char flag[] = "--xla_gpu_enable_command_buffer=";
+    static char xla[8192];
+    const char *x = getenv("XLA_FLAGS");
+    if (x && strstr(x, "xla_gpu_enable_command_buffer"))
+        return;
+    int n = snprintf(xla, sizeof xla, "%s%s%s", x ? x : "", x && *x ? " " : "", flag);
+    if (n > 0 && (size_t)n < sizeof xla)
+        setenv("XLA_FLAGS", xla, 1);
 }
 
 /* Set in a child forked after the first driver call. The child has none of the parent's threads

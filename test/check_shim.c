@@ -134,7 +134,9 @@ static void drop_line(char *s, const char *prefix) {
  * defaults are not set) and every driver answer are those of a run without the shim. The same
  * probe in the default mode does see the defaults, so the comparison can fail. */
 START_TEST(test_off_mode_changes_neither_environment_nor_driver_answers) {
-    const char *argv[] = {tu_build_path("test/progs/probe"), "answers", NULL};
+    char probe[4096]; /* tu_build_path's buffers are reused after 8 calls */
+    snprintf(probe, sizeof probe, "%s", tu_build_path("test/progs/probe"));
+    const char *argv[] = {probe, "answers", NULL};
     const char *plain[] = {tu_fakecuda_libpath(), "FAKECUDA_MEM_BYTES=64M", "OOC_MODE=off", NULL};
     const char *off[] = {tu_fakecuda_libpath(), tu_shim_preload(), "FAKECUDA_MEM_BYTES=64M",
                          "OOC_MODE=off", NULL};
@@ -156,6 +158,29 @@ START_TEST(test_off_mode_changes_neither_environment_nor_driver_answers) {
     ck_assert_ptr_null(strstr(b.out, "PYTORCH_NO_CUDA_MEMORY_CACHING"));
     ck_assert_ptr_nonnull(strstr(c.out, "env: PYTORCH_NO_CUDA_MEMORY_CACHING=1"));
     ck_assert_ptr_nonnull(strstr(c.out, "env: XLA_PYTHON_CLIENT_ALLOCATOR=platform"));
+    ck_assert_ptr_nonnull(strstr(c.out, "env: XLA_FLAGS=--xla_gpu_enable_command_buffer=\n"));
+    /* XLA_FLAGS: the user's flags kept, the command buffers' flag added after them, and a
+     * user's own choice of command buffers left alone. */
+    const char *xla_more[] = {tu_fakecuda_libpath(),
+                              tu_shim_preload(),
+                              "FAKECUDA_MEM_BYTES=64M",
+                              "OOC_BUDGET=16M",
+                              "XLA_FLAGS=--xla_dump_to=/tmp/x",
+                              NULL};
+    ck_assert_int_eq(tu_run(argv, xla_more, 30, &d), 0);
+    ck_assert_msg(
+        strstr(d.out, "env: XLA_FLAGS=--xla_dump_to=/tmp/x --xla_gpu_enable_command_buffer=\n"),
+        "%s", d.out);
+    tu_proc_free(&d);
+    const char *xla_own[] = {tu_fakecuda_libpath(),
+                             tu_shim_preload(),
+                             "FAKECUDA_MEM_BYTES=64M",
+                             "OOC_BUDGET=16M",
+                             "XLA_FLAGS=--xla_gpu_enable_command_buffer=FUSION",
+                             NULL};
+    ck_assert_int_eq(tu_run(argv, xla_own, 30, &d), 0);
+    ck_assert_ptr_nonnull(strstr(d.out, "env: XLA_FLAGS=--xla_gpu_enable_command_buffer=FUSION\n"));
+    tu_proc_free(&d);
     /* The mode is read as the option parser reads it (case and spaces do not matter). */
     ck_assert_int_eq(tu_run(argv, off_spaced, 30, &d), 0);
     ck_assert_int_eq(d.status, 0);
