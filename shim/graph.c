@@ -164,6 +164,16 @@ static tracked_t *tracked_find(tracked_t *table, const void *handle) {
     return t;
 }
 
+/* Frees the kernel node updates of an executable graph's entry. */
+static void overrides_free(tracked_t *t) {
+    override_t *o, *tmp;
+    HASH_ITER(hh, t->over, o, tmp) {
+        HASH_DEL(t->over, o);
+        qlist_free(&o->list);
+        free(o);
+    }
+}
+
 /* Removes and frees the entry of handle, if any. Caller holds graph_lock. */
 static void tracked_forget(tracked_t **table, const void *handle) {
     tracked_t *t = tracked_find(*table, handle);
@@ -171,12 +181,7 @@ static void tracked_forget(tracked_t **table, const void *handle) {
         return;
     HASH_DEL(*table, t);
     qlist_free(&t->list);
-    override_t *o, *tmp;
-    HASH_ITER(hh, t->over, o, tmp) {
-        HASH_DEL(t->over, o);
-        qlist_free(&o->list);
-        free(o);
-    }
+    overrides_free(t);
     free(t);
 }
 
@@ -387,12 +392,16 @@ void ooc_graph_exec_destroyed(CUgraphExec exec) {
  *
  * A graph built with the explicit API (as XLA builds its command buffers) is learned node by
  * node: the hooks of cuGraphAddKernelNode, cuGraphAddMemcpyNode, cuGraphAddMemsetNode and
- * cuGraphAddChildGraphNode hand the node's access set here after the driver added it (a child
- * graph's queries are copied into its parent). cuGraphExecKernelNodeSetParams gives a kernel
- * node of an executable graph new parameters: its new queries replace those of its earlier
- * updates (the queries of the parameters it was instantiated with stay, which can only make
- * more resident). Nodes added through other calls (cuGraphAddNode, host, event and conditional
- * nodes) are not learned: see README. */
+ * cuGraphAddChildGraphNode, and of cuGraphAddNode for nodes of those four types, hand the node's
+ * access set here after the driver added it (a child graph's queries are copied into its
+ * parent). cuGraphExecKernelNodeSetParams gives a kernel node of an executable graph new
+ * parameters: its new queries replace those of its earlier updates (the queries of the
+ * parameters it was instantiated with stay, which can only make more resident). A successful
+ * cuGraphExecUpdate gives every node of an executable graph the parameters of the source
+ * graph's: the executable graph's queries become a copy of that graph's, its kernel node
+ * updates dropped (below). Nodes of other types (host, event and conditional nodes), and node
+ * parameters changed by cuGraphKernelNodeSetParams, cuGraphNodeSetParams or
+ * cuGraphExecNodeSetParams, are not learned: see README. */
 
 /* The entry of graph g, made empty if there is none. Caller holds graph_lock. */
 static tracked_t *graph_entry(CUgraph g) {
@@ -460,6 +469,68 @@ CUresult ooc_graph_exec_node_params(CUgraphExec e, CUgraphNode node, const ooc_a
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     return CUDA_SUCCESS;
+}
+
+/* ---- executable graphs updated from a graph ------------------------------------------------ */
+
+struct ooc_graph_update {
+    tracked_t *t; /* the entry exec gets, its handle not yet set; NULL: exec is unlearned */
+};
+
+CUresult ooc_graph_update_prepare(CUgraph graph, ooc_graph_update_t **u) {
+    tracked_t *g = tracked_find(graphs, graph);
+    ooc_graph_update_t *v = calloc(1, sizeof *v);
+    int rc = v ? 0 : OOC_ENOMEM;
+    if (v && g) {
+        v->t = calloc(1, sizeof *v->t);
+        rc = v->t ? qlist_copy(&v->t->list, &g->list) : OOC_ENOMEM;
+        if (rc != 0) {
+            free(v->t);
+            free(v);
+        }
+    }
+    *u = rc == 0 ? v : NULL;
+    if (rc == 0)
+        return CUDA_SUCCESS;
+    OOC_LOG_E("cuGraphExecUpdate: out of host memory copying what graph %p touches; the executable "
+              "graph is not updated",
+              (void *)graph);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+void ooc_graph_update_done(ooc_graph_update_t *u, CUgraphExec exec, CUresult r) {
+    tracked_t *t = u->t;
+    free(u);
+    if (r != CUDA_SUCCESS) {
+        if (t)
+            qlist_free(&t->list);
+        free(t);
+        return;
+    }
+    /* Every node now has the source graph's parameters: what exec learned at instantiation and
+     * from cuGraphExecKernelNodeSetParams no longer holds. An entry exec already has takes the
+     * new queries in place (no allocation that could fail after the driver updated). */
+    tracked_t *old = tracked_find(execs, exec);
+    if (old && t) {
+        qlist_free(&old->list);
+        old->list = t->list;
+        free(t);
+        overrides_free(old);
+        return;
+    }
+    tracked_forget(&execs, exec);
+    if (!t)
+        return;
+    t->handle = exec;
+    graph_oom = 0;
+    HASH_ADD_PTR(execs, handle, t);
+    if (graph_oom) {
+        qlist_free(&t->list);
+        free(t);
+        OOC_LOG_E("cuGraphExecUpdate: out of host memory recording what executable graph %p "
+                  "touches now; its launches will make nothing resident",
+                  (void *)exec);
+    }
 }
 
 /* ---- launches -------------------------------------------------------------------------------- */

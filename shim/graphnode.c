@@ -2,7 +2,8 @@
 /* graphnode.c: the hooks of graphs built node by node (the explicit graph API XLA uses): each
  * node's access set, found as for the operation it stands for (a kernel's parameter scan and TMA
  * descriptors, a copy's or a set's ranges), goes to graph.c once the driver has added the node;
- * an executable graph's kernel node given new parameters is learned again. A call the driver
+ * an executable graph's kernel node given new parameters is learned again, and an executable
+ * graph updated from a graph (cuGraphExecUpdate) learns what that graph touches. A call the driver
  * refuses is not learned. */
 #include "hook_int.h"
 
@@ -49,14 +50,37 @@ EXEC_KERNEL_PARAMS(cuGraphExecKernelNodeSetParams, PFN_cuGraphExecKernelNodeSetP
 EXEC_KERNEL_PARAMS(cuGraphExecKernelNodeSetParams_v2, PFN_cuGraphExecKernelNodeSetParams_v12000,
                    CUDA_KERNEL_NODE_PARAMS_v2, p->kern);
 
+/* The access set of a copy node. */
+static CUresult memcpy_access(ooc_access_t *a, const char *name, const CUDA_MEMCPY3D *p) {
+    op_start(a, OOC_OP_MEMCPY, name, 0);
+    return ooc_copy3d_access(a, name, p);
+}
+
+/* The access set of a set node; *learn is 0 for an empty one (nothing to learn). */
+static CUresult memset_access(ooc_access_t *a, const char *name, CUdeviceptr dst, size_t pitch,
+                              unsigned elem, size_t width, size_t height, int *learn) {
+    *learn = width && height;
+    if (!*learn)
+        return CUDA_SUCCESS;
+    size_t span, row;
+    if (__builtin_mul_overflow(height - 1, pitch, &span) ||
+        __builtin_mul_overflow(width, (size_t)elem, &row) ||
+        __builtin_add_overflow(span, row, &span))
+        return CUDA_ERROR_INVALID_VALUE;
+    ACCESS_OR_RETURN(ooc_mem_check_range(name, (uintptr_t)dst, span));
+    op_start(a, OOC_OP_MEMSET, name, width * height * elem);
+    unsigned use = (height == 1 || pitch == row) ? OOC_USE_W : OOC_USE_RW;
+    ooc_mem_note_range(a, (uintptr_t)dst, span, use);
+    return CUDA_SUCCESS;
+}
+
 CUresult ooc_hook_cuGraphAddMemcpyNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps,
                                        size_t n, const CUDA_MEMCPY3D *p, CUcontext ctx) {
     OOC_NEED_REAL(cuGraphAddMemcpyNode);
     if (!managing() || !p)
         return ooc_real.cuGraphAddMemcpyNode(node, g, deps, n, p, ctx);
     ooc_access_t a;
-    op_start(&a, OOC_OP_MEMCPY, "cuGraphAddMemcpyNode", 0);
-    ACCESS_OR_RETURN(ooc_copy3d_access(&a, "cuGraphAddMemcpyNode", p));
+    ACCESS_OR_RETURN(memcpy_access(&a, "cuGraphAddMemcpyNode", p));
     CUresult r = ooc_real.cuGraphAddMemcpyNode(node, g, deps, n, p, ctx);
     return r == CUDA_SUCCESS ? ooc_graph_node_added(g, &a) : r;
 }
@@ -65,20 +89,14 @@ OOC_EXPORT_HOOK(cuGraphAddMemcpyNode, PFN_cuGraphAddMemcpyNode_v10000);
 CUresult ooc_hook_cuGraphAddMemsetNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps,
                                        size_t n, const CUDA_MEMSET_NODE_PARAMS *p, CUcontext ctx) {
     OOC_NEED_REAL(cuGraphAddMemsetNode);
-    if (!managing() || !p || !p->width || !p->height)
+    if (!managing() || !p)
         return ooc_real.cuGraphAddMemsetNode(node, g, deps, n, p, ctx);
-    size_t span, row;
-    if (__builtin_mul_overflow(p->height - 1, p->pitch, &span) ||
-        __builtin_mul_overflow(p->width, (size_t)p->elementSize, &row) ||
-        __builtin_add_overflow(span, row, &span))
-        return CUDA_ERROR_INVALID_VALUE;
-    ACCESS_OR_RETURN(ooc_mem_check_range("cuGraphAddMemsetNode", (uintptr_t)p->dst, span));
     ooc_access_t a;
-    op_start(&a, OOC_OP_MEMSET, "cuGraphAddMemsetNode", p->width * p->height * p->elementSize);
-    unsigned use = (p->height == 1 || p->pitch == row) ? OOC_USE_W : OOC_USE_RW;
-    ooc_mem_note_range(&a, (uintptr_t)p->dst, span, use);
+    int learn;
+    ACCESS_OR_RETURN(memset_access(&a, "cuGraphAddMemsetNode", p->dst, p->pitch, p->elementSize,
+                                   p->width, p->height, &learn));
     CUresult r = ooc_real.cuGraphAddMemsetNode(node, g, deps, n, p, ctx);
-    return r == CUDA_SUCCESS ? ooc_graph_node_added(g, &a) : r;
+    return r == CUDA_SUCCESS && learn ? ooc_graph_node_added(g, &a) : r;
 }
 OOC_EXPORT_HOOK(cuGraphAddMemsetNode, PFN_cuGraphAddMemsetNode_v10000);
 
@@ -91,3 +109,106 @@ CUresult ooc_hook_cuGraphAddChildGraphNode(CUgraphNode *node, CUgraph g, const C
     return ooc_graph_child_added(g, child);
 }
 OOC_EXPORT_HOOK(cuGraphAddChildGraphNode, PFN_cuGraphAddChildGraphNode_v10000);
+
+/* cuGraphAddNode: a node of any type, CUgraphNodeParams's `type` saying which. Kernel, copy, set
+ * and child-graph nodes are learned as their typed calls learn them: a copy's or a set's access
+ * set is found (and a bad range refused) before the driver is asked, a kernel's and a child
+ * graph's once it added the node. Other types (host, event, external semaphore, graph memory,
+ * batch memop, conditional and empty nodes) are passed through unlearned. A child graph moved
+ * into its parent (CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE) is learned the same; its own entry stays
+ * until its handle is reused, as the shim never sees it destroyed. */
+typedef enum { NODE_PASS, NODE_ACCESS, NODE_KERNEL, NODE_CHILD } node_kind_t;
+
+/* Before the driver adds the node: *child is the child graph to learn from, read now because
+ * nodeParams may carry out parameters the driver writes. */
+static CUresult node_before(ooc_access_t *a, const char *name, const CUgraphNodeParams *p,
+                            node_kind_t *kind, CUgraph *child) {
+    *kind = NODE_PASS;
+    *child = NULL;
+    int learn;
+    switch (p->type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL:
+        *kind = NODE_KERNEL;
+        return CUDA_SUCCESS;
+    case CU_GRAPH_NODE_TYPE_GRAPH:
+        *kind = NODE_CHILD;
+        *child = p->graph.graph;
+        return CUDA_SUCCESS;
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+        *kind = NODE_ACCESS;
+        return memcpy_access(a, name, &p->memcpy.copyParams);
+    case CU_GRAPH_NODE_TYPE_MEMSET: {
+        const CUDA_MEMSET_NODE_PARAMS_v2 *m = &p->memset;
+        CUresult r =
+            memset_access(a, name, m->dst, m->pitch, m->elementSize, m->width, m->height, &learn);
+        *kind = learn ? NODE_ACCESS : NODE_PASS;
+        return r;
+    }
+    default:
+        return CUDA_SUCCESS;
+    }
+}
+
+/* After the driver added the node to g. */
+static CUresult node_added(ooc_access_t *a, const char *name, CUgraph g, const CUgraphNodeParams *p,
+                           node_kind_t kind, CUgraph child) {
+    switch (kind) {
+    case NODE_KERNEL:
+        kernel_access(a, name, p->kernel.func, p->kernel.kern, p->kernel.kernelParams,
+                      p->kernel.extra);
+        return ooc_graph_node_added(g, a);
+    case NODE_ACCESS:
+        return ooc_graph_node_added(g, a);
+    case NODE_CHILD:
+        return ooc_graph_child_added(g, child);
+    default:
+        return CUDA_SUCCESS;
+    }
+}
+
+#define ADD_NODE(sym, pfn, PARAMS, ARGS)                                                           \
+    CUresult ooc_hook_##sym PARAMS {                                                               \
+        OOC_NEED_REAL(sym);                                                                        \
+        if (!managing() || !p)                                                                     \
+            return ooc_real.sym ARGS;                                                              \
+        ooc_access_t a;                                                                            \
+        node_kind_t kind;                                                                          \
+        CUgraph child;                                                                             \
+        ACCESS_OR_RETURN(node_before(&a, #sym, p, &kind, &child));                                 \
+        CUresult r = ooc_real.sym ARGS;                                                            \
+        return r == CUDA_SUCCESS ? node_added(&a, #sym, g, p, kind, child) : r;                    \
+    }                                                                                              \
+    OOC_EXPORT_HOOK(sym, pfn)
+
+ADD_NODE(cuGraphAddNode, PFN_cuGraphAddNode_v12020,
+         (CUgraphNode * node, CUgraph g, const CUgraphNode *deps, size_t n, CUgraphNodeParams *p),
+         (node, g, deps, n, p));
+ADD_NODE(cuGraphAddNode_v2, PFN_cuGraphAddNode_v12030,
+         (CUgraphNode * node, CUgraph g, const CUgraphNode *deps, const CUgraphEdgeData *edges,
+          size_t n, CUgraphNodeParams *p),
+         (node, g, deps, edges, n, p));
+
+/* cuGraphExecUpdate: after a successful update the executable graph touches what the source
+ * graph does (graph.c); a refused one changes nothing. */
+#define EXEC_UPDATE(sym, pfn, PARAMS, ARGS)                                                        \
+    CUresult ooc_hook_##sym PARAMS {                                                               \
+        OOC_NEED_REAL(sym);                                                                        \
+        if (!managing())                                                                           \
+            return ooc_real.sym ARGS;                                                              \
+        ooc_graph_lock();                                                                          \
+        ooc_graph_update_t *u;                                                                     \
+        CUresult r = ooc_graph_update_prepare(g, &u);                                              \
+        if (r == CUDA_SUCCESS) {                                                                   \
+            r = ooc_real.sym ARGS;                                                                 \
+            ooc_graph_update_done(u, e, r);                                                        \
+        }                                                                                          \
+        ooc_graph_unlock();                                                                        \
+        return r;                                                                                  \
+    }                                                                                              \
+    OOC_EXPORT_HOOK(sym, pfn)
+
+EXEC_UPDATE(cuGraphExecUpdate, PFN_cuGraphExecUpdate_v10020,
+            (CUgraphExec e, CUgraph g, CUgraphNode *err, CUgraphExecUpdateResult *result),
+            (e, g, err, result));
+EXEC_UPDATE(cuGraphExecUpdate_v2, PFN_cuGraphExecUpdate_v12000,
+            (CUgraphExec e, CUgraph g, CUgraphExecUpdateResultInfo *info), (e, g, info));

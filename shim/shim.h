@@ -622,6 +622,17 @@ CUresult ooc_graph_instantiated(CUgraph graph, CUgraphExec exec);
 void ooc_graph_destroyed(CUgraph graph);
 void ooc_graph_exec_destroyed(CUgraphExec exec);
 
+/* cuGraphExecUpdate, both locked around the real call. ooc_graph_update_prepare copies the
+ * queries of the source graph `graph` before the driver is asked, so that running out of host
+ * memory refuses the update while nothing changed: CUDA_SUCCESS (*u set, NULL for a graph the
+ * shim learned nothing of), or CUDA_ERROR_OUT_OF_MEMORY (logged). ooc_graph_update_done, after
+ * the real call returned r: when r is CUDA_SUCCESS, exec's queries become that copy (its kernel
+ * nodes' own updates are dropped, and a graph learned of nothing leaves exec unlearned);
+ * otherwise exec keeps its own. Frees u either way. */
+typedef struct ooc_graph_update ooc_graph_update_t;
+CUresult ooc_graph_update_prepare(CUgraph graph, ooc_graph_update_t **u);
+void ooc_graph_update_done(ooc_graph_update_t *u, CUgraphExec exec, CUresult r);
+
 /* Fills a's queries with the union of what executable graph `exec` touches (merged to fit
  * OOC_MAX_REFS when it must be). Returns CUDA_SUCCESS (no queries, with a warning, for a graph
  * not captured under the shim), or CUDA_ERROR_OUT_OF_MEMORY (logged) when the union does not fit

@@ -2155,6 +2155,185 @@ START_TEST(test_explicit_graphs_run_in_dependency_order_with_exec_updates) {
 }
 END_TEST
 
+/* A graph for the cuGraphAddNode test: memset x = 0 -> fill x (v, *count floats) -> copy x to y
+ * -> child (y += 1) -> empty, every node added with cuGraphAddNode (CUDA 12.3's ABI). */
+static CUgraph add_node_graph(CUfunction fill, CUgraph child, CUdeviceptr *x, CUdeviceptr *y,
+                              float *v, int *count, int *us, size_t bytes, CUgraphNode *nodes) {
+    CUgraph g;
+    OK(cuGraphCreate(&g, 0));
+    CUgraphNodeParams p;
+    memset(&p, 0, sizeof p);
+    p.type = CU_GRAPH_NODE_TYPE_MEMSET;
+    p.memset = (CUDA_MEMSET_NODE_PARAMS_v2){
+        .dst = *x, .elementSize = 4, .width = bytes / 4, .height = 1, .ctx = ctx};
+    OK(cuGraphAddNode(&nodes[0], g, NULL, NULL, 0, &p));
+    void *args[] = {x, v, count, us};
+    memset(&p, 0, sizeof p);
+    p.type = CU_GRAPH_NODE_TYPE_KERNEL;
+    p.kernel = (CUDA_KERNEL_NODE_PARAMS_v3){.func = fill,
+                                            .gridDimX = 1,
+                                            .gridDimY = 1,
+                                            .gridDimZ = 1,
+                                            .blockDimX = 32,
+                                            .blockDimY = 1,
+                                            .blockDimZ = 1,
+                                            .kernelParams = args};
+    OK(cuGraphAddNode(&nodes[1], g, &nodes[0], NULL, 1, &p));
+    memset(&p, 0, sizeof p);
+    p.type = CU_GRAPH_NODE_TYPE_MEMCPY;
+    p.memcpy.copyCtx = ctx;
+    p.memcpy.copyParams = (CUDA_MEMCPY3D){.srcMemoryType = CU_MEMORYTYPE_DEVICE,
+                                          .srcDevice = *x,
+                                          .srcPitch = bytes,
+                                          .dstMemoryType = CU_MEMORYTYPE_DEVICE,
+                                          .dstDevice = *y,
+                                          .dstPitch = bytes,
+                                          .WidthInBytes = bytes,
+                                          .Height = 1,
+                                          .Depth = 1};
+    OK(cuGraphAddNode(&nodes[2], g, &nodes[1], NULL, 1, &p));
+    memset(&p, 0, sizeof p);
+    p.type = CU_GRAPH_NODE_TYPE_GRAPH;
+    p.graph.graph = child;
+    CUgraphEdgeData edge = {0};
+    OK(cuGraphAddNode(&nodes[3], g, &nodes[2], &edge, 1, &p));
+    memset(&p, 0, sizeof p);
+    p.type = CU_GRAPH_NODE_TYPE_EMPTY;
+    OK(cuGraphAddNode(&nodes[4], g, &nodes[3], NULL, 1, &p));
+    return g;
+}
+
+/* cuGraphAddNode adds kernel, memset, memcpy, child and empty nodes as their typed calls do (both
+ * ABIs), with cuda.h's rules (unused bytes zero, the types it cannot simulate NOT_SUPPORTED);
+ * cuGraphExecUpdate gives an executable graph the parameters of a graph of the same topology,
+ * and refuses, changing nothing, one whose node count, dependencies or node types differ, saying
+ * which node (both ABIs). */
+START_TEST(test_add_node_and_exec_update_follow_the_documented_rules) {
+    open_device(threaded);
+    CUfunction fill = get_kernel("fill"), addone = get_kernel("addone");
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    enum { N = 16 };
+    CUdeviceptr x, y;
+    OK(cuMemAlloc(&x, N * 4));
+    OK(cuMemAlloc(&y, N * 4));
+    CUgraph child;
+    OK(cuGraphCreate(&child, 0));
+    int n = N, us = 0;
+    void *add_args[] = {&y, &n};
+    CUgraphNodeParams p;
+    memset(&p, 0, sizeof p);
+    p.type = CU_GRAPH_NODE_TYPE_KERNEL;
+    p.kernel = (CUDA_KERNEL_NODE_PARAMS_v3){.func = addone,
+                                            .gridDimX = 1,
+                                            .gridDimY = 1,
+                                            .gridDimZ = 1,
+                                            .blockDimX = 1,
+                                            .blockDimY = 1,
+                                            .blockDimZ = 1,
+                                            .kernelParams = add_args};
+    void *pfn = NULL;
+    CUdriverProcAddressQueryResult q;
+    OK(cuGetProcAddress_v2("cuGraphAddNode", &pfn, 12020, 0, &q));
+    CUgraphNode cn;
+    OK(((PFN_cuGraphAddNode_v12020)pfn)(&cn, child, NULL, 0, &p));
+    /* The rules. */
+    CUgraphNode bad;
+    CUgraphNodeParams r = p;
+    r.reserved0[1] = 1;
+    ck_assert_int_eq(cuGraphAddNode(&bad, child, NULL, NULL, 0, &r), CUDA_ERROR_INVALID_VALUE);
+    r = p;
+    r.reserved1[28] = 1; /* past the kernel parameters */
+    ck_assert_int_eq(cuGraphAddNode(&bad, child, NULL, NULL, 0, &r), CUDA_ERROR_INVALID_VALUE);
+    CUgraphEdgeData port = {.from_port = 1};
+    ck_assert_int_eq(cuGraphAddNode(&bad, child, &cn, &port, 1, &p), CUDA_ERROR_INVALID_VALUE);
+    memset(&r, 0, sizeof r);
+    r.type = CU_GRAPH_NODE_TYPE_HOST;
+    ck_assert_int_eq(cuGraphAddNode(&bad, child, NULL, NULL, 0, &r), CUDA_ERROR_NOT_SUPPORTED);
+    memset(&r, 0, sizeof r);
+    r.type = CU_GRAPH_NODE_TYPE_MEMCPY;
+    r.memcpy.flags = 1;
+    ck_assert_int_eq(cuGraphAddNode(&bad, child, NULL, NULL, 0, &r), CUDA_ERROR_INVALID_VALUE);
+    size_t count = 0;
+    OK(cuGraphGetNodes(child, NULL, &count));
+    ck_assert_uint_eq(count, 1);
+    /* g: y = 2 on the first four floats, 1 elsewhere. */
+    float v = 1.0f, v5 = 5.0f;
+    int four = 4, eight = 8;
+    CUgraphNode gn[5], un[5], fn[5];
+    CUgraph g = add_node_graph(fill, child, &x, &y, &v, &four, &us, N * 4, gn);
+    memset(&r, 0, sizeof r);
+    r.type = CU_GRAPH_NODE_TYPE_GRAPH;
+    r.graph.graph = child;
+    r.graph.ownership = CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE;
+    ck_assert_int_eq(cuGraphAddNode(&bad, g, NULL, NULL, 0, &r), CUDA_ERROR_NOT_SUPPORTED);
+    CUgraphNodeType type;
+    OK(cuGraphNodeGetType(gn[3], &type));
+    ck_assert_int_eq(type, CU_GRAPH_NODE_TYPE_GRAPH);
+    CUgraphExec e;
+    OK(cuGraphInstantiate(&e, g, 0));
+    OK(cuGraphLaunch(e, s));
+    OK(cuStreamSynchronize(s));
+    float out[N];
+    OK(cuMemcpyDtoH(out, y, sizeof out));
+    ck_assert_float_eq(out[0], 2.0f);
+    ck_assert_float_eq(out[4], 1.0f);
+    /* The same topology, fill 5.0 into 8 floats: updated. */
+    CUgraph u = add_node_graph(fill, child, &x, &y, &v5, &eight, &us, N * 4, un);
+    CUgraphExecUpdateResultInfo info;
+    OK(cuGraphExecUpdate(e, u, &info));
+    ck_assert_int_eq(info.result, CU_GRAPH_EXEC_UPDATE_SUCCESS);
+    /* Refused: one node fewer (errorNode NULL) ... */
+    CUgraph fewer;
+    OK(cuGraphCreate(&fewer, 0));
+    memset(&r, 0, sizeof r);
+    r.type = CU_GRAPH_NODE_TYPE_EMPTY;
+    OK(cuGraphAddNode(&bad, fewer, NULL, NULL, 0, &r));
+    ck_assert_int_eq(cuGraphExecUpdate(e, fewer, &info), CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE);
+    ck_assert_int_eq(info.result, CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED);
+    ck_assert_ptr_null(info.errorNode);
+    /* ... an edge more (the node and the unmatched dependency) ... */
+    CUgraph f = add_node_graph(fill, child, &x, &y, &v, &four, &us, N * 4, fn);
+    OK(cuGraphAddDependencies(f, &fn[0], &fn[2], NULL, 1));
+    ck_assert_int_eq(cuGraphExecUpdate(e, f, &info), CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE);
+    ck_assert_int_eq(info.result, CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED);
+    ck_assert_ptr_eq(info.errorNode, fn[2]);
+    ck_assert_ptr_null(info.errorFromNode); /* a count of dependencies that differs */
+    OK(cuGraphDestroy(f));
+    /* ... a node of another type, through CUDA 10.2's ABI. */
+    CUgraph t;
+    OK(cuGraphCreate(&t, 0));
+    CUgraphNode tn[5];
+    for (int i = 0; i < 5; i++)
+        OK(cuGraphAddNode(&tn[i], t, i ? &tn[i - 1] : NULL, NULL, i ? 1 : 0, &r));
+    OK(cuGetProcAddress_v2("cuGraphExecUpdate", &pfn, 11000, 0, &q));
+    CUgraphNode err = NULL;
+    CUgraphExecUpdateResult res;
+    ck_assert_int_eq(((PFN_cuGraphExecUpdate_v10020)pfn)(e, t, &err, &res),
+                     CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE);
+    ck_assert_int_eq(res, CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED);
+    ck_assert_ptr_eq(err, tn[0]);
+    /* The refusals changed nothing: the update's parameters run. */
+    OK(cuGraphLaunch(e, s));
+    OK(cuStreamSynchronize(s));
+    OK(cuMemcpyDtoH(out, y, sizeof out));
+    ck_assert_float_eq(out[7], 6.0f);
+    ck_assert_float_eq(out[8], 1.0f);
+    ck_assert_int_eq(cuGraphExecUpdate(e, u, NULL), CUDA_ERROR_INVALID_VALUE);
+    OK(cuGraphExecDestroy(e));
+    OK(cuGraphDestroy(t));
+    OK(cuGraphDestroy(fewer));
+    OK(cuGraphDestroy(u));
+    OK(cuGraphDestroy(g));
+    OK(cuGraphDestroy(child));
+    fakecuda_stats_t st = stats_now();
+    ck_assert_uint_eq(st.graphs_live + st.graph_execs_live, 0);
+    OK(cuMemFree(x));
+    OK(cuMemFree(y));
+    OK(cuStreamDestroy(s));
+}
+END_TEST
+
 Suite *suite_fakecuda(void) {
     Suite *s = suite_create("fakecuda");
     TCase *t = tcase_create("driver");
@@ -2213,6 +2392,7 @@ Suite *suite_fakecuda(void) {
     tcase_add_test(fw, test_tensor_map_encoders_enforce_the_documented_rules);
     tcase_add_test(fw, test_device_pointer_table_kernel);
     tcase_add_test(fw, test_explicit_graphs_run_in_dependency_order_with_exec_updates);
+    tcase_add_test(fw, test_add_node_and_exec_update_follow_the_documented_rules);
     suite_add_tcase(s, fw);
     return s;
 }

@@ -3,9 +3,10 @@
  * many times (test/progs/graph.c, which checks every byte against a host model) gets the same
  * bytes under the shim at a budget that forces swaps between launches as without it, with the
  * scheduler threaded or inline, with jitter, with safe mode on or off, while recording; a graph
- * with more buffers than one access set holds is merged or refused with a clean error, a graph
- * larger than the budget is a clean out-of-memory, and a failed driver call anywhere on the way
- * ends the run cleanly.
+ * built node by node with cuGraphAddNode, or an executable graph updated with cuGraphExecUpdate,
+ * is followed as a captured one; a graph with more buffers than one access set holds is merged or
+ * refused with a clean error, a graph larger than the budget is a clean out-of-memory, and a
+ * failed driver call anywhere on the way ends the run cleanly.
  *
  * The runs use 64 KiB chunks and a budget (and a device) of four: each graph touches three
  * chunks and an ordinary kernel between them a seventh, so every launch evicts what the one
@@ -117,8 +118,8 @@ static void check_swapping_run_of(const char *const *args, int safe, const char 
                          "OOC_STATS=1",
                          NULL};
     run_t r = run_prog(1, args, env);
-    ck_assert_msg(r.status == 0, "%s%s, safe %d, %s, seed %u: status %d\n%s", mode,
-                  args ? " --to-graph" : "", safe, sched, jitter_seed, r.status, r.err);
+    ck_assert_msg(r.status == 0, "%s %s, safe %d, %s, seed %u: status %d\n%s", mode,
+                  args ? args[0] : "", safe, sched, jitter_seed, r.status, r.err);
     ck_assert_msg(strcmp(r.checksum, ref) == 0, "checksum %s, oracle %s", r.checksum, ref);
     ck_assert_msg(strstr(r.err, safe ? "safe mode on" : "safe mode off") != NULL, "%s", r.err);
     ck_assert_msg(tu_stat_row(r.err, "swap-outs") >= 2 * LAUNCHES, "too few swap-outs:\n%s", r.err);
@@ -187,6 +188,36 @@ START_TEST(test_capture_into_an_existing_graph_is_followed) {
     check_swapping_run_of(to_graph, 1, "inline", 0, "demand");
     check_swapping_run_of(to_graph, 0, "threaded", seed, "demand");
     check_swapping_run_of(to_graph, 1, "threaded", seed + 1, "demand");
+}
+END_TEST
+
+static const char *const add_node[] = {"--add-node", NULL};
+static const char *const exec_update[] = {"--exec-update", NULL};
+
+/* Graph 1 built node by node with cuGraphAddNode (both ABIs; kernel, memcpy and memset nodes, and
+ * a child-graph node holding half of them): learned as the typed node calls are. Without the
+ * hook the shim learned nothing of it and launched it with nothing made resident. */
+START_TEST(test_graph_built_with_add_node_is_followed) {
+    unsigned seed = (unsigned)(tu_seed("test_graph_built_with_add_node_is_followed") % 1000) + 1;
+    check_swapping_run_of(add_node, 0, "inline", 0, "demand");
+    check_swapping_run_of(add_node, 1, "inline", 0, "demand");
+    check_swapping_run_of(add_node, 0, "threaded", seed, "demand");
+    check_swapping_run_of(add_node, 0, "inline", 0, "auto");
+    check_swapping_run_of(add_node, 1, "threaded", seed + 1, "auto");
+}
+END_TEST
+
+/* Graph 1's executable graph instantiated on other buffers, then updated with cuGraphExecUpdate
+ * from graph 1 (every node, kernels included, now on graph 1's buffers), then refused an update
+ * from a graph of another topology: its launches make graph 1's buffers resident. Without the
+ * hook the shim made the first graph's buffers resident instead. */
+START_TEST(test_graph_exec_update_is_followed) {
+    unsigned seed = (unsigned)(tu_seed("test_graph_exec_update_is_followed") % 1000) + 1;
+    check_swapping_run_of(exec_update, 0, "inline", 0, "demand");
+    check_swapping_run_of(exec_update, 1, "inline", 0, "demand");
+    check_swapping_run_of(exec_update, 0, "threaded", seed, "demand");
+    check_swapping_run_of(exec_update, 0, "inline", 0, "auto");
+    check_swapping_run_of(exec_update, 1, "threaded", seed + 1, "auto");
 }
 END_TEST
 
@@ -334,6 +365,12 @@ START_TEST(test_fault_in_capture_into_a_graph_is_clean) {
 END_TEST
 
 /* The shim asks the driver whether a followed stream captures before each op on it. */
+START_TEST(test_fault_in_add_node_and_exec_update_is_clean) {
+    fault_loop_of(add_node, "cuGraphAddNode", 0);
+    fault_loop_of(exec_update, "cuGraphExecUpdate", 0);
+}
+END_TEST
+
 START_TEST(test_fault_in_capture_query_is_clean) {
     fault_loop("cuStreamIsCapturing", 0);
 }
@@ -367,6 +404,8 @@ Suite *suite_graph(void) {
     tcase_add_test(t, test_graph_launches_swap_with_jitter);
     tcase_add_test(t, test_graph_launches_while_recording);
     tcase_add_test(t, test_capture_into_an_existing_graph_is_followed);
+    tcase_add_test(t, test_graph_built_with_add_node_is_followed);
+    tcase_add_test(t, test_graph_exec_update_is_followed);
     tcase_add_test(t, test_alloc_and_free_in_a_capture_answer_as_the_driver);
     tcase_add_test(t, test_graph_with_more_buffers_than_an_access_set);
     tcase_add_test(t, test_graph_larger_than_the_budget_is_a_clean_out_of_memory);
@@ -376,6 +415,7 @@ Suite *suite_graph(void) {
     tcase_add_test(f, test_fault_in_capture_query_is_clean);
     tcase_add_test(f, test_fault_in_graph_launch_is_clean);
     tcase_add_test(f, test_fault_in_capture_into_a_graph_is_clean);
+    tcase_add_test(f, test_fault_in_add_node_and_exec_update_is_clean);
     tcase_add_test(f, test_fault_in_swap_in_around_graphs_is_clean);
     tcase_add_test(f, test_fault_in_safe_swap_around_graphs_is_clean);
     suite_add_tcase(s, f);

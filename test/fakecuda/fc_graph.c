@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* fc_graph.c: simulated CUDA graphs: stream capture (cuStreamBeginCapture, both ABIs, and
- * cuStreamBeginCaptureToGraph; cuStreamEndCapture, cuStreamIsCapturing), the explicit graph API
- * XLA builds its command buffers with (cuGraphCreate, kernel, memcpy (CUDA_MEMCPY3D), memset,
- * child-graph and empty nodes, dependencies, cuGraphGetNodes, cuGraphNodeGetType), instantiation
- * (every ABI), exec updates of kernel nodes (cuGraphExecKernelNodeSetParams, both ABIs),
- * cuGraphLaunch, cuGraphExecDestroy and cuGraphDestroy, with their per-thread-stream variants.
+ * cuStreamBeginCaptureToGraph; cuStreamEndCapture, cuStreamIsCapturing), instantiation (every
+ * ABI), exec updates of kernel nodes (cuGraphExecKernelNodeSetParams, both ABIs) and of whole
+ * graphs of the same topology (cuGraphExecUpdate, both ABIs), cuGraphLaunch, cuGraphExecDestroy
+ * and cuGraphDestroy, with their per-thread-stream variants. The explicit graph API XLA builds its
+ * command buffers with (cuGraphCreate, the node calls, dependencies, cuGraphGetNodes,
+ * cuGraphNodeGetType) is in fc_graphnode.c; fc_graph.h is what the two share.
  *
  * A graph is a set of nodes with dependencies on earlier nodes. A node holds the op it runs (a
  * template: fc_op_t.clone makes a runnable copy), or a child graph (its own deep copy, as
@@ -21,7 +22,9 @@
  * Instantiation orders the nodes topologically (among nodes ready together, the one created
  * first), flattens child graphs in place, and gives the executable graph its own copy of every
  * op: later changes to the graph do not reach it, cuGraphExecKernelNodeSetParams changes only it
- * (a kernel node of the graph it came from, not inside a child graph). A dependency cycle fails
+ * (a kernel node of the graph it came from, not inside a child graph). It also keeps the graph's
+ * topology (node types and dependencies), against which cuGraphExecUpdate checks a graph before
+ * it makes every op anew from that graph's nodes. A dependency cycle fails
  * instantiation with CUDA_ERROR_INVALID_VALUE. cuGraphLaunch queues on the launch stream, in that
  * order, a fresh copy of every op, so a launched graph is ordinary work: its kernels and copies
  * check their memory when they run (memory unmapped since the graph was built faults with a
@@ -34,45 +37,23 @@
  * Locking: capture state is guarded by g_fc.lock; graphs are not thread-safe (as on the driver:
  * the caller serialises calls on one graph); an executable graph's mutex orders its launches and
  * updates. */
-#include "fc_internal.h"
+#include "fc_graph.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#define FC_MAGIC_GRAPH 0x47524150u
 #define FC_MAGIC_GEXEC 0x47455845u
-
-#define FC_MAGIC_GNODE 0x474e4f44u
-
-struct CUgraphNode_st {
-    uint32_t magic;
-    struct CUgraph_st *g;
-    CUgraphNodeType type;
-    fc_op_t *op;              /* the template it runs, NULL for child and empty nodes */
-    struct CUgraph_st *child; /* CU_GRAPH_NODE_TYPE_GRAPH: its own copy of the child graph */
-    struct CUgraphNode_st **deps;
-    size_t ndeps;
-    size_t idx; /* position in g->nodes (creation order) */
-};
-
-struct CUgraph_st {
-    uint32_t magic;
-    struct CUgraphNode_st **nodes;
-    size_t n, cap;
-};
 
 struct CUgraphExec_st {
     uint32_t magic;
     fc_op_t **ops;                  /* templates, in launch order */
     struct CUgraphNode_st **origin; /* the kernel node each op came from (NULL inside a child) */
     size_t n;
+    struct CUgraph_st *shape; /* the topology it was instantiated with, for cuGraphExecUpdate */
     pthread_mutex_t lock;
     fc_stream_t *last_s; /* where its previous launch's last op was queued */
     uint64_t last_seq;
 };
-
-typedef struct CUgraphNode_st fc_node_t;
-typedef struct CUgraph_st fc_graph_t;
 
 static uint64_t capture_ids; /* guarded by g_fc.lock */
 
@@ -122,50 +103,48 @@ static fc_op_t *op_clone(const fc_op_t *t) {
 
 /* ---- graphs and nodes ------------------------------------------------------------------------ */
 
-static fc_graph_t *graph_of(CUgraph g) {
-    return (g && g->magic == FC_MAGIC_GRAPH) ? g : NULL;
-}
-
 static struct CUgraphExec_st *exec_of(CUgraphExec e) {
     return (e && e->magic == FC_MAGIC_GEXEC) ? e : NULL;
 }
 
-static fc_node_t *node_of(CUgraphNode n) {
-    return (n && n->magic == FC_MAGIC_GNODE) ? n : NULL;
-}
-
-static fc_graph_t *graph_new(void) {
+/* A new empty graph; a shape is one an executable graph keeps, not a graph the program holds. */
+static fc_graph_t *graph_alloc(int shape) {
     fc_graph_t *g = calloc(1, sizeof *g);
     if (!g)
         return NULL;
     g->magic = FC_MAGIC_GRAPH;
-    FC_STAT(graphs_live, 1);
+    g->shape = shape;
+    if (!shape)
+        FC_STAT(graphs_live, 1);
     return g;
 }
 
-static void graph_free(fc_graph_t *g);
+fc_graph_t *fc_graph_new(void) {
+    return graph_alloc(0);
+}
 
 static void node_free(fc_node_t *n) {
     if (n->op)
         fc_op_free(n->op);
     if (n->child)
-        graph_free(n->child);
+        fc_graph_free(n->child);
     free(n->deps);
     n->magic = 0;
     free(n);
 }
 
-static void graph_free(fc_graph_t *g) {
+void fc_graph_free(fc_graph_t *g) {
     for (size_t i = 0; i < g->n; i++)
         node_free(g->nodes[i]);
     free(g->nodes);
     g->magic = 0;
+    if (!g->shape)
+        FC_STAT(graphs_live, -1);
     free(g);
-    FC_STAT(graphs_live, -1);
 }
 
 /* Checks a dependency list for a new node of g: each a node of g, none twice. */
-static CUresult check_deps(fc_graph_t *g, const CUgraphNode *deps, size_t n) {
+CUresult fc_graph_check_deps(fc_graph_t *g, const CUgraphNode *deps, size_t n) {
     if (n && !deps)
         return CUDA_ERROR_INVALID_VALUE;
     for (size_t i = 0; i < n; i++) {
@@ -181,8 +160,8 @@ static CUresult check_deps(fc_graph_t *g, const CUgraphNode *deps, size_t n) {
 
 /* Adds a node to g after the (checked) dependencies; takes ownership of op and child, also on
  * failure. Returns the node or NULL (out of memory). */
-static fc_node_t *node_add(fc_graph_t *g, CUgraphNodeType type, fc_op_t *op, fc_graph_t *child,
-                           const CUgraphNode *deps, size_t ndeps) {
+fc_node_t *fc_graph_node_add(fc_graph_t *g, CUgraphNodeType type, fc_op_t *op, fc_graph_t *child,
+                             const CUgraphNode *deps, size_t ndeps) {
     fc_node_t *n = calloc(1, sizeof *n);
     fc_node_t **d = n && ndeps ? malloc(ndeps * sizeof *d) : NULL;
     if (g->n == g->cap && n && (d || !ndeps)) {
@@ -199,7 +178,7 @@ static fc_node_t *node_add(fc_graph_t *g, CUgraphNodeType type, fc_op_t *op, fc_
         if (op)
             fc_op_free(op);
         if (child)
-            graph_free(child);
+            fc_graph_free(child);
         return NULL;
     }
     n->magic = FC_MAGIC_GNODE;
@@ -224,240 +203,50 @@ static CUgraphNodeType op_type(const fc_op_t *op) {
                            : CU_GRAPH_NODE_TYPE_HOST;
 }
 
-/* A deep copy of g (each op a fresh template), for a child-graph node. NULL when out of memory. */
-static fc_graph_t *graph_clone(const fc_graph_t *g) {
-    fc_graph_t *c = graph_new();
+/* A deep copy of g (each op a fresh template), for a child-graph node; or, when `shape`, of its
+ * nodes' types and dependencies only. NULL when out of memory. */
+static fc_graph_t *graph_copy(const fc_graph_t *g, int shape) {
+    fc_graph_t *c = graph_alloc(shape);
     if (!c)
         return NULL;
+    /* The nodes first, then their dependencies: an edge added later (cuGraphAddDependencies) may
+     * come from a node created after the one it leads to. */
     for (size_t i = 0; i < g->n; i++) {
         const fc_node_t *s = g->nodes[i];
-        fc_op_t *op = s->op ? op_clone(s->op) : NULL;
-        fc_graph_t *child = s->child ? graph_clone(s->child) : NULL;
-        fc_node_t **deps = s->ndeps ? malloc(s->ndeps * sizeof *deps) : NULL;
-        if ((s->op && !op) || (s->child && !child) || (s->ndeps && !deps)) {
+        fc_op_t *op = s->op && !shape ? op_clone(s->op) : NULL;
+        fc_graph_t *child = s->child ? graph_copy(s->child, shape) : NULL;
+        if ((s->op && !shape && !op) || (s->child && !child)) {
             if (op)
                 fc_op_free(op);
             if (child)
-                graph_free(child);
-            free(deps);
-            graph_free(c);
+                fc_graph_free(child);
+            fc_graph_free(c);
+            return NULL;
+        }
+        if (!fc_graph_node_add(c, s->type, op, child, NULL, 0)) {
+            fc_graph_free(c);
+            return NULL;
+        }
+    }
+    for (size_t i = 0; i < g->n; i++) {
+        const fc_node_t *s = g->nodes[i];
+        fc_node_t *n = c->nodes[i];
+        if (!s->ndeps)
+            continue;
+        if (!(n->deps = malloc(s->ndeps * sizeof *n->deps))) {
+            fc_graph_free(c);
             return NULL;
         }
         for (size_t k = 0; k < s->ndeps; k++)
-            deps[k] = c->nodes[s->deps[k]->idx];
-        fc_node_t *n = node_add(c, s->type, op, child, deps, s->ndeps);
-        free(deps);
-        if (!n) {
-            graph_free(c);
-            return NULL;
-        }
+            n->deps[k] = c->nodes[s->deps[k]->idx];
+        n->ndeps = s->ndeps;
     }
     return c;
 }
 
-static CUresult fc_graph_create(CUgraph *out, unsigned int flags) {
-    FC_ENTER("cuGraphCreate");
-    if (!out || flags != 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    fc_graph_t *g = graph_new();
-    if (!g)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    *out = g;
-    return CUDA_SUCCESS;
+fc_graph_t *fc_graph_clone(const fc_graph_t *g) {
+    return graph_copy(g, 0);
 }
-FC_EXPORT(cuGraphCreate, PFN_cuGraphCreate_v10000, fc_graph_create);
-
-/* The common part of every cuGraphAdd*Node: checks, then adds the node (taking op and child). */
-static CUresult add_node(CUgraphNode *out, CUgraph hg, const CUgraphNode *deps, size_t ndeps,
-                         CUgraphNodeType type, fc_op_t *op, fc_graph_t *child) {
-    fc_graph_t *g = graph_of(hg);
-    CUresult r = !out || !g ? CUDA_ERROR_INVALID_VALUE : check_deps(g, deps, ndeps);
-    if (r != CUDA_SUCCESS) {
-        if (op)
-            fc_op_free(op);
-        if (child)
-            graph_free(child);
-        return r;
-    }
-    fc_node_t *n = node_add(g, type, op, child, deps, ndeps);
-    if (!n)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    *out = n;
-    return CUDA_SUCCESS;
-}
-
-static CUresult kernel_op(const CUDA_KERNEL_NODE_PARAMS *p, fc_op_t **op) {
-    if (!p)
-        return CUDA_ERROR_INVALID_VALUE;
-    CUfunction f = p->func ? p->func : (CUfunction)(void *)p->kern;
-    if (!f)
-        return CUDA_ERROR_INVALID_VALUE;
-    const unsigned grid[3] = {p->gridDimX, p->gridDimY, p->gridDimZ};
-    const unsigned block[3] = {p->blockDimX, p->blockDimY, p->blockDimZ};
-    return fc_launch_op(f, grid, block, p->sharedMemBytes, p->kernelParams, p->extra, op);
-}
-
-/* The CUDA 10 layout is the CUDA 12 one without its last two fields (kern, ctx). */
-static CUDA_KERNEL_NODE_PARAMS from_v1(const CUDA_KERNEL_NODE_PARAMS_v1 *p) {
-    CUDA_KERNEL_NODE_PARAMS q = {0};
-    if (p)
-        memcpy(&q, p, sizeof *p);
-    return q;
-}
-
-static CUresult add_kernel(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t n,
-                           const CUDA_KERNEL_NODE_PARAMS *p) {
-    if (!graph_of(g) || !out)
-        return CUDA_ERROR_INVALID_VALUE;
-    CUresult r = check_deps(g, deps, n);
-    fc_op_t *op = NULL;
-    if (r == CUDA_SUCCESS)
-        r = kernel_op(p, &op);
-    if (r != CUDA_SUCCESS)
-        return r;
-    return add_node(out, g, deps, n, CU_GRAPH_NODE_TYPE_KERNEL, op, NULL);
-}
-
-static CUresult fc_add_kernel_v1(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t n,
-                                 const CUDA_KERNEL_NODE_PARAMS_v1 *p) {
-    FC_ENTER("cuGraphAddKernelNode");
-    if (!p)
-        return CUDA_ERROR_INVALID_VALUE;
-    CUDA_KERNEL_NODE_PARAMS q = from_v1(p);
-    return add_kernel(out, g, deps, n, &q);
-}
-FC_EXPORT(cuGraphAddKernelNode, PFN_cuGraphAddKernelNode_v10000, fc_add_kernel_v1);
-
-static CUresult fc_add_kernel(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t n,
-                              const CUDA_KERNEL_NODE_PARAMS *p) {
-    FC_ENTER("cuGraphAddKernelNode");
-    return add_kernel(out, g, deps, n, p);
-}
-FC_EXPORT(cuGraphAddKernelNode_v2, PFN_cuGraphAddKernelNode_v12000, fc_add_kernel);
-
-/* The checks a memcpy or memset node's arguments share, in the driver's order: the graph and
- * the out pointer, the context, the dependencies. */
-static CUresult check_op_node(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t n,
-                              CUcontext ctx) {
-    if (!graph_of(g) || !out)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!fc_ctx_valid(ctx))
-        return CUDA_ERROR_INVALID_CONTEXT;
-    return check_deps(g, deps, n);
-}
-
-static CUresult fc_add_memcpy(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t n,
-                              const CUDA_MEMCPY3D *c, CUcontext ctx) {
-    FC_ENTER("cuGraphAddMemcpyNode");
-    CUresult r = check_op_node(out, g, deps, n, ctx);
-    fc_op_t *op = NULL;
-    if (r == CUDA_SUCCESS)
-        r = fc_copy3d_op(c, &op);
-    if (r != CUDA_SUCCESS)
-        return r;
-    return add_node(out, g, deps, n, CU_GRAPH_NODE_TYPE_MEMCPY, op, NULL);
-}
-FC_EXPORT(cuGraphAddMemcpyNode, PFN_cuGraphAddMemcpyNode_v10000, fc_add_memcpy);
-
-static CUresult fc_add_memset(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t n,
-                              const CUDA_MEMSET_NODE_PARAMS *m, CUcontext ctx) {
-    FC_ENTER("cuGraphAddMemsetNode");
-    CUresult r = check_op_node(out, g, deps, n, ctx);
-    fc_op_t *op = NULL;
-    if (r == CUDA_SUCCESS)
-        r = fc_memset_op(m, &op);
-    if (r != CUDA_SUCCESS)
-        return r;
-    return add_node(out, g, deps, n, CU_GRAPH_NODE_TYPE_MEMSET, op, NULL);
-}
-FC_EXPORT(cuGraphAddMemsetNode, PFN_cuGraphAddMemsetNode_v10000, fc_add_memset);
-
-static CUresult fc_add_child(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t n,
-                             CUgraph child) {
-    FC_ENTER("cuGraphAddChildGraphNode");
-    fc_graph_t *c = graph_of(child);
-    if (!graph_of(g) || !out || !c || c == g)
-        return CUDA_ERROR_INVALID_VALUE;
-    CUresult r = check_deps(g, deps, n);
-    if (r != CUDA_SUCCESS)
-        return r;
-    fc_graph_t *copy = graph_clone(c);
-    if (!copy)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    return add_node(out, g, deps, n, CU_GRAPH_NODE_TYPE_GRAPH, NULL, copy);
-}
-FC_EXPORT(cuGraphAddChildGraphNode, PFN_cuGraphAddChildGraphNode_v10000, fc_add_child);
-
-static CUresult fc_add_empty(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t n) {
-    FC_ENTER("cuGraphAddEmptyNode");
-    return add_node(out, g, deps, n, CU_GRAPH_NODE_TYPE_EMPTY, NULL, NULL);
-}
-FC_EXPORT(cuGraphAddEmptyNode, PFN_cuGraphAddEmptyNode_v10000, fc_add_empty);
-
-/* Adds edges from[i] -> to[i]: both nodes of g, the edge new; edge data, when given, must be
- * the default edge (full completion). A cycle is found at instantiation. */
-static CUresult add_deps(CUgraph hg, const CUgraphNode *from, const CUgraphNode *to,
-                         const CUgraphEdgeData *edges, size_t n) {
-    fc_graph_t *g = graph_of(hg);
-    if (!g || (n && (!from || !to)))
-        return CUDA_ERROR_INVALID_VALUE;
-    for (size_t i = 0; i < n; i++) {
-        fc_node_t *a = node_of(from[i]), *b = node_of(to[i]);
-        if (!a || !b || a->g != g || b->g != g || a == b)
-            return CUDA_ERROR_INVALID_VALUE;
-        if (edges && (edges[i].from_port || edges[i].to_port || edges[i].type))
-            return CUDA_ERROR_INVALID_VALUE;
-        for (size_t k = 0; k < b->ndeps; k++)
-            if (b->deps[k] == a)
-                return CUDA_ERROR_INVALID_VALUE;
-    }
-    for (size_t i = 0; i < n; i++) {
-        fc_node_t *b = to[i];
-        fc_node_t **d = realloc(b->deps, (b->ndeps + 1) * sizeof *d);
-        if (!d)
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        d[b->ndeps++] = from[i];
-        b->deps = d;
-    }
-    return CUDA_SUCCESS;
-}
-
-static CUresult fc_add_deps(CUgraph hg, const CUgraphNode *from, const CUgraphNode *to, size_t n) {
-    FC_ENTER("cuGraphAddDependencies");
-    return add_deps(hg, from, to, NULL, n);
-}
-FC_EXPORT(cuGraphAddDependencies, PFN_cuGraphAddDependencies_v10000, fc_add_deps);
-
-static CUresult fc_add_deps_v2(CUgraph hg, const CUgraphNode *from, const CUgraphNode *to,
-                               const CUgraphEdgeData *edges, size_t n) {
-    FC_ENTER("cuGraphAddDependencies");
-    return add_deps(hg, from, to, edges, n);
-}
-FC_EXPORT(cuGraphAddDependencies_v2, PFN_cuGraphAddDependencies_v12030, fc_add_deps_v2);
-
-static CUresult fc_graph_nodes(CUgraph hg, CUgraphNode *nodes, size_t *count) {
-    FC_ENTER("cuGraphGetNodes");
-    fc_graph_t *g = graph_of(hg);
-    if (!g || !count)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (nodes)
-        for (size_t i = 0; i < g->n && i < *count; i++)
-            nodes[i] = g->nodes[i];
-    if (!nodes || *count > g->n)
-        *count = g->n;
-    return CUDA_SUCCESS;
-}
-FC_EXPORT(cuGraphGetNodes, PFN_cuGraphGetNodes_v10000, fc_graph_nodes);
-
-static CUresult fc_node_type(CUgraphNode hn, CUgraphNodeType *type) {
-    FC_ENTER("cuGraphNodeGetType");
-    fc_node_t *n = node_of(hn);
-    if (!n || !type)
-        return CUDA_ERROR_INVALID_VALUE;
-    *type = n->type;
-    return CUDA_SUCCESS;
-}
-FC_EXPORT(cuGraphNodeGetType, PFN_cuGraphNodeGetType_v10000, fc_node_type);
 
 /* ---- capture --------------------------------------------------------------------------------- */
 
@@ -548,16 +337,16 @@ static CUresult end_capture(CUstream h, int ptds, CUgraph *out) {
     CUresult r = CUDA_SUCCESS;
     if (c->invalidated)
         r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-    else if (!(g = target ? target : graph_new()))
+    else if (!(g = target ? target : fc_graph_new()))
         r = CUDA_ERROR_OUT_OF_MEMORY;
     free(c);
     fc_node_t *last = NULL;
     size_t nops = l->n;
     for (size_t i = 0; r == CUDA_SUCCESS && i < nops; i++) {
         fc_op_t *op = l->ops[i];
-        l->ops[i] = NULL; /* the node owns it now (node_add frees it on failure) */
-        last = i == 0 ? node_add(g, op_type(op), op, NULL, deps, ndeps)
-                      : node_add(g, op_type(op), op, NULL, &last, 1);
+        l->ops[i] = NULL; /* the node owns it now (fc_graph_node_add frees it on failure) */
+        last = i == 0 ? fc_graph_node_add(g, op_type(op), op, NULL, deps, ndeps)
+                      : fc_graph_node_add(g, op_type(op), op, NULL, &last, 1);
         if (!last)
             r = CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -569,7 +358,7 @@ static CUresult end_capture(CUstream h, int ptds, CUgraph *out) {
     fc_oplist_put(l);
     if (r != CUDA_SUCCESS) {
         if (g && !target)
-            graph_free(g);
+            fc_graph_free(g);
         return r;
     }
     *out = g;
@@ -714,6 +503,8 @@ static void exec_free(struct CUgraphExec_st *e) {
         fc_op_free(e->ops[i]);
     free(e->ops);
     free(e->origin);
+    if (e->shape)
+        fc_graph_free(e->shape);
     pthread_mutex_destroy(&e->lock);
     e->magic = 0;
     free(e);
@@ -736,6 +527,8 @@ static CUresult instantiate(CUgraphExec *out, CUgraph hg, unsigned long long fla
     e->magic = FC_MAGIC_GEXEC;
     pthread_mutex_init(&e->lock, NULL);
     CUresult r = flatten(e, g, 1);
+    if (r == CUDA_SUCCESS && !(e->shape = graph_copy(g, 1)))
+        r = CUDA_ERROR_OUT_OF_MEMORY;
     if (r != CUDA_SUCCESS) {
         exec_free(e);
         return r;
@@ -867,7 +660,7 @@ static CUresult exec_kernel_set(CUgraphExec he, CUgraphNode hn, const CUDA_KERNE
     if (i == e->n)
         return CUDA_ERROR_INVALID_VALUE;
     fc_op_t *op;
-    CUresult r = kernel_op(p, &op);
+    CUresult r = fc_graph_kernel_op(p, &op);
     if (r != CUDA_SUCCESS)
         return r;
     pthread_mutex_lock(&e->lock);
@@ -883,7 +676,7 @@ static CUresult fc_exec_kernel_set_v1(CUgraphExec e, CUgraphNode n,
     FC_ENTER("cuGraphExecKernelNodeSetParams");
     if (!p)
         return CUDA_ERROR_INVALID_VALUE;
-    CUDA_KERNEL_NODE_PARAMS q = from_v1(p);
+    CUDA_KERNEL_NODE_PARAMS q = fc_graph_kernel_v1(p);
     return exec_kernel_set(e, n, &q);
 }
 FC_EXPORT(cuGraphExecKernelNodeSetParams, PFN_cuGraphExecKernelNodeSetParams_v10010,
@@ -896,6 +689,109 @@ static CUresult fc_exec_kernel_set(CUgraphExec e, CUgraphNode n, const CUDA_KERN
 FC_EXPORT(cuGraphExecKernelNodeSetParams_v2, PFN_cuGraphExecKernelNodeSetParams_v12000,
           fc_exec_kernel_set);
 
+/* ---- cuGraphExecUpdate ----------------------------------------------------------------------- */
+
+/* Fills *info and says whether g has the topology of `shape` (an executable graph's copy of the
+ * graph it came from), recursively into child graphs: nodes are paired in creation order, each
+ * with the same type and the same dependencies, in edge order. The checks and what they report
+ * are cuda.h's, in its order: the count of nodes (errorNode NULL), a node's count of dependencies
+ * or a mismatched dependency (errorNode the node of g, errorFromNode its dependency), then a
+ * node's type. Parameters are not compared: a simulated node accepts any that its typed call
+ * would. */
+static int same_topology(const fc_graph_t *shape, const fc_graph_t *g,
+                         CUgraphExecUpdateResultInfo *info) {
+    if (shape->n != g->n) {
+        *info =
+            (CUgraphExecUpdateResultInfo){CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED, NULL, NULL};
+        return 0;
+    }
+    for (size_t i = 0; i < g->n; i++) {
+        const fc_node_t *a = shape->nodes[i], *b = g->nodes[i];
+        if (a->ndeps != b->ndeps) {
+            *info = (CUgraphExecUpdateResultInfo){CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED,
+                                                  (CUgraphNode)b, NULL};
+            return 0;
+        }
+        for (size_t k = 0; k < b->ndeps; k++) {
+            if (a->deps[k]->idx != b->deps[k]->idx) {
+                *info = (CUgraphExecUpdateResultInfo){CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED,
+                                                      (CUgraphNode)b, (CUgraphNode)b->deps[k]};
+                return 0;
+            }
+        }
+    }
+    for (size_t i = 0; i < g->n; i++) {
+        const fc_node_t *a = shape->nodes[i], *b = g->nodes[i];
+        if (a->type != b->type) {
+            *info = (CUgraphExecUpdateResultInfo){CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED,
+                                                  (CUgraphNode)b, NULL};
+            return 0;
+        }
+        if (a->child && !same_topology(a->child, b->child, info))
+            return 0;
+    }
+    return 1;
+}
+
+/* Gives executable graph he the parameters of every node of hg, a graph of the same topology
+ * (same_topology): its ops are made again from hg's nodes, in the order instantiation gave them
+ * (which depends on the topology only), so each kernel node keeps its place for
+ * cuGraphExecKernelNodeSetParams, which names the nodes of the graph he was instantiated from.
+ * Launches already queued keep their ops. On any failure he is unchanged. */
+static CUresult exec_update(CUgraphExec he, CUgraph hg, CUgraphExecUpdateResultInfo *info) {
+    if (!info)
+        return CUDA_ERROR_INVALID_VALUE;
+    *info = (CUgraphExecUpdateResultInfo){CU_GRAPH_EXEC_UPDATE_ERROR, NULL, NULL};
+    struct CUgraphExec_st *e = exec_of(he);
+    fc_graph_t *g = graph_of(hg);
+    if (!e || !g)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!same_topology(e->shape, g, info))
+        return CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+    struct CUgraphExec_st fresh = {.magic = 0};
+    CUresult r = flatten(&fresh, g, 0);
+    if (r == CUDA_SUCCESS && fresh.n != e->n)
+        r = CUDA_ERROR_INVALID_VALUE; /* an empty copy (no op) made non-empty, or back */
+    if (r != CUDA_SUCCESS) {
+        for (size_t i = 0; i < fresh.n; i++)
+            fc_op_free(fresh.ops[i]);
+        free(fresh.ops);
+        free(fresh.origin);
+        *info = (CUgraphExecUpdateResultInfo){CU_GRAPH_EXEC_UPDATE_ERROR, NULL, NULL};
+        return r == CUDA_ERROR_OUT_OF_MEMORY ? r : CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
+    }
+    pthread_mutex_lock(&e->lock);
+    fc_op_t **old = e->ops;
+    e->ops = fresh.ops;
+    pthread_mutex_unlock(&e->lock);
+    for (size_t i = 0; i < fresh.n; i++)
+        fc_op_free(old[i]);
+    free(old);
+    free(fresh.origin);
+    info->result = CU_GRAPH_EXEC_UPDATE_SUCCESS;
+    return CUDA_SUCCESS;
+}
+
+/* CUDA 10.2's ABI: the result and the error node only. */
+static CUresult fc_exec_update_v1(CUgraphExec e, CUgraph g, CUgraphNode *err_node,
+                                  CUgraphExecUpdateResult *result) {
+    FC_ENTER("cuGraphExecUpdate");
+    if (!err_node || !result)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUgraphExecUpdateResultInfo info;
+    CUresult r = exec_update(e, g, &info);
+    *err_node = info.errorNode;
+    *result = info.result;
+    return r;
+}
+FC_EXPORT(cuGraphExecUpdate, PFN_cuGraphExecUpdate_v10020, fc_exec_update_v1);
+
+static CUresult fc_exec_update(CUgraphExec e, CUgraph g, CUgraphExecUpdateResultInfo *info) {
+    FC_ENTER("cuGraphExecUpdate");
+    return exec_update(e, g, info);
+}
+FC_EXPORT(cuGraphExecUpdate_v2, PFN_cuGraphExecUpdate_v12000, fc_exec_update);
+
 /* cuStreamBeginCaptureToGraph: the captured work is appended to hg after the dependencies (edge
  * data, when given, must be the default edge: full completion). */
 static CUresult begin_capture_to(CUstream h, CUgraph hg, const CUgraphNode *deps,
@@ -904,7 +800,7 @@ static CUresult begin_capture_to(CUstream h, CUgraph hg, const CUgraphNode *deps
     fc_graph_t *g = graph_of(hg);
     if (!g)
         return CUDA_ERROR_INVALID_VALUE;
-    CUresult r = check_deps(g, deps, ndeps);
+    CUresult r = fc_graph_check_deps(g, deps, ndeps);
     if (r != CUDA_SUCCESS)
         return r;
     for (size_t i = 0; edges && i < ndeps; i++)
@@ -959,7 +855,7 @@ static CUresult fc_graph_destroy(CUgraph hg) {
     fc_graph_t *g = graph_of(hg);
     if (!g)
         return CUDA_ERROR_INVALID_VALUE;
-    graph_free(g);
+    fc_graph_free(g);
     return CUDA_SUCCESS;
 }
 FC_EXPORT(cuGraphDestroy, PFN_cuGraphDestroy_v10000, fc_graph_destroy);

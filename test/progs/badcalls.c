@@ -346,6 +346,28 @@ static CUresult c_add_child_node(void *fn, int ver) {
     CUgraphNode node;
     return F(PFN_cuGraphAddChildGraphNode_v10000)(&node, NULL, NULL, 0, NULL);
 }
+static CUresult c_add_node(void *fn, int ver) {
+    CUgraphNode node;
+    CUgraphNodeParams p;
+    memset(&p, 0, sizeof p);
+    p.type = CU_GRAPH_NODE_TYPE_MEMSET;
+    p.memset.dst = PAST_END;
+    p.memset.elementSize = 4;
+    p.memset.width = 4;
+    p.memset.height = 1;
+    if (ver >= 12030)
+        return F(PFN_cuGraphAddNode_v12030)(&node, NULL, NULL, NULL, 0, &p); /* no graph */
+    return F(PFN_cuGraphAddNode_v12020)(&node, NULL, NULL, 0, &p);
+}
+static CUresult c_exec_update(void *fn, int ver) {
+    if (ver >= 12000) {
+        CUgraphExecUpdateResultInfo info;
+        return F(PFN_cuGraphExecUpdate_v12000)(NULL, NULL, &info);
+    }
+    CUgraphNode err;
+    CUgraphExecUpdateResult res;
+    return F(PFN_cuGraphExecUpdate_v10020)(NULL, NULL, &err, &res);
+}
 static CUresult c_write32(void *fn, int ver) {
     (void)ver;
     return F(PFN_cuStreamWriteValue32_v11070)(stream, buf[0] + WORDS * 4 - 2, 7, 0);
@@ -500,6 +522,8 @@ static const bad_case_t cases[] = {
     {"cuGraphAddMemcpyNode", c_add_memcpy_node},
     {"cuGraphAddMemsetNode", c_add_memset_node},
     {"cuGraphAddChildGraphNode", c_add_child_node},
+    {"cuGraphAddNode", c_add_node},
+    {"cuGraphExecUpdate", c_exec_update},
     {"cuStreamWriteValue32", c_write32},
     {"cuStreamWriteValue64", c_write64},
     {"cuStreamWaitValue32", c_wait32},

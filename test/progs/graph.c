@@ -20,7 +20,11 @@
  * buffers than one operation's access set holds when N > 256), launched twice and checked;
  * `--big`: a graph touching five chunks, which a budget of four cannot hold (the launch fails);
  * `--to-graph`: graph 1 is an explicit memset node followed by the body captured into the same
- * graph with cuStreamBeginCaptureToGraph (same results); `--alloc-in-capture`: cuMemAlloc and
+ * graph with cuStreamBeginCaptureToGraph (same results); `--add-node`: graph 1 is built node by
+ * node with cuGraphAddNode (both ABIs, its second half a child graph; same results);
+ * `--exec-update`: graph 1's executable graph is instantiated from a graph on other buffers,
+ * then updated with cuGraphExecUpdate from graph 1 captured anew, then refused an update from a
+ * graph with one node more (same results); `--alloc-in-capture`: cuMemAlloc and
  * cuMemFree during a relaxed and a global capture, printing what each call answered.
  *
  * Output: "graph: ok" and "checksum: H" (FNV-1a 64 of the final buffers). Exit status: 0 when
@@ -188,7 +192,99 @@ static int check_buffer(CUdeviceptr d, const float *want, const char *what, int 
     return same(host, want, what, it);
 }
 
-static int to_graph; /* --to-graph */
+static int to_graph;    /* --to-graph */
+static int add_node;    /* --add-node */
+static int exec_update; /* --exec-update */
+
+/* Adds a kernel node running f(args) after dep (when not NULL), through cuGraphAddNode. */
+static CUgraphNode node_kernel(CUgraph g, CUgraphNode dep, CUfunction f, void **args) {
+    CUgraphNodeParams p;
+    memset(&p, 0, sizeof p); /* cuda.h: every unused byte zero */
+    p.type = CU_GRAPH_NODE_TYPE_KERNEL;
+    p.kernel.func = f;
+    p.kernel.gridDimX = p.kernel.gridDimY = p.kernel.gridDimZ = 1;
+    p.kernel.blockDimX = 32;
+    p.kernel.blockDimY = p.kernel.blockDimZ = 1;
+    p.kernel.kernelParams = args;
+    CUgraphNode n;
+    CHECK(cuGraphAddNode(&n, g, dep ? &dep : NULL, NULL, dep ? 1 : 0, &p));
+    return n;
+}
+
+/* Fills a memcpy node's parameters: a 1D copy of CHUNK bytes. */
+static void copy_params(CUgraphNodeParams *p, CUcontext ctx, CUmemorytype st, const void *sh,
+                        CUdeviceptr sd, CUmemorytype dt, void *dh, CUdeviceptr dd) {
+    memset(p, 0, sizeof *p);
+    p->type = CU_GRAPH_NODE_TYPE_MEMCPY;
+    p->memcpy.copyCtx = ctx;
+    CUDA_MEMCPY3D *c = &p->memcpy.copyParams;
+    c->srcMemoryType = st;
+    c->srcHost = sh;
+    c->srcDevice = sd;
+    c->dstMemoryType = dt;
+    c->dstHost = dh;
+    c->dstDevice = dd;
+    c->srcPitch = c->dstPitch = CHUNK;
+    c->srcHeight = c->dstHeight = 1;
+    c->WidthInBytes = CHUNK;
+    c->Height = c->Depth = 1;
+}
+
+/* Graph 1 built node by node with cuGraphAddNode, the same ops as capture_body: the first three
+ * through CUDA 12.3's ABI (cuGraphAddNode_v2, linked), the last four in a child graph built
+ * through CUDA 12.2's (cuGetProcAddress "cuGraphAddNode" at 12020) and added as a child-graph
+ * node. */
+static CUgraph build_by_node(gbuf_t *g, CUcontext ctx) {
+    void *p_add = NULL;
+    CUdriverProcAddressQueryResult q;
+    CHECK(cuGetProcAddress_v2("cuGraphAddNode", &p_add, 12020, 0, &q));
+    PFN_cuGraphAddNode_v12020 add_v12020 = (PFN_cuGraphAddNode_v12020)p_add;
+    /* The driver copies the parameters when it adds a node. */
+    int n = N;
+    float half = 0.5f, one = 1.0f;
+    CUdeviceptr a = g->a, b = g->b, c = g->c;
+    void *axpb_a[] = {&a, &g->ka, &g->kb, &n}, *acc_ba[] = {&b, &a, &n};
+    void *axpb_c[] = {&c, &half, &one, &n};
+
+    CUgraph gr, child;
+    CUgraphNodeParams p;
+    CUgraphNode h2d, ka, kb, d2d, kc, d2h, set;
+    CHECK(cuGraphCreate(&gr, 0));
+    copy_params(&p, ctx, CU_MEMORYTYPE_HOST, g->in, 0, CU_MEMORYTYPE_DEVICE, NULL, g->a);
+    CHECK(cuGraphAddNode(&h2d, gr, NULL, NULL, 0, &p));
+    ka = node_kernel(gr, h2d, f_axpb, axpb_a);
+    kb = node_kernel(gr, ka, f_acc, acc_ba);
+
+    CHECK(cuGraphCreate(&child, 0));
+    copy_params(&p, ctx, CU_MEMORYTYPE_DEVICE, NULL, g->b, CU_MEMORYTYPE_DEVICE, NULL, g->c);
+    CHECK(add_v12020(&d2d, child, NULL, 0, &p));
+    memset(&p, 0, sizeof p);
+    p.type = CU_GRAPH_NODE_TYPE_KERNEL;
+    p.kernel.func = f_axpb;
+    p.kernel.gridDimX = p.kernel.gridDimY = p.kernel.gridDimZ = 1;
+    p.kernel.blockDimX = 32;
+    p.kernel.blockDimY = p.kernel.blockDimZ = 1;
+    p.kernel.kernelParams = axpb_c;
+    CHECK(add_v12020(&kc, child, &d2d, 1, &p));
+    copy_params(&p, ctx, CU_MEMORYTYPE_DEVICE, NULL, g->c, CU_MEMORYTYPE_HOST, g->out, 0);
+    CHECK(add_v12020(&d2h, child, &kc, 1, &p));
+    memset(&p, 0, sizeof p);
+    p.type = CU_GRAPH_NODE_TYPE_MEMSET;
+    p.memset.dst = g->a;
+    p.memset.elementSize = 4;
+    p.memset.width = (size_t)N;
+    p.memset.height = 1;
+    p.memset.ctx = ctx;
+    CHECK(add_v12020(&set, child, &d2h, 1, &p));
+
+    memset(&p, 0, sizeof p);
+    p.type = CU_GRAPH_NODE_TYPE_GRAPH;
+    p.graph.graph = child;
+    CUgraphNode sub;
+    CHECK(cuGraphAddNode(&sub, gr, &kb, NULL, 1, &p));
+    CHECK(cuGraphDestroy(child)); /* the node holds its own copy */
+    return gr;
+}
 
 static int run_graphs(int iters) {
     typedef CUresult (*instantiate_v11_fn)(CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t);
@@ -213,7 +309,49 @@ static int run_graphs(int iters) {
 
     CUgraph gr1, gr2;
     CUgraphExec e1, e2;
-    if (to_graph) {
+    gbuf_t g0; /* --exec-update: the buffers graph 1 is first instantiated with */
+    int instantiated = 0;
+    if (add_node) {
+        CUcontext ctx;
+        CHECK(cuCtxGetCurrent(&ctx));
+        gr1 = build_by_node(&g1, ctx);
+    } else if (exec_update) {
+        /* Instantiated on other buffers (g0), then updated to graph 1's from a graph captured
+         * anew: every node, kernels included, now points at g1's buffers. */
+        alloc_gbuf(&g0, 2.0f, 1.0f);
+        CHECK(cuStreamBeginCapture(s1, CU_STREAM_CAPTURE_MODE_GLOBAL));
+        capture_body(&g0, s1);
+        CUgraph decoy;
+        CHECK(cuStreamEndCapture(s1, &decoy));
+        CHECK(cuGraphInstantiate(&e1, decoy, 0));
+        CHECK(cuStreamBeginCapture(s1, CU_STREAM_CAPTURE_MODE_GLOBAL));
+        capture_body(&g1, s1);
+        CHECK(cuStreamEndCapture(s1, &gr1));
+        CUgraphExecUpdateResultInfo info;
+        CHECK(cuGraphExecUpdate(e1, gr1, &info));
+        if (info.result != CU_GRAPH_EXEC_UPDATE_SUCCESS) {
+            fprintf(stderr, "graph: cuGraphExecUpdate succeeded with result %d\n",
+                    (int)info.result);
+            return 1;
+        }
+        /* A refused update (one node more) changes nothing: e1 stays on g1's buffers. */
+        CHECK(cuStreamBeginCapture(s1, CU_STREAM_CAPTURE_MODE_GLOBAL));
+        capture_body(&g0, s1);
+        CHECK(cuMemsetD32Async(g0.c, 0, (size_t)N, s1));
+        CUgraph longer;
+        CHECK(cuStreamEndCapture(s1, &longer));
+        CUresult r = cuGraphExecUpdate(e1, longer, &info);
+        if (r != CUDA_SUCCESS && r != CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE)
+            die("cuGraphExecUpdate(e1, longer, &info)", r);
+        if (r == CUDA_SUCCESS || info.result != CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED) {
+            fprintf(stderr, "graph: cuGraphExecUpdate to a longer graph: %d, result %d\n", (int)r,
+                    (int)info.result);
+            return 1;
+        }
+        CHECK(cuGraphDestroy(decoy));
+        CHECK(cuGraphDestroy(longer));
+        instantiated = 1;
+    } else if (to_graph) {
         /* XLA's way: an explicit node (C = 0, undone by the body's C = B), then the body
          * captured into the same graph after it. */
         CUcontext ctx;
@@ -240,7 +378,8 @@ static int run_graphs(int iters) {
     CHECK(cuStreamBeginCapture(s2, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
     capture_body(&g2, s2);
     CHECK(cuStreamEndCapture(s2, &gr2));
-    CHECK(cuGraphInstantiate(&e1, gr1, 0));
+    if (!instantiated)
+        CHECK(cuGraphInstantiate(&e1, gr1, 0));
     CHECK(instantiate_v11(&e2, gr2, NULL, NULL, 0));
     CHECK(cuGraphDestroy(gr1)); /* the executable graphs live on */
 
@@ -279,6 +418,8 @@ static int run_graphs(int iters) {
     CHECK(cuGraphDestroy(gr2));
     free_gbuf(&g1);
     free_gbuf(&g2);
+    if (exec_update)
+        free_gbuf(&g0);
     CHECK(cuMemFree(k));
     CHECK(cuStreamDestroy(s1));
     if (!ok)
@@ -408,11 +549,15 @@ int main(int argc, char **argv) {
             in_capture = 1;
         } else if (strcmp(argv[i], "--to-graph") == 0) {
             to_graph = 1;
+        } else if (strcmp(argv[i], "--add-node") == 0) {
+            add_node = 1;
+        } else if (strcmp(argv[i], "--exec-update") == 0) {
+            exec_update = 1;
         } else if (strcmp(argv[i], "--big") == 0) {
             big = 1;
         } else {
-            fprintf(stderr, "usage: graph [--iters N] [--to-graph] [--many N [--bytes B]] [--big] "
-                            "[--alloc-in-capture]\n");
+            fprintf(stderr, "usage: graph [--iters N] [--to-graph | --add-node | --exec-update] "
+                            "[--many N [--bytes B]] [--big] [--alloc-in-capture]\n");
             return 64;
         }
     }
