@@ -56,22 +56,11 @@ static CUresult memcpy_access(ooc_access_t *a, const char *name, const CUDA_MEMC
     return ooc_copy3d_access(a, name, p);
 }
 
-/* The access set of a set node; *learn is 0 for an empty one (nothing to learn). */
+/* The access set of a set node, as a memset's; *learn is 0 for an empty one (nothing to learn). */
 static CUresult memset_access(ooc_access_t *a, const char *name, CUdeviceptr dst, size_t pitch,
                               unsigned elem, size_t width, size_t height, int *learn) {
     *learn = width && height;
-    if (!*learn)
-        return CUDA_SUCCESS;
-    size_t span, row;
-    if (__builtin_mul_overflow(height - 1, pitch, &span) ||
-        __builtin_mul_overflow(width, (size_t)elem, &row) ||
-        __builtin_add_overflow(span, row, &span))
-        return CUDA_ERROR_INVALID_VALUE;
-    ACCESS_OR_RETURN(ooc_mem_check_range(name, (uintptr_t)dst, span));
-    op_start(a, OOC_OP_MEMSET, name, width * height * elem);
-    unsigned use = (height == 1 || pitch == row) ? OOC_USE_W : OOC_USE_RW;
-    ooc_mem_note_range(a, (uintptr_t)dst, span, use);
-    return CUDA_SUCCESS;
+    return *learn ? ooc_set_access(a, name, dst, pitch, width, height, elem) : CUDA_SUCCESS;
 }
 
 CUresult ooc_hook_cuGraphAddMemcpyNode(CUgraphNode *node, CUgraph g, const CUgraphNode *deps,

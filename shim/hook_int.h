@@ -69,5 +69,9 @@ static inline uint64_t range_chunks(uintptr_t p, size_t n, uint64_t chunk) {
 
 /* The access set of a 3D copy (copy2d.c): each device side of ours, range-checked. */
 CUresult ooc_copy3d_access(ooc_access_t *a, const char *name, const CUDA_MEMCPY3D *p);
+/* The access set of a memset of h rows of w elements of `elem` bytes, `pitch` bytes apart
+ * (hooks.c); CUDA_ERROR_INVALID_VALUE when the range is not in one live buffer. */
+CUresult ooc_set_access(ooc_access_t *a, const char *name, CUdeviceptr d, size_t pitch, size_t w,
+                        size_t h, size_t elem);
 
 #endif

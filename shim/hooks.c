@@ -577,9 +577,9 @@ BATCH_13000(cuMemcpyBatchAsync_v2_ptsz, PFN_cuMemcpyBatchAsync_v13000_ptsz, 1);
 /* ---- sets ------------------------------------------------------------------------------------ */
 
 /* The access set of a set of h rows of w elements of `elem` bytes, `pitch` bytes apart. Its range
- * must lie in one live buffer, as for a copy. */
-static CUresult set_access(ooc_access_t *a, const char *name, CUdeviceptr d, size_t pitch, size_t w,
-                           size_t h, size_t elem) {
+ * must lie in one live buffer, as for a copy. Also graph set nodes' (graphnode.c). */
+CUresult ooc_set_access(ooc_access_t *a, const char *name, CUdeviceptr d, size_t pitch, size_t w,
+                        size_t h, size_t elem) {
     size_t span = 0, last = 0;
     if (w && h) {
         if (__builtin_mul_overflow(h - 1, pitch, &span) || __builtin_mul_overflow(w, elem, &last) ||
@@ -601,7 +601,7 @@ static CUresult set_access(ooc_access_t *a, const char *name, CUdeviceptr d, siz
         if (!managing())                                                                           \
             return ooc_real.sym(d, v, n);                                                          \
         ooc_access_t a;                                                                            \
-        ACCESS_OR_RETURN(set_access(&a, #sym, d, n *elem, n, 1, elem));                            \
+        ACCESS_OR_RETURN(ooc_set_access(&a, #sym, d, n *elem, n, 1, elem));                        \
         RUN_OP(&a, NULL, ptds, ooc_real.sym(d, v, n));                                             \
     }                                                                                              \
     OOC_EXPORT_HOOK(sym, pfn)
@@ -619,7 +619,7 @@ SET1(cuMemsetD32_v2_ptds, PFN_cuMemsetD32_v7000_ptds, 1, 4, unsigned int);
         if (!managing())                                                                           \
             return ooc_real.sym(d, v, n, s);                                                       \
         ooc_access_t a;                                                                            \
-        ACCESS_OR_RETURN(set_access(&a, #sym, d, n *elem, n, 1, elem));                            \
+        ACCESS_OR_RETURN(ooc_set_access(&a, #sym, d, n *elem, n, 1, elem));                        \
         RUN_OP(&a, s, ptds, ooc_real.sym(d, v, n, s));                                             \
     }                                                                                              \
     OOC_EXPORT_HOOK(sym, pfn)
@@ -637,7 +637,7 @@ SET1_ASYNC(cuMemsetD32Async_ptsz, PFN_cuMemsetD32Async_v7000_ptsz, 1, 4, unsigne
         if (!managing())                                                                           \
             return ooc_real.sym(d, pitch, v, w, h);                                                \
         ooc_access_t a;                                                                            \
-        ACCESS_OR_RETURN(set_access(&a, #sym, d, pitch, w, h, elem));                              \
+        ACCESS_OR_RETURN(ooc_set_access(&a, #sym, d, pitch, w, h, elem));                          \
         RUN_OP(&a, NULL, ptds, ooc_real.sym(d, pitch, v, w, h));                                   \
     }                                                                                              \
     OOC_EXPORT_HOOK(sym, pfn)
@@ -655,7 +655,7 @@ SET2(cuMemsetD2D32_v2_ptds, PFN_cuMemsetD2D32_v7000_ptds, 1, 4, unsigned int);
         if (!managing())                                                                           \
             return ooc_real.sym(d, pitch, v, w, h, s);                                             \
         ooc_access_t a;                                                                            \
-        ACCESS_OR_RETURN(set_access(&a, #sym, d, pitch, w, h, elem));                              \
+        ACCESS_OR_RETURN(ooc_set_access(&a, #sym, d, pitch, w, h, elem));                          \
         RUN_OP(&a, s, ptds, ooc_real.sym(d, pitch, v, w, h, s));                                   \
     }                                                                                              \
     OOC_EXPORT_HOOK(sym, pfn)

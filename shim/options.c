@@ -340,7 +340,7 @@ static int is_pow2(uint64_t v) {
     return v != 0 && (v & (v - 1)) == 0;
 }
 
-static char *fmt_size(uint64_t b, char *buf, size_t len) {
+char *ooc_options_fmt_size(uint64_t b, char *buf, size_t len) {
     static const char units[] = "KMGT";
     int u = -1;
     while (u < 3 && b >= 1024 && b % 1024 == 0) {
@@ -363,12 +363,12 @@ static int check_size(const ooc_option_desc_t *d, const char *value, uint64_t b,
             fail(err, errlen, d, value, "must be more than 0");
         else
             fail(err, errlen, d, value, "below the minimum of %s",
-                 fmt_size((uint64_t)d->min, lim, sizeof lim));
+                 ooc_options_fmt_size((uint64_t)d->min, lim, sizeof lim));
         return OOC_ERANGE;
     }
     if (d->max > 0 && b > (uint64_t)d->max) {
         fail(err, errlen, d, value, "above the maximum of %s",
-             fmt_size((uint64_t)d->max, lim, sizeof lim));
+             ooc_options_fmt_size((uint64_t)d->max, lim, sizeof lim));
         return OOC_ERANGE;
     }
     if (d->pow2 && !is_pow2(b)) {
@@ -532,7 +532,7 @@ int ooc_options_parse(ooc_options_get_fn get, void *ctx, ooc_options_t *out, cha
         char c[32];
         const ooc_option_desc_t *d = ooc_options_find("OOC_BUDGET");
         fail(err, errlen, d, get(d->name, ctx), "smaller than one chunk (OOC_CHUNK is %s)",
-             fmt_size(out->chunk.bytes, c, sizeof c));
+             ooc_options_fmt_size(out->chunk.bytes, c, sizeof c));
         return OOC_ERANGE;
     }
     return 0;

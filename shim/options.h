@@ -166,6 +166,9 @@ uint64_t ooc_options_reserve_bytes(const ooc_options_t *o, uint64_t device_total
  * the device's allocation granularity (a power of two; 0 means "no constraint"). */
 uint64_t ooc_options_chunk_bytes(const ooc_options_t *o, uint64_t granularity, uint64_t budget);
 
+/* b as an option value reads it back: the largest exact K/M/G/T unit ("2M", "1536K", "100"). */
+char *ooc_options_fmt_size(uint64_t b, char *buf, size_t len);
+
 /* The window in bytes, or 0 for `auto` (the planner tunes it). */
 uint64_t ooc_options_window_bytes(const ooc_options_t *o);
 

@@ -866,14 +866,12 @@ int ooc_replay_load(const char *plan_path) {
                  pl->nops, pl->nbufs, p->nops, p->nbufs);
         bad = why;
     } else if (pl->chunk_bytes != chunk) {
-        /* OOC_CHUNK=auto follows the budget: a plan made under another budget names its own. */
-        uint64_t pc = pl->chunk_bytes;
+        char pc[32];
         snprintf(why, sizeof why,
-                 "the plan is for chunks of %llu bytes; the shim's are %llu (set "
-                 "OOC_CHUNK=%llu%s, as when it was made)",
-                 (unsigned long long)pc, (unsigned long long)chunk,
-                 (unsigned long long)(pc % (1u << 20) ? pc >> 10 : pc >> 20),
-                 pc % (1u << 20) ? "K" : "M");
+                 "the plan is for chunks of %llu bytes; the shim's are %llu (set OOC_CHUNK=%s, as "
+                 "when it was made)",
+                 (unsigned long long)pl->chunk_bytes, (unsigned long long)chunk,
+                 ooc_options_fmt_size(pl->chunk_bytes, pc, sizeof pc));
         bad = why;
     }
     if (bad) {
