@@ -36,7 +36,7 @@ unsigned lru_pick(chunk_t *head, uint64_t serial, uint64_t steps, chunk_t **vict
     unsigned nv = 0;
     for (chunk_t *c = head->prev, *prev; c != head && nv < want && steps; c = prev, steps--) {
         prev = c->prev;
-        if (c->pin == serial)
+        if (c->pin == serial || c->hold)
             continue;
         if (atomic_load_explicit(&c->touched, memory_order_relaxed)) {
             lru_list_push(head, c);

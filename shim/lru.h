@@ -21,12 +21,12 @@ void lru_list_push(struct chunk *head, struct chunk *c);
 /* Puts c at the cold end of the list at head, untouched: the first to be evicted. */
 void lru_list_push_tail(struct chunk *head, struct chunk *c);
 /* Picks up to `want` eviction victims into victims[], least recently used first, walking the list
- * at head from its tail. Chunks pinned by the current op (pin == serial) are skipped and stay
- * where they are; a touched chunk gets a second chance: it goes back to the head, untouched, so
- * the walk meets it again last (a victim then, unless used again meanwhile). The walk looks at
- * no more than `steps` chunks, so it ends even while the fast path keeps touching chunks.
- * Victims stay in the list (the caller takes them out when it evicts them). Returns their
- * number. */
+ * at head from its tail. Chunks pinned by the current op (pin == serial) or held by a library
+ * call in flight (hold) are skipped and stay where they are; a touched chunk gets a second chance:
+ * it goes back to the head, untouched, so the walk meets it again last (a victim then, unless used
+ * again meanwhile). The walk looks at no more than `steps` chunks, so it ends even while the fast
+ * path keeps touching chunks. Victims stay in the list (the caller takes them out when it evicts
+ * them). Returns their number. */
 unsigned lru_pick(struct chunk *head, uint64_t serial, uint64_t steps, struct chunk **victims,
                   unsigned want);
 

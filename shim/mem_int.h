@@ -100,7 +100,8 @@ typedef struct chunk {
     unsigned nbufs;
     buf_t *owner;
     slab_t *slab;
-    uint64_t pin; /* op serial that pinned it */
+    uint64_t pin;  /* op serial that pinned it */
+    unsigned hold; /* library calls in flight that use it (ooc_mem_op_hold): never a victim */
     int dying;
     /* Replay (planned, asynchronous transfers): */
     evref_t *in_ev;  /* a planned swap-in's copy: ops using the chunk wait for it on their stream */

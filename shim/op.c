@@ -33,22 +33,21 @@ static void finish_recording(void) {
         ooc_replay_plan(p, dir, pos); /* takes p */
 }
 
-CUresult ooc_op_begin(ooc_live_op_t *op, const ooc_access_t *a, CUstream stream, int per_thread) {
-    CUstream s = ooc_stream_of(stream, per_thread); /* the one place the pair is resolved */
+_Thread_local int ooc_lib_depth;
+
+static void live_init(ooc_live_op_t *op, const ooc_access_t *a, CUstream s) {
     op->a = a;
     op->s = s;
     op->fast = 0;
     op->began = 0;
     op->token = -1;
-    op->rec = ooc_record_on();
-    if (op->rec && ooc_record_pending()) {
-        finish_recording();
-        op->rec = 0;
-    }
-    if (!op->rec && ooc_mem_fast_begin(a, s)) {
-        op->fast = 1;
-        return CUDA_SUCCESS;
-    }
+    op->nested = 0;
+    op->held = NULL;
+    op->nheld = 0;
+}
+
+/* The locked path's first half: the residency lock is held on return, whatever the result. */
+static CUresult locked_begin(const ooc_access_t *a, CUstream s) {
     int listed = 0;
     CUresult r = ooc_mem_op_pin(a, &listed);
     if (r == CUDA_SUCCESS) {
@@ -64,6 +63,41 @@ CUresult ooc_op_begin(ooc_live_op_t *op, const ooc_access_t *a, CUstream stream,
     }
     if (OOC_UNLIKELY(atomic_load_explicit(&ooc_replay_rebuilds, memory_order_relaxed)))
         r = ooc_replay_op_ready(r, s);
+    return r;
+}
+
+/* Is this op logged? A recording with enough iterations is finished first. */
+static int will_record(void) {
+    if (!ooc_record_on())
+        return 0;
+    if (ooc_record_pending()) {
+        finish_recording();
+        return 0;
+    }
+    return 1;
+}
+
+CUresult ooc_op_begin(ooc_live_op_t *op, const ooc_access_t *a, CUstream stream, int per_thread) {
+    CUstream s = ooc_stream_of(stream, per_thread); /* the one place the pair is resolved */
+    live_init(op, a, s);
+    if (OOC_UNLIKELY(ooc_lib_depth)) {
+        /* A part of a library call: residency only (its operands are held already). */
+        op->nested = 1;
+        op->rec = 0;
+        if (ooc_mem_fast_begin(a, s)) {
+            op->fast = 1;
+            return CUDA_SUCCESS;
+        }
+        CUresult r = ooc_mem_begin(a, s);
+        op->began = r == CUDA_SUCCESS;
+        return r;
+    }
+    op->rec = will_record();
+    if (!op->rec && ooc_mem_fast_begin(a, s)) {
+        op->fast = 1;
+        return CUDA_SUCCESS;
+    }
+    CUresult r = locked_begin(a, s);
     if (r == CUDA_SUCCESS) {
         op->began = 1;
         if (op->rec)
@@ -76,6 +110,8 @@ CUresult ooc_op_end(ooc_live_op_t *op, CUresult r) {
     int issued = r == CUDA_SUCCESS;
     if (op->fast) {
         ooc_mem_fast_end(issued);
+    } else if (op->nested) {
+        ooc_mem_end(op->a, op->s, issued);
     } else {
         if (op->began && op->rec)
             ooc_record_op_end(op->token, op->a, op->s, issued);
@@ -86,6 +122,46 @@ CUresult ooc_op_end(ooc_live_op_t *op, CUresult r) {
     }
     if (r == CUDA_ERROR_ILLEGAL_ADDRESS)
         ooc_mem_report_fault(r);
+    return r;
+}
+
+CUresult ooc_op_lib_begin(ooc_live_op_t *op, const ooc_access_t *a, CUstream stream) {
+    live_init(op, a, stream);
+    op->rec = will_record();
+    CUresult r = locked_begin(a, stream);
+    if (r == CUDA_SUCCESS)
+        r = ooc_mem_op_hold(&op->held, &op->nheld);
+    if (r == CUDA_SUCCESS) {
+        op->began = 1;
+        if (op->rec)
+            op->token = ooc_record_op_begin(stream);
+    }
+    ooc_mem_op_release(); /* the library's own driver calls take the lock */
+    return r;
+}
+
+CUresult ooc_op_lib_end(ooc_live_op_t *op, CUresult r) {
+    if (!op->began)
+        return r;
+    /* The lock again, and the op's buffers listed again for the recorder and the plan (the
+     * library's own calls listed theirs meanwhile); held chunks are still resident. */
+    int listed = 0;
+    CUresult pr = ooc_mem_op_pin(op->a, &listed);
+    /* Not pinned again (out of host memory: rare): the chunks are let go only once the call's
+     * work is done. */
+    if (pr == CUDA_ERROR_OUT_OF_MEMORY && ooc_real.cuStreamSynchronize)
+        (void)ooc_real.cuStreamSynchronize(op->s);
+    ooc_mem_op_unhold(op->held, op->nheld);
+    op->held = NULL;
+    int issued = r == CUDA_SUCCESS;
+    if (op->rec && pr == CUDA_SUCCESS)
+        ooc_record_op_end(op->token, op->a, op->s, issued);
+    /* A call that failed may have issued work before it did: its stream is waited for all the
+     * same before any of its chunks is evicted. */
+    ooc_mem_op_issued(op->s, pr == CUDA_SUCCESS);
+    if (issued && pr == CUDA_SUCCESS && ooc_replay_on())
+        ooc_replay_op_end(op->s);
+    ooc_mem_op_release();
     return r;
 }
 

@@ -101,6 +101,19 @@ static void *route(void *real) {
     return NULL;
 }
 
+/* The libraries' router (library.c registers it at load): real.c stays below the hooks. */
+typedef void *(*lib_router_fn)(void *, const char *);
+static _Atomic(lib_router_fn) lib_router;
+
+void ooc_real_route_libraries(void *(*router)(void *real, const char *name)) {
+    atomic_store_explicit(&lib_router, router, memory_order_release);
+}
+
+void *ooc_real_sym(void *handle, const char *name) {
+    bootstrap_dlsym();
+    return ooc__real_dlsym ? ooc__real_dlsym(handle, name) : NULL;
+}
+
 /* ---- dlsym ----------------------------------------------------------------------------------- */
 
 /* The C half of dlsym: every handle but RTLD_NEXT (which the stub sends to the real dlsym). */
@@ -110,10 +123,15 @@ OOC_NO_SANITIZE void *ooc__dlsym_hook(void *handle, const char *name) {
     if (!ooc__real_dlsym)
         return NULL;
     void *r = ooc__real_dlsym(handle, name);
-    /* Only names of the driver can be ours; the string test keeps the table build (which opens
-     * libcuda) away from every other library's lookups. */
+    /* Only names of the driver and of cuDNN can be ours; the string test keeps the table build
+     * (which opens libcuda) away from every other library's lookups. */
     if (!r || !name || name[0] != 'c' || name[1] != 'u' || handle == RTLD_NEXT)
         return r;
+    if (name[2] == 'd' && name[3] == 'n' && name[4] == 'n') {
+        lib_router_fn f = atomic_load_explicit(&lib_router, memory_order_acquire);
+        void *lh = f ? f(r, name) : NULL;
+        return lh ? lh : r;
+    }
     if (ooc_real_load() != 0)
         return r;
     void *h = route(r);

@@ -490,7 +490,8 @@ static void v_free(ooc_verify_t *v) {
 
 void ooc_verify_pre(ooc_verify_t *v, const ooc_launch_t *l, const ooc_access_t *a, CUstream s) {
     v->on = 0;
-    if (OOC_LIKELY(!ooc_record_on()))
+    /* A kernel of a library call is not an op of the profile: nothing to verify. */
+    if (OOC_LIKELY(!ooc_record_on()) || ooc_lib_depth)
         return;
     memset(v, 0, sizeof *v);
     vnote.key = 0;

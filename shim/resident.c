@@ -19,7 +19,7 @@
 /* Is some resident chunk's memory given up by the plan (need_phys takes it first)? */
 int any_discard(void) {
     for (chunk_t *c = M.lru.prev; c != &M.lru; c = c->prev)
-        if (c->discard && c->pin != M.serial)
+        if (c->discard && c->pin != M.serial && !c->hold)
             return 1;
     return 0;
 }
@@ -115,7 +115,7 @@ CUresult need_phys(uint64_t want) {
     if (want > 64)
         want = 64;
     for (chunk_t *c = M.lru.prev; c != &M.lru && nv < want; c = c->prev)
-        if (c->discard && c->pin != M.serial)
+        if (c->discard && c->pin != M.serial && !c->hold)
             victims[nv++] = c;
     if (nv)
         return evict(victims, nv);
@@ -527,6 +527,34 @@ void ooc_mem_op_issued(CUstream s, int issued) {
         stream_issued(s);
         M.fc_epoch++;
     }
+}
+
+CUresult ooc_mem_op_hold(uint64_t **idx, size_t *n) {
+    *idx = NULL;
+    *n = 0;
+    if (M.nop == 0)
+        return CUDA_SUCCESS;
+    uint64_t *v = malloc(M.nop * sizeof *v);
+    if (!v) {
+        OOC_LOG_E("out of memory: a library call's chunks could not be held resident");
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    for (size_t i = 0; i < M.nop; i++) {
+        M.op_chunks[i]->hold++;
+        v[i] = M.op_chunks[i]->idx;
+    }
+    *idx = v;
+    *n = M.nop;
+    return CUDA_SUCCESS;
+}
+
+void ooc_mem_op_unhold(uint64_t *idx, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        chunk_t *c = chunk_find(idx[i]);
+        if (c && c->hold) /* a chunk buried meanwhile and made again starts at 0 */
+            c->hold--;
+    }
+    free(idx);
 }
 
 void ooc_mem_op_release(void) {

@@ -76,6 +76,12 @@ typedef struct ooc_real {
 
 extern ooc_real_t ooc_real OOC_INTERNAL;
 
+/* The real dlsym (never routed to a hook), for the libraries' tables (library.c). */
+void *ooc_real_sym(void *handle, const char *name);
+/* Registers the router dlsym asks about a cuDNN name: given the real answer, our hook for it or
+ * NULL (library.c's, registered when the shim is loaded). */
+void ooc_real_route_libraries(void *(*router)(void *real, const char *name));
+
 /* Loads the real driver and fills ooc_real, once; returns 0 or OOC_ENOENT when no libcuda.so.1
  * can be opened (then every hook returns CUDA_ERROR_NOT_INITIALIZED). Thread-safe. */
 int ooc_real_load(void);
@@ -161,7 +167,7 @@ typedef struct ooc_query {
 #define OOC_MAX_REFS 256
 
 /* The kinds of op (the planner's ooc_op_kind_t values). */
-enum { OOC_OP_KERNEL = 0, OOC_OP_MEMCPY = 1, OOC_OP_MEMSET = 2 };
+enum { OOC_OP_KERNEL = 0, OOC_OP_MEMCPY = 1, OOC_OP_MEMSET = 2, OOC_OP_CUDNN = 3 };
 
 /* What one operation is and touches, gathered by launch.c or the copy hooks. */
 typedef struct ooc_access {
@@ -283,6 +289,13 @@ CUresult ooc_mem_op_pin(const ooc_access_t *a, int *listed);
 CUresult ooc_mem_op_resident(CUstream s);
 void ooc_mem_op_issued(CUstream s, int issued);
 void ooc_mem_op_release(void);
+/* A library call (library.c) runs kernels that reach its operands through memory no hook sees,
+ * with the residency lock released. Between ooc_mem_op_resident and ooc_mem_op_release, op_hold
+ * marks the op's chunks held: no eviction, planned swap-out or drop takes them until op_unhold
+ * (under the residency lock again) releases them. *idx (malloc'd, given to op_unhold) names
+ * them. CUDA_SUCCESS or CUDA_ERROR_OUT_OF_MEMORY. */
+CUresult ooc_mem_op_hold(uint64_t **idx, size_t *n);
+void ooc_mem_op_unhold(uint64_t *idx, size_t n);
 /* Residency alone, for the shim's own ops (ooc_internal_op: a verification, a rebuild), which are
  * neither recorded nor matched against a plan: ooc_mem_begin is op_pin then op_resident (the
  * lock is held on return, whatever the result, until ooc_mem_end); ooc_mem_end is op_issued
@@ -382,12 +395,20 @@ static inline CUstream ooc_stream_of(CUstream stream, int per_thread) {
 /* One operation of the program between ooc_op_begin and ooc_op_end (on the caller's stack). */
 typedef struct ooc_live_op {
     const ooc_access_t *a;
-    CUstream s; /* ooc_stream_of(stream, per_thread) */
-    int fast;   /* issued on the lock-free path */
-    int rec;    /* logged by the recorder */
-    int began;  /* made resident: the real call is issued */
-    int token;  /* the recorder's */
+    CUstream s;     /* ooc_stream_of(stream, per_thread) */
+    int fast;       /* issued on the lock-free path */
+    int rec;        /* logged by the recorder */
+    int began;      /* made resident: the real call is issued */
+    int token;      /* the recorder's */
+    int nested;     /* issued inside a library call (ooc_lib_depth): residency only */
+    uint64_t *held; /* a library call's held chunks (ooc_mem_op_hold) */
+    size_t nheld;
 } ooc_live_op_t;
+
+/* Library calls (cuDNN, library.c) this thread is inside: the driver calls a library makes are
+ * not operations of the program but parts of the library's (ooc_op_lib_begin), made resident
+ * and issued, neither recorded nor matched against a plan. */
+extern _Thread_local int ooc_lib_depth OOC_INTERNAL;
 
 /* Before the real call of an op that touches what `a` notes, on `stream` (whose NULL means the
  * per-thread stream when per_thread is set): record, replay and residency in that order (op.c).
@@ -396,6 +417,12 @@ typedef struct ooc_live_op {
  * the residency lock may be held from one to the other. */
 CUresult ooc_op_begin(ooc_live_op_t *op, const ooc_access_t *a, CUstream stream, int per_thread);
 CUresult ooc_op_end(ooc_live_op_t *op, CUresult r);
+/* The same for a library call (library.c) whose operands `a` notes, on `stream`: one operation of
+ * the program, recorded and matched like any other, whose real call runs without the residency
+ * lock (the library's own driver calls take it) while its chunks are held (ooc_mem_op_hold).
+ * Between the two the caller raises ooc_lib_depth around the real call. Never the fast path. */
+CUresult ooc_op_lib_begin(ooc_live_op_t *op, const ooc_access_t *a, CUstream stream);
+CUresult ooc_op_lib_end(ooc_live_op_t *op, CUresult r);
 /* Before the program unloads a module or library (hooks.c; no lock held): every function of it
  * may be gone and its handle value reused. Dropped buffers are rebuilt now, while their
  * producers still exist (replay.c); then, under the residency lock, the plan is given up and the

@@ -46,7 +46,7 @@ unsigned ooc_mem_l_swapout(uintptr_t addr, uint64_t id, CUstream s) {
         return 0;
     for (uint64_t i = 0; i < n; i++) {
         chunk_t *c = plan_chunk(b, i);
-        if (c && c->state == C_RESIDENT && !c->dying && !c->out_ev)
+        if (c && c->state == C_RESIDENT && !c->dying && !c->out_ev && !c->hold)
             M.op_tmp[k++] = c;
     }
     if (k == 0)

@@ -244,6 +244,22 @@ START_TEST(test_lru_pinned_chunks_are_skipped) {
 }
 END_TEST
 
+START_TEST(test_lru_held_chunks_are_skipped) {
+    lru_fix_t f;
+    lru_fresh(&f);
+    /* A library call in flight uses chunks 1 and 2 (ooc_mem_op_hold), whatever op is current. */
+    f.c[1].hold = 1;
+    f.c[2].hold = 2;
+    chunk_t *v[NLRU];
+    unsigned n = lru_pick(&f.head, 9, 100, v, NLRU);
+    ck_assert_str_eq(picked(v, n), "034");
+    ck_assert_str_eq(lru_order(&f), "01234");
+    f.c[1].hold = 0; /* the call has ended */
+    n = lru_pick(&f.head, 9, 100, v, NLRU);
+    ck_assert_str_eq(picked(v, n), "0134");
+}
+END_TEST
+
 START_TEST(test_lru_walk_is_bounded) {
     lru_fix_t f;
     chunk_t *v[NLRU];
@@ -307,6 +323,7 @@ Suite *suite_memunit(void) {
     tcase_add_test(tc, test_lru_pick_respects_want);
     tcase_add_test(tc, test_lru_touched_chunks_get_a_second_chance);
     tcase_add_test(tc, test_lru_pinned_chunks_are_skipped);
+    tcase_add_test(tc, test_lru_held_chunks_are_skipped);
     tcase_add_test(tc, test_lru_walk_is_bounded);
     tcase_add_test(tc, test_lru_remove_leaves_a_whole_list);
     suite_add_tcase(s, tc);

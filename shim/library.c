@@ -1,0 +1,424 @@
+/* SPDX-License-Identifier: MIT */
+/* library.c: cuDNN calls as operations of the program, named by the cuDNN function.
+ *
+ * A cuDNN call is one operation: before it, every operand it names (tensors, filters, the
+ * workspace; a backend variant pack's data pointers and workspace) is made resident on the
+ * handle's stream; until its work is issued nothing it uses is evicted (op.c's
+ * ooc_op_lib_begin/end hold its chunks); the recorder logs it as kind `cudnn` with the
+ * function's name, and the plan is matched against it. The driver calls cuDNN makes inside
+ * (its kernels, copies, sets) are parts of it (ooc_lib_depth): made resident and issued, never
+ * recorded or matched. So a kernel that reaches an operand through memory no launch scan reads
+ * (cuDNN's backend engines may) finds it resident, and the profile names the convolution.
+ *
+ * Reached two ways, as cuDNN is: a program linked with -lcudnn calls our exported functions (the
+ * preloaded library comes first); a program that dlopens libcudnn.so.9 gets our functions from
+ * dlsym (real.c), routed by pointer: only the address libcudnn.so.9 itself exports is replaced,
+ * so a dispatcher's lookups into cuDNN's sub-libraries stay as they are. The real functions are
+ * looked up in the loaded libcudnn.so.9 (never loaded by us: RTLD_NOLOAD), once it is there.
+ * A call made while another is in progress on the thread (cuDNN calling itself) passes through.
+ *
+ * OOC_TEST_LIB_HOOKS=0 (test harness only) passes every call through, so the tests can show that
+ * the hooks, not luck, keep the backend API's operands resident. */
+#include "hook_int.h"
+
+#include <cudnn.h>
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The hooked cuDNN functions, and those the hooks call for themselves. */
+#define DNN_HOOKED(X)                                                                              \
+    X(cudnnConvolutionForward)                                                                     \
+    X(cudnnConvolutionBackwardData)                                                                \
+    X(cudnnConvolutionBackwardFilter)                                                              \
+    X(cudnnConvolutionBackwardBias)                                                                \
+    X(cudnnConvolutionBiasActivationForward)                                                       \
+    X(cudnnBatchNormalizationForwardTraining)                                                      \
+    X(cudnnBatchNormalizationForwardInference)                                                     \
+    X(cudnnBatchNormalizationBackward)                                                             \
+    X(cudnnActivationForward)                                                                      \
+    X(cudnnActivationBackward)                                                                     \
+    X(cudnnPoolingForward)                                                                         \
+    X(cudnnPoolingBackward)                                                                        \
+    X(cudnnSoftmaxForward)                                                                         \
+    X(cudnnSoftmaxBackward)                                                                        \
+    X(cudnnAddTensor)                                                                              \
+    X(cudnnOpTensor)                                                                               \
+    X(cudnnBackendExecute)
+#define DNN_USED(X)                                                                                \
+    X(cudnnGetStream)                                                                              \
+    X(cudnnBackendGetAttribute)
+
+static struct {
+#define DNN_FIELD(fn) __typeof__(&fn) fn;
+    DNN_HOOKED(DNN_FIELD) DNN_USED(DNN_FIELD)
+#undef DNN_FIELD
+} dnn;
+
+static const struct {
+    const char *name;
+    void *hook;
+} dnn_hooks[] = {
+#define DNN_ROUTE(fn) {#fn, (void *)&fn},
+    DNN_HOOKED(DNN_ROUTE)
+#undef DNN_ROUTE
+};
+#define NDNN (sizeof dnn_hooks / sizeof dnn_hooks[0])
+static void *dnn_real[NDNN];
+
+static pthread_mutex_t dnn_lock = PTHREAD_MUTEX_INITIALIZER;
+static _Atomic int dnn_loaded;
+
+/* Fills dnn from the libcudnn.so.9 the program has loaded: 0, or -1 while it has none. */
+static int dnn_load(void) {
+    if (atomic_load_explicit(&dnn_loaded, memory_order_acquire))
+        return 0;
+    pthread_mutex_lock(&dnn_lock);
+    if (!atomic_load_explicit(&dnn_loaded, memory_order_relaxed)) {
+        void *h = dlopen("libcudnn.so.9", RTLD_LAZY | RTLD_NOLOAD);
+        if (h) {
+#define DNN_LOAD(fn) *(void **)&dnn.fn = ooc_real_sym(h, #fn);
+            DNN_HOOKED(DNN_LOAD) DNN_USED(DNN_LOAD)
+#undef DNN_LOAD
+            size_t i = 0;
+#define DNN_REAL(fn) dnn_real[i++] = (void *)dnn.fn;
+            DNN_HOOKED(DNN_REAL)
+#undef DNN_REAL
+            atomic_store_explicit(&dnn_loaded, 1, memory_order_release);
+        }
+    }
+    pthread_mutex_unlock(&dnn_lock);
+    return atomic_load_explicit(&dnn_loaded, memory_order_acquire) ? 0 : -1;
+}
+
+/* dlsym's answer `real` for `name`: our hook when it is the address of a cuDNN function we hook
+ * as libcudnn.so.9 exports it, else NULL. */
+static void *lib_route(void *real, const char *name) {
+    if (!real || strncmp(name, "cudnn", 5) != 0 || dnn_load() != 0)
+        return NULL;
+    for (size_t i = 0; i < NDNN; i++)
+        if (dnn_real[i] == real)
+            return dnn_hooks[i].hook;
+    return NULL;
+}
+
+/* Only stores a pointer: real.c's dlsym asks it about cuDNN names from then on. */
+__attribute__((constructor)) static void lib_register(void) {
+    ooc_real_route_libraries(lib_route);
+}
+
+/* Are the hooks on? Off for the test harness's OOC_TEST_LIB_HOOKS=0. */
+static int hooks_on(void) {
+    static _Atomic int on = -1;
+    int v = atomic_load_explicit(&on, memory_order_relaxed);
+    if (OOC_UNLIKELY(v < 0)) {
+        const char *e = getenv("OOC_TEST_LIB_HOOKS");
+        v = !(e && strcmp(e, "0") == 0);
+        atomic_store_explicit(&on, v, memory_order_relaxed);
+    }
+    return v;
+}
+
+/* Is this call an operation of ours: memory managed, hooks on, not inside another? */
+static int lib_on(void) {
+    return managing() && ooc_lib_depth == 0 && hooks_on();
+}
+
+static cudnnStatus_t dnn_missing(const char *fn) {
+    OOC_LOG_E("%s: called, but no libcudnn.so.9 is loaded in this process", fn);
+    return CUDNN_STATUS_NOT_INITIALIZED;
+}
+
+/* Notes the buffer holding p as read (R) or written, maybe after reading (RW). */
+static void lib_in(ooc_access_t *a, const void *p) {
+    if (p)
+        ooc_mem_note_range(a, (uintptr_t)p, 1, OOC_USE_R);
+}
+static void lib_out(ooc_access_t *a, const void *p) {
+    if (p)
+        ooc_mem_note_range(a, (uintptr_t)p, 1, OOC_USE_RW);
+}
+
+static CUstream dnn_stream(cudnnHandle_t h) {
+    cudaStream_t s = NULL;
+    if (!dnn.cudnnGetStream || dnn.cudnnGetStream(h, &s) != CUDNN_STATUS_SUCCESS)
+        return NULL;
+    return (CUstream)s;
+}
+
+/* What a failure to make the operands resident is in cuDNN's words. */
+static cudnnStatus_t dnn_status(const char *fn, CUresult r) {
+    OOC_LOG_E("%s: its operands could not be made resident (%s)", fn, ooc_real_errname(r));
+    return r == CUDA_ERROR_OUT_OF_MEMORY ? CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED
+                                         : CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER;
+}
+
+/* Runs `call` (the real function) as one operation of kind cudnn, whose operands a notes, on the
+ * handle's stream; on a capturing stream the operands go to the capture and the call is made as
+ * is (its own driver calls are captured). */
+#define LIB_RUN(fn, a, handle, call)                                                               \
+    do {                                                                                           \
+        CUstream s_ = dnn_stream(handle);                                                          \
+        if (OOC_UNLIKELY(atomic_load_explicit(&ooc_graph_captures, memory_order_relaxed))) {       \
+            int cap_ = 0;                                                                          \
+            CUresult c_ = ooc_graph_capture_note((a), s_, 0, &cap_);                               \
+            if (c_ != CUDA_SUCCESS)                                                                \
+                return dnn_status(#fn, c_);                                                        \
+            if (cap_)                                                                              \
+                return (call);                                                                     \
+        }                                                                                          \
+        ooc_live_op_t op_;                                                                         \
+        CUresult r_ = ooc_op_lib_begin(&op_, (a), s_);                                             \
+        if (r_ != CUDA_SUCCESS) {                                                                  \
+            ooc_op_lib_end(&op_, r_);                                                              \
+            return dnn_status(#fn, r_);                                                            \
+        }                                                                                          \
+        ooc_lib_depth++;                                                                           \
+        cudnnStatus_t st_ = (call);                                                                \
+        ooc_lib_depth--;                                                                           \
+        ooc_op_lib_end(&op_, st_ == CUDNN_STATUS_SUCCESS ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN);     \
+        return st_;                                                                                \
+    } while (0)
+
+/* The body of a hooked function: `args` its parameters in parentheses, `notes` a parenthesised
+ * comma expression of lib_in/lib_out calls on `a`. */
+#define DNN_HOOK(fn, handle, args, notes)                                                          \
+    do {                                                                                           \
+        if (!dnn.fn && (dnn_load() != 0 || !dnn.fn))                                               \
+            return dnn_missing(#fn);                                                               \
+        if (!lib_on())                                                                             \
+            return dnn.fn args;                                                                    \
+        ooc_access_t acc_;                                                                         \
+        op_start(&acc_, OOC_OP_CUDNN, #fn, 0);                                                     \
+        ooc_access_t *a = &acc_;                                                                   \
+        (void)notes;                                                                               \
+        LIB_RUN(fn, a, handle, dnn.fn args);                                                       \
+    } while (0)
+
+/* ---- convolutions ---------------------------------------------------------------------------- */
+
+OOC_EXPORT cudnnStatus_t cudnnConvolutionForward(
+    cudnnHandle_t handle, const void *alpha, const cudnnTensorDescriptor_t xDesc, const void *x,
+    const cudnnFilterDescriptor_t wDesc, const void *w, const cudnnConvolutionDescriptor_t convDesc,
+    cudnnConvolutionFwdAlgo_t algo, void *workSpace, size_t workSpaceSizeInBytes, const void *beta,
+    const cudnnTensorDescriptor_t yDesc, void *y) {
+    DNN_HOOK(cudnnConvolutionForward, handle,
+             (handle, alpha, xDesc, x, wDesc, w, convDesc, algo, workSpace, workSpaceSizeInBytes,
+              beta, yDesc, y),
+             (lib_in(a, x), lib_in(a, w), lib_out(a, workSpace), lib_out(a, y)));
+}
+
+OOC_EXPORT cudnnStatus_t cudnnConvolutionBackwardData(
+    cudnnHandle_t handle, const void *alpha, const cudnnFilterDescriptor_t wDesc, const void *w,
+    const cudnnTensorDescriptor_t dyDesc, const void *dy,
+    const cudnnConvolutionDescriptor_t convDesc, cudnnConvolutionBwdDataAlgo_t algo,
+    void *workSpace, size_t workSpaceSizeInBytes, const void *beta,
+    const cudnnTensorDescriptor_t dxDesc, void *dx) {
+    DNN_HOOK(cudnnConvolutionBackwardData, handle,
+             (handle, alpha, wDesc, w, dyDesc, dy, convDesc, algo, workSpace, workSpaceSizeInBytes,
+              beta, dxDesc, dx),
+             (lib_in(a, w), lib_in(a, dy), lib_out(a, workSpace), lib_out(a, dx)));
+}
+
+OOC_EXPORT cudnnStatus_t cudnnConvolutionBackwardFilter(
+    cudnnHandle_t handle, const void *alpha, const cudnnTensorDescriptor_t xDesc, const void *x,
+    const cudnnTensorDescriptor_t dyDesc, const void *dy,
+    const cudnnConvolutionDescriptor_t convDesc, cudnnConvolutionBwdFilterAlgo_t algo,
+    void *workSpace, size_t workSpaceSizeInBytes, const void *beta,
+    const cudnnFilterDescriptor_t dwDesc, void *dw) {
+    DNN_HOOK(cudnnConvolutionBackwardFilter, handle,
+             (handle, alpha, xDesc, x, dyDesc, dy, convDesc, algo, workSpace, workSpaceSizeInBytes,
+              beta, dwDesc, dw),
+             (lib_in(a, x), lib_in(a, dy), lib_out(a, workSpace), lib_out(a, dw)));
+}
+
+OOC_EXPORT cudnnStatus_t cudnnConvolutionBackwardBias(cudnnHandle_t handle, const void *alpha,
+                                                      const cudnnTensorDescriptor_t dyDesc,
+                                                      const void *dy, const void *beta,
+                                                      const cudnnTensorDescriptor_t dbDesc,
+                                                      void *db) {
+    DNN_HOOK(cudnnConvolutionBackwardBias, handle, (handle, alpha, dyDesc, dy, beta, dbDesc, db),
+             (lib_in(a, dy), lib_out(a, db)));
+}
+
+OOC_EXPORT cudnnStatus_t cudnnConvolutionBiasActivationForward(
+    cudnnHandle_t handle, const void *alpha1, const cudnnTensorDescriptor_t xDesc, const void *x,
+    const cudnnFilterDescriptor_t wDesc, const void *w, const cudnnConvolutionDescriptor_t convDesc,
+    cudnnConvolutionFwdAlgo_t algo, void *workSpace, size_t workSpaceSizeInBytes,
+    const void *alpha2, const cudnnTensorDescriptor_t zDesc, const void *z,
+    const cudnnTensorDescriptor_t biasDesc, const void *bias,
+    const cudnnActivationDescriptor_t activationDesc, const cudnnTensorDescriptor_t yDesc,
+    void *y) {
+    DNN_HOOK(cudnnConvolutionBiasActivationForward, handle,
+             (handle, alpha1, xDesc, x, wDesc, w, convDesc, algo, workSpace, workSpaceSizeInBytes,
+              alpha2, zDesc, z, biasDesc, bias, activationDesc, yDesc, y),
+             (lib_in(a, x), lib_in(a, w), lib_in(a, z), lib_in(a, bias), lib_out(a, workSpace),
+              lib_out(a, y)));
+}
+
+/* ---- batch normalisation --------------------------------------------------------------------- */
+
+OOC_EXPORT cudnnStatus_t cudnnBatchNormalizationForwardTraining(
+    cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void *alpha, const void *beta,
+    const cudnnTensorDescriptor_t xDesc, const void *x, const cudnnTensorDescriptor_t yDesc,
+    void *y, const cudnnTensorDescriptor_t bnScaleBiasMeanVarDesc, const void *bnScale,
+    const void *bnBias, double exponentialAverageFactor, void *resultRunningMean,
+    void *resultRunningVariance, double epsilon, void *resultSaveMean,
+    void *resultSaveInvVariance) {
+    DNN_HOOK(cudnnBatchNormalizationForwardTraining, handle,
+             (handle, mode, alpha, beta, xDesc, x, yDesc, y, bnScaleBiasMeanVarDesc, bnScale,
+              bnBias, exponentialAverageFactor, resultRunningMean, resultRunningVariance, epsilon,
+              resultSaveMean, resultSaveInvVariance),
+             (lib_in(a, x), lib_in(a, bnScale), lib_in(a, bnBias), lib_out(a, y),
+              lib_out(a, resultRunningMean), lib_out(a, resultRunningVariance),
+              lib_out(a, resultSaveMean), lib_out(a, resultSaveInvVariance)));
+}
+
+OOC_EXPORT cudnnStatus_t cudnnBatchNormalizationForwardInference(
+    cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void *alpha, const void *beta,
+    const cudnnTensorDescriptor_t xDesc, const void *x, const cudnnTensorDescriptor_t yDesc,
+    void *y, const cudnnTensorDescriptor_t bnScaleBiasMeanVarDesc, const void *bnScale,
+    const void *bnBias, const void *estimatedMean, const void *estimatedVariance, double epsilon) {
+    DNN_HOOK(cudnnBatchNormalizationForwardInference, handle,
+             (handle, mode, alpha, beta, xDesc, x, yDesc, y, bnScaleBiasMeanVarDesc, bnScale,
+              bnBias, estimatedMean, estimatedVariance, epsilon),
+             (lib_in(a, x), lib_in(a, bnScale), lib_in(a, bnBias), lib_in(a, estimatedMean),
+              lib_in(a, estimatedVariance), lib_out(a, y)));
+}
+
+OOC_EXPORT cudnnStatus_t cudnnBatchNormalizationBackward(
+    cudnnHandle_t handle, cudnnBatchNormMode_t mode, const void *alphaDataDiff,
+    const void *betaDataDiff, const void *alphaParamDiff, const void *betaParamDiff,
+    const cudnnTensorDescriptor_t xDesc, const void *x, const cudnnTensorDescriptor_t dyDesc,
+    const void *dy, const cudnnTensorDescriptor_t dxDesc, void *dx,
+    const cudnnTensorDescriptor_t dBnScaleBiasDesc, const void *bnScale, void *dBnScaleResult,
+    void *dBnBiasResult, double epsilon, const void *savedMean, const void *savedInvVariance) {
+    DNN_HOOK(cudnnBatchNormalizationBackward, handle,
+             (handle, mode, alphaDataDiff, betaDataDiff, alphaParamDiff, betaParamDiff, xDesc, x,
+              dyDesc, dy, dxDesc, dx, dBnScaleBiasDesc, bnScale, dBnScaleResult, dBnBiasResult,
+              epsilon, savedMean, savedInvVariance),
+             (lib_in(a, x), lib_in(a, dy), lib_in(a, bnScale), lib_in(a, savedMean),
+              lib_in(a, savedInvVariance), lib_out(a, dx), lib_out(a, dBnScaleResult),
+              lib_out(a, dBnBiasResult)));
+}
+
+/* ---- activation, pooling, softmax, tensor arithmetic ----------------------------------------- */
+
+OOC_EXPORT cudnnStatus_t cudnnActivationForward(cudnnHandle_t handle,
+                                                cudnnActivationDescriptor_t activationDesc,
+                                                const void *alpha,
+                                                const cudnnTensorDescriptor_t xDesc, const void *x,
+                                                const void *beta,
+                                                const cudnnTensorDescriptor_t yDesc, void *y) {
+    DNN_HOOK(cudnnActivationForward, handle,
+             (handle, activationDesc, alpha, xDesc, x, beta, yDesc, y),
+             (lib_in(a, x), lib_out(a, y)));
+}
+
+OOC_EXPORT cudnnStatus_t cudnnActivationBackward(
+    cudnnHandle_t handle, cudnnActivationDescriptor_t activationDesc, const void *alpha,
+    const cudnnTensorDescriptor_t yDesc, const void *y, const cudnnTensorDescriptor_t dyDesc,
+    const void *dy, const cudnnTensorDescriptor_t xDesc, const void *x, const void *beta,
+    const cudnnTensorDescriptor_t dxDesc, void *dx) {
+    DNN_HOOK(cudnnActivationBackward, handle,
+             (handle, activationDesc, alpha, yDesc, y, dyDesc, dy, xDesc, x, beta, dxDesc, dx),
+             (lib_in(a, y), lib_in(a, dy), lib_in(a, x), lib_out(a, dx)));
+}
+
+OOC_EXPORT cudnnStatus_t cudnnPoolingForward(cudnnHandle_t handle,
+                                             const cudnnPoolingDescriptor_t poolingDesc,
+                                             const void *alpha, const cudnnTensorDescriptor_t xDesc,
+                                             const void *x, const void *beta,
+                                             const cudnnTensorDescriptor_t yDesc, void *y) {
+    DNN_HOOK(cudnnPoolingForward, handle, (handle, poolingDesc, alpha, xDesc, x, beta, yDesc, y),
+             (lib_in(a, x), lib_out(a, y)));
+}
+
+OOC_EXPORT cudnnStatus_t cudnnPoolingBackward(
+    cudnnHandle_t handle, const cudnnPoolingDescriptor_t poolingDesc, const void *alpha,
+    const cudnnTensorDescriptor_t yDesc, const void *y, const cudnnTensorDescriptor_t dyDesc,
+    const void *dy, const cudnnTensorDescriptor_t xDesc, const void *x, const void *beta,
+    const cudnnTensorDescriptor_t dxDesc, void *dx) {
+    DNN_HOOK(cudnnPoolingBackward, handle,
+             (handle, poolingDesc, alpha, yDesc, y, dyDesc, dy, xDesc, x, beta, dxDesc, dx),
+             (lib_in(a, y), lib_in(a, dy), lib_in(a, x), lib_out(a, dx)));
+}
+
+OOC_EXPORT cudnnStatus_t cudnnSoftmaxForward(cudnnHandle_t handle, cudnnSoftmaxAlgorithm_t algo,
+                                             cudnnSoftmaxMode_t mode, const void *alpha,
+                                             const cudnnTensorDescriptor_t xDesc, const void *x,
+                                             const void *beta, const cudnnTensorDescriptor_t yDesc,
+                                             void *y) {
+    DNN_HOOK(cudnnSoftmaxForward, handle, (handle, algo, mode, alpha, xDesc, x, beta, yDesc, y),
+             (lib_in(a, x), lib_out(a, y)));
+}
+
+OOC_EXPORT cudnnStatus_t cudnnSoftmaxBackward(cudnnHandle_t handle, cudnnSoftmaxAlgorithm_t algo,
+                                              cudnnSoftmaxMode_t mode, const void *alpha,
+                                              const cudnnTensorDescriptor_t yDesc, const void *y,
+                                              const cudnnTensorDescriptor_t dyDesc, const void *dy,
+                                              const void *beta,
+                                              const cudnnTensorDescriptor_t dxDesc, void *dx) {
+    DNN_HOOK(cudnnSoftmaxBackward, handle,
+             (handle, algo, mode, alpha, yDesc, y, dyDesc, dy, beta, dxDesc, dx),
+             (lib_in(a, y), lib_in(a, dy), lib_out(a, dx)));
+}
+
+OOC_EXPORT cudnnStatus_t cudnnAddTensor(cudnnHandle_t handle, const void *alpha,
+                                        const cudnnTensorDescriptor_t aDesc, const void *A,
+                                        const void *beta, const cudnnTensorDescriptor_t cDesc,
+                                        void *C) {
+    DNN_HOOK(cudnnAddTensor, handle, (handle, alpha, aDesc, A, beta, cDesc, C),
+             (lib_in(a, A), lib_out(a, C)));
+}
+
+OOC_EXPORT cudnnStatus_t cudnnOpTensor(cudnnHandle_t handle,
+                                       const cudnnOpTensorDescriptor_t opTensorDesc,
+                                       const void *alpha1, const cudnnTensorDescriptor_t aDesc,
+                                       const void *A, const void *alpha2,
+                                       const cudnnTensorDescriptor_t bDesc, const void *B,
+                                       const void *beta, const cudnnTensorDescriptor_t cDesc,
+                                       void *C) {
+    DNN_HOOK(cudnnOpTensor, handle,
+             (handle, opTensorDesc, alpha1, aDesc, A, alpha2, bDesc, B, beta, cDesc, C),
+             (lib_in(a, A), lib_in(a, B), lib_out(a, C)));
+}
+
+/* ---- the backend (graph) API ----------------------------------------------------------------- */
+
+/* Notes every data pointer of the variant pack and its workspace, read back from cuDNN; 0, or -1
+ * when the pack cannot be read (logged once). Every pointer is taken as read and written: which
+ * are outputs is the operation graph's business. */
+static int note_variant_pack(ooc_access_t *a, cudnnBackendDescriptor_t pack) {
+    static _Atomic int warned;
+    void *ptrs[OOC_MAX_REFS];
+    int64_t n = 0, nws = 0;
+    void *ws = NULL;
+    cudnnStatus_t st = dnn.cudnnBackendGetAttribute
+                           ? dnn.cudnnBackendGetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
+                                                          CUDNN_TYPE_VOID_PTR, OOC_MAX_REFS, &n,
+                                                          ptrs)
+                           : CUDNN_STATUS_NOT_SUPPORTED;
+    if (st == CUDNN_STATUS_SUCCESS)
+        st = dnn.cudnnBackendGetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
+                                          CUDNN_TYPE_VOID_PTR, 1, &nws, &ws);
+    if (st != CUDNN_STATUS_SUCCESS || n < 0 || n > OOC_MAX_REFS) {
+        if (!atomic_exchange(&warned, 1))
+            OOC_LOG_W("cudnnBackendExecute: its variant pack could not be read (status %d): "
+                      "operands only its kernels' parameters name are made resident",
+                      (int)st);
+        return -1;
+    }
+    for (int64_t i = 0; i < n; i++)
+        lib_out(a, ptrs[i]);
+    if (nws == 1)
+        lib_out(a, ws);
+    return 0;
+}
+
+OOC_EXPORT cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle,
+                                             cudnnBackendDescriptor_t executionPlan,
+                                             cudnnBackendDescriptor_t variantPack) {
+    DNN_HOOK(cudnnBackendExecute, handle, (handle, executionPlan, variantPack),
+             (note_variant_pack(a, variantPack)));
+}

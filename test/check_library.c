@@ -1,0 +1,193 @@
+/* SPDX-License-Identifier: MIT */
+/* check_library.c: cuDNN calls are operations of the program (shim/library.c).
+ *
+ * The cnn workload (--blocks 3) opens the simulated libcudnn.so.9 with dlopen (RTLD_LOCAL) and resolves its
+ * calls with dlsym, as frameworks do, so the shim reaches them through its dlsym routing. Under
+ * the shim: each cuDNN call is one op of kind `cudnn` named by the function in the profile (the
+ * kernels it launches are not ops of their own), in ops.tsv and in the Chrome trace; the
+ * checksum equals the oracle's at a quarter of the footprint in demand and auto mode, inline and
+ * threaded with jitter, safe mode on and off; and the test-only switch OOC_TEST_LIB_HOOKS=0
+ * really turns the hooks off (the kernels are the ops again). */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+Suite *suite_library(void);
+
+static const char *const cnn_args[] = {"--iters", "10", "--blocks", "3", NULL};
+
+static tu_result_t oracle(void) {
+    static const char *const env[] = {"FAKECUDA_SCHED=inline", NULL};
+    tu_result_t r = tu_run_prog("workloads/cnn", cnn_args, 0, env, 300);
+    ck_assert_msg(r.status == 0, "oracle failed: %s", r.err);
+    ck_assert_str_ne(r.checksum, "");
+    return r;
+}
+
+/* The whole of a file, NUL-terminated (the caller frees it). */
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "r");
+    ck_assert_msg(f != NULL, "cannot open %s", path);
+    char *buf = NULL;
+    size_t len = 0, cap = 0, n;
+    char tmp[4096];
+    while ((n = fread(tmp, 1, sizeof tmp, f)) > 0) {
+        if (len + n + 1 > cap) {
+            cap = 2 * (len + n + 1);
+            buf = realloc(buf, cap);
+            ck_assert_ptr_nonnull(buf);
+        }
+        memcpy(buf + len, tmp, n);
+        len += n;
+    }
+    fclose(f);
+    if (!buf)
+        buf = calloc(1, 1);
+    buf[len] = '\0';
+    return buf;
+}
+
+/* How many rows of ops.tsv have `kind` in their third column and `name` in their fourth. */
+static int rows_of(const char *ops, const char *kind, const char *name) {
+    char want[160];
+    snprintf(want, sizeof want, "\t%s\t%s\t", kind, name);
+    int n = 0;
+    for (const char *p = strstr(ops, want); p; p = strstr(p + 1, want))
+        n++;
+    return n;
+}
+
+/* Runs cnn under the shim at 1/4 of the oracle's peak with `mode`, `sched` (jitter when
+ * threaded), safe mode `safe` and the extra variables, checks the checksum and returns the run;
+ * the profile goes to dir (made here; the caller removes it). */
+static tu_result_t run_quarter(const tu_result_t *ref, const char *mode, const char *sched,
+                               const char *safe, const char *extra, char *dir, size_t dirlen) {
+    char budget[64], cap[64], pdir[96], md[32], sch[48], sf[32];
+    snprintf(dir, dirlen, "/tmp/ooc-lib-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(budget, sizeof budget, "OOC_BUDGET=%llu", ref->peak / 4);
+    snprintf(cap, sizeof cap, "FAKECUDA_MEM_BYTES=%llu", ref->peak / 4);
+    snprintf(pdir, sizeof pdir, "OOC_PROFILE_DIR=%s", dir);
+    snprintf(md, sizeof md, "OOC_MODE=%s", mode);
+    snprintf(sch, sizeof sch, "FAKECUDA_SCHED=%s", sched);
+    snprintf(sf, sizeof sf, "OOC_SAFE=%s", safe);
+    int threaded = strcmp(sched, "threaded") == 0;
+    const char *env[] = {budget,
+                         cap,
+                         pdir,
+                         md,
+                         sch,
+                         sf,
+                         threaded ? "FAKECUDA_JITTER_US=20" : "FAKECUDA_JITTER_US=0",
+                         "FAKECUDA_SEED=7",
+                         "FAKECUDA_HOST_VMM=1",
+                         "OOC_CHUNK=64K",
+                         "FAKECUDA_GRANULARITY=64K",
+                         "OOC_STATS=1",
+                         extra,
+                         NULL};
+    tu_result_t r = tu_run_prog("workloads/cnn", cnn_args, 1, env, 300);
+    ck_assert_msg(r.status == 0, "cnn %s %s safe %s: status %d\n%s", mode, sched, safe, r.status,
+                  tu_tail(r.err, 3000));
+    ck_assert_msg(strcmp(r.checksum, ref->checksum) == 0,
+                  "cnn %s %s safe %s: checksum %s, oracle %s\n%s", mode, sched, safe, r.checksum,
+                  ref->checksum, tu_tail(r.err, 3000));
+    return r;
+}
+
+static void remove_dir(const char *dir) {
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+static char *profile_file(const char *dir, const char *name) {
+    char path[192];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return slurp(path);
+}
+
+static const char *const dnn_calls[] = {
+    "cudnnConvolutionForward",     "cudnnConvolutionBackwardData",
+    "cudnnConvolutionBackwardFilter", "cudnnBatchNormalizationForwardTraining",
+    "cudnnBatchNormalizationBackward"};
+static const char *const dnn_kernels[] = {"conv_fwd_f32", "conv_bwd_data_f32",
+                                          "conv_bwd_filter_f32", "bn_fwd_train_f32", "bn_bwd_f32"};
+
+START_TEST(test_cudnn_calls_are_named_operations) {
+    tu_result_t ref = oracle();
+    char dir[64];
+    tu_result_t r = run_quarter(&ref, "auto", "inline", "on", NULL, dir, sizeof dir);
+    char *ops = profile_file(dir, "ops.tsv");
+    char *trace = profile_file(dir, "trace.json");
+    for (size_t i = 0; i < sizeof dnn_calls / sizeof dnn_calls[0]; i++) {
+        ck_assert_msg(rows_of(ops, "cudnn", dnn_calls[i]) > 0, "no cudnn op %s in ops.tsv:\n%s",
+                      dnn_calls[i], tu_tail(ops, 3000));
+        ck_assert_msg(strstr(trace, dnn_calls[i]) != NULL, "%s not in trace.json", dnn_calls[i]);
+        /* The kernels are parts of the call, not ops of their own. */
+        ck_assert_msg(rows_of(ops, "kernel", dnn_kernels[i]) == 0,
+                      "kernel %s of a cuDNN call is an op of its own:\n%s", dnn_kernels[i],
+                      tu_tail(ops, 3000));
+    }
+    /* The plan was made and followed with cudnn ops in it. */
+    ck_assert_msg(tu_stat_row(r.err, "operations run as planned") > 0, "no replay:\n%s",
+                  tu_tail(r.err, 3000));
+    /* A convolution's operands are listed: input read, weights read, output written. */
+    ck_assert_msg(strstr(ops, "\tcudnn\tcudnnConvolutionForward\tbytes=0\t") != NULL, "%s",
+                  tu_tail(ops, 2000));
+    free(ops);
+    free(trace);
+    remove_dir(dir);
+    tu_result_free(&r);
+    tu_result_free(&ref);
+}
+END_TEST
+
+/* _i: demand or auto (bit 0), inline or threaded with jitter (bit 1), safe mode on or off
+ * (bit 2). */
+START_TEST(test_cudnn_at_a_quarter_stays_correct) {
+    const char *mode = (_i & 1) ? "auto" : "demand";
+    const char *sched = (_i & 2) ? "threaded" : "inline";
+    const char *safe = (_i & 4) ? "off" : "on";
+    tu_result_t ref = oracle();
+    char dir[64];
+    tu_result_t r = run_quarter(&ref, mode, sched, safe, NULL, dir, sizeof dir);
+    ck_assert_msg(tu_stat_row(r.err, "chunks evicted on demand (LRU)") > 0 ||
+                      tu_stat_row(r.err, "planned swap-outs (buffers)") > 0,
+                  "nothing was swapped at a quarter:\n%s", tu_tail(r.err, 3000));
+    remove_dir(dir);
+    tu_result_free(&r);
+    tu_result_free(&ref);
+}
+END_TEST
+
+START_TEST(test_switched_off_hooks_leave_the_kernels_as_ops) {
+    tu_result_t ref = oracle();
+    char dir[64];
+    tu_result_t r =
+        run_quarter(&ref, "auto", "inline", "on", "OOC_TEST_LIB_HOOKS=0", dir, sizeof dir);
+    char *ops = profile_file(dir, "ops.tsv");
+    ck_assert_msg(strstr(ops, "\tcudnn\t") == NULL, "a cudnn op with the hooks off:\n%s",
+                  tu_tail(ops, 2000));
+    ck_assert_msg(rows_of(ops, "kernel", "conv_fwd_f32") > 0, "%s", tu_tail(ops, 2000));
+    free(ops);
+    remove_dir(dir);
+    tu_result_free(&r);
+    tu_result_free(&ref);
+}
+END_TEST
+
+Suite *suite_library(void) {
+    Suite *s = suite_create("library");
+    TCase *tc = tcase_create("cudnn");
+    tcase_set_timeout(tc, tu_under_valgrind() ? 36000 : 900);
+    tcase_add_test(tc, test_cudnn_calls_are_named_operations);
+    tcase_add_loop_test(tc, test_cudnn_at_a_quarter_stays_correct, 0, 8);
+    tcase_add_test(tc, test_switched_off_hooks_leave_the_kernels_as_ops);
+    suite_add_tcase(s, tc);
+    return s;
+}
