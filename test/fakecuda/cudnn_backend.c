@@ -28,8 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define BK_MAGIC   0x444e4e42u /* "BNND" */
-#define MAX_DIMS   8
+#define BK_MAGIC     0x444e4e42u /* tells our descriptors from stray pointers */
+#define MAX_DIMS     8
 #define MAX_VARIANTS 16
 
 typedef struct bk_tensor {
@@ -598,8 +598,8 @@ static cudnnStatus_t put_sub(cudnnBackendDescriptorType_t want, const void *src,
 }
 
 static cudnnStatus_t get_tensor(const bk_tensor_t *t, cudnnBackendAttributeName_t name,
-                                cudnnBackendAttributeType_t type, int64_t requested,
-                                int64_t *count, void *arr) {
+                                cudnnBackendAttributeType_t type, int64_t requested, int64_t *count,
+                                void *arr) {
     switch (name) {
     case CUDNN_ATTR_TENSOR_DATA_TYPE:
         return put(type, CUDNN_TYPE_DATA_TYPE, &t->dtype, 1, sizeof t->dtype, requested, count,
@@ -622,11 +622,10 @@ static cudnnStatus_t get_conv(const bk_conv_t *c, cudnnBackendAttributeName_t na
                               void *arr) {
     switch (name) {
     case CUDNN_ATTR_CONVOLUTION_COMP_TYPE:
-        return put(type, CUDNN_TYPE_DATA_TYPE, &c->comp, 1, sizeof c->comp, requested, count,
-                   arr);
+        return put(type, CUDNN_TYPE_DATA_TYPE, &c->comp, 1, sizeof c->comp, requested, count, arr);
     case CUDNN_ATTR_CONVOLUTION_CONV_MODE:
-        return put(type, CUDNN_TYPE_CONVOLUTION_MODE, &c->mode, 1, sizeof c->mode, requested,
-                   count, arr);
+        return put(type, CUDNN_TYPE_CONVOLUTION_MODE, &c->mode, 1, sizeof c->mode, requested, count,
+                   arr);
     case CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS:
         return PUT_I64(&c->spatial, 1);
     case CUDNN_ATTR_CONVOLUTION_DILATIONS:
@@ -654,14 +653,14 @@ static cudnnStatus_t get_rest(const bk_desc_t *b, cudnnBackendAttributeName_t na
                    name == CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA ? &o->alpha : &o->beta, 1,
                    sizeof(float), requested, count, arr);
     case CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X:
-        return put_sub(CUDNN_BACKEND_TENSOR_DESCRIPTOR, &o->x, sizeof o->x, type, requested,
-                       count, arr);
+        return put_sub(CUDNN_BACKEND_TENSOR_DESCRIPTOR, &o->x, sizeof o->x, type, requested, count,
+                       arr);
     case CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W:
-        return put_sub(CUDNN_BACKEND_TENSOR_DESCRIPTOR, &o->w, sizeof o->w, type, requested,
-                       count, arr);
+        return put_sub(CUDNN_BACKEND_TENSOR_DESCRIPTOR, &o->w, sizeof o->w, type, requested, count,
+                       arr);
     case CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y:
-        return put_sub(CUDNN_BACKEND_TENSOR_DESCRIPTOR, &o->y, sizeof o->y, type, requested,
-                       count, arr);
+        return put_sub(CUDNN_BACKEND_TENSOR_DESCRIPTOR, &o->y, sizeof o->y, type, requested, count,
+                       arr);
     case CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC:
         return put_sub(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, &o->conv, sizeof o->conv, type,
                        requested, count, arr);
@@ -674,8 +673,8 @@ static cudnnStatus_t get_rest(const bk_desc_t *b, cudnnBackendAttributeName_t na
     case CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT:
         return PUT_I64(&one, 1);
     case CUDNN_ATTR_ENGINE_OPERATION_GRAPH:
-        return put_sub(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &b->u.e.graph,
-                       sizeof b->u.e.graph, type, requested, count, arr);
+        return put_sub(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &b->u.e.graph, sizeof b->u.e.graph,
+                       type, requested, count, arr);
     case CUDNN_ATTR_ENGINE_GLOBAL_INDEX:
         return PUT_I64(&b->u.e.index, 1);
     case CUDNN_ATTR_ENGINECFG_ENGINE:
@@ -685,8 +684,8 @@ static cudnnStatus_t get_rest(const bk_desc_t *b, cudnnBackendAttributeName_t na
     case CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE:
         return PUT_I64(&ws_bytes, 1);
     case CUDNN_ATTR_EXECUTION_PLAN_HANDLE:
-        return put(type, CUDNN_TYPE_HANDLE, &b->u.plan.handle, 1, sizeof(cudnnHandle_t),
-                   requested, count, arr);
+        return put(type, CUDNN_TYPE_HANDLE, &b->u.plan.handle, 1, sizeof(cudnnHandle_t), requested,
+                   count, arr);
     case CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG:
         return put_sub(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &b->u.plan.cfg, sizeof b->u.plan.cfg,
                        type, requested, count, arr);
@@ -696,8 +695,8 @@ static cudnnStatus_t get_rest(const bk_desc_t *b, cudnnBackendAttributeName_t na
         return put(type, CUDNN_TYPE_VOID_PTR, b->u.pack.ptrs, b->u.pack.nptrs, sizeof(void *),
                    requested, count, arr);
     case CUDNN_ATTR_VARIANT_PACK_WORKSPACE:
-        return put(type, CUDNN_TYPE_VOID_PTR, &b->u.pack.workspace, 1, sizeof(void *),
-                   requested, count, arr);
+        return put(type, CUDNN_TYPE_VOID_PTR, &b->u.pack.workspace, 1, sizeof(void *), requested,
+                   count, arr);
     default:
         return CUDNN_STATUS_NOT_SUPPORTED;
     }
@@ -710,8 +709,8 @@ static cudnnStatus_t get_rest(const bk_desc_t *b, cudnnBackendAttributeName_t na
 DNN_API cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const descriptor,
                                                cudnnBackendAttributeName_t attributeName,
                                                cudnnBackendAttributeType_t attributeType,
-                                               int64_t requestedElementCount,
-                                               int64_t *elementCount, void *arrayOfElements) {
+                                               int64_t requestedElementCount, int64_t *elementCount,
+                                               void *arrayOfElements) {
     const bk_desc_t *b = desc_of(descriptor);
     int lo, hi;
     if (!descriptor)
@@ -725,8 +724,8 @@ DNN_API cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const de
         return get_tensor(&b->u.t, attributeName, attributeType, requestedElementCount,
                           elementCount, arrayOfElements);
     case CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR:
-        return get_conv(&b->u.cv, attributeName, attributeType, requestedElementCount,
-                        elementCount, arrayOfElements);
+        return get_conv(&b->u.cv, attributeName, attributeType, requestedElementCount, elementCount,
+                        arrayOfElements);
     default:
         return get_rest(b, attributeName, attributeType, requestedElementCount, elementCount,
                         arrayOfElements);
