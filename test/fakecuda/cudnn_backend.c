@@ -426,6 +426,10 @@ static cudnnStatus_t finalize_tensor(const bk_tensor_t *t) {
     if (t->dtype != CUDNN_DATA_FLOAT)
         return CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE;
     const int64_t *d = t->dims, *s = t->strides;
+    int64_t elems = 1;
+    for (int i = 0; i < 4; i++) /* the kernels index with int extents and size_t offsets */
+        if (__builtin_mul_overflow(elems, d[i], &elems) || elems > INT32_MAX)
+            return CUDNN_STATUS_NOT_SUPPORTED_SHAPE;
     if (s[3] != 1 || s[2] != d[3] || s[1] != d[2] * d[3] || s[0] != d[1] * d[2] * d[3])
         return CUDNN_STATUS_NOT_SUPPORTED_LAYOUT;
     return CUDNN_STATUS_SUCCESS;
