@@ -44,10 +44,11 @@ endif
 CHECK_LIBS = $$(pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lm -lrt)
 
 # ---- the simulated device: libcuda.so.1 and libcudnn.so.9 -----------------------------------
-FC_SRC  := $(filter-out test/fakecuda/cudnn.c,$(wildcard test/fakecuda/*.c))
+DNN_SRC := test/fakecuda/cudnn.c test/fakecuda/cudnn_backend.c
+FC_SRC  := $(filter-out $(DNN_SRC),$(wildcard test/fakecuda/*.c))
 FC_OBJ  := $(FC_SRC:%.c=$(B)/obj/%.o)
 FC_LIB  := $(B)/fakecuda/libcuda.so.1
-DNN_OBJ := $(B)/obj/test/fakecuda/cudnn.o
+DNN_OBJ := $(DNN_SRC:%.c=$(B)/obj/%.o)
 DNN_LIB := $(if $(wildcard test/fakecuda/cudnn.c),$(B)/fakecuda/libcudnn.so.9)
 FC_DIR  := $(B)/fakecuda
 

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fakecuda.h"
 #include "testutil.h"
 
 static struct {
@@ -41,6 +42,12 @@ static struct {
     __typeof__(&cudnnDeriveBNTensorDescriptor) DeriveBN;
     __typeof__(&cudnnBatchNormalizationForwardTraining) BNFwd;
     __typeof__(&cudnnBatchNormalizationBackward) BNBwd;
+    __typeof__(&cudnnBackendCreateDescriptor) BCreate;
+    __typeof__(&cudnnBackendDestroyDescriptor) BDestroy;
+    __typeof__(&cudnnBackendSetAttribute) BSet;
+    __typeof__(&cudnnBackendGetAttribute) BGet;
+    __typeof__(&cudnnBackendFinalize) BFinalize;
+    __typeof__(&cudnnBackendExecute) BExecute;
 } dnn;
 
 static CUcontext ctx;
@@ -83,6 +90,12 @@ static void setup(void) {
     R(DeriveBN, "cudnnDeriveBNTensorDescriptor");
     R(BNFwd, "cudnnBatchNormalizationForwardTraining");
     R(BNBwd, "cudnnBatchNormalizationBackward");
+    R(BCreate, "cudnnBackendCreateDescriptor");
+    R(BDestroy, "cudnnBackendDestroyDescriptor");
+    R(BSet, "cudnnBackendSetAttribute");
+    R(BGet, "cudnnBackendGetAttribute");
+    R(BFinalize, "cudnnBackendFinalize");
+    R(BExecute, "cudnnBackendExecute");
 #undef R
     ck_assert_int_eq(dnn.Create(&handle), CUDNN_STATUS_SUCCESS);
     ck_assert_int_eq(dnn.SetStream(handle, (cudaStream_t)stream), CUDNN_STATUS_SUCCESS);
@@ -492,6 +505,354 @@ START_TEST(test_bn_backward_matches_reference) {
 }
 END_TEST
 
+/* ---- backend API ----------------------------------------------------------------------------- */
+
+enum { UID_X = 10, UID_W = 11, UID_Y = 12 };
+
+static cudnnBackendDescriptor_t bk_new(cudnnBackendDescriptorType_t type) {
+    cudnnBackendDescriptor_t d = NULL;
+    ck_assert_int_eq(dnn.BCreate(type, &d), CUDNN_STATUS_SUCCESS);
+    return d;
+}
+
+static void bk_set(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name,
+                   cudnnBackendAttributeType_t type, int64_t n, const void *v) {
+    ck_assert_int_eq(dnn.BSet(d, name, type, n, v), CUDNN_STATUS_SUCCESS);
+}
+
+static void bk_set_desc(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name,
+                        cudnnBackendDescriptor_t v) {
+    bk_set(d, name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &v);
+}
+
+/* A tensor descriptor with every attribute but unique id set (n, c, h, w packed NCHW floats). */
+static cudnnBackendDescriptor_t bk_tensor_unfinished(int64_t n, int64_t c, int64_t h, int64_t w) {
+    cudnnBackendDescriptor_t t = bk_new(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+    int64_t dims[4] = {n, c, h, w}, strides[4] = {c * h * w, h * w, w, 1}, align = 16;
+    cudnnDataType_t f = CUDNN_DATA_FLOAT;
+    bk_set(t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f);
+    bk_set(t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims);
+    bk_set(t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides);
+    bk_set(t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align);
+    return t;
+}
+
+static cudnnBackendDescriptor_t bk_tensor(int64_t uid, int64_t n, int64_t c, int64_t h, int64_t w) {
+    cudnnBackendDescriptor_t t = bk_tensor_unfinished(n, c, h, w);
+    bk_set(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
+    ck_assert_int_eq(dnn.BFinalize(t), CUDNN_STATUS_SUCCESS);
+    return t;
+}
+
+/* A convolution descriptor for g, not finalized (post paddings as given). */
+static cudnnBackendDescriptor_t bk_conv(const shape_t *g, int64_t post_h, int64_t spatial) {
+    cudnnBackendDescriptor_t d = bk_new(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+    int64_t dil[2] = {g->dil_h, g->dil_w}, str[2] = {g->str_h, g->str_w};
+    int64_t pre[2] = {g->pad_h, g->pad_w}, post[2] = {post_h, g->pad_w};
+    cudnnDataType_t f = CUDNN_DATA_FLOAT;
+    cudnnConvolutionMode_t mode = g->mode;
+    bk_set(d, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f);
+    bk_set(d, CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode);
+    bk_set(d, CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &spatial);
+    bk_set(d, CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dil);
+    bk_set(d, CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, str);
+    bk_set(d, CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pre);
+    bk_set(d, CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, post);
+    return d;
+}
+
+/* A finalized execution plan for the convolution of cc on the fixture's handle, built as a
+ * framework builds one: operation, graph, engine 0, its config, the plan. */
+static cudnnBackendDescriptor_t bk_plan(const conv_case_t *cc, float alpha, float beta) {
+    const shape_t *g = &cc->g;
+    cudnnBackendDescriptor_t x = bk_tensor(UID_X, g->n, g->c, g->h, g->w);
+    cudnnBackendDescriptor_t w = bk_tensor(UID_W, g->k, g->c, g->r, g->s);
+    cudnnBackendDescriptor_t y = bk_tensor(UID_Y, g->n, g->k, cc->p, cc->q);
+    cudnnBackendDescriptor_t cv = bk_conv(g, g->pad_h, 2);
+    ck_assert_int_eq(dnn.BFinalize(cv), CUDNN_STATUS_SUCCESS);
+    cudnnBackendDescriptor_t op = bk_new(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
+    bk_set_desc(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, x);
+    bk_set_desc(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, w);
+    bk_set_desc(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, y);
+    bk_set_desc(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, cv);
+    bk_set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha);
+    bk_set(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta);
+    ck_assert_int_eq(dnn.BFinalize(op), CUDNN_STATUS_SUCCESS);
+    cudnnBackendDescriptor_t graph = bk_new(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+    bk_set_desc(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, op);
+    bk_set(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+    ck_assert_int_eq(dnn.BFinalize(graph), CUDNN_STATUS_SUCCESS);
+    cudnnBackendDescriptor_t engine = bk_new(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+    int64_t index = 0;
+    bk_set_desc(engine, CUDNN_ATTR_ENGINE_OPERATION_GRAPH, graph);
+    bk_set(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &index);
+    ck_assert_int_eq(dnn.BFinalize(engine), CUDNN_STATUS_SUCCESS);
+    cudnnBackendDescriptor_t cfg = bk_new(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+    bk_set_desc(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, engine);
+    ck_assert_int_eq(dnn.BFinalize(cfg), CUDNN_STATUS_SUCCESS);
+    cudnnBackendDescriptor_t plan = bk_new(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+    bk_set_desc(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, cfg);
+    bk_set(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+    ck_assert_int_eq(dnn.BFinalize(plan), CUDNN_STATUS_SUCCESS);
+    /* Every descriptor set into another was copied there. */
+    cudnnBackendDescriptor_t done[] = {x, w, y, cv, op, graph, engine, cfg};
+    for (size_t i = 0; i < sizeof done / sizeof done[0]; i++)
+        ck_assert_int_eq(dnn.BDestroy(done[i]), CUDNN_STATUS_SUCCESS);
+    return plan;
+}
+
+/* A variant pack for x, w, y (unique ids UID_X, UID_W, UID_Y) and the workspace; finalized. */
+static cudnnBackendDescriptor_t bk_pack(CUdeviceptr x, CUdeviceptr w, CUdeviceptr y,
+                                        CUdeviceptr ws) {
+    cudnnBackendDescriptor_t d = bk_new(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+    int64_t ids[3] = {UID_Y, UID_X, UID_W};
+    void *ptrs[3] = {(void *)y, (void *)x, (void *)w}, *work = (void *)ws;
+    bk_set(d, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3, ids);
+    bk_set(d, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 3, ptrs);
+    bk_set(d, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &work);
+    ck_assert_int_eq(dnn.BFinalize(d), CUDNN_STATUS_SUCCESS);
+    return d;
+}
+
+static int64_t plan_workspace(cudnnBackendDescriptor_t plan) {
+    int64_t ws = 0, n = 0;
+    ck_assert_int_eq(
+        dnn.BGet(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &ws),
+        CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(n, 1);
+    return ws;
+}
+
+/* The backend API's convolution forward writes, bit for bit, what cudnnConvolutionForward
+ * writes (and so the host reference's values), for each alpha/beta pair; the plan asks for a
+ * workspace and the execution is one copy and one launch. */
+START_TEST(test_backend_conv_forward_matches_legacy) {
+    conv_case_t cc;
+    conv_case_init(&cc, &shapes[_i]);
+    float *x = host_rand(cc.nx, 1), *w = host_rand(cc.nw, 2), *y0 = host_rand(cc.ny, 3);
+    double *want = calloc(cc.ny, sizeof *want);
+    ref_t r = {x, w, NULL, want};
+    for_each_tap(&cc, tap_fwd, &r);
+    CUdeviceptr dx = dev_from(x, cc.nx), dw = dev_from(w, cc.nw);
+    for (int b = 0; b < 3; b++) {
+        CUdeviceptr dy_legacy = dev_from(y0, cc.ny), dy = dev_from(y0, cc.ny), ws;
+        ck_assert_int_eq(dnn.ConvFwd(handle, &alphas[b], cc.xd, (void *)dx, cc.wd, (void *)dw,
+                                     cc.cd, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, NULL, 0,
+                                     &betas[b], cc.yd, (void *)dy_legacy),
+                         CUDNN_STATUS_SUCCESS);
+        cudnnBackendDescriptor_t plan = bk_plan(&cc, alphas[b], betas[b]);
+        int64_t wsb = plan_workspace(plan);
+        ck_assert_int_ge(wsb, 64);
+        ck_assert_int_eq(cuMemAlloc(&ws, (size_t)wsb), CUDA_SUCCESS);
+        cudnnBackendDescriptor_t pack = bk_pack(dx, dw, dy, ws);
+        uint64_t launches = fakecuda_call_count("cuLaunchKernel");
+        uint64_t copies = fakecuda_call_count("cuMemcpyHtoDAsync");
+        ck_assert_int_eq(dnn.BExecute(handle, plan, pack), CUDNN_STATUS_SUCCESS);
+        ck_assert_uint_eq(fakecuda_call_count("cuLaunchKernel"), launches + 1);
+        ck_assert_uint_eq(fakecuda_call_count("cuMemcpyHtoDAsync"), copies + 1);
+        float *got = host_from(dy, cc.ny), *legacy = host_from(dy_legacy, cc.ny);
+        ck_assert_msg(memcmp(got, legacy, cc.ny * sizeof(float)) == 0,
+                      "backend and legacy forward differ (alpha %g, beta %g)", alphas[b], betas[b]);
+        double *blended = malloc(cc.ny * sizeof *blended);
+        for (size_t i = 0; i < cc.ny; i++)
+            blended[i] = alphas[b] * want[i] + betas[b] * y0[i];
+        expect_close("y", got, blended, cc.ny);
+        ck_assert_int_eq(dnn.BDestroy(pack), CUDNN_STATUS_SUCCESS);
+        ck_assert_int_eq(dnn.BDestroy(plan), CUDNN_STATUS_SUCCESS);
+        free(got), free(legacy), free(blended);
+        cuMemFree(dy), cuMemFree(dy_legacy), cuMemFree(ws);
+    }
+    cuMemFree(dx);
+    cuMemFree(dw);
+    free(x), free(w), free(y0), free(want);
+    conv_case_fini(&cc);
+}
+END_TEST
+
+static int category(cudnnStatus_t st) {
+    return CUDNN_STATUS_CATEGORY(st);
+}
+
+/* Wrong attribute types, counts and names are BAD_PARAM; unsupported problems NOT_SUPPORTED;
+ * reading or executing an unfinalized descriptor, or setting a finalized one, NOT_INITIALIZED. */
+START_TEST(test_backend_rejects_bad_attributes_and_unfinalized_use) {
+    cudnnBackendDescriptor_t d = NULL;
+    ck_assert_int_eq(category(dnn.BCreate(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, &d)),
+                     CUDNN_STATUS_NOT_SUPPORTED);
+    cudnnBackendDescriptor_t t = bk_tensor_unfinished(2, 3, 4, 5);
+    int64_t dims[4] = {2, 3, 4, 5}, uid = 7, got = 0, n = 0;
+    int32_t dims32[4] = {2, 3, 4, 5};
+    cudnnDataType_t f = CUDNN_DATA_FLOAT;
+    ck_assert_int_eq(dnn.BSet(t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT32, 4, dims32),
+                     CUDNN_STATUS_BAD_PARAM);
+    ck_assert_int_eq(dnn.BSet(t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 0, dims),
+                     CUDNN_STATUS_BAD_PARAM);
+    ck_assert_int_eq(dnn.BSet(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 2, dims),
+                     CUDNN_STATUS_BAD_PARAM);
+    ck_assert_int_eq(dnn.BSet(t, CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &f),
+                     CUDNN_STATUS_BAD_PARAM);
+    ck_assert_int_eq(dnn.BFinalize(t), CUDNN_STATUS_BAD_PARAM); /* no unique id */
+    ck_assert_int_eq(dnn.BGet(t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, &n, dims),
+                     CUDNN_STATUS_NOT_INITIALIZED);
+    bk_set(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
+    ck_assert_int_eq(dnn.BFinalize(t), CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(dnn.BSet(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid),
+                     CUDNN_STATUS_NOT_INITIALIZED);
+    ck_assert_int_eq(dnn.BGet(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &n, &got),
+                     CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(got, uid);
+    ck_assert_int_eq(dnn.BGet(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_FLOAT, 1, &n, &got),
+                     CUDNN_STATUS_BAD_PARAM);
+    dnn.BDestroy(t);
+
+    /* Half precision and NHWC strides are valid tensors no engine here runs. */
+    cudnnBackendDescriptor_t h = bk_tensor_unfinished(2, 3, 4, 5);
+    cudnnDataType_t half = CUDNN_DATA_HALF;
+    bk_set(h, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &half);
+    bk_set(h, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
+    ck_assert_int_eq(category(dnn.BFinalize(h)), CUDNN_STATUS_NOT_SUPPORTED);
+    dnn.BDestroy(h);
+    cudnnBackendDescriptor_t nhwc = bk_tensor_unfinished(2, 3, 4, 5);
+    int64_t strides[4] = {60, 1, 15, 3};
+    bk_set(nhwc, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides);
+    bk_set(nhwc, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
+    ck_assert_int_eq(category(dnn.BFinalize(nhwc)), CUDNN_STATUS_NOT_SUPPORTED);
+    dnn.BDestroy(nhwc);
+
+    /* Asymmetric padding and 3 spatial dimensions are not supported. */
+    cudnnBackendDescriptor_t cv = bk_conv(&shapes[0], shapes[0].pad_h + 1, 2);
+    ck_assert_int_eq(category(dnn.BFinalize(cv)), CUDNN_STATUS_NOT_SUPPORTED);
+    dnn.BDestroy(cv);
+    cv = bk_conv(&shapes[0], shapes[0].pad_h, 3);
+    ck_assert_int_eq(category(dnn.BFinalize(cv)), CUDNN_STATUS_NOT_SUPPORTED);
+    dnn.BDestroy(cv);
+
+    /* An operation takes finalized descriptors of the right type, and shapes that agree. */
+    cudnnBackendDescriptor_t op = bk_new(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
+    cudnnBackendDescriptor_t raw = bk_tensor_unfinished(1, 1, 3, 3);
+    cudnnBackendDescriptor_t x = bk_tensor(UID_X, 1, 1, 3, 3), w = bk_tensor(UID_W, 1, 1, 3, 3);
+    cudnnBackendDescriptor_t y = bk_tensor(UID_Y, 1, 1, 2, 2);
+    ck_assert_int_eq(dnn.BSet(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+                              CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &raw),
+                     CUDNN_STATUS_BAD_PARAM);
+    cv = bk_conv(&shapes[1], shapes[1].pad_h, 2); /* 3x3, pad 1, stride 1: y would be 3x3 */
+    ck_assert_int_eq(dnn.BFinalize(cv), CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(dnn.BSet(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+                              CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cv),
+                     CUDNN_STATUS_BAD_PARAM);
+    bk_set_desc(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, x);
+    bk_set_desc(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, w);
+    bk_set_desc(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, y);
+    ck_assert_int_eq(dnn.BFinalize(op), CUDNN_STATUS_BAD_PARAM); /* no convolution */
+    bk_set_desc(op, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, cv);
+    ck_assert_int_eq(category(dnn.BFinalize(op)), CUDNN_STATUS_BAD_PARAM);
+    cudnnBackendDescriptor_t all[] = {op, raw, x, w, y, cv};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        dnn.BDestroy(all[i]);
+
+    /* Executing an unfinalized plan or pack. */
+    conv_case_t cc;
+    conv_case_init(&cc, &shapes[0]);
+    cudnnBackendDescriptor_t plan = bk_plan(&cc, 1.0f, 0.0f);
+    cudnnBackendDescriptor_t bare = bk_new(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+    cudnnBackendDescriptor_t pack = bk_new(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
+    ck_assert_int_eq(dnn.BExecute(handle, plan, pack), CUDNN_STATUS_NOT_INITIALIZED);
+    ck_assert_int_eq(dnn.BFinalize(pack), CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(dnn.BExecute(handle, bare, pack), CUDNN_STATUS_NOT_INITIALIZED);
+    ck_assert_int_eq(dnn.BFinalize(bare), CUDNN_STATUS_BAD_PARAM); /* no engine config */
+    ck_assert_int_eq(dnn.BExecute(handle, plan, pack), CUDNN_STATUS_BAD_PARAM); /* no operands */
+    dnn.BDestroy(plan), dnn.BDestroy(bare), dnn.BDestroy(pack);
+    conv_case_fini(&cc);
+}
+END_TEST
+
+/* Without a workspace, with one smaller than the plan asks for, or without an operand, the
+ * execution is BAD_PARAM and leaves y alone; with them it runs. */
+START_TEST(test_backend_execute_needs_workspace) {
+    conv_case_t cc;
+    conv_case_init(&cc, &shapes[0]);
+    float *x = host_rand(cc.nx, 1), *w = host_rand(cc.nw, 2), *y0 = host_rand(cc.ny, 3);
+    CUdeviceptr dx = dev_from(x, cc.nx), dw = dev_from(w, cc.nw), dy = dev_from(y0, cc.ny);
+    cudnnBackendDescriptor_t plan = bk_plan(&cc, 1.0f, 0.0f);
+    CUdeviceptr small, ws;
+    ck_assert_int_eq(cuMemAlloc(&small, 16), CUDA_SUCCESS);
+    ck_assert_int_eq(cuMemAlloc(&ws, (size_t)plan_workspace(plan)), CUDA_SUCCESS);
+    cudnnBackendDescriptor_t packs[] = {bk_pack(dx, dw, dy, 0), bk_pack(dx, dw, dy, small),
+                                        bk_pack(dx, dw, dy, ws + 8), bk_pack(dx, 0, dy, ws)};
+    for (size_t i = 0; i < sizeof packs / sizeof packs[0]; i++) {
+        ck_assert_msg(dnn.BExecute(handle, plan, packs[i]) == CUDNN_STATUS_BAD_PARAM, "pack %zu",
+                      i);
+        dnn.BDestroy(packs[i]);
+    }
+    float *got = host_from(dy, cc.ny);
+    ck_assert(memcmp(got, y0, cc.ny * sizeof(float)) == 0);
+    free(got);
+    cudnnBackendDescriptor_t pack = bk_pack(dx, dw, dy, ws);
+    ck_assert_int_eq(dnn.BExecute(handle, plan, pack), CUDNN_STATUS_SUCCESS);
+    got = host_from(dy, cc.ny);
+    ck_assert(memcmp(got, y0, cc.ny * sizeof(float)) != 0);
+    free(got);
+    dnn.BDestroy(pack), dnn.BDestroy(plan);
+    cuMemFree(dx), cuMemFree(dw), cuMemFree(dy), cuMemFree(small), cuMemFree(ws);
+    free(x), free(w), free(y0);
+    conv_case_fini(&cc);
+}
+END_TEST
+
+/* A hook reads the variant pack back: the counts alone (NULL array), the ids, pointers and
+ * workspace in the order given, a shorter read, and a wrong type refused. The plan gives back
+ * its configuration into a descriptor the caller created. */
+START_TEST(test_backend_variant_pack_reads_back) {
+    CUdeviceptr x = 0x1000, w = 0x2000, y = 0x3000, ws = 0x4000;
+    cudnnBackendDescriptor_t pack = bk_pack(x, w, y, ws);
+    int64_t n = 0, ids[4] = {0};
+    void *ptrs[4] = {NULL}, *work = NULL;
+    ck_assert_int_eq(
+        dnn.BGet(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 0, &n, NULL),
+        CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(n, 3);
+    ck_assert_int_eq(
+        dnn.BGet(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 4, &n, ids),
+        CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(n, 3);
+    ck_assert(ids[0] == UID_Y && ids[1] == UID_X && ids[2] == UID_W && ids[3] == 0);
+    n = 0;
+    ck_assert_int_eq(
+        dnn.BGet(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, 2, &n, ptrs),
+        CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(n, 3);
+    ck_assert(ptrs[0] == (void *)y && ptrs[1] == (void *)x && ptrs[2] == NULL);
+    ck_assert_int_eq(
+        dnn.BGet(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &n, &work),
+        CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(n, 1);
+    ck_assert_ptr_eq(work, (void *)ws);
+    ck_assert_int_eq(
+        dnn.BGet(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_INT64, 3, &n, ids),
+        CUDNN_STATUS_BAD_PARAM);
+    dnn.BDestroy(pack);
+
+    conv_case_t cc;
+    conv_case_init(&cc, &shapes[0]);
+    cudnnBackendDescriptor_t plan = bk_plan(&cc, 1.0f, 0.0f);
+    cudnnBackendDescriptor_t cfg = bk_new(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
+    ck_assert_int_eq(dnn.BGet(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG,
+                              CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &cfg),
+                     CUDNN_STATUS_SUCCESS);
+    cudnnBackendDescriptor_t engine = bk_new(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+    ck_assert_int_eq(
+        dnn.BGet(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &engine),
+        CUDNN_STATUS_SUCCESS);
+    int64_t index = -1;
+    ck_assert_int_eq(
+        dnn.BGet(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &index),
+        CUDNN_STATUS_SUCCESS);
+    ck_assert_int_eq(index, 0);
+    dnn.BDestroy(engine), dnn.BDestroy(cfg), dnn.BDestroy(plan);
+    conv_case_fini(&cc);
+}
+END_TEST
+
 Suite *suite_cudnn(void);
 Suite *suite_cudnn(void) {
     Suite *s = suite_create("cudnn");
@@ -508,6 +869,14 @@ Suite *suite_cudnn(void) {
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_bn_forward_training_matches_reference);
     tcase_add_loop_test(tc, test_bn_backward_matches_reference, 0, 2);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("backend");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 30);
+    tcase_add_loop_test(tc, test_backend_conv_forward_matches_legacy, 0, NSHAPES);
+    tcase_add_test(tc, test_backend_rejects_bad_attributes_and_unfinalized_use);
+    tcase_add_test(tc, test_backend_execute_needs_workspace);
+    tcase_add_test(tc, test_backend_variant_pack_reads_back);
     suite_add_tcase(s, tc);
     return s;
 }

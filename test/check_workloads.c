@@ -5,7 +5,8 @@
  * (tu_build_path("fakecuda")) and compares what it prints: the same checksum across repeated
  * runs, inline and threaded scheduling, jitter seeds, warm-up extras; the op count against the
  * driver's own statistics; the large workload's out-of-memory failure at its stated capacity;
- * cnn's --blocks option (its footprint and op count per identity block, its checks); xfmr's
+ * cnn's --blocks option (its footprint and op count per identity block, its checks); cnn
+ * --backend (convolution forwards through the cuDNN backend API) gives the legacy checksum; xfmr's
  * framework paths (--no-ptr-table gives the same checksum; the driver saw the graph launches, the
  * TMA descriptors, the lazily loaded kernels and no illegal access); and --time (one line of
  * per-iteration wall times on stderr, stdout unchanged byte for byte). The loop index _i selects
@@ -265,9 +266,11 @@ START_TEST(test_help_documents_options) {
     if (_i == LARGE_IDX)
         ck_assert_msg(strstr(r.out, "FAKECUDA_MEM_BYTES=" LARGE_CAP) != NULL,
                       "large --help does not state its capacity");
-    if (_i == CNN_IDX)
+    if (_i == CNN_IDX) {
         ck_assert_msg(strstr(r.out, "--blocks N (1..16, default 1)") != NULL,
                       "cnn --help does not document --blocks");
+        ck_assert_msg(strstr(r.out, "--backend") != NULL, "cnn --help does not document --backend");
+    }
     if (_i == XFMR_IDX)
         ck_assert_msg(strstr(r.out, "--no-ptr-table") != NULL,
                       "xfmr --help does not document --no-ptr-table");
@@ -543,6 +546,47 @@ START_TEST(test_xfmr_batch_change_reencodes_and_stays_deterministic) {
 }
 END_TEST
 
+/* cnn --backend runs every convolution forward through the cuDNN backend API (a plan per layer
+ * and batch size, a variant pack and a workspace per call) and trains exactly as the legacy
+ * calls do: the same checksum inline, threaded and under jitter, and with two identity blocks
+ * and a short last batch (two plans per layer). Each convolution forward is one more op (the
+ * library's table copy), as the driver counts: 4 + 2 per identity block. */
+START_TEST(test_cnn_backend_matches_legacy) {
+    static const char *const be[] = {"--backend", NULL};
+    static const char *const short_legacy[] = {"--blocks",     "2", "--iters", "3",
+                                               "--last-batch", "2", NULL};
+    static const char *const short_be[] = {"--blocks",     "2", "--iters",   "3",
+                                           "--last-batch", "2", "--backend", NULL};
+    static const char *const inl[] = {"FAKECUDA_SCHED=inline", NULL};
+    static const char *const jit[] = {"FAKECUDA_SCHED=threaded", "FAKECUDA_JITTER_US=20",
+                                      "FAKECUDA_SEED=9", NULL};
+    result_t legacy, backend, jitter, sl, sb;
+    run("cnn", NULL, inl, &legacy);
+    run("cnn", be, inl, &backend);
+    run("cnn", be, jit, &jitter);
+    run("cnn", short_legacy, inl, &sl);
+    run("cnn", short_be, jit, &sb);
+    expect_ok("legacy", &legacy);
+    expect_ok("--backend", &backend);
+    expect_ok("--backend (jitter)", &jitter);
+    expect_ok("--blocks 2 --last-batch 2", &sl);
+    expect_ok("--blocks 2 --last-batch 2 --backend", &sb);
+    expect_same("--backend", &legacy, &backend);
+    expect_same("--backend (jitter)", &legacy, &jitter);
+    expect_same("--blocks 2 --last-batch 2 --backend", &sl, &sb);
+    ck_assert_msg(strcmp(legacy.checksum, sl.checksum) != 0,
+                  "the short run trains like the default");
+    ck_assert_uint_eq(backend.ops, legacy.ops + 6);
+    ck_assert_uint_eq(sb.ops, sl.ops + 8);
+    result_free(&legacy);
+    result_free(&backend);
+    result_free(&jitter);
+    result_free(&sl);
+    result_free(&sb);
+    ck_assert_uint_eq(expect_ops_match_driver("cnn", be), cnn_ops(1) + 6);
+}
+END_TEST
+
 Suite *suite_workloads(void);
 Suite *suite_workloads(void) {
     Suite *s = suite_create("workloads");
@@ -573,6 +617,10 @@ Suite *suite_workloads(void) {
     tcase_add_test(tc, test_cnn_footprint_grows_with_blocks);
     tcase_add_test(tc, test_cnn_blocks_ops_match_driver);
     tcase_add_test(tc, test_cnn_rejects_bad_blocks);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("cnn-backend");
+    tcase_set_timeout(tc, 240);
+    tcase_add_test(tc, test_cnn_backend_matches_legacy);
     suite_add_tcase(s, tc);
     tc = tcase_create("xfmr");
     tcase_set_timeout(tc, 240);

@@ -6,7 +6,8 @@
  * convolution forward/backward-data/backward-filter and spatial or per-activation batch norm
  * (training forward and backward). Only float NCHW fully packed tensors are supported; anything
  * else is CUDNN_STATUS_NOT_SUPPORTED. No call needs a workspace (every size query answers 0)
- * and no call allocates device memory.
+ * and no call allocates device memory. The backend (graph) API for a convolution forward is in
+ * cudnn_backend.c, which shares the handle and the driver table (cudnn_internal.h).
  *
  * Every computing call is exactly one kernel launch (module "cudnn", kernels_cudnn.c) on the
  * handle's stream, so a caller can count it as one op. The library reaches the driver as the
@@ -14,27 +15,15 @@
  * through it with an explicit ABI version; it never links -lcuda. The driver table is built once
  * (pthread_once); a handle, like a real cuDNN handle, must not be used by two threads at once.
  * cudnnCreate needs a current context, where it loads the module. */
-#include "fc_cudnn.h"
+#include "cudnn_internal.h"
 
-#include <cuda.h>
-#include <cudaTypedefs.h>
-#include <cudnn.h>
 #include <dlfcn.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 
-#define DNN_API __attribute__((visibility("default")))
-
-enum { K_CONV_FWD, K_CONV_BWD_DATA, K_CONV_BWD_FILTER, K_BN_FWD, K_BN_BWD, K_COUNT };
 static const char *const kernel_names[K_COUNT] = {
-    "conv_fwd_f32", "conv_bwd_data_f32", "conv_bwd_filter_f32", "bn_fwd_train_f32", "bn_bwd_f32",
-};
-
-struct cudnnContext {
-    CUstream stream;
-    CUmodule module;
-    CUfunction fn[K_COUNT];
+    "conv_fwd_f32",     "conv_bwd_data_f32", "conv_bwd_filter_f32",
+    "bn_fwd_train_f32", "bn_bwd_f32",        "conv_fwd_table_f32",
 };
 
 struct cudnnTensorStruct {
@@ -58,16 +47,7 @@ struct cudnnConvolutionStruct {
     cudnnDataType_t compute;
 };
 
-/* The driver entry points, resolved once. */
-static struct {
-    pthread_once_t once;
-    int ok;
-    PFN_cuCtxGetCurrent_v4000 ctx_get_current;
-    PFN_cuModuleLoadData_v2000 module_load_data;
-    PFN_cuModuleGetFunction_v2000 module_get_function;
-    PFN_cuModuleUnload_v2000 module_unload;
-    PFN_cuLaunchKernel_v4000 launch_kernel;
-} drv = {.once = PTHREAD_ONCE_INIT};
+dnn_driver_t dnn_drv = {.once = PTHREAD_ONCE_INIT};
 
 static int resolve(PFN_cuGetProcAddress_v12000 gpa, const char *name, int version, void **out) {
     CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
@@ -80,7 +60,7 @@ static int resolve(PFN_cuGetProcAddress_v12000 gpa, const char *name, int versio
 
 /* Opens the driver and resolves the table; the handle stays open for the process's life, as
  * real libraries keep it. */
-static void driver_init(void) {
+void dnn_driver_init(void) {
     void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
     if (!lib)
         return;
@@ -88,13 +68,15 @@ static void driver_init(void) {
     *(void **)&gpa = dlsym(lib, "cuGetProcAddress_v2");
     if (!gpa)
         return;
-    if (resolve(gpa, "cuCtxGetCurrent", 4000, (void **)&drv.ctx_get_current) ||
-        resolve(gpa, "cuModuleLoadData", 2000, (void **)&drv.module_load_data) ||
-        resolve(gpa, "cuModuleGetFunction", 2000, (void **)&drv.module_get_function) ||
-        resolve(gpa, "cuModuleUnload", 2000, (void **)&drv.module_unload) ||
-        resolve(gpa, "cuLaunchKernel", 4000, (void **)&drv.launch_kernel))
+    if (resolve(gpa, "cuCtxGetCurrent", 4000, (void **)&dnn_drv.ctx_get_current) ||
+        resolve(gpa, "cuModuleLoadData", 2000, (void **)&dnn_drv.module_load_data) ||
+        resolve(gpa, "cuModuleGetFunction", 2000, (void **)&dnn_drv.module_get_function) ||
+        resolve(gpa, "cuModuleUnload", 2000, (void **)&dnn_drv.module_unload) ||
+        resolve(gpa, "cuLaunchKernel", 4000, (void **)&dnn_drv.launch_kernel) ||
+        resolve(gpa, "cuMemcpyHtoDAsync", 3020, (void **)&dnn_drv.memcpy_htod_async) ||
+        resolve(gpa, "cuMemGetAddressRange", 3020, (void **)&dnn_drv.mem_get_address_range))
         return;
-    drv.ok = 1;
+    dnn_drv.ok = 1;
 }
 
 DNN_API size_t cudnnGetVersion(void) {
@@ -138,22 +120,22 @@ DNN_API const char *cudnnGetErrorString(cudnnStatus_t status) {
 DNN_API cudnnStatus_t cudnnCreate(cudnnHandle_t *handle) {
     if (!handle)
         return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
-    pthread_once(&drv.once, driver_init);
-    if (!drv.ok)
+    pthread_once(&dnn_drv.once, dnn_driver_init);
+    if (!dnn_drv.ok)
         return CUDNN_STATUS_NOT_INITIALIZED;
     CUcontext ctx = NULL;
-    if (drv.ctx_get_current(&ctx) != CUDA_SUCCESS || !ctx)
+    if (dnn_drv.ctx_get_current(&ctx) != CUDA_SUCCESS || !ctx)
         return CUDNN_STATUS_NOT_INITIALIZED;
     struct cudnnContext *h = calloc(1, sizeof *h);
     if (!h)
         return CUDNN_STATUS_INTERNAL_ERROR_HOST_ALLOCATION_FAILED;
-    if (drv.module_load_data(&h->module, FC_CUDNN_MODULE) != CUDA_SUCCESS) {
+    if (dnn_drv.module_load_data(&h->module, FC_CUDNN_MODULE) != CUDA_SUCCESS) {
         free(h);
         return CUDNN_STATUS_NOT_INITIALIZED;
     }
     for (int i = 0; i < K_COUNT; i++) {
-        if (drv.module_get_function(&h->fn[i], h->module, kernel_names[i]) != CUDA_SUCCESS) {
-            drv.module_unload(h->module);
+        if (dnn_drv.module_get_function(&h->fn[i], h->module, kernel_names[i]) != CUDA_SUCCESS) {
+            dnn_drv.module_unload(h->module);
             free(h);
             return CUDNN_STATUS_NOT_INITIALIZED;
         }
@@ -165,7 +147,7 @@ DNN_API cudnnStatus_t cudnnCreate(cudnnHandle_t *handle) {
 DNN_API cudnnStatus_t cudnnDestroy(cudnnHandle_t handle) {
     if (!handle)
         return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
-    cudnnStatus_t st = drv.module_unload(handle->module) == CUDA_SUCCESS
+    cudnnStatus_t st = dnn_drv.module_unload(handle->module) == CUDA_SUCCESS
                            ? CUDNN_STATUS_SUCCESS
                            : CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER;
     free(handle);
@@ -343,7 +325,7 @@ static cudnnStatus_t check_filter(const struct cudnnFilterStruct *f) {
 }
 
 /* Output extent of one spatial dimension, or <= 0 when the filter does not fit. */
-static int out_dim(int in, int pad, int filt, int dil, int stride) {
+int dnn_out_dim(int in, int pad, int filt, int dil, int stride) {
     int span = (filt - 1) * dil + 1;
     return in + 2 * pad < span ? 0 : 1 + (in + 2 * pad - span) / stride;
 }
@@ -356,10 +338,10 @@ DNN_API cudnnStatus_t cudnnGetConvolution2dForwardOutputDim(
     if (!convDesc->set || !inputTensorDesc->set || !filterDesc->set ||
         inputTensorDesc->c != filterDesc->c)
         return CUDNN_STATUS_BAD_PARAM;
-    int p =
-        out_dim(inputTensorDesc->h, convDesc->pad_h, filterDesc->h, convDesc->dil_h, convDesc->u);
-    int q =
-        out_dim(inputTensorDesc->w, convDesc->pad_w, filterDesc->w, convDesc->dil_w, convDesc->v);
+    int p = dnn_out_dim(inputTensorDesc->h, convDesc->pad_h, filterDesc->h, convDesc->dil_h,
+                        convDesc->u);
+    int q = dnn_out_dim(inputTensorDesc->w, convDesc->pad_w, filterDesc->w, convDesc->dil_w,
+                        convDesc->v);
     if (p <= 0 || q <= 0)
         return CUDNN_STATUS_BAD_PARAM;
     *n = inputTensorDesc->n, *c = filterDesc->k, *h = p, *w = q;
@@ -375,8 +357,8 @@ static cudnnStatus_t conv_geom(const struct cudnnTensorStruct *x, const struct c
         return st;
     if (!cv || !cv->set)
         return CUDNN_STATUS_BAD_PARAM;
-    int p = out_dim(x->h, cv->pad_h, w->h, cv->dil_h, cv->u);
-    int q = out_dim(x->w, cv->pad_w, w->w, cv->dil_w, cv->v);
+    int p = dnn_out_dim(x->h, cv->pad_h, w->h, cv->dil_h, cv->u);
+    int q = dnn_out_dim(x->w, cv->pad_w, w->w, cv->dil_w, cv->v);
     if (x->c != w->c || y->n != x->n || y->c != w->k || y->h != p || y->w != q)
         return CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH;
     *g = (fc_conv_geom_t){.n = x->n,
@@ -448,10 +430,10 @@ static CUdeviceptr dptr(const void *p) {
 
 /* Launches kernel k of the handle with the given argument pointers on the handle's stream, with
  * a grid sized as a real kernel would be for `elems` outputs. */
-static cudnnStatus_t launch(cudnnHandle_t h, int k, uint64_t elems, void **args) {
+cudnnStatus_t dnn_launch(cudnnHandle_t h, int k, uint64_t elems, void **args) {
     uint64_t blocks = (elems + 255) / 256;
     unsigned grid = blocks == 0 ? 1 : blocks > 65535 ? 65535 : (unsigned)blocks;
-    CUresult r = drv.launch_kernel(h->fn[k], grid, 1, 1, 256, 1, 1, 0, h->stream, args, NULL);
+    CUresult r = dnn_drv.launch_kernel(h->fn[k], grid, 1, 1, 256, 1, 1, 0, h->stream, args, NULL);
     return r == CUDA_SUCCESS ? CUDNN_STATUS_SUCCESS : CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER;
 }
 
@@ -465,7 +447,7 @@ static cudnnStatus_t conv_call(cudnnHandle_t handle, int kernel, const void *alp
     CUdeviceptr p0 = dptr(in0), p1 = dptr(in1), p2 = dptr(out);
     fc_conv_geom_t geom = *g;
     void *args[] = {&p0, &p1, &p2, &geom, &a, &b};
-    return launch(handle, kernel, out_elems, args);
+    return dnn_launch(handle, kernel, out_elems, args);
 }
 
 DNN_API cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void *alpha,
@@ -579,7 +561,7 @@ DNN_API cudnnStatus_t cudnnBatchNormalizationForwardTraining(
     CUdeviceptr psm = dptr(resultSaveMean), psi = dptr(resultSaveInvVariance);
     double factor = exponentialAverageFactor, eps = epsilon;
     void *args[] = {&px, &py, &ps, &pb, &prm, &prv, &psm, &psi, &n, &c, &hw, &factor, &eps, &a, &b};
-    return launch(handle, K_BN_FWD, (uint64_t)n * c * (uint64_t)hw, args);
+    return dnn_launch(handle, K_BN_FWD, (uint64_t)n * c * (uint64_t)hw, args);
 }
 
 DNN_API cudnnStatus_t cudnnBatchNormalizationBackward(
@@ -611,5 +593,5 @@ DNN_API cudnnStatus_t cudnnBatchNormalizationBackward(
     double eps = epsilon;
     void *args[] = {&px, &pdy, &pdx, &ps,  &pds, &pdb, &psm, &psi,
                     &n,  &c,   &hw,  &eps, &ad,  &bd,  &ap,  &bp};
-    return launch(handle, K_BN_BWD, (uint64_t)n * c * (uint64_t)hw, args);
+    return dnn_launch(handle, K_BN_BWD, (uint64_t)n * c * (uint64_t)hw, args);
 }

@@ -11,6 +11,8 @@
 /* Module image for cuModuleLoadData. */
 #define FC_CUDNN_MODULE "FAKECUDA-MODULE:cudnn"
 
+#include <stdint.h>
+
 /* One 2-D convolution over NCHW float tensors: input n x c x h x w, filter k x c x r x s
  * (KCRS), output n x k x p x q. cross != 0 is cross-correlation (CUDNN_CROSS_CORRELATION);
  * cross == 0 flips the filter (CUDNN_CONVOLUTION). All tensors are fully packed. */
@@ -24,8 +26,22 @@ typedef struct fc_conv_geom {
     int cross;
 } fc_conv_geom_t;
 
+/* The operand table of a backend-API convolution forward (cudnnBackendExecute): the library
+ * copies it into the variant pack's workspace on the handle's stream, and the kernel reads it
+ * from device memory there, so the operands' addresses are in no kernel parameter. x, w, y are
+ * device addresses (CUdeviceptr). */
+typedef struct fc_conv_table {
+    uint64_t x, w, y;
+    fc_conv_geom_t geom;
+    float alpha, beta;
+} fc_conv_table_t;
+
+/* The workspace an execution plan asks for: room for the table, rounded as allocators round. */
+#define FC_CONV_TABLE_BYTES 256
+
 /* Kernel signatures (parameter order), module "cudnn":
  *   conv_fwd_f32(x, w, y, geom, float alpha, float beta)
+ *   conv_fwd_table_f32(workspace)   (reads an fc_conv_table_t at workspace)
  *   conv_bwd_data_f32(w, dy, dx, geom, float alpha, float beta)
  *   conv_bwd_filter_f32(x, dy, dw, geom, float alpha, float beta)
  *   bn_fwd_train_f32(x, y, scale, bias, run_mean, run_var, save_mean, save_inv_std,

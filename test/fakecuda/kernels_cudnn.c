@@ -51,12 +51,10 @@ static double conv_bytes(const fc_conv_geom_t *g) {
     return 4.0 * (double)(x_elems(g) + w_elems(g) + y_elems(g));
 }
 
-/* conv_fwd_f32: y[n,k,p,q] = alpha * sum_{c,r,s} x[n,c,ih,iw] * w[k,c,r,s] + beta * y. */
-static int k_conv_fwd(fakecuda_launch_t *l) {
-    CUdeviceptr xp = FAKECUDA_ARG(l, 0, CUdeviceptr), wp = FAKECUDA_ARG(l, 1, CUdeviceptr);
-    CUdeviceptr yp = FAKECUDA_ARG(l, 2, CUdeviceptr);
-    const fc_conv_geom_t *g = &FAKECUDA_ARG(l, 3, fc_conv_geom_t);
-    float alpha = FAKECUDA_ARG(l, 4, float), beta = FAKECUDA_ARG(l, 5, float);
+/* y[n,k,p,q] = alpha * sum_{c,r,s} x[n,c,ih,iw] * w[k,c,r,s] + beta * y, for both forward
+ * kernels (one arithmetic, so the two entry points agree bit for bit). */
+static int conv_fwd(fakecuda_launch_t *l, CUdeviceptr xp, CUdeviceptr wp, CUdeviceptr yp,
+                    const fc_conv_geom_t *g, float alpha, float beta) {
     if (y_elems(g) == 0)
         return 0;
     const float *x = fview(l, xp, x_elems(g), 0), *w = fview(l, wp, w_elems(g), 0);
@@ -89,6 +87,37 @@ static int k_conv_fwd(fakecuda_launch_t *l) {
                 }
     fakecuda_work(l, conv_flops(g), conv_bytes(g));
     return 0;
+}
+
+/* conv_fwd_f32(x, w, y, geom, alpha, beta). */
+static int k_conv_fwd(fakecuda_launch_t *l) {
+    return conv_fwd(l, FAKECUDA_ARG(l, 0, CUdeviceptr), FAKECUDA_ARG(l, 1, CUdeviceptr),
+                    FAKECUDA_ARG(l, 2, CUdeviceptr), &FAKECUDA_ARG(l, 3, fc_conv_geom_t),
+                    FAKECUDA_ARG(l, 4, float), FAKECUDA_ARG(l, 5, float));
+}
+
+/* A geometry read from memory, not from the launcher: every extent and step positive, padding
+ * non-negative. The loops skip taps outside the input, so the three views bound every access. */
+static int geom_ok(const fc_conv_geom_t *g) {
+    return g->n > 0 && g->c > 0 && g->h > 0 && g->w > 0 && g->k > 0 && g->r > 0 && g->s > 0 &&
+           g->p > 0 && g->q > 0 && g->pad_h >= 0 && g->pad_w >= 0 && g->str_h > 0 && g->str_w > 0 &&
+           g->dil_h > 0 && g->dil_w > 0;
+}
+
+/* conv_fwd_table_f32(workspace): the backend API's convolution forward. Its one parameter is the
+ * workspace, where the library copied an fc_conv_table_t on the same stream; the operands'
+ * addresses and the geometry are read from there, through the same access checks as the
+ * operands themselves. A table that is not device memory, or not a sane geometry, faults. */
+static int k_conv_fwd_table(fakecuda_launch_t *l) {
+    const fc_conv_table_t *tp =
+        fakecuda_access(l, FAKECUDA_ARG(l, 0, CUdeviceptr), sizeof(fc_conv_table_t), 0);
+    if (!tp)
+        return -1;
+    fc_conv_table_t t = *tp;
+    if (!geom_ok(&t.geom))
+        return -1;
+    return conv_fwd(l, (CUdeviceptr)t.x, (CUdeviceptr)t.w, (CUdeviceptr)t.y, &t.geom, t.alpha,
+                    t.beta);
 }
 
 /* conv_bwd_data_f32: dx[n,c,ih,iw] = alpha * sum over the (k, r, s) taps that read (ih, iw) of
@@ -334,5 +363,6 @@ static const fakecuda_kernel_t cudnn_kernels[] = {
      {P_PTR, P_PTR, P_PTR, P_PTR, P_PTR, P_PTR, P_PTR, P_PTR, P_INT, P_INT, P_INT, P_F64, P_F32,
       P_F32, P_F32, P_F32},
      k_bn_bwd},
+    {"cudnn", "conv_fwd_table_f32", 1, {P_PTR}, k_conv_fwd_table},
 };
 FC_KERNEL_TABLE(cudnn_kernels);

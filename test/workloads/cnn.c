@@ -17,7 +17,14 @@
  * norm backward at 16 channels) stays the same, so more blocks make each op a smaller share of
  * the footprint: ops_per_iteration is 57 + 24 * N and peak_device_bytes 1041148 + 562176 * N.
  * With --blocks 1 the program issues exactly the ops, allocations and frees it did before the
- * option existed. */
+ * option existed.
+ *
+ * --backend runs every convolution forward through the cuDNN backend (graph) API instead of
+ * cudnnConvolutionForward, as frameworks do: an execution plan per layer and batch size, built at
+ * start-up and kept; a variant pack per call; the plan's workspace allocated with cuMemAlloc for
+ * the call and freed after it. The results, and so the checksum, are those of the legacy path;
+ * each convolution forward is then two ops (the library's copy of its operand table into the
+ * workspace, and its kernel). */
 #include "wl.h"
 #include "wl_dnn.h"
 
@@ -27,6 +34,9 @@
 #include <string.h>
 
 enum { IN_C = 3, IN_HW = 16, CLASSES = 10, C1 = 16, C2 = 32, MAX_BLOCKS = 16 };
+
+/* Batch sizes one run can have: the batch, the changed batch, the last batch. */
+enum { MAX_PLANS = 3 };
 
 /* Gradient buffers of one iteration: 3 for each conv+BN pair (weights, scale, bias), 4 such pairs
  * outside the identity blocks (stem, strided block, shortcut) and 2 in each block, and the
@@ -48,6 +58,8 @@ typedef struct conv {
     wl_param_t *w;
     cudnnFilterDescriptor_t fd;
     cudnnConvolutionDescriptor_t cd;
+    int nplans; /* --backend: one plan per batch size */
+    wl_dnn_conv_plan_t plans[MAX_PLANS];
 } conv_t;
 
 typedef struct bn {
@@ -87,6 +99,7 @@ typedef struct block_act {
 static CUstream sm, ss;          /* main and side streams */
 static cudnnHandle_t hm, hs;     /* cuDNN handles bound to them */
 static CUevent ev_fork, ev_join; /* main -> side, side -> main */
+static int use_backend;          /* --backend */
 
 static struct {
     wl_param_t *p;
@@ -130,7 +143,7 @@ static uint64_t t_elems(const tensor_t *t) {
 }
 
 static void conv_init(conv_t *cv, int cin, int cout, int ksize, int stride) {
-    *cv = (conv_t){cin, cout, ksize, stride, ksize / 2, NULL, NULL, NULL};
+    *cv = (conv_t){cin, cout, ksize, stride, ksize / 2, NULL, NULL, NULL, 0, {{0}}};
     cv->w = wl_param_new(sm, (uint64_t)cout * cin * ksize * ksize,
                          sqrtf(6.0f / (float)(cin * ksize * ksize)), 0.0f);
     wl_dnn_check(wl_dnn.CreateFilterDescriptor(&cv->fd), "cudnnCreateFilterDescriptor");
@@ -143,7 +156,28 @@ static void conv_init(conv_t *cv, int cin, int cout, int ksize, int stride) {
                  "cudnnSetConvolution2dDescriptor");
 }
 
+static int out_hw(const conv_t *cv, int in_hw) {
+    return (in_hw + 2 * cv->pad - cv->ksize) / cv->stride + 1;
+}
+
+/* --backend: builds cv's execution plans, on the handle it runs on, for its input of in_hw x
+ * in_hw and each batch size the run will use. */
+static void conv_plan(conv_t *cv, cudnnHandle_t h, int in_hw, int iters) {
+    for (int it = 0; it < iters; it++) {
+        int n = wl_batch_size(it), have = 0;
+        for (int i = 0; i < cv->nplans; i++)
+            have |= cv->plans[i].n == n;
+        if (have || cv->nplans == MAX_PLANS)
+            continue;
+        int o = out_hw(cv, in_hw);
+        wl_dnn_conv_plan_build(&cv->plans[cv->nplans++], h, n, cv->cin, in_hw, in_hw, cv->cout,
+                               cv->ksize, cv->pad, cv->stride, o, o);
+    }
+}
+
 static void conv_fini(conv_t *cv) {
+    for (int i = 0; i < cv->nplans; i++)
+        wl_dnn_conv_plan_free(&cv->plans[i]);
     wl_dnn_check(wl_dnn.DestroyFilterDescriptor(cv->fd), "cudnnDestroyFilterDescriptor");
     wl_dnn_check(wl_dnn.DestroyConvolutionDescriptor(cv->cd), "cudnnDestroyConvolutionDescriptor");
 }
@@ -165,12 +199,33 @@ static void bn_fini(bn_t *b) {
     wl_free(b->rvar);
 }
 
-/* y = conv(x) on handle h (alpha 1, beta 0); allocates y. One op. */
+/* --backend's y = conv(x): the layer's plan for x's shape, a variant pack for this call and a
+ * workspace allocated for it. Two ops. */
+static tensor_t conv_fwd_backend(cudnnHandle_t h, const conv_t *cv, const tensor_t *x, tensor_t y) {
+    const wl_dnn_conv_plan_t *cp = NULL;
+    for (int i = 0; i < cv->nplans; i++)
+        if (cv->plans[i].n == x->n && cv->plans[i].h == x->h && cv->plans[i].w == x->w)
+            cp = &cv->plans[i];
+    if (!cp) {
+        fprintf(stderr, "error: cnn: no execution plan for a %dx%dx%dx%d input\n", x->n, x->c, x->h,
+                x->w);
+        exit(2);
+    }
+    CUdeviceptr work = wl_alloc(cp->workspace_bytes);
+    wl_dnn_conv_plan_run(cp, h, x->p, cv->w->w, y.p, work);
+    wl_ops_add(2);
+    wl_free(work);
+    return y;
+}
+
+/* y = conv(x) on handle h (alpha 1, beta 0); allocates y. One op (two with --backend). */
 static tensor_t conv_fwd(cudnnHandle_t h, const conv_t *cv, const tensor_t *x) {
     int n, c, hh, ww;
     wl_dnn_check(wl_dnn.GetConvolution2dForwardOutputDim(cv->cd, x->d, cv->fd, &n, &c, &hh, &ww),
                  "cudnnGetConvolution2dForwardOutputDim");
     tensor_t y = t_new(n, c, hh, ww);
+    if (use_backend)
+        return conv_fwd_backend(h, cv, x, y);
     size_t ws = 0;
     wl_dnn_check(wl_dnn.GetConvolutionForwardWorkspaceSize(
                      h, x->d, cv->fd, cv->cd, y.d, CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, &ws),
@@ -439,9 +494,20 @@ int main(int argc, char **argv) {
         "batch.\n"
         "--blocks N (1..16, default 1) sets the number of identity blocks (16 channels, each with\n"
         "its own weights). Each adds about 0.54 MiB and 24 ops per iteration while the largest\n"
-        "operation stays the same (--blocks 4: about 3.1 MiB, 153 ops per iteration).",
+        "operation stays the same (--blocks 4: about 3.1 MiB, 153 ops per iteration).\n"
+        "--backend runs each convolution forward through the cuDNN backend (graph) API: an\n"
+        "execution plan per layer built at start-up, a variant pack and a cuMemAlloc'd workspace\n"
+        "per call; same checksum, one more op per convolution forward.",
         3, 8};
-    /* --blocks is this program's own option; the shared parser sees the rest. */
+    /* --blocks and --backend are this program's own options; the shared parser sees the rest. */
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--backend") == 0) {
+            use_backend = 1;
+            memmove(&argv[i], &argv[i + 1], (size_t)(argc - i) * sizeof *argv);
+            argc--;
+            break;
+        }
+    }
     for (int i = 1; i + 1 < argc; i++) {
         if (strcmp(argv[i], "--blocks") == 0) {
             char *end;
@@ -490,6 +556,16 @@ int main(int argc, char **argv) {
     bn_init(&m.n6, C2);
     m.fc_w = wl_param_new(sm, (uint64_t)C2 * CLASSES, sqrtf(6.0f / (float)C2), 0.0f);
     m.fc_b = wl_param_new(sm, CLASSES, 0.0f, 0.0f);
+    if (use_backend) {
+        conv_plan(&m.c1, hm, IN_HW, o.iters);
+        for (int i = 0; i < blocks; i++) {
+            conv_plan(&m.blk[i].c2, hm, IN_HW, o.iters);
+            conv_plan(&m.blk[i].c3, hm, IN_HW, o.iters);
+        }
+        conv_plan(&m.c4, hm, IN_HW, o.iters);
+        conv_plan(&m.c5, hm, out_hw(&m.c4, IN_HW), o.iters);
+        conv_plan(&m.c6, hs, IN_HW, o.iters);
+    }
     wl_ops_pause(0);
 
     float *hx = malloc((size_t)o.batch * IN_C * IN_HW * IN_HW * sizeof(float));
