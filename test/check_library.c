@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* check_library.c: cuDNN calls are operations of the program (shim/library.c).
  *
- * The cnn workload (--blocks 3) opens the simulated libcudnn.so.9 with dlopen (RTLD_LOCAL) and resolves its
- * calls with dlsym, as frameworks do, so the shim reaches them through its dlsym routing. Under
- * the shim: each cuDNN call is one op of kind `cudnn` named by the function in the profile (the
- * kernels it launches are not ops of their own), in ops.tsv and in the Chrome trace; the
- * checksum equals the oracle's at a quarter of the footprint in demand and auto mode, inline and
- * threaded with jitter, safe mode on and off; and the test-only switch OOC_TEST_LIB_HOOKS=0
+ * The cnn workload (--blocks 3) opens the simulated libcudnn.so.9 with dlopen (RTLD_LOCAL) and
+ * resolves its calls with dlsym, as frameworks do, so the shim reaches them through its dlsym
+ * routing. Under the shim: each cuDNN call is one op of kind `cudnn` named by the function in the
+ * profile (the kernels it launches are not ops of their own), in ops.tsv and in the Chrome trace;
+ * the checksum equals the oracle's at a quarter of the footprint in demand and auto mode, inline
+ * and threaded with jitter, safe mode on and off; and the test-only switch OOC_TEST_LIB_HOOKS=0
  * really turns the hooks off (the kernels are the ops again). */
 #include <check.h>
 #include <stdio.h>
@@ -19,13 +19,20 @@
 Suite *suite_library(void);
 
 static const char *const cnn_args[] = {"--iters", "10", "--blocks", "3", NULL};
+/* Every convolution forward through the backend API, whose kernel finds x, w and y through a
+ * table in the workspace: a launch scan sees only the workspace. */
+static const char *const backend_args[] = {"--iters", "10", "--blocks", "3", "--backend", NULL};
 
-static tu_result_t oracle(void) {
+static tu_result_t oracle_of(const char *const *args) {
     static const char *const env[] = {"FAKECUDA_SCHED=inline", NULL};
-    tu_result_t r = tu_run_prog("workloads/cnn", cnn_args, 0, env, 300);
+    tu_result_t r = tu_run_prog("workloads/cnn", args, 0, env, 300);
     ck_assert_msg(r.status == 0, "oracle failed: %s", r.err);
     ck_assert_str_ne(r.checksum, "");
     return r;
+}
+
+static tu_result_t oracle(void) {
+    return oracle_of(cnn_args);
 }
 
 /* The whole of a file, NUL-terminated (the caller frees it). */
@@ -64,8 +71,9 @@ static int rows_of(const char *ops, const char *kind, const char *name) {
 /* Runs cnn under the shim at 1/4 of the oracle's peak with `mode`, `sched` (jitter when
  * threaded), safe mode `safe` and the extra variables, checks the checksum and returns the run;
  * the profile goes to dir (made here; the caller removes it). */
-static tu_result_t run_quarter(const tu_result_t *ref, const char *mode, const char *sched,
-                               const char *safe, const char *extra, char *dir, size_t dirlen) {
+static tu_result_t run_cnn(const char *const *args, const tu_result_t *ref, const char *mode,
+                           const char *sched, const char *safe, const char *extra, char *dir,
+                           size_t dirlen) {
     char budget[64], cap[64], pdir[96], md[32], sch[48], sf[32];
     snprintf(dir, dirlen, "/tmp/ooc-lib-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(dir));
@@ -90,7 +98,12 @@ static tu_result_t run_quarter(const tu_result_t *ref, const char *mode, const c
                          "OOC_STATS=1",
                          extra,
                          NULL};
-    tu_result_t r = tu_run_prog("workloads/cnn", cnn_args, 1, env, 300);
+    return tu_run_prog("workloads/cnn", args, 1, env, 300);
+}
+
+static tu_result_t run_quarter(const tu_result_t *ref, const char *mode, const char *sched,
+                               const char *safe, const char *extra, char *dir, size_t dirlen) {
+    tu_result_t r = run_cnn(cnn_args, ref, mode, sched, safe, extra, dir, dirlen);
     ck_assert_msg(r.status == 0, "cnn %s %s safe %s: status %d\n%s", mode, sched, safe, r.status,
                   tu_tail(r.err, 3000));
     ck_assert_msg(strcmp(r.checksum, ref->checksum) == 0,
@@ -112,9 +125,8 @@ static char *profile_file(const char *dir, const char *name) {
 }
 
 static const char *const dnn_calls[] = {
-    "cudnnConvolutionForward",     "cudnnConvolutionBackwardData",
-    "cudnnConvolutionBackwardFilter", "cudnnBatchNormalizationForwardTraining",
-    "cudnnBatchNormalizationBackward"};
+    "cudnnConvolutionForward", "cudnnConvolutionBackwardData", "cudnnConvolutionBackwardFilter",
+    "cudnnBatchNormalizationForwardTraining", "cudnnBatchNormalizationBackward"};
 static const char *const dnn_kernels[] = {"conv_fwd_f32", "conv_bwd_data_f32",
                                           "conv_bwd_filter_f32", "bn_fwd_train_f32", "bn_bwd_f32"};
 
@@ -181,6 +193,55 @@ START_TEST(test_switched_off_hooks_leave_the_kernels_as_ops) {
 }
 END_TEST
 
+/* _i: demand or auto (bit 0), inline or threaded with jitter (bit 1); safe mode off, so that a
+ * buffer the backend kernel reaches through its table and the shim had not made resident
+ * would fault. */
+START_TEST(test_backend_api_at_a_quarter_stays_correct) {
+    const char *mode = (_i & 1) ? "auto" : "demand";
+    const char *sched = (_i & 2) ? "threaded" : "inline";
+    tu_result_t ref = oracle_of(backend_args);
+    char dir[64];
+    tu_result_t r = run_cnn(backend_args, &ref, mode, sched, "off", NULL, dir, sizeof dir);
+    ck_assert_msg(r.status == 0, "cnn --backend %s %s: status %d\n%s", mode, sched, r.status,
+                  tu_tail(r.err, 3000));
+    ck_assert_msg(strcmp(r.checksum, ref.checksum) == 0,
+                  "cnn --backend %s %s: checksum %s, oracle %s\n%s", mode, sched, r.checksum,
+                  ref.checksum, tu_tail(r.err, 3000));
+    ck_assert_msg(tu_stat_row(r.err, "chunks evicted on demand (LRU)") > 0 ||
+                      tu_stat_row(r.err, "planned swap-outs (buffers)") > 0,
+                  "nothing was swapped at a quarter:\n%s", tu_tail(r.err, 3000));
+    if (_i & 1) {
+        char *ops = profile_file(dir, "ops.tsv");
+        /* One op per execution: the table's copy and the kernel are parts of it. */
+        ck_assert_msg(rows_of(ops, "cudnn", "cudnnBackendExecute") > 0, "%s", tu_tail(ops, 2000));
+        ck_assert_msg(rows_of(ops, "kernel", "conv_fwd_table_f32") == 0, "%s", tu_tail(ops, 2000));
+        free(ops);
+    }
+    remove_dir(dir);
+    tu_result_free(&r);
+    tu_result_free(&ref);
+}
+END_TEST
+
+/* The proof that the hook, not luck, keeps the backend's operands resident: with it switched off
+ * and safe mode off, the kernel reaches a swapped-out operand through its table and the run
+ * stops with the shim's report of an illegal address, never wrong bytes. */
+START_TEST(test_backend_api_without_the_hook_faults_cleanly) {
+    tu_result_t ref = oracle_of(backend_args);
+    char dir[64];
+    tu_result_t r = run_cnn(backend_args, &ref, "demand", "inline", "off", "OOC_TEST_LIB_HOOKS=0",
+                            dir, sizeof dir);
+    ck_assert_msg(r.status != 0, "ran through without the hook (checksum %s, oracle %s)\n%s",
+                  r.checksum, ref.checksum, tu_tail(r.err, 3000));
+    ck_assert_msg(strstr(r.err, "the device reported an illegal address") != NULL, "%s",
+                  tu_tail(r.err, 3000));
+    ck_assert_str_eq(r.checksum, "");
+    remove_dir(dir);
+    tu_result_free(&r);
+    tu_result_free(&ref);
+}
+END_TEST
+
 Suite *suite_library(void) {
     Suite *s = suite_create("library");
     TCase *tc = tcase_create("cudnn");
@@ -188,6 +249,8 @@ Suite *suite_library(void) {
     tcase_add_test(tc, test_cudnn_calls_are_named_operations);
     tcase_add_loop_test(tc, test_cudnn_at_a_quarter_stays_correct, 0, 8);
     tcase_add_test(tc, test_switched_off_hooks_leave_the_kernels_as_ops);
+    tcase_add_loop_test(tc, test_backend_api_at_a_quarter_stays_correct, 0, 4);
+    tcase_add_test(tc, test_backend_api_without_the_hook_faults_cleanly);
     suite_add_tcase(s, tc);
     return s;
 }
