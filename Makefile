@@ -198,6 +198,12 @@ $(B)/test/progs/%: test/progs/%.c $(FC_LIB)
 	$(call say,CC,$<)$(CC) $(CFLAGS_ALL) $(CUDA_INC) -Itest/fakecuda -o $@ $< -L$(FC_DIR) -lcuda \
 	    -Wl,-rpath,'$$ORIGIN/../../fakecuda' $(LDFLAGS_ALL) -ldl
 
+# dnnlink is linked with -lcudnn too (the simulated one), as framework binaries are.
+$(B)/test/progs/dnnlink: test/progs/dnnlink.c $(FC_LIB) $(DNN_LIB)
+	@mkdir -p $(@D)
+	$(call say,CC,$<)$(CC) $(CFLAGS_ALL) $(CUDA_INC) -Itest/fakecuda -o $@ $< -L$(FC_DIR) -lcudnn \
+	    -lcuda -Wl,-rpath,'$$ORIGIN/../../fakecuda' $(LDFLAGS_ALL) -ldl
+
 # ---- GPU checks: build/gpu/<name>, against the real CUDA runtime and driver (test/gpu) -----------
 # Built here to prove they compile (check-run builds them when nvcc is present; run here they
 # find no device and exit 77); run on a GPU by scripts/check-gpu (`make check-gpu`).

@@ -78,7 +78,8 @@ static int dnn_load(void) {
         void *h = dlopen("libcudnn.so.9", RTLD_LAZY | RTLD_NOLOAD);
         if (h) {
 #define DNN_LOAD(fn) *(void **)&dnn.fn = ooc_real_sym(h, #fn);
-            DNN_HOOKED(DNN_LOAD) DNN_USED(DNN_LOAD)
+            DNN_HOOKED(DNN_LOAD)
+            DNN_USED(DNN_LOAD)
 #undef DNN_LOAD
             size_t i = 0;
 #define DNN_REAL(fn) dnn_real[i++] = (void *)dnn.fn;
@@ -173,6 +174,7 @@ static cudnnStatus_t dnn_status(const char *fn, CUresult r) {
             ooc_op_lib_end(&op_, r_);                                                              \
             return dnn_status(#fn, r_);                                                            \
         }                                                                                          \
+        ooc_stats_add(OOC_STAT_library_calls, 1);                                                  \
         ooc_lib_depth++;                                                                           \
         cudnnStatus_t st_ = (call);                                                                \
         ooc_lib_depth--;                                                                           \
@@ -197,11 +199,13 @@ static cudnnStatus_t dnn_status(const char *fn, CUresult r) {
 
 /* ---- convolutions ---------------------------------------------------------------------------- */
 
-OOC_EXPORT cudnnStatus_t cudnnConvolutionForward(
-    cudnnHandle_t handle, const void *alpha, const cudnnTensorDescriptor_t xDesc, const void *x,
-    const cudnnFilterDescriptor_t wDesc, const void *w, const cudnnConvolutionDescriptor_t convDesc,
-    cudnnConvolutionFwdAlgo_t algo, void *workSpace, size_t workSpaceSizeInBytes, const void *beta,
-    const cudnnTensorDescriptor_t yDesc, void *y) {
+OOC_EXPORT cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t handle, const void *alpha,
+                                                 const cudnnTensorDescriptor_t xDesc, const void *x,
+                                                 const cudnnFilterDescriptor_t wDesc, const void *w,
+                                                 const cudnnConvolutionDescriptor_t convDesc,
+                                                 cudnnConvolutionFwdAlgo_t algo, void *workSpace,
+                                                 size_t workSpaceSizeInBytes, const void *beta,
+                                                 const cudnnTensorDescriptor_t yDesc, void *y) {
     DNN_HOOK(cudnnConvolutionForward, handle,
              (handle, alpha, xDesc, x, wDesc, w, convDesc, algo, workSpace, workSpaceSizeInBytes,
               beta, yDesc, y),
@@ -394,11 +398,11 @@ static int note_variant_pack(ooc_access_t *a, cudnnBackendDescriptor_t pack) {
     void *ptrs[OOC_MAX_REFS];
     int64_t n = 0, nws = 0;
     void *ws = NULL;
-    cudnnStatus_t st = dnn.cudnnBackendGetAttribute
-                           ? dnn.cudnnBackendGetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
-                                                          CUDNN_TYPE_VOID_PTR, OOC_MAX_REFS, &n,
-                                                          ptrs)
-                           : CUDNN_STATUS_NOT_SUPPORTED;
+    cudnnStatus_t st =
+        dnn.cudnnBackendGetAttribute
+            ? dnn.cudnnBackendGetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
+                                           CUDNN_TYPE_VOID_PTR, OOC_MAX_REFS, &n, ptrs)
+            : CUDNN_STATUS_NOT_SUPPORTED;
     if (st == CUDNN_STATUS_SUCCESS)
         st = dnn.cudnnBackendGetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
                                           CUDNN_TYPE_VOID_PTR, 1, &nws, &ws);

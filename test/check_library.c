@@ -242,6 +242,25 @@ START_TEST(test_backend_api_without_the_hook_faults_cleanly) {
 }
 END_TEST
 
+/* A program linked with -lcudnn reaches the shim's exported functions through the dynamic
+ * linker (no dlsym): every call is an operation, and the results are the same. */
+START_TEST(test_a_program_linked_with_cudnn_reaches_the_hooks) {
+    static const char *const plain[] = {"FAKECUDA_SCHED=inline", NULL};
+    tu_result_t ref = tu_run_prog("test/progs/dnnlink", NULL, 0, plain, 120);
+    ck_assert_msg(ref.status == 0, "%s", ref.err);
+    static const char *const env[] = {
+        "OOC_BUDGET=256K", "OOC_CHUNK=64K", "FAKECUDA_GRANULARITY=64K",
+        "OOC_MODE=demand", "OOC_STATS=1",   NULL};
+    tu_result_t r = tu_run_prog("test/progs/dnnlink", NULL, 1, env, 120);
+    ck_assert_msg(r.status == 0, "%s", tu_tail(r.err, 3000));
+    ck_assert_str_eq(r.checksum, ref.checksum);
+    ck_assert_msg(strstr(r.out, "dnn calls: 12") != NULL, "%s", r.out);
+    ck_assert_int_eq(tu_stat_row(r.err, "cuDNN calls made operations"), 12);
+    tu_result_free(&r);
+    tu_result_free(&ref);
+}
+END_TEST
+
 Suite *suite_library(void) {
     Suite *s = suite_create("library");
     TCase *tc = tcase_create("cudnn");
@@ -251,6 +270,7 @@ Suite *suite_library(void) {
     tcase_add_test(tc, test_switched_off_hooks_leave_the_kernels_as_ops);
     tcase_add_loop_test(tc, test_backend_api_at_a_quarter_stays_correct, 0, 4);
     tcase_add_test(tc, test_backend_api_without_the_hook_faults_cleanly);
+    tcase_add_test(tc, test_a_program_linked_with_cudnn_reaches_the_hooks);
     suite_add_tcase(s, tc);
     return s;
 }
