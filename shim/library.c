@@ -23,8 +23,13 @@
 
 #include <cudnn.h>
 #include <dlfcn.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+static int lab_oom;
+#define uthash_nonfatal_oom(obj) (lab_oom = 1)
+#include <uthash.h>
 
 /* The hooked cuDNN functions, and those the hooks call for themselves. */
 #define DNN_HOOKED(X)                                                                              \
@@ -44,10 +49,12 @@
     X(cudnnSoftmaxBackward)                                                                        \
     X(cudnnAddTensor)                                                                              \
     X(cudnnOpTensor)                                                                               \
-    X(cudnnBackendExecute)
-#define DNN_USED(X)                                                                                \
-    X(cudnnGetStream)                                                                              \
+    X(cudnnBackendExecute)                                                                         \
+    X(cudnnBackendCreateDescriptor)                                                                \
+    X(cudnnBackendDestroyDescriptor)                                                               \
+    X(cudnnBackendSetAttribute)                                                                    \
     X(cudnnBackendGetAttribute)
+#define DNN_USED(X) X(cudnnGetStream)
 
 static struct {
 #define DNN_FIELD(fn) __typeof__(&fn) fn;
@@ -420,9 +427,206 @@ static int note_variant_pack(ooc_access_t *a, cudnnBackendDescriptor_t pack) {
     return 0;
 }
 
+/* What an execution plan computes, for the op's name ("cudnnBackendExecute:conv_fwd"): each
+ * backend descriptor the program creates is remembered with its type, and a label follows the
+ * chain the program builds with cudnnBackendSetAttribute: the operations set on an operation
+ * graph (their kinds joined by '+'), the graph on an engine or a heuristics query, the engine on
+ * an engine config (also the configs a heuristics query returns), the config on a plan. Labels
+ * are interned (the profile keeps pointers to them); descriptors are forgotten when destroyed. */
+typedef struct dlab {
+    void *d;
+    int type;
+    const char *label; /* interned, or NULL */
+    UT_hash_handle hh;
+} dlab_t;
+
+typedef struct dname {
+    struct dname *next;
+    char s[];
+} dname_t;
+
+static pthread_mutex_t lab_lock = PTHREAD_MUTEX_INITIALIZER;
+static dlab_t *dlabs;
+static dname_t *names; /* every name handed out, never freed */
+
+/* The interned "cudnnBackendExecute:<label>" or the label itself (prefix NULL). Caller holds
+ * lab_lock. NULL out of memory. */
+static const char *intern(const char *prefix, const char *label) {
+    char buf[160];
+    snprintf(buf, sizeof buf, "%s%s%s", prefix ? prefix : "", prefix ? ":" : "", label);
+    for (dname_t *n = names; n; n = n->next)
+        if (strcmp(n->s, buf) == 0)
+            return n->s;
+    size_t len = strlen(buf) + 1;
+    dname_t *n = malloc(sizeof *n + len);
+    if (!n)
+        return NULL;
+    memcpy(n->s, buf, len);
+    n->next = names;
+    names = n;
+    return n->s;
+}
+
+static const char *op_kind(int type) {
+    switch (type) {
+    case CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR:
+        return "conv_fwd";
+    case CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR:
+        return "conv_bwd_data";
+    case CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR:
+        return "conv_bwd_filter";
+    case CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR:
+        return "pointwise";
+    case CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR:
+        return "matmul";
+    case CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR:
+        return "reduction";
+    case CUDNN_BACKEND_OPERATION_NORM_FORWARD_DESCRIPTOR:
+        return "norm_fwd";
+    case CUDNN_BACKEND_OPERATION_NORM_BACKWARD_DESCRIPTOR:
+        return "norm_bwd";
+    case CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR:
+        return "sdpa_fwd";
+    case CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR:
+        return "sdpa_bwd";
+    default:
+        return "op";
+    }
+}
+
+static dlab_t *lab_find(void *d) {
+    dlab_t *l = NULL;
+    HASH_FIND_PTR(dlabs, &d, l);
+    return l;
+}
+
+/* An attribute was set on d: carry the label along the chain. Caller holds lab_lock. */
+static void lab_set(void *d, cudnnBackendAttributeName_t name, int64_t n, const void *elems) {
+    dlab_t *l = lab_find(d);
+    if (!l || !elems || n < 1)
+        return;
+    void *const *v = elems;
+    if (name == CUDNN_ATTR_OPERATIONGRAPH_OPS) {
+        char buf[128] = "";
+        size_t at = 0;
+        for (int64_t i = 0; i < n && at < sizeof buf - 16; i++) {
+            dlab_t *o = lab_find(v[i]);
+            int w = snprintf(buf + at, sizeof buf - at, "%s%s", i ? "+" : "",
+                             o ? op_kind(o->type) : "op");
+            at += w > 0 ? (size_t)w : 0;
+        }
+        l->label = intern(NULL, buf);
+    } else if (name == CUDNN_ATTR_ENGINE_OPERATION_GRAPH ||
+               name == CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH ||
+               name == CUDNN_ATTR_ENGINECFG_ENGINE ||
+               name == CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG) {
+        dlab_t *from = lab_find(v[0]);
+        if (from && from->label)
+            l->label = from->label;
+    }
+}
+
+OOC_EXPORT cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t descriptorType,
+                                                      cudnnBackendDescriptor_t *descriptor) {
+    if (!dnn.cudnnBackendCreateDescriptor && dnn_load() != 0)
+        return dnn_missing("cudnnBackendCreateDescriptor");
+    cudnnStatus_t st = dnn.cudnnBackendCreateDescriptor(descriptorType, descriptor);
+    if (st != CUDNN_STATUS_SUCCESS || !descriptor || !*descriptor || ooc_lib_depth)
+        return st;
+    dlab_t *l = calloc(1, sizeof *l);
+    if (!l)
+        return st; /* only the name is lost */
+    l->d = *descriptor;
+    l->type = (int)descriptorType;
+    pthread_mutex_lock(&lab_lock);
+    dlab_t *old = lab_find(l->d); /* a handle value reused without our seeing its destruction */
+    if (old) {
+        HASH_DEL(dlabs, old);
+        free(old);
+    }
+    lab_oom = 0;
+    HASH_ADD_PTR(dlabs, d, l);
+    if (lab_oom)
+        free(l);
+    pthread_mutex_unlock(&lab_lock);
+    return st;
+}
+
+OOC_EXPORT cudnnStatus_t cudnnBackendDestroyDescriptor(cudnnBackendDescriptor_t descriptor) {
+    if (!dnn.cudnnBackendDestroyDescriptor && dnn_load() != 0)
+        return dnn_missing("cudnnBackendDestroyDescriptor");
+    pthread_mutex_lock(&lab_lock);
+    dlab_t *l = lab_find(descriptor);
+    if (l) {
+        HASH_DEL(dlabs, l);
+        free(l);
+    }
+    pthread_mutex_unlock(&lab_lock);
+    return dnn.cudnnBackendDestroyDescriptor(descriptor);
+}
+
+OOC_EXPORT cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t descriptor,
+                                                  cudnnBackendAttributeName_t attributeName,
+                                                  cudnnBackendAttributeType_t attributeType,
+                                                  int64_t elementCount,
+                                                  const void *arrayOfElements) {
+    if (!dnn.cudnnBackendSetAttribute && dnn_load() != 0)
+        return dnn_missing("cudnnBackendSetAttribute");
+    cudnnStatus_t st = dnn.cudnnBackendSetAttribute(descriptor, attributeName, attributeType,
+                                                    elementCount, arrayOfElements);
+    if (st == CUDNN_STATUS_SUCCESS && attributeType == CUDNN_TYPE_BACKEND_DESCRIPTOR &&
+        !ooc_lib_depth) {
+        pthread_mutex_lock(&lab_lock);
+        lab_set(descriptor, attributeName, elementCount, arrayOfElements);
+        pthread_mutex_unlock(&lab_lock);
+    }
+    return st;
+}
+
+OOC_EXPORT cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const descriptor,
+                                                  cudnnBackendAttributeName_t attributeName,
+                                                  cudnnBackendAttributeType_t attributeType,
+                                                  int64_t requestedElementCount,
+                                                  int64_t *elementCount, void *arrayOfElements) {
+    if (!dnn.cudnnBackendGetAttribute && dnn_load() != 0)
+        return dnn_missing("cudnnBackendGetAttribute");
+    cudnnStatus_t st =
+        dnn.cudnnBackendGetAttribute(descriptor, attributeName, attributeType,
+                                     requestedElementCount, elementCount, arrayOfElements);
+    /* The engine configs a heuristics query returns compute what its graph does. */
+    if (st == CUDNN_STATUS_SUCCESS && attributeName == CUDNN_ATTR_ENGINEHEUR_RESULTS &&
+        arrayOfElements && elementCount && !ooc_lib_depth) {
+        pthread_mutex_lock(&lab_lock);
+        dlab_t *h = lab_find(descriptor);
+        void **v = arrayOfElements;
+        for (int64_t i = 0; h && h->label && i < *elementCount && i < requestedElementCount; i++) {
+            dlab_t *c = lab_find(v[i]);
+            if (c)
+                c->label = h->label;
+        }
+        pthread_mutex_unlock(&lab_lock);
+    }
+    return st;
+}
+
+/* The op's name for an execution of `plan`: "cudnnBackendExecute:<what it computes>", or
+ * "cudnnBackendExecute" when the plan's making was not seen. */
+static const char *plan_name(void *plan) {
+    const char *name = "cudnnBackendExecute";
+    pthread_mutex_lock(&lab_lock);
+    dlab_t *l = lab_find(plan);
+    if (l && l->label) {
+        const char *n = intern("cudnnBackendExecute", l->label);
+        if (n)
+            name = n;
+    }
+    pthread_mutex_unlock(&lab_lock);
+    return name;
+}
+
 OOC_EXPORT cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle,
                                              cudnnBackendDescriptor_t executionPlan,
                                              cudnnBackendDescriptor_t variantPack) {
     DNN_HOOK(cudnnBackendExecute, handle, (handle, executionPlan, variantPack),
-             (note_variant_pack(a, variantPack)));
+             (a->name = plan_name(executionPlan), note_variant_pack(a, variantPack)));
 }
