@@ -112,7 +112,7 @@ static void *lib_route(void *real, const char *name) {
 
 /* Only stores a pointer: real.c's dlsym asks it about cuDNN names from then on. */
 __attribute__((constructor)) static void lib_register(void) {
-    ooc_real_route_libraries(lib_route);
+    ooc_real_route_library("cudnn", lib_route);
 }
 
 /* Are the hooks on? Off for the test harness's OOC_TEST_LIB_HOOKS=0. */
@@ -127,8 +127,7 @@ static int hooks_on(void) {
     return v;
 }
 
-/* Is this call an operation of ours: memory managed, hooks on, not inside another? */
-static int lib_on(void) {
+int ooc_lib_on(void) {
     return managing() && ooc_lib_depth == 0 && hooks_on();
 }
 
@@ -137,15 +136,16 @@ static cudnnStatus_t dnn_missing(const char *fn) {
     return CUDNN_STATUS_NOT_INITIALIZED;
 }
 
-/* Notes the buffer holding p as read (R) or written, maybe after reading (RW). */
-static void lib_in(ooc_access_t *a, const void *p) {
+void ooc_lib_in(ooc_access_t *a, const void *p) {
     if (p)
         ooc_mem_note_range(a, (uintptr_t)p, 1, OOC_USE_R);
 }
-static void lib_out(ooc_access_t *a, const void *p) {
+void ooc_lib_out(ooc_access_t *a, const void *p) {
     if (p)
         ooc_mem_note_range(a, (uintptr_t)p, 1, OOC_USE_RW);
 }
+#define lib_in  ooc_lib_in
+#define lib_out ooc_lib_out
 
 static CUstream dnn_stream(cudnnHandle_t h) {
     cudaStream_t s = NULL;
@@ -154,38 +154,58 @@ static CUstream dnn_stream(cudnnHandle_t h) {
     return (CUstream)s;
 }
 
+int ooc_lib_enter(ooc_live_op_t *op, const ooc_access_t *a, CUstream s, CUresult *err) {
+    *err = CUDA_SUCCESS;
+    if (OOC_UNLIKELY(atomic_load_explicit(&ooc_graph_captures, memory_order_relaxed))) {
+        int cap = 0;
+        CUresult c = ooc_graph_capture_note(a, s, 0, &cap);
+        if (c != CUDA_SUCCESS) {
+            *err = c;
+            OOC_LOG_E("%s: its operands could not be noted for the capture (%s)", a->name,
+                      ooc_real_errname(c));
+            return OOC_LIB_FAIL;
+        }
+        if (cap)
+            return OOC_LIB_AS_IS;
+    }
+    CUresult r = ooc_op_lib_begin(op, a, s);
+    if (r != CUDA_SUCCESS) {
+        ooc_op_lib_end(op, r);
+        *err = r;
+        OOC_LOG_E("%s: its operands could not be made resident (%s)", a->name, ooc_real_errname(r));
+        return OOC_LIB_FAIL;
+    }
+    ooc_stats_add(a->kind == OOC_OP_CUDNN ? OOC_STAT_library_calls : OOC_STAT_blas_calls, 1);
+    ooc_lib_depth++;
+    return OOC_LIB_RUN;
+}
+
+void ooc_lib_done(ooc_live_op_t *op, int ok) {
+    ooc_lib_depth--;
+    ooc_op_lib_end(op, ok ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN);
+}
+
 /* What a failure to make the operands resident is in cuDNN's words. */
-static cudnnStatus_t dnn_status(const char *fn, CUresult r) {
-    OOC_LOG_E("%s: its operands could not be made resident (%s)", fn, ooc_real_errname(r));
+static cudnnStatus_t dnn_status(CUresult r) {
     return r == CUDA_ERROR_OUT_OF_MEMORY ? CUDNN_STATUS_INTERNAL_ERROR_DEVICE_ALLOCATION_FAILED
                                          : CUDNN_STATUS_EXECUTION_FAILED_CUDA_DRIVER;
 }
 
-/* Runs `call` (the real function) as one operation of kind cudnn, whose operands a notes, on the
- * handle's stream; on a capturing stream the operands go to the capture and the call is made as
- * is (its own driver calls are captured). */
-#define LIB_RUN(fn, a, handle, call)                                                               \
+/* Runs `call` (the real function) as one operation (ooc_lib_enter) on the handle's stream. */
+#define LIB_RUN(a, handle, call)                                                                   \
     do {                                                                                           \
-        CUstream s_ = dnn_stream(handle);                                                          \
-        if (OOC_UNLIKELY(atomic_load_explicit(&ooc_graph_captures, memory_order_relaxed))) {       \
-            int cap_ = 0;                                                                          \
-            CUresult c_ = ooc_graph_capture_note((a), s_, 0, &cap_);                               \
-            if (c_ != CUDA_SUCCESS)                                                                \
-                return dnn_status(#fn, c_);                                                        \
-            if (cap_)                                                                              \
-                return (call);                                                                     \
-        }                                                                                          \
         ooc_live_op_t op_;                                                                         \
-        CUresult r_ = ooc_op_lib_begin(&op_, (a), s_);                                             \
-        if (r_ != CUDA_SUCCESS) {                                                                  \
-            ooc_op_lib_end(&op_, r_);                                                              \
-            return dnn_status(#fn, r_);                                                            \
+        CUresult e_;                                                                               \
+        switch (ooc_lib_enter(&op_, (a), dnn_stream(handle), &e_)) {                               \
+        case OOC_LIB_AS_IS:                                                                        \
+            return (call);                                                                         \
+        case OOC_LIB_FAIL:                                                                         \
+            return dnn_status(e_);                                                                 \
+        default:                                                                                   \
+            break;                                                                                 \
         }                                                                                          \
-        ooc_stats_add(OOC_STAT_library_calls, 1);                                                  \
-        ooc_lib_depth++;                                                                           \
         cudnnStatus_t st_ = (call);                                                                \
-        ooc_lib_depth--;                                                                           \
-        ooc_op_lib_end(&op_, st_ == CUDNN_STATUS_SUCCESS ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN);     \
+        ooc_lib_done(&op_, st_ == CUDNN_STATUS_SUCCESS);                                           \
         return st_;                                                                                \
     } while (0)
 
@@ -195,13 +215,13 @@ static cudnnStatus_t dnn_status(const char *fn, CUresult r) {
     do {                                                                                           \
         if (!dnn.fn && (dnn_load() != 0 || !dnn.fn))                                               \
             return dnn_missing(#fn);                                                               \
-        if (!lib_on())                                                                             \
+        if (!ooc_lib_on())                                                                         \
             return dnn.fn args;                                                                    \
         ooc_access_t acc_;                                                                         \
         op_start(&acc_, OOC_OP_CUDNN, #fn, 0);                                                     \
         ooc_access_t *a = &acc_;                                                                   \
         (void)notes;                                                                               \
-        LIB_RUN(fn, a, handle, dnn.fn args);                                                       \
+        LIB_RUN(a, handle, dnn.fn args);                                                           \
     } while (0)
 
 /* ---- convolutions ---------------------------------------------------------------------------- */

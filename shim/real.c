@@ -101,12 +101,35 @@ static void *route(void *real) {
     return NULL;
 }
 
-/* The libraries' router (library.c registers it at load): real.c stays below the hooks. */
+/* The libraries' routers, by name prefix (library.c and blas.c register theirs when the shim is
+ * loaded): real.c stays below the hooks. */
 typedef void *(*lib_router_fn)(void *, const char *);
-static _Atomic(lib_router_fn) lib_router;
+#define MAX_ROUTERS 4
+static struct {
+    const char *prefix;
+    size_t len;
+    _Atomic(lib_router_fn) fn;
+} routers[MAX_ROUTERS];
+static _Atomic int nrouters;
 
-void ooc_real_route_libraries(void *(*router)(void *real, const char *name)) {
-    atomic_store_explicit(&lib_router, router, memory_order_release);
+void ooc_real_route_library(const char *prefix, void *(*router)(void *real, const char *name)) {
+    int i = atomic_load(&nrouters);
+    if (i >= MAX_ROUTERS)
+        return;
+    routers[i].prefix = prefix;
+    routers[i].len = strlen(prefix);
+    atomic_store_explicit(&routers[i].fn, router, memory_order_release);
+    atomic_store(&nrouters, i + 1);
+}
+
+static void *lib_route(void *real, const char *name) {
+    int n = atomic_load_explicit(&nrouters, memory_order_acquire);
+    for (int i = 0; i < n; i++) {
+        lib_router_fn f = atomic_load_explicit(&routers[i].fn, memory_order_acquire);
+        if (f && strncmp(name, routers[i].prefix, routers[i].len) == 0)
+            return f(real, name);
+    }
+    return NULL;
 }
 
 void *ooc_real_sym(void *handle, const char *name) {
@@ -127,9 +150,9 @@ OOC_NO_SANITIZE void *ooc__dlsym_hook(void *handle, const char *name) {
      * (which opens libcuda) away from every other library's lookups. */
     if (!r || !name || name[0] != 'c' || name[1] != 'u' || handle == RTLD_NEXT)
         return r;
-    if (name[2] == 'd' && name[3] == 'n' && name[4] == 'n') {
-        lib_router_fn f = atomic_load_explicit(&lib_router, memory_order_acquire);
-        void *lh = f ? f(r, name) : NULL;
+    /* A lower-case third letter is a library's name (cudnn..., cublas...), never the driver's. */
+    if (name[2] >= 'a' && name[2] <= 'z') {
+        void *lh = lib_route(r, name);
         return lh ? lh : r;
     }
     if (ooc_real_load() != 0)

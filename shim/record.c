@@ -611,14 +611,14 @@ static void dump_unrepeated(void) {
     FILE *f = fopen(path, "w");
     if (!f)
         return;
-    static const char *const kinds[] = {"kernel", "memcpy", "memset", "cudnn"};
+    static const char *const kinds[] = {"kernel", "memcpy", "memset", "cudnn", "cublas"};
     static const char *const uses[] = {"-", "r", "w", "rw"};
     fprintf(f, "#ooc-unrepeated-ops\t1\nop\tstream\tkind\tname\tgrid\tblock\tbytes\tlive\t"
                "refs (buffer id:bytes:use:ops since its allocation)\n");
     for (size_t i = 0; i < R.nops; i++) {
         const rop_t *o = &R.ops[i];
         fprintf(f, "%zu\t%u\t%s\t%s\t%u,%u,%u\t%u,%u,%u\t%llu\t%llu\t", i, o->stream,
-                o->kind < 4 ? kinds[o->kind] : "?", o->name ? o->name : "-", o->grid[0], o->grid[1],
+                o->kind < 5 ? kinds[o->kind] : "?", o->name ? o->name : "-", o->grid[0], o->grid[1],
                 o->grid[2], o->block[0], o->block[1], o->block[2], (unsigned long long)o->bytes,
                 (unsigned long long)o->live);
         for (uint32_t k = 0; k < o->nref; k++) {

@@ -78,9 +78,10 @@ extern ooc_real_t ooc_real OOC_INTERNAL;
 
 /* The real dlsym (never routed to a hook), for the libraries' tables (library.c). */
 void *ooc_real_sym(void *handle, const char *name);
-/* Registers the router dlsym asks about a cuDNN name: given the real answer, our hook for it or
- * NULL (library.c's, registered when the shim is loaded). */
-void ooc_real_route_libraries(void *(*router)(void *real, const char *name));
+/* Registers the router dlsym asks about a name starting with `prefix` (a string that lives
+ * forever): given the real answer, our hook for it or NULL (library.c's for cuDNN and blas.c's
+ * for cuBLAS, registered when the shim is loaded, from one thread). At most four. */
+void ooc_real_route_library(const char *prefix, void *(*router)(void *real, const char *name));
 
 /* Loads the real driver and fills ooc_real, once; returns 0 or OOC_ENOENT when no libcuda.so.1
  * can be opened (then every hook returns CUDA_ERROR_NOT_INITIALIZED). Thread-safe. */
@@ -167,7 +168,13 @@ typedef struct ooc_query {
 #define OOC_MAX_REFS 256
 
 /* The kinds of op (the planner's ooc_op_kind_t values). */
-enum { OOC_OP_KERNEL = 0, OOC_OP_MEMCPY = 1, OOC_OP_MEMSET = 2, OOC_OP_CUDNN = 3 };
+enum {
+    OOC_OP_KERNEL = 0,
+    OOC_OP_MEMCPY = 1,
+    OOC_OP_MEMSET = 2,
+    OOC_OP_CUDNN = 3,
+    OOC_OP_CUBLAS = 4
+};
 
 /* What one operation is and touches, gathered by launch.c or the copy hooks. */
 typedef struct ooc_access {
@@ -423,6 +430,22 @@ CUresult ooc_op_end(ooc_live_op_t *op, CUresult r);
  * Between the two the caller raises ooc_lib_depth around the real call. Never the fast path. */
 CUresult ooc_op_lib_begin(ooc_live_op_t *op, const ooc_access_t *a, CUstream stream);
 CUresult ooc_op_lib_end(ooc_live_op_t *op, CUresult r);
+
+/* ---- library.c: library calls (cuDNN, and cuBLAS in blas.c) as operations -------------------- */
+
+/* Is a library call now an operation of ours: memory managed, the hooks on (not
+ * OOC_TEST_LIB_HOOKS=0), not inside another library call on this thread? */
+int ooc_lib_on(void);
+/* Notes the buffer holding p (if any) as read (in) or read and written (out). */
+void ooc_lib_in(ooc_access_t *a, const void *p);
+void ooc_lib_out(ooc_access_t *a, const void *p);
+/* Before a library call whose operands (and kind, name) `a` notes, on stream s: OOC_LIB_RUN
+ * (made resident and held: make the real call, then ooc_lib_done with its success), OOC_LIB_AS_IS
+ * (s captures: the operands went to the capture; make the call, nothing after) or OOC_LIB_FAIL
+ * (logged; *err says why: return the library's error without calling). */
+enum { OOC_LIB_RUN = 0, OOC_LIB_AS_IS = 1, OOC_LIB_FAIL = 2 };
+int ooc_lib_enter(ooc_live_op_t *op, const ooc_access_t *a, CUstream s, CUresult *err);
+void ooc_lib_done(ooc_live_op_t *op, int ok);
 /* Before the program unloads a module or library (hooks.c; no lock held): every function of it
  * may be gone and its handle value reused. Dropped buffers are rebuilt now, while their
  * producers still exist (replay.c); then, under the residency lock, the plan is given up and the
