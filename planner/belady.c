@@ -58,15 +58,21 @@ static int cheap_rebuild(const ooc_model_t *m, const gap_t *g, double rec_ns_per
 }
 
 /* Can gap g be rebuilt before its next use t with its producers' inputs already there? Each input
- * is used by op t itself or sits in a kept gap that no rebuild chain would empty (need[] < to marks
- * the gaps that rebuilds read; a gap that is itself rebuilt is never read). With commit, the input
- * gaps are marked needed by t: the walk then keeps them resident from t on even when evicted
- * earlier (the emitter brings a swapped input back before the recompute). */
-static int inputs_ready(const sched_t *s, const gap_t *g, int32_t *need, double pin, int commit) {
+ * is used by op t itself or sits in a kept gap that no rebuild empties (need[] < to marks the gaps
+ * that rebuilds read; a gap that is itself rebuilt is never read), whose stay from t to its next
+ * use costs at most `pin` times the footprint-ops the rebuild saves, and with which every op
+ * until then still fits `budget` on its own working set. With commit, the input gaps are marked
+ * needed by t: the walk keeps them resident from t on even when evicted earlier (the emitter
+ * brings a swapped input back before the recompute). */
+enum { PIN_MAX = 16 }; /* inputs of one rebuild that may stay (more: no rebuild) */
+static int inputs_ready(const sched_t *s, const gap_t *g, int32_t *need, double pin,
+                        uint64_t budget, int commit) {
     const ooc_model_t *m = s->m;
     const ooc_profile_t *p = m->prof;
     const ooc_buffer_t *bf = &p->bufs[g->buf];
-    int32_t n = (int32_t)m->n;
+    int32_t n = (int32_t)m->n, until[PIN_MAX];
+    uint64_t fp[PIN_MAX];
+    uint32_t np = 0;
     for (uint32_t j = 0; j < bf->nprod; j++) {
         const ooc_op_t *o = &p->ops[p->prods[bf->prod_off + j]];
         for (uint32_t r = 0; r < o->nref; r++) {
@@ -77,29 +83,41 @@ static int inputs_ready(const sched_t *s, const gap_t *g, int32_t *need, double 
             int32_t t = xg->to >= n && g->to <= xg->from ? g->to + n : g->to;
             if (t >= xg->to)
                 continue; /* op t uses it */
-            if (xg->dec != OOC_KEEP)
+            if (xg->dec != OOC_KEEP || np == PIN_MAX)
                 return 0;
             /* the input stays from t to its next use: worth it only when that is short */
             if ((double)m->fp[x] * (double)(xg->to - t) >
                 pin * (double)m->fp[g->buf] * (double)(g->to - g->from))
                 return 0;
+            fp[np] = m->fp[x];
+            until[np++] = g->to + (xg->to - t);
             if (commit && t < need[xg - s->g])
                 need[xg - s->g] = t;
         }
+    }
+    /* the ops until the inputs' next uses hold them beside their own buffers */
+    for (int32_t i = g->to; !commit && i < n; i++) {
+        uint64_t extra = 0;
+        for (uint32_t q = 0; q < np; q++)
+            extra += until[q] > i ? fp[q] : 0;
+        if (!extra)
+            break;
+        if (m->ws[i] + extra > budget)
+            return 0;
     }
     return 1;
 }
 
 /* Gap g becomes a rebuild when it may be, is not read by another rebuild and has its inputs. */
 static int try_rebuild(const sched_t *s, const gap_t *g, int32_t *need, double rec_ns_per_byte,
-                       double pin) {
+                       double pin, uint64_t budget) {
     if (!cheap_rebuild(s->m, g, rec_ns_per_byte))
         return 0;
     if (pin <= 0)
         return 1; /* inputs left to the emitter */
-    if (need[g - s->g] != INT32_MAX || !inputs_ready(s, g, need, pin, 0))
+    if (need[g - s->g] != INT32_MAX || !inputs_ready(s, g, need, pin, budget, 0))
         return 0;
-    inputs_ready(s, g, need, pin, 1);
+    inputs_ready(s, g, need, pin, budget, 1);
     return 1;
 }
 
@@ -119,7 +137,7 @@ int belady_schedule(sched_t *s, uint64_t budget, double rec_ns_per_byte, int on_
         need[k] = INT32_MAX;
     }
     for (uint32_t k = 0; k < s->ng && !on_evict; k++)
-        if (try_rebuild(s, &s->g[k], need, rec_ns_per_byte, pin))
+        if (try_rebuild(s, &s->g[k], need, rec_ns_per_byte, pin, budget))
             s->g[k].dec = OOC_RECOMPUTE;
     /* per op: the gaps that start there (by reference), to push them when the op is done */
     uint32_t *start_off = calloc((size_t)n + 2, sizeof *start_off);
@@ -195,8 +213,9 @@ int belady_schedule(sched_t *s, uint64_t budget, double rec_ns_per_byte, int on_
             int32_t to = g->to < need[k] ? g->to : need[k];
             if (to <= t)
                 continue;
-            g->dec = on_evict && try_rebuild(s, g, need, rec_ns_per_byte, pin) ? OOC_RECOMPUTE
-                                                                               : OOC_SWAP;
+            g->dec = on_evict && try_rebuild(s, g, need, rec_ns_per_byte, pin, budget)
+                         ? OOC_RECOMPUTE
+                         : OOC_SWAP;
             res -= (int64_t)m->fp[g->buf];
             int32_t back = to < n ? to : t == i + n ? to - n : -1;
             if (back >= 0)
