@@ -10,7 +10,9 @@
  * frees it from its last use on, so earlier ops only get more room. The result is a schedule;
  * swap-ins are placed by the caller (as early as memory allows, or a fixed number of ops ahead),
  * and the simulator judges it. `belady_schedule` is shared with auto, which evaluates several
- * variants (which recomputes, how much of the budget the walk may fill, where swap-ins go). */
+ * variants (which recomputes, how much of the budget the walk may fill, where swap-ins go). With
+ * a pin share > 0 (auto only) the walk also counts a rebuild's inputs: it rebuilds only where they
+ * are on the device anyway and keeps them resident from the rebuild to their next use. */
 #include "schedule.h"
 
 #include <stdlib.h>
