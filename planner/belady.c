@@ -10,7 +10,9 @@
  * frees it from its last use on, so earlier ops only get more room. The result is a schedule;
  * swap-ins are placed by the caller (as early as memory allows, or a fixed number of ops ahead),
  * and the simulator judges it. `belady_schedule` is shared with auto, which evaluates several
- * variants (which recomputes, how much of the budget the walk may fill, where swap-ins go). */
+ * variants (which recomputes, how much of the budget the walk may fill, where swap-ins go). With
+ * a pin share > 0 (auto only) the walk also counts a rebuild's inputs: it rebuilds only where they
+ * are on the device anyway and keeps them resident from the rebuild to their next use. */
 #include "schedule.h"
 
 #include <stdlib.h>
@@ -57,18 +59,88 @@ static int cheap_rebuild(const ooc_model_t *m, const gap_t *g, double rec_ns_per
            rebuild_ns(m, b) <= rec_ns_per_byte * (double)m->prof->bufs[b].bytes;
 }
 
-int belady_schedule(sched_t *s, uint64_t budget, double rec_ns_per_byte, int on_evict) {
+/* Can gap g be rebuilt before its next use t with its producers' inputs already there? Each input
+ * is used by op t itself or sits in a kept gap that no rebuild empties (need[] < to marks the gaps
+ * that rebuilds read; a gap that is itself rebuilt is never read), whose stay from t to its next
+ * use costs at most `pin` times the footprint-ops the rebuild saves, and with which every op
+ * until then still fits `budget` on its own working set. With commit, the input gaps are marked
+ * needed by t: the walk keeps them resident from t on even when evicted earlier (the emitter
+ * brings a swapped input back before the recompute). */
+enum { PIN_MAX = 16 }; /* inputs of one rebuild that may stay (more: no rebuild) */
+static int inputs_ready(const sched_t *s, const gap_t *g, int32_t *need, double pin,
+                        uint64_t budget, int commit) {
+    const ooc_model_t *m = s->m;
+    const ooc_profile_t *p = m->prof;
+    const ooc_buffer_t *bf = &p->bufs[g->buf];
+    int32_t n = (int32_t)m->n, until[PIN_MAX];
+    uint64_t fp[PIN_MAX];
+    uint32_t np = 0;
+    for (uint32_t j = 0; j < bf->nprod; j++) {
+        const ooc_op_t *o = &p->ops[p->prods[bf->prod_off + j]];
+        for (uint32_t r = 0; r < o->nref; r++) {
+            int32_t x = p->refs[o->ref_off + r].buf;
+            gap_t *xg = x == g->buf ? NULL : sched_gap_at(s, x, g->to);
+            if (!xg)
+                continue;
+            int32_t t = xg->to >= n && g->to <= xg->from ? g->to + n : g->to;
+            if (t >= xg->to)
+                continue; /* op t uses it */
+            if (xg->dec != OOC_KEEP || np == PIN_MAX)
+                return 0;
+            /* the input stays from t to its next use: worth it only when that is short */
+            if ((double)m->fp[x] * (double)(xg->to - t) >
+                pin * (double)m->fp[g->buf] * (double)(g->to - g->from))
+                return 0;
+            fp[np] = m->fp[x];
+            until[np++] = g->to + (xg->to - t);
+            if (commit && t < need[xg - s->g])
+                need[xg - s->g] = t;
+        }
+    }
+    /* the ops until the inputs' next uses hold them beside their own buffers */
+    for (int32_t i = g->to; !commit && i < n; i++) {
+        uint64_t extra = 0;
+        for (uint32_t q = 0; q < np; q++)
+            extra += until[q] > i ? fp[q] : 0;
+        if (!extra)
+            break;
+        if (m->ws[i] + extra > budget)
+            return 0;
+    }
+    return 1;
+}
+
+/* Gap g becomes a rebuild when it may be, is not read by another rebuild and has its inputs. */
+static int try_rebuild(const sched_t *s, const gap_t *g, int32_t *need, double rec_ns_per_byte,
+                       double pin, uint64_t budget) {
+    if (!cheap_rebuild(s->m, g, rec_ns_per_byte))
+        return 0;
+    if (pin <= 0)
+        return 1; /* inputs left to the emitter */
+    if (need[g - s->g] != INT32_MAX || !inputs_ready(s, g, need, pin, budget, 0))
+        return 0;
+    inputs_ready(s, g, need, pin, budget, 1);
+    return 1;
+}
+
+int belady_schedule(sched_t *s, uint64_t budget, double rec_ns_per_byte, int on_evict, double pin) {
     const ooc_model_t *m = s->m;
     const ooc_profile_t *p = m->prof;
     int32_t n = (int32_t)m->n;
     if (n == 0)
         return 0;
     /* 1. unless rebuilds wait for evictions, rebuild every gap that may be, cheaply enough */
+    int32_t *need = malloc((s->ng ? s->ng : 1) * sizeof *need);
+    if (!need)
+        return OOC_ENOMEM;
     for (uint32_t k = 0; k < s->ng; k++) {
-        gap_t *g = &s->g[k];
-        g->dec = !on_evict && cheap_rebuild(m, g, rec_ns_per_byte) ? OOC_RECOMPUTE : OOC_KEEP;
-        g->in_at = g->to;
+        s->g[k].dec = OOC_KEEP;
+        s->g[k].in_at = s->g[k].to;
+        need[k] = INT32_MAX;
     }
+    for (uint32_t k = 0; k < s->ng && !on_evict; k++)
+        if (try_rebuild(s, &s->g[k], need, rec_ns_per_byte, pin, budget))
+            s->g[k].dec = OOC_RECOMPUTE;
     /* per op: the gaps that start there (by reference), to push them when the op is done */
     uint32_t *start_off = calloc((size_t)n + 2, sizeof *start_off);
     uint32_t *starts = malloc((s->ng ? s->ng : 1) * sizeof *starts);
@@ -77,6 +149,7 @@ int belady_schedule(sched_t *s, uint64_t budget, double rec_ns_per_byte, int on_
     sched_heap_t h = {malloc(((size_t)s->ng + m->nb + 1) * sizeof(uint32_t)), 0, farther, &ord};
     int64_t *delta = calloc((size_t)n + 1, sizeof *delta); /* memory arriving at op i */
     if (!start_off || !starts || !h.a || !delta || (on_evict == 2 && !first)) {
+        free(need);
         free(start_off);
         free(starts);
         free(first);
@@ -93,6 +166,7 @@ int belady_schedule(sched_t *s, uint64_t budget, double rec_ns_per_byte, int on_
     {
         uint32_t *pos = calloc((size_t)n + 1, sizeof *pos);
         if (!pos) {
+            free(need);
             free(start_off);
             free(starts);
             free(first);
@@ -137,9 +211,15 @@ int belady_schedule(sched_t *s, uint64_t budget, double rec_ns_per_byte, int on_
             int32_t t = g->to >= n && i <= g->from ? i + n : i;
             if (g->dec != OOC_KEEP || !(g->from < t && t < g->to))
                 continue;
-            g->dec = on_evict && cheap_rebuild(m, g, rec_ns_per_byte) ? OOC_RECOMPUTE : OOC_SWAP;
+            /* a rebuild reads it before need[k]: off until then at most, and not at all after */
+            int32_t to = g->to < need[k] ? g->to : need[k];
+            if (to <= t)
+                continue;
+            g->dec = on_evict && try_rebuild(s, g, need, rec_ns_per_byte, pin, budget)
+                         ? OOC_RECOMPUTE
+                         : OOC_SWAP;
             res -= (int64_t)m->fp[g->buf];
-            int32_t back = g->to < n ? g->to : t == i + n ? g->to - n : -1;
+            int32_t back = to < n ? to : t == i + n ? to - n : -1;
             if (back >= 0)
                 delta[back] += (int64_t)m->fp[g->buf]; /* else: back in the next iteration */
         }
@@ -161,6 +241,7 @@ int belady_schedule(sched_t *s, uint64_t budget, double rec_ns_per_byte, int on_
                 res -= (int64_t)m->fp[b]; /* the next use, if any, is counted by its gap */
         }
     }
+    free(need);
     free(start_off);
     free(starts);
     free(first);
@@ -200,7 +281,7 @@ int belady_best(sched_t *s, uint64_t budget, uint64_t *score) {
             uint64_t b2 = (uint64_t)((double)budget * fill[f]);
             if (f > 0 && ooc_model_check_budget(m, b2, NULL, NULL, 0))
                 break;
-            if ((rc = belady_schedule(s, b2, rec[a], evict[a])))
+            if ((rc = belady_schedule(s, b2, rec[a], evict[a], 0)))
                 break;
             for (size_t h = 0; h < sizeof ahead / sizeof ahead[0] && !rc; h++) {
                 ooc_sim_result_t r;
@@ -255,7 +336,7 @@ int belady_search(sched_t *s, uint64_t budget, uint32_t max_sims, uint64_t *scor
             for (size_t h = 0; h < sizeof room / sizeof room[0] && !rc && sims < max_sims; h++) {
                 if (basic_variant(f, a, h))
                     continue;
-                if (!scheduled && (rc = belady_schedule(s, walk, rec[a] * per_byte, evict[a])))
+                if (!scheduled && (rc = belady_schedule(s, walk, rec[a] * per_byte, evict[a], 0)))
                     break;
                 scheduled = 1;
                 ooc_sim_result_t r;
@@ -274,6 +355,39 @@ int belady_search(sched_t *s, uint64_t budget, uint32_t max_sims, uint64_t *scor
             }
         }
     }
+    /* then rebuilds that find their inputs on the device (pin > 0), with as many simulations
+     * again: where a rebuild's input would have to come back for it, the walk swaps instead, and
+     * an input a rebuild reads stays from there on, which the walk counts */
+    static const double pin[] = {0.1, 0.05, 0.25};
+    static const int pev[] = {0, 2};
+    static const double pfill[] = {1.0, 0.9}, prec[] = {16, 1}, proom[] = {1.0, 0.9};
+    sims = 0;
+    for (size_t q = 0; q < sizeof pin / sizeof pin[0] && !rc && sims < max_sims; q++)
+        for (size_t e = 0; e < sizeof pev / sizeof pev[0] && !rc && sims < max_sims; e++)
+            for (size_t f = 0; f < sizeof pfill / sizeof pfill[0] && !rc && sims < max_sims; f++)
+                for (size_t a = 0; a < sizeof prec / sizeof prec[0] && !rc && sims < max_sims;
+                     a++) {
+                    uint64_t walk = (uint64_t)((double)budget * pfill[f]);
+                    if (f > 0 && ooc_model_check_budget(m, walk, NULL, NULL, 0))
+                        continue;
+                    if ((rc = belady_schedule(s, walk, prec[a] * per_byte, pev[e], pin[q])))
+                        break;
+                    for (size_t h = 0; h < sizeof proom / sizeof proom[0] && !rc && sims < max_sims;
+                         h++) {
+                        ooc_sim_result_t r;
+                        sims++;
+                        if ((rc = sched_place_swapins(s, (uint64_t)((double)budget * proom[h]))) ||
+                            (rc = sched_eval(s, budget, NULL, &r)))
+                            break;
+                        uint64_t sc = sched_score(&r);
+                        ooc_sim_result_free(&r);
+                        if (sc < best_sc) {
+                            best_sc = sc;
+                            sched_free(&best);
+                            rc = sched_copy(&best, s);
+                        }
+                    }
+                }
     if (!rc && best.g)
         memcpy(s->g, best.g, s->ng * sizeof *s->g);
     sched_free(&best);

@@ -74,6 +74,32 @@ gap_t *sched_gap_at(const sched_t *s, int32_t b, int32_t t) {
     return NULL;
 }
 
+void sched_input_needs(const sched_t *s, int32_t *need) {
+    const ooc_model_t *m = s->m;
+    const ooc_profile_t *p = m->prof;
+    int32_t n = (int32_t)m->n;
+    for (uint32_t k = 0; k < s->ng; k++)
+        need[k] = INT32_MAX;
+    for (uint32_t k = 0; k < s->ng; k++) {
+        const gap_t *g = &s->g[k];
+        if (g->dec != OOC_RECOMPUTE || g->to >= n)
+            continue;
+        const ooc_buffer_t *bf = &p->bufs[g->buf];
+        for (uint32_t j = 0; j < bf->nprod; j++) {
+            const ooc_op_t *o = &p->ops[p->prods[bf->prod_off + j]];
+            for (uint32_t r = 0; r < o->nref; r++) {
+                int32_t x = p->refs[o->ref_off + r].buf;
+                gap_t *xg = x == g->buf ? NULL : sched_gap_at(s, x, g->to);
+                if (!xg)
+                    continue;
+                int32_t t = xg->to >= n && g->to <= xg->from ? g->to + n : g->to;
+                if (t < xg->to && t < need[xg - s->g])
+                    need[xg - s->g] = t;
+            }
+        }
+    }
+}
+
 uint64_t sched_score(const ooc_sim_result_t *r) {
     return r->feasible ? r->time_ns : UINT64_MAX;
 }
@@ -527,8 +553,8 @@ static void seg_build(seg_t *t, int64_t *d) {
 
 static int gap_cmp_to(const void *x, const void *y) {
     const gap_t *a = *(const gap_t *const *)x, *b = *(const gap_t *const *)y;
-    if (a->to != b->to)
-        return a->to < b->to ? -1 : 1;
+    if (a->in_at != b->in_at) /* the latest op it may come back at */
+        return a->in_at < b->in_at ? -1 : 1;
     return a->buf < b->buf ? -1 : a->buf > b->buf;
 }
 
@@ -544,18 +570,23 @@ int sched_place_swapins(sched_t *s, uint64_t budget) {
     seg_t t = {malloc(2 * (size_t)size * sizeof(int64_t)), malloc((size_t)size * sizeof(int64_t)),
                n, size};
     gap_t **sw = malloc((s->ng ? s->ng : 1) * sizeof *sw);
-    if (!t.mx || !t.lz || !sw) {
+    int32_t *need = malloc((s->ng ? s->ng : 1) * sizeof *need);
+    if (!t.mx || !t.lz || !sw || !need) {
         free(t.mx);
         free(t.lz);
         free(sw);
+        free(need);
         return OOC_ENOMEM;
     }
+    /* a swapped input of a recompute is back before the recompute, not only before its use */
+    sched_input_needs(s, need);
     uint32_t nsw = 0;
     int64_t *d = calloc((size_t)n + 1, sizeof *d);
     if (!d) {
         free(t.mx);
         free(t.lz);
         free(sw);
+        free(need);
         return OOC_ENOMEM;
     }
     /* residency without the swapped gaps' incoming stretches, as a difference array */
@@ -576,9 +607,12 @@ int sched_place_swapins(sched_t *s, uint64_t budget) {
             gap_t *g = &s->g[k];
             if (g->dec == OOC_KEEP)
                 continue;
-            diff_range(d, n, g->from + 1, g->to - 1, -fp); /* out during the gap */
-            if (g->dec == OOC_SWAP)
+            int32_t to = g->to < need[k] ? g->to : need[k];
+            diff_range(d, n, g->from + 1, to - 1, -fp); /* out during the gap */
+            if (g->dec == OOC_SWAP) {
+                g->in_at = to; /* the latest it may come (read below) */
                 sw[nsw++] = g;
+            }
         }
     }
     seg_build(&t, d);
@@ -588,7 +622,7 @@ int sched_place_swapins(sched_t *s, uint64_t budget) {
     for (uint32_t i = 0; i < nsw; i++) {
         gap_t *g = sw[i];
         int64_t thr = (int64_t)budget - (int64_t)m->fp[g->buf];
-        int32_t lo = g->from + 1, hi = g->to - 1, at = lo;
+        int32_t to = g->in_at, lo = g->from + 1, hi = to - 1, at = lo;
         if (hi >= lo) {
             int32_t v = -1;
             if (hi >= n) {
@@ -604,10 +638,11 @@ int sched_place_swapins(sched_t *s, uint64_t budget) {
             at = v >= 0 ? v + 1 : lo;
         }
         g->in_at = at;
-        add_range(&t, at, g->to - 1, (int64_t)m->fp[g->buf]);
+        add_range(&t, at, to - 1, (int64_t)m->fp[g->buf]);
     }
     free(t.mx);
     free(t.lz);
     free(sw);
+    free(need);
     return 0;
 }

@@ -48,6 +48,9 @@ void sched_memo_free(sched_memo_t *mm);
 /* Places every swap-in of a swapped gap as early as memory allows (PoocH section 4.3), using the
  * static residency implied by the decisions. */
 int sched_place_swapins(sched_t *s, uint64_t budget);
+/* need[k] (one per gap): for a gap that a recompute's producers read, the op before which its
+ * buffer must be back on the device (on the gap's axis, < to), else INT32_MAX. */
+void sched_input_needs(const sched_t *s, int32_t *need);
 /* Sets every gap that crosses at least `min_len` ops to swap, swap-in `ahead` ops before use. */
 void sched_swap_all(sched_t *s, int32_t min_len, int32_t ahead);
 
@@ -86,9 +89,12 @@ int pooch_refine(sched_t *s, uint64_t budget, uint32_t max_sims);
 /* The next-use schedule (belady.c): evict the kept buffer with the farthest next use whenever the
  * resident footprint exceeds `budget`. Gaps whose producers cost at most rec_ns_per_byte per byte
  * (0: none) are rebuilt instead: all of them up front (on_evict 0), or only those evicted (1), or
- * only those evicted with such gaps evicted before any other (2). Swap-ins are left at their
- * uses. */
-int belady_schedule(sched_t *s, uint64_t budget, double rec_ns_per_byte, int on_evict);
+ * only those evicted with such gaps evicted before any other (2). With pin 0 a rebuild's inputs
+ * are left to the emitter (which brings them in, unseen by the walk); with pin > 0 a gap is rebuilt
+ * only when each input is used by the rebuilding op or sits in a kept gap whose stay from the
+ * rebuild to its next use costs at most `pin` times the footprint-ops the rebuild saves, and the
+ * walk keeps such an input resident from the rebuild on. Swap-ins are left at their uses. */
+int belady_schedule(sched_t *s, uint64_t budget, double rec_ns_per_byte, int on_evict, double pin);
 /* The best of belady_schedule's variants (which rebuilds, 80-100% of the budget for the walk,
  * swap-ins as early as memory allows or 2 or 8 ops ahead) by simulation under `budget`; s is left
  * holding it and *score its simulated time (UINT64_MAX: none feasible). */
