@@ -307,8 +307,7 @@ static cublasStatus_t strided(cublasHandle_t handle, cublasOperation_t transa,
 static cublasStatus_t batched(cublasHandle_t handle, cublasOperation_t transa,
                               cublasOperation_t transb, int m, int n, int k, const void *alpha,
                               const void *const Aarray[], int lda, const void *const Barray[],
-                              int ldb, const void *beta, void *const Carray[], int ldc,
-                              int batch) {
+                              int ldb, const void *beta, void *const Carray[], int ldc, int batch) {
     fc_gemm_geom_t g;
     cublasStatus_t st =
         gemm_args(handle, transa, transb, m, n, k, alpha, lda, ldb, beta, ldc, batch, &g);
@@ -319,18 +318,17 @@ static cublasStatus_t batched(cublasHandle_t handle, cublasOperation_t transa,
 
 BLAS_API cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa,
                                        cublasOperation_t transb, int m, int n, int k,
-                                       const float *alpha, const float *A, int lda,
-                                       const float *B, int ldb, const float *beta, float *C,
-                                       int ldc) {
+                                       const float *alpha, const float *A, int lda, const float *B,
+                                       int ldb, const float *beta, float *C, int ldc) {
     return strided(handle, transa, transb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0,
                    1);
 }
 
 BLAS_API cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
                                      cublasOperation_t transb, int m, int n, int k,
-                                     const void *alpha, const void *A, cudaDataType Atype,
-                                     int lda, const void *B, cudaDataType Btype, int ldb,
-                                     const void *beta, void *C, cudaDataType Ctype, int ldc,
+                                     const void *alpha, const void *A, cudaDataType Atype, int lda,
+                                     const void *B, cudaDataType Btype, int ldb, const void *beta,
+                                     void *C, cudaDataType Ctype, int ldc,
                                      cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
     if (!handle)
         return CUBLAS_STATUS_NOT_INITIALIZED;
@@ -341,18 +339,20 @@ BLAS_API cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t tr
                    1);
 }
 
-BLAS_API cublasStatus_t cublasSgemmStridedBatched(
-    cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
-    int k, const float *alpha, const float *A, int lda, long long int strideA, const float *B,
-    int ldb, long long int strideB, const float *beta, float *C, int ldc, long long int strideC,
-    int batchCount) {
+BLAS_API cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa,
+                                                  cublasOperation_t transb, int m, int n, int k,
+                                                  const float *alpha, const float *A, int lda,
+                                                  long long int strideA, const float *B, int ldb,
+                                                  long long int strideB, const float *beta,
+                                                  float *C, int ldc, long long int strideC,
+                                                  int batchCount) {
     return strided(handle, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta,
                    C, ldc, strideC, batchCount);
 }
 
 BLAS_API cublasStatus_t cublasGemmStridedBatchedEx(
-    cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
-    int k, const void *alpha, const void *A, cudaDataType Atype, int lda, long long int strideA,
+    cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
+    const void *alpha, const void *A, cudaDataType Atype, int lda, long long int strideA,
     const void *B, cudaDataType Btype, int ldb, long long int strideB, const void *beta, void *C,
     cudaDataType Ctype, int ldc, long long int strideC, int batchCount,
     cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
@@ -367,21 +367,21 @@ BLAS_API cublasStatus_t cublasGemmStridedBatchedEx(
 
 BLAS_API cublasStatus_t cublasSgemmBatched(cublasHandle_t handle, cublasOperation_t transa,
                                            cublasOperation_t transb, int m, int n, int k,
-                                           const float *alpha, const float *const Aarray[],
-                                           int lda, const float *const Barray[], int ldb,
-                                           const float *beta, float *const Carray[], int ldc,
-                                           int batchCount) {
+                                           const float *alpha, const float *const Aarray[], int lda,
+                                           const float *const Barray[], int ldb, const float *beta,
+                                           float *const Carray[], int ldc, int batchCount) {
     return batched(handle, transa, transb, m, n, k, alpha, (const void *const *)Aarray, lda,
-                   (const void *const *)Barray, ldb, beta, (void *const *)Carray, ldc,
-                   batchCount);
+                   (const void *const *)Barray, ldb, beta, (void *const *)Carray, ldc, batchCount);
 }
 
-BLAS_API cublasStatus_t cublasGemmBatchedEx(
-    cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
-    int k, const void *alpha, const void *const Aarray[], cudaDataType Atype, int lda,
-    const void *const Barray[], cudaDataType Btype, int ldb, const void *beta,
-    void *const Carray[], cudaDataType Ctype, int ldc, int batchCount,
-    cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
+BLAS_API cublasStatus_t cublasGemmBatchedEx(cublasHandle_t handle, cublasOperation_t transa,
+                                            cublasOperation_t transb, int m, int n, int k,
+                                            const void *alpha, const void *const Aarray[],
+                                            cudaDataType Atype, int lda, const void *const Barray[],
+                                            cudaDataType Btype, int ldb, const void *beta,
+                                            void *const Carray[], cudaDataType Ctype, int ldc,
+                                            int batchCount, cublasComputeType_t computeType,
+                                            cublasGemmAlgo_t algo) {
     if (!handle)
         return CUBLAS_STATUS_NOT_INITIALIZED;
     cublasStatus_t st = ex_args(Atype, Btype, Ctype, computeType, algo);
