@@ -43,13 +43,16 @@ endif
 # The Check library's flags are read when a recipe runs, after install-deps has run.
 CHECK_LIBS = $$(pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -lm -lrt)
 
-# ---- the simulated device: libcuda.so.1 and libcudnn.so.9 -----------------------------------
+# ---- the simulated device: libcuda.so.1, libcudnn.so.9 and libcublas.so.13 ----------------------
 DNN_SRC := test/fakecuda/cudnn.c test/fakecuda/cudnn_backend.c
-FC_SRC  := $(filter-out $(DNN_SRC),$(wildcard test/fakecuda/*.c))
+BLAS_SRC := test/fakecuda/cublas.c
+FC_SRC  := $(filter-out $(DNN_SRC) $(BLAS_SRC),$(wildcard test/fakecuda/*.c))
 FC_OBJ  := $(FC_SRC:%.c=$(B)/obj/%.o)
 FC_LIB  := $(B)/fakecuda/libcuda.so.1
 DNN_OBJ := $(DNN_SRC:%.c=$(B)/obj/%.o)
 DNN_LIB := $(if $(wildcard test/fakecuda/cudnn.c),$(B)/fakecuda/libcudnn.so.9)
+BLAS_OBJ := $(BLAS_SRC:%.c=$(B)/obj/%.o)
+BLAS_LIB := $(if $(wildcard test/fakecuda/cublas.c),$(B)/fakecuda/libcublas.so.13)
 FC_DIR  := $(B)/fakecuda
 
 $(B)/obj/test/fakecuda/%.o: test/fakecuda/%.c
@@ -65,6 +68,12 @@ $(B)/fakecuda/libcudnn.so.9: $(DNN_OBJ)
 	@mkdir -p $(@D)
 	$(call say,LD,$@)$(CC) -shared -Wl,-soname,libcudnn.so.9 -o $@ $^ $(LDFLAGS_ALL) -lm -ldl
 	$(Q)ln -sf libcudnn.so.9 $(@D)/libcudnn.so
+
+# The soname of CUDA 13's libcublas; like the real one it finds the driver at run time.
+$(B)/fakecuda/libcublas.so.13: $(BLAS_OBJ)
+	@mkdir -p $(@D)
+	$(call say,LD,$@)$(CC) -shared -Wl,-soname,libcublas.so.13 -o $@ $^ $(LDFLAGS_ALL) -ldl
+	$(Q)ln -sf libcublas.so.13 $(@D)/libcublas.so
 
 # ---- test workloads: build/workloads/<name> ---------------------------------------------------
 WL_COMMON := $(filter test/workloads/wl_%.c,$(wildcard test/workloads/*.c))
@@ -295,7 +304,7 @@ check-gpu:
 	$(Q)OOC_BUILD=$(B) scripts/check-gpu $(CHECK_GPU_ARGS)
 
 # ---- top-level targets -------------------------------------------------------------------------
-ALL := $(FC_LIB) $(DNN_LIB) $(WL_BIN) $(PL_LIB) $(PL_CLI) $(SH_LIB) $(TP_BIN) $(OPT_CLI) \
+ALL := $(FC_LIB) $(DNN_LIB) $(BLAS_LIB) $(WL_BIN) $(PL_LIB) $(PL_CLI) $(SH_LIB) $(TP_BIN) $(OPT_CLI) \
     $(MAN_PAGES)
 
 .PHONY: all deps test check-run check-arch demo bench valgrind format check-format clean gpu-progs \

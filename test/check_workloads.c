@@ -6,7 +6,8 @@
  * runs, inline and threaded scheduling, jitter seeds, warm-up extras; the op count against the
  * driver's own statistics; the large workload's out-of-memory failure at its stated capacity;
  * cnn's --blocks option (its footprint and op count per identity block, its checks); cnn
- * --backend (convolution forwards through the cuDNN backend API) gives the legacy checksum; xfmr's
+ * --backend (convolution forwards through the cuDNN backend API) gives the legacy checksum; mlp
+ * --cublas and --cublas-batched (every GEMM through cuBLAS) give the default one; xfmr's
  * framework paths (--no-ptr-table gives the same checksum; the driver saw the graph launches, the
  * TMA descriptors, the lazily loaded kernels and no illegal access); and --time (one line of
  * per-iteration wall times on stderr, stdout unchanged byte for byte). The loop index _i selects
@@ -22,6 +23,7 @@
 
 static const char *const workloads[] = {"mlp", "cnn", "large", "xfmr"};
 #define NWORKLOADS  4
+#define MLP_IDX     0
 #define CNN_IDX     1
 #define LARGE_IDX   2
 #define XFMR_IDX    3
@@ -270,6 +272,11 @@ START_TEST(test_help_documents_options) {
         ck_assert_msg(strstr(r.out, "--blocks N (1..16, default 1)") != NULL,
                       "cnn --help does not document --blocks");
         ck_assert_msg(strstr(r.out, "--backend") != NULL, "cnn --help does not document --backend");
+    }
+    if (_i == MLP_IDX) {
+        ck_assert_msg(strstr(r.out, "--cublas sends") != NULL, "mlp --help: no --cublas");
+        ck_assert_msg(strstr(r.out, "--cublas-batched issues") != NULL,
+                      "mlp --help: no --cublas-batched");
     }
     if (_i == XFMR_IDX)
         ck_assert_msg(strstr(r.out, "--no-ptr-table") != NULL,
@@ -587,6 +594,56 @@ START_TEST(test_cnn_backend_matches_legacy) {
 }
 END_TEST
 
+/* mlp --cublas sends every GEMM through the simulated cuBLAS as cublasGemmEx, --cublas-batched
+ * as a cublasGemmBatchedEx of one member whose pointer arrays are per-call temporaries in device
+ * memory: both train exactly as module nn's GEMM does (the same checksum), inline, threaded
+ * under jitter, deeper and with a short last batch. cublasGemmEx is one op like the kernel it
+ * replaces; the batched form adds its three array copies per GEMM (8 GEMMs per iteration at 3
+ * layers), as the driver counts. */
+START_TEST(test_mlp_cublas_matches_default) {
+    static const char *const ex[] = {"--cublas", NULL};
+    static const char *const bat[] = {"--cublas-batched", NULL};
+    static const char *const deep[] = {"--layers",         "5", "--last-batch", "7",
+                                       "--warmup-differs", NULL};
+    static const char *const deep_ex[] = {"--layers", "5", "--last-batch", "7", "--warmup-differs",
+                                          "--cublas", NULL};
+    static const char *const deep_bat[] = {
+        "--layers", "5", "--last-batch", "7", "--warmup-differs", "--cublas-batched", NULL};
+    static const char *const inl[] = {"FAKECUDA_SCHED=inline", NULL};
+    static const char *const jit[] = {"FAKECUDA_SCHED=threaded", "FAKECUDA_JITTER_US=50",
+                                      "FAKECUDA_SEED=11", NULL};
+    const char *const *args[] = {NULL, ex, ex, bat, bat, deep, deep_ex, deep_bat};
+    const char *const *envs[] = {inl, inl, jit, inl, jit, inl, jit, jit};
+    const char *what[] = {"default",
+                          "--cublas",
+                          "--cublas (jitter)",
+                          "--cublas-batched",
+                          "--cublas-batched (jitter)",
+                          "deep",
+                          "deep --cublas",
+                          "deep --cublas-batched"};
+    result_t r[8];
+    for (int i = 0; i < 8; i++) {
+        run("mlp", args[i], envs[i], &r[i]);
+        expect_ok(what[i], &r[i]);
+    }
+    for (int i = 1; i < 5; i++)
+        expect_same(what[i], &r[0], &r[i]);
+    expect_same(what[6], &r[5], &r[6]);
+    expect_same(what[7], &r[5], &r[7]);
+    ck_assert_msg(strcmp(r[0].checksum, r[5].checksum) != 0,
+                  "the deep run trains like the default");
+    ck_assert_uint_eq(r[1].ops, r[0].ops);
+    ck_assert_uint_eq(r[3].ops, r[0].ops + 3 * 8);
+    ck_assert_uint_eq(r[6].ops, r[5].ops);
+    ck_assert_uint_eq(r[7].ops, r[5].ops + 3 * 14);
+    for (int i = 0; i < 8; i++)
+        result_free(&r[i]);
+    ck_assert_uint_eq(expect_ops_match_driver("mlp", bat), 28 + 3 * 8);
+    ck_assert_uint_eq(expect_ops_match_driver("mlp", ex), 28);
+}
+END_TEST
+
 Suite *suite_workloads(void);
 Suite *suite_workloads(void) {
     Suite *s = suite_create("workloads");
@@ -621,6 +678,10 @@ Suite *suite_workloads(void) {
     tc = tcase_create("cnn-backend");
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, test_cnn_backend_matches_legacy);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("mlp-cublas");
+    tcase_set_timeout(tc, 240);
+    tcase_add_test(tc, test_mlp_cublas_matches_default);
     suite_add_tcase(s, tc);
     tc = tcase_create("xfmr");
     tcase_set_timeout(tc, 240);

@@ -4,7 +4,8 @@
  * 256 -> 256 -> 256 -> 10 with ReLU (in place), softmax cross-entropy and SGD with momentum.
  * Weights and momentum persist; each iteration copies its batch in, allocates activations with
  * cuMemAlloc_v2 and activation gradients with cuMemAllocAsync, frees each after its last use,
- * keeps the weight gradients until the optimizer step, and reads the loss back. */
+ * keeps the weight gradients until the optimizer step, and reads the loss back. --cublas and
+ * --cublas-batched send every GEMM through cuBLAS (libcublas.so.13, opened at run time). */
 #include "wl_mlp.h"
 
 #include <stdio.h>
@@ -20,9 +21,25 @@ int main(int argc, char **argv) {
         "momentum) on synthetic data, through the CUDA driver API. Footprint about 1.6 MiB at the\n"
         "default batch; any device capacity of a few MiB suffices.\n"
         "--layers N (1..64, default 3) sets the depth: 256-wide hidden layers, 10 outputs. A\n"
-        "deeper net keeps each operation small against the footprint (--layers 12: about 9 MiB).",
+        "deeper net keeps each operation small against the footprint (--layers 12: about 9 MiB).\n"
+        "--cublas sends every GEMM through cuBLAS (libcublas.so.13, opened with dlopen) as\n"
+        "cublasGemmEx: one launch each, the same checksum and op count as the default.\n"
+        "--cublas-batched issues each GEMM as cublasGemmBatchedEx with batchCount 1 instead: its\n"
+        "three pointer arrays are cuMemAlloc'd per call, filled with cuMemcpyHtoD and freed after\n"
+        "it (3 more ops per GEMM); the operands' addresses are then only in device memory. The\n"
+        "same checksum.",
         3, 32};
-    /* --layers is this program's own option; the shared parser sees the rest. */
+    /* --layers, --cublas and --cublas-batched are this program's own options; the shared
+     * parser sees the rest. */
+    for (int i = 1; i < argc; i++) {
+        int ex = strcmp(argv[i], "--cublas") == 0;
+        if (ex || strcmp(argv[i], "--cublas-batched") == 0) {
+            spec.blas = ex ? WL_BLAS_EX : WL_BLAS_BATCHED;
+            memmove(&argv[i], &argv[i + 1], (size_t)(argc - i) * sizeof *argv);
+            argc--;
+            i--;
+        }
+    }
     for (int i = 1; i + 1 < argc; i++) {
         if (strcmp(argv[i], "--layers") == 0) {
             char *end;

@@ -37,6 +37,7 @@ typedef struct wl_cu {
     PFN_cuMemFreeAsync_v11020 MemFreeAsync;
     PFN_cuMemcpyDtoHAsync_v3020 MemcpyDtoHAsync;
     PFN_cuMemcpyDtoH_v3020 MemcpyDtoH;
+    PFN_cuMemcpyHtoD_v3020 MemcpyHtoD;
     PFN_cuMemcpyDtoDAsync_v3020 MemcpyDtoDAsync;
     PFN_cuMemsetD32Async_v3020 MemsetD32Async;
     PFN_cuMemsetD8Async_v3020 MemsetD8Async;
@@ -76,6 +77,8 @@ uint64_t wl_peak_bytes(void);
 /* Counted ops (one each). wl_h2d and wl_d2h_async require the host buffer to stay valid and
  * unchanged until the stream is synchronised. */
 void wl_h2d(CUdeviceptr dst, const void *src, size_t bytes, CUstream s);
+/* cuMemcpyHtoD_v2: synchronous, on no stream of the program's (src may be reused at once). */
+void wl_h2d_sync(CUdeviceptr dst, const void *src, size_t bytes);
 void wl_d2h_async(void *dst, CUdeviceptr src, size_t bytes, CUstream s);
 void wl_d2d(CUdeviceptr dst, CUdeviceptr src, size_t bytes, CUstream s);
 void wl_memset32(CUdeviceptr dst, uint32_t value, size_t count, CUstream s);

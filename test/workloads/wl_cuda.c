@@ -81,6 +81,7 @@ void wl_cuda_init(void) {
     P(MemFreeAsync, "cuMemFreeAsync", 11020);
     P(MemcpyDtoHAsync, "cuMemcpyDtoHAsync", 3020);
     P(MemcpyDtoH, "cuMemcpyDtoH", 3020);
+    P(MemcpyHtoD, "cuMemcpyHtoD", 3020);
     P(MemcpyDtoDAsync, "cuMemcpyDtoDAsync", 3020);
     P(MemsetD32Async, "cuMemsetD32Async", 3020);
     P(MemsetD8Async, "cuMemsetD8Async", 3020);
@@ -221,6 +222,11 @@ uint64_t wl_ops(void) {
 
 void wl_h2d(CUdeviceptr dst, const void *src, size_t bytes, CUstream s) {
     wl_check(wl_cu.MemcpyHtoDAsync(dst, src, bytes, s), "cuMemcpyHtoDAsync_v2");
+    wl_ops_add(1);
+}
+
+void wl_h2d_sync(CUdeviceptr dst, const void *src, size_t bytes) {
+    wl_check(wl_cu.MemcpyHtoD(dst, src, bytes), "cuMemcpyHtoD_v2");
     wl_ops_add(1);
 }
 

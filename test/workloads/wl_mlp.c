@@ -3,7 +3,8 @@
  *
  * Weights and momentum persist; each iteration copies its batch in, allocates activations with
  * cuMemAlloc_v2 and activation gradients with cuMemAllocAsync, frees each after its last use,
- * keeps the weight gradients until the optimizer step, and reads the loss back. */
+ * keeps the weight gradients until the optimizer step, and reads the loss back. The GEMMs are
+ * module nn's kernel or, with spec->blas, cuBLAS calls (wl_blas.c) that compute the same bits. */
 #include "wl_mlp.h"
 
 #include <math.h>
@@ -20,14 +21,23 @@ typedef struct layer {
     wl_param_t *w, *b; /* w: spec->dims[l] x spec->dims[l+1], row-major; b: spec->dims[l+1] */
 } layer_t;
 
+/* Row-major C = alpha*op(A)*op(B) + beta*C: module nn's kernel, or cuBLAS with spec->blas. */
+static void gemm(CUstream s, int ta, int tb, int m, int n, int k, float alpha, CUdeviceptr a,
+                 int lda, CUdeviceptr b, int ldb, float beta, CUdeviceptr c, int ldc) {
+    if (spec->blas == WL_BLAS_OFF)
+        wl_gemm(s, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    else
+        wl_blas_gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 /* The extra work of a first, "autotuning" iteration: try the first layer's GEMM a few times
  * into scratch memory. Changes nothing the training reads; not counted as steady-state ops. */
 static void autotune(CUstream s, const layer_t *L, CUdeviceptr x, int batch) {
     wl_ops_pause(1);
     CUdeviceptr scratch = wl_alloc((size_t)batch * spec->dims[1] * sizeof(float));
     for (int trial = 0; trial < 3; trial++)
-        wl_gemm(s, 0, 0, batch, spec->dims[1], spec->dims[0], 1.0f, x, spec->dims[0], L[0].w->w,
-                spec->dims[1], 0.0f, scratch, spec->dims[1]);
+        gemm(s, 0, 0, batch, spec->dims[1], spec->dims[0], 1.0f, x, spec->dims[0], L[0].w->w,
+             spec->dims[1], 0.0f, scratch, spec->dims[1]);
     wl_memset32(scratch, 0, (size_t)batch * spec->dims[1], s);
     wl_sync(s);
     wl_free(scratch);
@@ -52,7 +62,7 @@ static void train_step(CUstream s, const layer_t *L, int it, int batch, float *h
         int in = spec->dims[l], out = spec->dims[l + 1];
         int hidden = l + 1 < spec->layers;
         CUdeviceptr z = wl_alloc((size_t)batch * out * sizeof(float));
-        wl_gemm(s, 0, 0, batch, out, in, 1.0f, act[l], in, L[l].w->w, out, 0.0f, z, out);
+        gemm(s, 0, 0, batch, out, in, 1.0f, act[l], in, L[l].w->w, out, 0.0f, z, out);
         wl_bias_add(s, z, L[l].b->w, batch, out, 1);
         if (hidden && copy) {
             pre[l + 1] = z;
@@ -86,11 +96,11 @@ static void train_step(CUstream s, const layer_t *L, int it, int batch, float *h
         }
         gw[l] = wl_alloc((size_t)in * out * sizeof(float));
         gb[l] = wl_alloc((size_t)out * sizeof(float));
-        wl_gemm(s, 1, 0, in, out, batch, 1.0f, act[l], in, dz, out, 0.0f, gw[l], out);
+        gemm(s, 1, 0, in, out, batch, 1.0f, act[l], in, dz, out, 0.0f, gw[l], out);
         wl_bias_grad(s, dz, gb[l], batch, out, 1);
         if (l > 0) {
             dact[l] = wl_alloc_async((size_t)batch * in * sizeof(float), s);
-            wl_gemm(s, 0, 1, batch, in, out, 1.0f, dz, out, L[l].w->w, out, 0.0f, dact[l], in);
+            gemm(s, 0, 1, batch, in, out, 1.0f, dz, out, L[l].w->w, out, 0.0f, dact[l], in);
         }
         wl_free_async(dz, s);
     }
@@ -115,6 +125,8 @@ int wl_mlp_main(const wl_program_t *prog, const wl_mlp_spec_t *sp, int argc, cha
     wl_cuda_init();
     wl_nn_init();
     CUstream s = wl_stream_create();
+    if (spec->blas != WL_BLAS_OFF)
+        wl_blas_init(spec->blas, s);
 
     wl_ops_pause(1);
     layer_t L[MAX_LAYERS];
@@ -140,6 +152,8 @@ int wl_mlp_main(const wl_program_t *prog, const wl_mlp_spec_t *sp, int argc, cha
     wl_ops_pause(1);
     uint64_t sum = wl_checksum(s);
     wl_params_free();
+    if (spec->blas != WL_BLAS_OFF)
+        wl_blas_fini();
     wl_stream_destroy(s);
     wl_nn_fini();
     wl_cuda_fini();
