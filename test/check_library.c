@@ -23,12 +23,16 @@ static const char *const cnn_args[] = {"--iters", "10", "--blocks", "3", NULL};
  * table in the workspace: a launch scan sees only the workspace. */
 static const char *const backend_args[] = {"--iters", "10", "--blocks", "3", "--backend", NULL};
 
-static tu_result_t oracle_of(const char *const *args) {
+static tu_result_t oracle_in(const char *prog, const char *const *args) {
     static const char *const env[] = {"FAKECUDA_SCHED=inline", NULL};
-    tu_result_t r = tu_run_prog("workloads/cnn", args, 0, env, 300);
+    tu_result_t r = tu_run_prog(prog, args, 0, env, 300);
     ck_assert_msg(r.status == 0, "oracle failed: %s", r.err);
     ck_assert_str_ne(r.checksum, "");
     return r;
+}
+
+static tu_result_t oracle_of(const char *const *args) {
+    return oracle_in("workloads/cnn", args);
 }
 
 static tu_result_t oracle(void) {
@@ -71,9 +75,9 @@ static int rows_of(const char *ops, const char *kind, const char *name) {
 /* Runs cnn under the shim at 1/4 of the oracle's peak with `mode`, `sched` (jitter when
  * threaded), safe mode `safe` and the extra variables, checks the checksum and returns the run;
  * the profile goes to dir (made here; the caller removes it). */
-static tu_result_t run_cnn(const char *const *args, const tu_result_t *ref, const char *mode,
-                           const char *sched, const char *safe, const char *extra, char *dir,
-                           size_t dirlen) {
+static tu_result_t run_in(const char *prog, const char *const *args, const tu_result_t *ref,
+                          const char *mode, const char *sched, const char *safe, const char *extra,
+                          char *dir, size_t dirlen) {
     char budget[64], cap[64], pdir[96], md[32], sch[48], sf[32];
     snprintf(dir, dirlen, "/tmp/ooc-lib-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(dir));
@@ -98,7 +102,13 @@ static tu_result_t run_cnn(const char *const *args, const tu_result_t *ref, cons
                          "OOC_STATS=1",
                          extra,
                          NULL};
-    return tu_run_prog("workloads/cnn", args, 1, env, 300);
+    return tu_run_prog(prog, args, 1, env, 300);
+}
+
+static tu_result_t run_cnn(const char *const *args, const tu_result_t *ref, const char *mode,
+                           const char *sched, const char *safe, const char *extra, char *dir,
+                           size_t dirlen) {
+    return run_in("workloads/cnn", args, ref, mode, sched, safe, extra, dir, dirlen);
 }
 
 static tu_result_t run_quarter(const tu_result_t *ref, const char *mode, const char *sched,
@@ -263,6 +273,64 @@ START_TEST(test_a_program_linked_with_cudnn_reaches_the_hooks) {
 }
 END_TEST
 
+/* mlp's GEMMs through cuBLAS: cublasGemmEx (A, B, C are kernel parameters) or
+ * cublasGemmBatchedEx with batch 1 (the kernel reads A, B and C from pointer arrays in device
+ * memory: only the hook, reading the arrays back, can make them resident). */
+static const char *const gemm_args[] = {"--iters", "10", "--layers", "12", "--cublas", NULL};
+static const char *const batched_args[] = {"--iters",          "10", "--layers", "12",
+                                           "--cublas-batched", NULL};
+
+/* _i: cublasGemmEx or the pointer-array form (bit 0), demand or auto (bit 1), inline or threaded
+ * with jitter (bit 2); safe mode off. */
+START_TEST(test_cublas_at_a_quarter_stays_correct) {
+    const char *const *args = (_i & 1) ? batched_args : gemm_args;
+    const char *fn = (_i & 1) ? "cublasGemmBatchedEx" : "cublasGemmEx";
+    const char *mode = (_i & 2) ? "auto" : "demand";
+    const char *sched = (_i & 4) ? "threaded" : "inline";
+    tu_result_t ref = oracle_in("workloads/mlp", args);
+    char dir[64];
+    tu_result_t r = run_in("workloads/mlp", args, &ref, mode, sched, "off", NULL, dir, sizeof dir);
+    ck_assert_msg(r.status == 0, "mlp %s %s %s: status %d\n%s", fn, mode, sched, r.status,
+                  tu_tail(r.err, 3000));
+    ck_assert_msg(strcmp(r.checksum, ref.checksum) == 0, "mlp %s %s %s: checksum %s, oracle %s\n%s",
+                  fn, mode, sched, r.checksum, ref.checksum, tu_tail(r.err, 3000));
+    ck_assert_msg(tu_stat_row(r.err, "cuBLAS calls made operations") > 0, "%s",
+                  tu_tail(r.err, 3000));
+    ck_assert_msg(tu_stat_row(r.err, "chunks evicted on demand (LRU)") > 0 ||
+                      tu_stat_row(r.err, "planned swap-outs (buffers)") > 0,
+                  "nothing was swapped at a quarter:\n%s", tu_tail(r.err, 3000));
+    if (_i & 2) {
+        char *ops = profile_file(dir, "ops.tsv");
+        ck_assert_msg(rows_of(ops, "cublas", fn) > 0, "no cublas op %s:\n%s", fn,
+                      tu_tail(ops, 2000));
+        ck_assert_msg(rows_of(ops, "kernel", "gemm_f32") == 0 &&
+                          rows_of(ops, "kernel", "gemm_batched_f32") == 0,
+                      "a cuBLAS kernel is an op of its own:\n%s", tu_tail(ops, 2000));
+        free(ops);
+    }
+    remove_dir(dir);
+    tu_result_free(&r);
+    tu_result_free(&ref);
+}
+END_TEST
+
+/* Without the hook the pointer-array GEMM's kernel reaches swapped-out matrices: a clean stop. */
+START_TEST(test_pointer_array_gemm_without_the_hook_faults_cleanly) {
+    tu_result_t ref = oracle_in("workloads/mlp", batched_args);
+    char dir[64];
+    tu_result_t r = run_in("workloads/mlp", batched_args, &ref, "demand", "inline", "off",
+                           "OOC_TEST_LIB_HOOKS=0", dir, sizeof dir);
+    ck_assert_msg(r.status != 0, "ran through without the hook (checksum %s, oracle %s)\n%s",
+                  r.checksum, ref.checksum, tu_tail(r.err, 3000));
+    ck_assert_msg(strstr(r.err, "the device reported an illegal address") != NULL, "%s",
+                  tu_tail(r.err, 3000));
+    ck_assert_str_eq(r.checksum, "");
+    remove_dir(dir);
+    tu_result_free(&r);
+    tu_result_free(&ref);
+}
+END_TEST
+
 Suite *suite_library(void) {
     Suite *s = suite_create("library");
     TCase *tc = tcase_create("cudnn");
@@ -274,5 +342,10 @@ Suite *suite_library(void) {
     tcase_add_test(tc, test_backend_api_without_the_hook_faults_cleanly);
     tcase_add_test(tc, test_a_program_linked_with_cudnn_reaches_the_hooks);
     suite_add_tcase(s, tc);
+    TCase *tb = tcase_create("cublas");
+    tcase_set_timeout(tb, tu_under_valgrind() ? 36000 : 900);
+    tcase_add_loop_test(tb, test_cublas_at_a_quarter_stays_correct, 0, 8);
+    tcase_add_test(tb, test_pointer_array_gemm_without_the_hook_faults_cleanly);
+    suite_add_tcase(s, tb);
     return s;
 }
