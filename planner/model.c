@@ -38,11 +38,25 @@ void ooc_model_free(ooc_model_t *m) {
     free(m);
 }
 
-/* Compute-heavy ops (SuperNeurons' checkpoints): library convolutions and GEMMs, or kernels whose
- * names say so. */
+/* Compute-heavy ops (SuperNeurons' checkpoints), by the op's kind and name: every cuBLAS call
+ * (GEMMs); a cuDNN call when it convolves, multiplies matrices or attends (the shim names cuDNN
+ * ops by function, cudnnConvolutionForward, and backend executions by what their plan computes,
+ * cudnnBackendExecute:conv_fwd+pointwise; an execution whose plan was not seen counts as heavy),
+ * not batch norm, activation, pooling, softmax or tensor arithmetic, which are cheap to redo;
+ * a kernel whose name says convolution, GEMM, matmul, linear or attention. */
 static int is_heavy(const ooc_op_t *o) {
-    if (o->kind == OOC_KIND_CUDNN || o->kind == OOC_KIND_CUBLAS)
+    if (o->kind == OOC_KIND_CUBLAS)
         return 1;
+    if (o->kind == OOC_KIND_CUDNN) {
+        static const char *const dnn[] = {"Convolution", "conv", "matmul",
+                                          "sdpa",        "RNN",  "MultiHead"};
+        if (strcmp(o->name, "cudnnBackendExecute") == 0)
+            return 1;
+        for (size_t i = 0; i < sizeof dnn / sizeof dnn[0]; i++)
+            if (strstr(o->name, dnn[i]))
+                return 1;
+        return 0;
+    }
     static const char *const words[] = {"conv", "gemm", "matmul", "linear", "attn", "fc_"};
     for (size_t i = 0; i < sizeof words / sizeof words[0]; i++)
         if (strstr(o->name, words[i]))

@@ -721,10 +721,56 @@ START_TEST(test_auto_near_the_milp_optimum) {
 }
 END_TEST
 
+/* SuperNeurons' checkpoints follow the ops' kinds and names: convolutions, GEMMs and backend
+ * executions that convolve are heavy; batch norm, activation, pooling and pointwise-only graphs
+ * are not. */
+START_TEST(test_heavy_ops_follow_kinds_and_names) {
+    static const struct {
+        ooc_op_kind_t kind;
+        const char *name;
+        int heavy;
+    } ops[] = {
+        {OOC_KIND_CUDNN, "cudnnConvolutionForward", 1},
+        {OOC_KIND_CUDNN, "cudnnConvolutionBackwardFilter", 1},
+        {OOC_KIND_CUDNN, "cudnnBatchNormalizationForwardTraining", 0},
+        {OOC_KIND_CUDNN, "cudnnActivationForward", 0},
+        {OOC_KIND_CUDNN, "cudnnPoolingBackward", 0},
+        {OOC_KIND_CUDNN, "cudnnBackendExecute:conv_fwd+pointwise", 1},
+        {OOC_KIND_CUDNN, "conv2d_fwd", 1}, /* the synthetic profiles' names */
+        {OOC_KIND_CUDNN, "cudnnBackendExecute:matmul", 1},
+        {OOC_KIND_CUDNN, "cudnnBackendExecute:pointwise+pointwise", 0},
+        {OOC_KIND_CUDNN, "cudnnBackendExecute:norm_fwd", 0},
+        {OOC_KIND_CUDNN, "cudnnBackendExecute", 1},
+        {OOC_KIND_CUBLAS, "cublasGemmEx", 1},
+        {OOC_KIND_CUBLAS, "cublasLtMatmul", 1},
+        {OOC_KIND_KERNEL, "conv2d_fwd", 1},
+        {OOC_KIND_KERNEL, "relu_f32", 0},
+    };
+    size_t n = sizeof ops / sizeof ops[0];
+    ooc_profile_t *p = ooc_profile_new();
+    p->chunk_bytes = 1 << 16;
+    p->h2d_bps = p->d2h_bps = 1e9;
+    p->bidir_bps = 2e9;
+    ck_assert_int_eq(ooc_profile_add_buffer(p, 1000, 0, (int64_t)n - 1, 0, "A", NULL, 0), 0);
+    ooc_ref_t r = {0, OOC_ACCESS_RW};
+    for (size_t i = 0; i < n; i++)
+        ooc_profile_add_op(p, 0, ops[i].kind, ops[i].name, NULL, 1000, &r, 1);
+    ck_assert_int_eq(ooc_profile_validate(p, NULL, 0), 0);
+    ooc_model_t *m;
+    ck_assert_int_eq(ooc_model_build(p, p->chunk_bytes, &m), 0);
+    for (size_t i = 0; i < n; i++)
+        ck_assert_msg(m->heavy[i] == ops[i].heavy, "%s: heavy %d, expected %d", ops[i].name,
+                      m->heavy[i], ops[i].heavy);
+    ooc_model_free(m);
+    ooc_profile_free(p);
+}
+END_TEST
+
 Suite *suite_planner_sim(void) {
     Suite *s = suite_create("planner_sim");
     TCase *tc = tcase_create("sim");
     tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, test_heavy_ops_follow_kinds_and_names);
     tcase_add_test(tc, test_swap_overlaps_compute_exactly);
     tcase_add_test(tc, test_memory_waits_for_released_chunks);
     tcase_add_test(tc, test_broken_plans_are_reported);
