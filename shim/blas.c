@@ -76,7 +76,8 @@ static int blas_load(int lt) {
 #undef BLAS_LOAD
             size_t i = 0;
 #define BLAS_REAL(fn) blas_real[i++] = (void *)blas.fn;
-            BLAS_HOOKED(BLAS_REAL) LT_HOOKED(BLAS_REAL)
+            BLAS_HOOKED(BLAS_REAL)
+            LT_HOOKED(BLAS_REAL)
 #undef BLAS_REAL
             atomic_store_explicit(flag, 1, memory_order_release);
         }
@@ -172,16 +173,18 @@ OOC_EXPORT cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t 
                                        const void *beta, void *C, cudaDataType Ctype, int ldc,
                                        cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
     BLAS_HOOK(cublasGemmEx, 0, blas_stream(handle),
-              (handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb, beta, C,
-               Ctype, ldc, computeType, algo),
+              (handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb, beta, C, Ctype,
+               ldc, computeType, algo),
               abc(a, A, B, C));
 }
 
-OOC_EXPORT cublasStatus_t cublasSgemmStridedBatched(
-    cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
-    const float *alpha, const float *A, int lda, long long int strideA, const float *B, int ldb,
-    long long int strideB, const float *beta, float *C, int ldc, long long int strideC,
-    int batchCount) {
+OOC_EXPORT cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa,
+                                                    cublasOperation_t transb, int m, int n, int k,
+                                                    const float *alpha, const float *A, int lda,
+                                                    long long int strideA, const float *B, int ldb,
+                                                    long long int strideB, const float *beta,
+                                                    float *C, int ldc, long long int strideC,
+                                                    int batchCount) {
     BLAS_HOOK(cublasSgemmStridedBatched, 0, blas_stream(handle),
               (handle, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta, C,
                ldc, strideC, batchCount),
@@ -259,15 +262,15 @@ OOC_EXPORT cublasStatus_t cublasSgemmBatched(cublasHandle_t handle, cublasOperat
                           (const void *const *)Barray, (void *const *)Carray, batchCount));
 }
 
-OOC_EXPORT cublasStatus_t cublasGemmBatchedEx(
-    cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
-    const void *alpha, const void *const Aarray[], cudaDataType Atype, int lda,
-    const void *const Barray[], cudaDataType Btype, int ldb, const void *beta,
-    void *const Carray[], cudaDataType Ctype, int ldc, int batchCount,
-    cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
+OOC_EXPORT cublasStatus_t
+cublasGemmBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                    int m, int n, int k, const void *alpha, const void *const Aarray[],
+                    cudaDataType Atype, int lda, const void *const Barray[], cudaDataType Btype,
+                    int ldb, const void *beta, void *const Carray[], cudaDataType Ctype, int ldc,
+                    int batchCount, cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
     BLAS_HOOK(cublasGemmBatchedEx, 0, blas_stream(handle),
-              (handle, transa, transb, m, n, k, alpha, Aarray, Atype, lda, Barray, Btype, ldb,
-               beta, Carray, Ctype, ldc, batchCount, computeType, algo),
+              (handle, transa, transb, m, n, k, alpha, Aarray, Atype, lda, Barray, Btype, ldb, beta,
+               Carray, Ctype, ldc, batchCount, computeType, algo),
               note_arrays(a, blas_stream(handle), Aarray, Barray, Carray, batchCount));
 }
 
@@ -275,8 +278,8 @@ OOC_EXPORT cublasStatus_t cublasGemmBatchedEx(
 
 /* The descriptor's bias and epilogue buffers, when set. */
 static int note_lt_desc(ooc_access_t *a, cublasLtMatmulDesc_t d) {
-    static const cublasLtMatmulDescAttributes_t ptrs[] = {CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                          CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER};
+    static const cublasLtMatmulDescAttributes_t ptrs[] = {
+        CUBLASLT_MATMUL_DESC_BIAS_POINTER, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER};
     if (!blas.cublasLtMatmulDescGetAttribute)
         return -1;
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) {
@@ -292,10 +295,9 @@ static int note_lt_desc(ooc_access_t *a, cublasLtMatmulDesc_t d) {
 
 OOC_EXPORT cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle,
                                          cublasLtMatmulDesc_t computeDesc, const void *alpha,
-                                         const void *A, cublasLtMatrixLayout_t Adesc,
-                                         const void *B, cublasLtMatrixLayout_t Bdesc,
-                                         const void *beta, const void *C,
-                                         cublasLtMatrixLayout_t Cdesc, void *D,
+                                         const void *A, cublasLtMatrixLayout_t Adesc, const void *B,
+                                         cublasLtMatrixLayout_t Bdesc, const void *beta,
+                                         const void *C, cublasLtMatrixLayout_t Cdesc, void *D,
                                          cublasLtMatrixLayout_t Ddesc,
                                          const cublasLtMatmulAlgo_t *algo, void *workspace,
                                          size_t workspaceSizeInBytes, cudaStream_t stream) {

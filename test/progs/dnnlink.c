@@ -97,6 +97,10 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < ny * 4; i++)
         hsh = (hsh ^ b[i]) * 1099511628211ull;
     printf("dnn calls: %d\nchecksum: %016llx\n", calls, (unsigned long long)hsh);
+    DNN(cudnnDestroyTensorDescriptor(xd));
+    DNN(cudnnDestroyTensorDescriptor(yd));
+    DNN(cudnnDestroyFilterDescriptor(wd));
+    DNN(cudnnDestroyConvolutionDescriptor(cd));
     DNN(cudnnDestroy(h));
     free(hx);
     free(hw);
