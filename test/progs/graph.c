@@ -301,11 +301,14 @@ static CUgraph build_by_node(gbuf_t *g, CUcontext ctx) {
 /* --set-params: graph 1's nodes, in capture_body's order. */
 enum { N_H2D, N_KA, N_KB, N_D2D, N_KC, N_D2H, N_SET, N_NODES };
 
-/* Expects a call the driver must refuse with CUDA_ERROR_INVALID_VALUE; returns 1 when it did. */
+/* Expects a call the driver must refuse with CUDA_ERROR_INVALID_VALUE; returns 1 when it did, 0
+ * when it succeeded; any other error is a failed call (exit status 2), as an injected fault. */
 static int refused(CUresult r, const char *call) {
     if (r == CUDA_ERROR_INVALID_VALUE)
         return 1;
-    fprintf(stderr, "graph: %s answered %d, not CUDA_ERROR_INVALID_VALUE\n", call, (int)r);
+    if (r != CUDA_SUCCESS)
+        die(call, r);
+    fprintf(stderr, "graph: %s succeeded, not CUDA_ERROR_INVALID_VALUE\n", call);
     return 0;
 }
 
