@@ -484,12 +484,22 @@ static override_t *override_entry(tracked_t *t, CUgraphNode node, int graph) {
     return o;
 }
 
-/* Replaces the queries of o by a's (none when a is NULL). 0 or OOC_ENOMEM (o then touches
- * nothing). */
+/* Replaces the queries of o by a's (none when a is NULL), in a list of their size (a graph may
+ * have many nodes). 0 or OOC_ENOMEM (o then touches nothing). */
 static int override_set(override_t *o, const ooc_access_t *a) {
-    o->list.n = 0;
-    o->list.compact_n = 0;
-    return a ? qlist_add(&o->list, a->refs, a->n) : 0;
+    o->list.n = o->list.compact_n = 0;
+    if (!a || a->n == 0)
+        return 0;
+    if (o->list.cap < a->n) {
+        ooc_query_t *q = realloc(o->list.q, a->n * sizeof *q);
+        if (!q)
+            return OOC_ENOMEM;
+        o->list.q = q;
+        o->list.cap = a->n;
+    }
+    memcpy(o->list.q, a->refs, a->n * sizeof *o->list.q);
+    o->list.n = o->list.compact_n = a->n;
+    return 0;
 }
 
 CUresult ooc_graph_node_added(CUgraph g, CUgraphNode node, const ooc_access_t *a) {

@@ -384,8 +384,8 @@ static CUgraph build_set_params(gbuf_t *g, gbuf_t *g0, CUcontext ctx, CUgraphNod
 /* --set-params, before each launch of e1: the last three nodes' C moved to ct with
  * cuGraphExecNodeSetParams (the copy into C and the kernel on it) and
  * cuGraphExecMemcpyNodeSetParams (the copy out of it); the set node given its own parameters
- * again with cuGraphExecMemsetNodeSetParams; and a 2D copy refused. Returns 1, or 0 when a
- * refusal was wrong. */
+ * again with cuGraphExecMemsetNodeSetParams; and a 2D copy, a memset of another height and a
+ * kernel's parameters for a copy node refused. Returns 1, or 0 when a refusal was wrong. */
 static int exec_set_params(CUgraphExec e, CUgraphNode nd[N_NODES], gbuf_t *g, CUdeviceptr ct,
                            CUcontext ctx) {
     int n = N;
@@ -407,8 +407,19 @@ static int exec_set_params(CUgraphExec e, CUgraphNode nd[N_NODES], gbuf_t *g, CU
     p.memcpy.copyParams.Height = 2;
     p.memcpy.copyParams.srcHeight = p.memcpy.copyParams.dstHeight = 2;
     p.memcpy.copyParams.srcPitch = p.memcpy.copyParams.dstPitch = CHUNK / 2;
-    return refused(cuGraphExecMemcpyNodeSetParams(e, nd[N_D2D], &p.memcpy.copyParams, ctx),
-                   "cuGraphExecMemcpyNodeSetParams(2D copy)");
+    if (!refused(cuGraphExecMemcpyNodeSetParams(e, nd[N_D2D], &p.memcpy.copyParams, ctx),
+                 "cuGraphExecMemcpyNodeSetParams(2D copy)"))
+        return 0;
+    /* Nor may a memset's height change, or a node get another type's parameters. */
+    mp.width = (size_t)N / 2;
+    mp.height = 2;
+    mp.pitch = CHUNK / 2;
+    if (!refused(cuGraphExecMemsetNodeSetParams(e, nd[N_SET], &mp, ctx),
+                 "cuGraphExecMemsetNodeSetParams(height 2)"))
+        return 0;
+    kernel_params(&p, f_axpb, axpb_c);
+    return refused(cuGraphExecNodeSetParams(e, nd[N_D2H], &p),
+                   "cuGraphExecNodeSetParams(copy node, kernel)");
 }
 
 static int run_graphs(int iters) {
