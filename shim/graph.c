@@ -59,18 +59,24 @@ typedef struct capture {
     qlist_t list;
 } capture_t;
 
-/* The queries of one kernel node whose parameters an executable graph was given anew. */
+struct tracked;
+
+/* The queries of one node: of a graph, learned from the node calls (its entry also in the table
+ * of all such nodes, `nodes`, found by handle alone as cuGraph*NodeSetParams name no graph); or
+ * of an executable graph, given new parameters since instantiation. */
 typedef struct override {
     CUgraphNode node;
     qlist_t list;
+    struct tracked *graph; /* a graph's node: its graph's entry; NULL for an executable graph's */
     UT_hash_handle hh;
+    UT_hash_handle hh_node; /* in `nodes` (a graph's node only) */
 } override_t;
 
 /* A graph or an executable graph and the queries of its ops. */
 typedef struct tracked {
     void *handle;
-    qlist_t list;
-    override_t *over; /* executable graphs: kernel nodes updated since instantiation */
+    qlist_t list;     /* graphs: what captures and child graphs added; executable graphs: all */
+    override_t *over; /* graphs: nodes learned one by one; executable graphs: nodes updated */
     UT_hash_handle hh;
 } tracked_t;
 
@@ -79,6 +85,7 @@ _Atomic unsigned ooc_graph_captures;
 static pthread_mutex_t graph_lock = PTHREAD_MUTEX_INITIALIZER;
 static capture_t captures[MAX_CAPTURES];
 static tracked_t *graphs, *execs;
+static override_t *nodes; /* every graph's learned nodes, by handle */
 
 void ooc_graph_lock(void) {
     pthread_mutex_lock(&graph_lock);
@@ -164,14 +171,32 @@ static tracked_t *tracked_find(tracked_t *table, const void *handle) {
     return t;
 }
 
-/* Frees the kernel node updates of an executable graph's entry. */
+/* Removes node entry o from its table (and from `nodes`, for a graph's node) and frees it. */
+static void override_free(tracked_t *t, override_t *o) {
+    HASH_DEL(t->over, o);
+    if (o->graph)
+        HASH_DELETE(hh_node, nodes, o);
+    qlist_free(&o->list);
+    free(o);
+}
+
+/* Frees the node entries of a graph's or an executable graph's entry. */
 static void overrides_free(tracked_t *t) {
     override_t *o, *tmp;
     HASH_ITER(hh, t->over, o, tmp) {
-        HASH_DEL(t->over, o);
-        qlist_free(&o->list);
-        free(o);
+        override_free(t, o);
     }
+}
+
+/* A copy of everything t's graph touches: its list and each node's. 0 or OOC_ENOMEM (*out
+ * empty). */
+static int queries_copy(qlist_t *out, const tracked_t *t) {
+    int rc = qlist_copy(out, &t->list);
+    for (const override_t *o = t->over; o && rc == 0; o = o->hh.next)
+        rc = qlist_add(out, o->list.q, o->list.n);
+    if (rc != 0)
+        qlist_free(out);
+    return rc;
 }
 
 /* Removes and frees the entry of handle, if any. Caller holds graph_lock. */
@@ -370,7 +395,7 @@ CUresult ooc_graph_instantiated(CUgraph graph, CUgraphExec exec) {
         return CUDA_SUCCESS;
     }
     qlist_t copy;
-    if (qlist_copy(&copy, &g->list) != 0 || tracked_add(&execs, exec, &copy) != 0) {
+    if (queries_copy(&copy, g) != 0 || tracked_add(&execs, exec, &copy) != 0) {
         qlist_free(&copy);
         ooc_real.cuGraphExecDestroy(exec);
         OOC_LOG_E("out of host memory recording what a graph touches; the executable graph is "
@@ -393,15 +418,23 @@ void ooc_graph_exec_destroyed(CUgraphExec exec) {
  * A graph built with the explicit API (as XLA builds its command buffers) is learned node by
  * node: the hooks of cuGraphAddKernelNode, cuGraphAddMemcpyNode, cuGraphAddMemsetNode and
  * cuGraphAddChildGraphNode, and of cuGraphAddNode for nodes of those four types, hand the node's
- * access set here after the driver added it (a child graph's queries are copied into its
- * parent). cuGraphExecKernelNodeSetParams gives a kernel node of an executable graph new
- * parameters: its new queries replace those of its earlier updates (the queries of the
+ * access set here after the driver added it. A kernel, memcpy or memset node keeps its own
+ * queries (an override_t of the graph's entry, also in `nodes`), so that new parameters given
+ * to it in its graph (cuGraphKernelNodeSetParams, cuGraphMemcpyNodeSetParams,
+ * cuGraphMemsetNodeSetParams, cuGraphNodeSetParams) replace them; executable graphs
+ * instantiated earlier keep their copies, as the driver's keep their parameters. A child graph's
+ * queries, all of them, are copied into its parent's list. A node the shim did not see added (a
+ * captured one) given new parameters is not learned, with a warning: what it touched before stays
+ * in its graph's list, but the shim does not know which graph that is.
+ *
+ * cuGraphExecKernelNodeSetParams, cuGraphExecMemcpyNodeSetParams,
+ * cuGraphExecMemsetNodeSetParams and cuGraphExecNodeSetParams give a node of an executable graph
+ * new parameters: its new queries replace those of its earlier updates (the queries of the
  * parameters it was instantiated with stay, which can only make more resident). A successful
  * cuGraphExecUpdate gives every node of an executable graph the parameters of the source
- * graph's: the executable graph's queries become a copy of that graph's, its kernel node
- * updates dropped (below). Nodes of other types (host, event and conditional nodes), and node
- * parameters changed by cuGraphKernelNodeSetParams, cuGraphNodeSetParams or
- * cuGraphExecNodeSetParams, are not learned: see README. */
+ * graph's: the executable graph's queries become a copy of that graph's, its node updates dropped
+ * (below). Nodes of other types (host, event and conditional nodes), and new parameters of a
+ * child-graph node, are not learned: see README. */
 
 /* The entry of graph g, made empty if there is none. Caller holds graph_lock. */
 static tracked_t *graph_entry(CUgraph g) {
@@ -412,29 +445,97 @@ static tracked_t *graph_entry(CUgraph g) {
     return tracked_add(&graphs, g, &empty) == 0 ? tracked_find(graphs, g) : NULL;
 }
 
-CUresult ooc_graph_node_added(CUgraph g, const ooc_access_t *a) {
+/* Logs why what a node touches could not be kept; returns CUDA_ERROR_OUT_OF_MEMORY. */
+static CUresult node_lost(const ooc_access_t *a, int rc) {
+    OOC_LOG_E("%s: %s; the graph's launches would not make all of it resident",
+              a && a->name ? a->name : "a graph node",
+              rc ? "out of host memory" : "more buffers than one operation holds");
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+/* The entry of node `node` in t's table, made empty if there is none (for a graph's node, also
+ * entered in `nodes`); NULL out of memory. Caller holds graph_lock. */
+static override_t *override_entry(tracked_t *t, CUgraphNode node, int graph) {
+    override_t *o;
+    HASH_FIND_PTR(t->over, &node, o);
+    if (o)
+        return o;
+    if (graph) {
+        HASH_FIND(hh_node, nodes, &node, sizeof node, o);
+        if (o)
+            override_free(o->graph, o); /* a node destroyed behind the shim: its handle reused */
+    }
+    if (!(o = calloc(1, sizeof *o)))
+        return NULL;
+    o->node = node;
+    graph_oom = 0;
+    HASH_ADD_PTR(t->over, node, o);
+    if (!graph_oom && graph) {
+        HASH_ADD(hh_node, nodes, node, sizeof node, o);
+        if (graph_oom)
+            HASH_DEL(t->over, o);
+        else
+            o->graph = t;
+    }
+    if (graph_oom) {
+        free(o);
+        return NULL;
+    }
+    return o;
+}
+
+/* Replaces the queries of o by a's (none when a is NULL), in a list of their size (a graph may
+ * have many nodes). 0 or OOC_ENOMEM (o then touches nothing). */
+static int override_set(override_t *o, const ooc_access_t *a) {
+    o->list.n = o->list.compact_n = 0;
+    if (!a || a->n == 0)
+        return 0;
+    if (o->list.cap < a->n) {
+        ooc_query_t *q = realloc(o->list.q, a->n * sizeof *q);
+        if (!q)
+            return OOC_ENOMEM;
+        o->list.q = q;
+        o->list.cap = a->n;
+    }
+    memcpy(o->list.q, a->refs, a->n * sizeof *o->list.q);
+    o->list.n = o->list.compact_n = a->n;
+    return 0;
+}
+
+CUresult ooc_graph_node_added(CUgraph g, CUgraphNode node, const ooc_access_t *a) {
     pthread_mutex_lock(&graph_lock);
     tracked_t *t = graph_entry(g);
-    int rc = t ? qlist_add(&t->list, a->refs, a->n) : OOC_ENOMEM;
+    override_t *o = t ? override_entry(t, node, 1) : NULL;
+    int rc = o ? override_set(o, a) : OOC_ENOMEM;
     pthread_mutex_unlock(&graph_lock);
-    if (rc != 0 || a->overflow) {
-        OOC_LOG_E("%s: %s; the graph's launches would not make all of it resident",
-                  a->name ? a->name : "a graph node",
-                  rc ? "out of host memory" : "more buffers than one operation holds");
-        return CUDA_ERROR_OUT_OF_MEMORY;
+    return rc != 0 || (a && a->overflow) ? node_lost(a, rc) : CUDA_SUCCESS;
+}
+
+CUresult ooc_graph_node_params(CUgraphNode node, const ooc_access_t *a) {
+    pthread_mutex_lock(&graph_lock);
+    override_t *o;
+    HASH_FIND(hh_node, nodes, &node, sizeof node, o);
+    int rc = o ? override_set(o, a) : 0;
+    pthread_mutex_unlock(&graph_lock);
+    if (!o) {
+        OOC_LOG_W("%s: node %p was not added under the shim's eyes (captured, or of a graph it "
+                  "does not follow): its new parameters are not learned",
+                  a && a->name ? a->name : "cuGraphNodeSetParams", (void *)node);
+        return CUDA_SUCCESS;
     }
-    return CUDA_SUCCESS;
+    return rc != 0 || (a && a->overflow) ? node_lost(a, rc) : CUDA_SUCCESS;
 }
 
 CUresult ooc_graph_child_added(CUgraph g, CUgraph child) {
     pthread_mutex_lock(&graph_lock);
     tracked_t *c = tracked_find(graphs, child);
     int rc = 0;
-    if (c && c->list.n) {
+    qlist_t q = {0};
+    if (c && (rc = queries_copy(&q, c)) == 0 && q.n) {
         tracked_t *t = graph_entry(g);
-        c = tracked_find(graphs, child); /* the table may have grown */
-        rc = t && c ? qlist_add(&t->list, c->list.q, c->list.n) : OOC_ENOMEM;
+        rc = t ? qlist_add(&t->list, q.q, q.n) : OOC_ENOMEM;
     }
+    qlist_free(&q);
     pthread_mutex_unlock(&graph_lock);
     if (rc != 0) {
         OOC_LOG_E("cuGraphAddChildGraphNode: out of host memory");
@@ -446,29 +547,10 @@ CUresult ooc_graph_child_added(CUgraph g, CUgraph child) {
 CUresult ooc_graph_exec_node_params(CUgraphExec e, CUgraphNode node, const ooc_access_t *a) {
     pthread_mutex_lock(&graph_lock);
     tracked_t *t = tracked_find(execs, e);
-    int rc = 0;
-    if (t) {
-        override_t *o;
-        HASH_FIND_PTR(t->over, &node, o);
-        if (!o && (o = calloc(1, sizeof *o)) != NULL) {
-            o->node = node;
-            graph_oom = 0;
-            HASH_ADD_PTR(t->over, node, o);
-            if (graph_oom) {
-                free(o);
-                o = NULL;
-            }
-        }
-        if (o)
-            o->list.n = 0; /* the node's earlier update is replaced */
-        rc = o ? qlist_add(&o->list, a->refs, a->n) : OOC_ENOMEM;
-    }
+    override_t *o = t ? override_entry(t, node, 0) : NULL;
+    int rc = !t ? 0 : o ? override_set(o, a) : OOC_ENOMEM; /* the earlier update is replaced */
     pthread_mutex_unlock(&graph_lock);
-    if (rc != 0) {
-        OOC_LOG_E("cuGraphExecKernelNodeSetParams: out of host memory");
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    return CUDA_SUCCESS;
+    return rc != 0 || (a && a->overflow) ? node_lost(a, rc) : CUDA_SUCCESS;
 }
 
 /* ---- executable graphs updated from a graph ------------------------------------------------ */
@@ -483,7 +565,7 @@ CUresult ooc_graph_update_prepare(CUgraph graph, ooc_graph_update_t **u) {
     int rc = v ? 0 : OOC_ENOMEM;
     if (v && g) {
         v->t = calloc(1, sizeof *v->t);
-        rc = v->t ? qlist_copy(&v->t->list, &g->list) : OOC_ENOMEM;
+        rc = v->t ? queries_copy(&v->t->list, g) : OOC_ENOMEM;
         if (rc != 0) {
             free(v->t);
             free(v);

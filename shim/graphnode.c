@@ -24,7 +24,7 @@ static void kernel_access(ooc_access_t *a, const char *name, CUfunction f, CUker
             return r;                                                                              \
         ooc_access_t a;                                                                            \
         kernel_access(&a, #sym, p->func, KERN, p->kernelParams, p->extra);                         \
-        return ooc_graph_node_added(g, &a);                                                        \
+        return ooc_graph_node_added(g, *node, &a);                                                 \
     }                                                                                              \
     OOC_EXPORT_HOOK(sym, pfn)
 
@@ -71,7 +71,7 @@ CUresult ooc_hook_cuGraphAddMemcpyNode(CUgraphNode *node, CUgraph g, const CUgra
     ooc_access_t a;
     ACCESS_OR_RETURN(memcpy_access(&a, "cuGraphAddMemcpyNode", p));
     CUresult r = ooc_real.cuGraphAddMemcpyNode(node, g, deps, n, p, ctx);
-    return r == CUDA_SUCCESS ? ooc_graph_node_added(g, &a) : r;
+    return r == CUDA_SUCCESS ? ooc_graph_node_added(g, *node, &a) : r;
 }
 OOC_EXPORT_HOOK(cuGraphAddMemcpyNode, PFN_cuGraphAddMemcpyNode_v10000);
 
@@ -85,7 +85,7 @@ CUresult ooc_hook_cuGraphAddMemsetNode(CUgraphNode *node, CUgraph g, const CUgra
     ACCESS_OR_RETURN(memset_access(&a, "cuGraphAddMemsetNode", p->dst, p->pitch, p->elementSize,
                                    p->width, p->height, &learn));
     CUresult r = ooc_real.cuGraphAddMemsetNode(node, g, deps, n, p, ctx);
-    return r == CUDA_SUCCESS && learn ? ooc_graph_node_added(g, &a) : r;
+    return r == CUDA_SUCCESS ? ooc_graph_node_added(g, *node, learn ? &a : NULL) : r;
 }
 OOC_EXPORT_HOOK(cuGraphAddMemsetNode, PFN_cuGraphAddMemsetNode_v10000);
 
@@ -106,7 +106,7 @@ OOC_EXPORT_HOOK(cuGraphAddChildGraphNode, PFN_cuGraphAddChildGraphNode_v10000);
  * batch memop, conditional and empty nodes) are passed through unlearned. A child graph moved
  * into its parent (CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE) is learned the same; its own entry stays
  * until its handle is reused, as the shim never sees it destroyed. */
-typedef enum { NODE_PASS, NODE_ACCESS, NODE_KERNEL, NODE_CHILD } node_kind_t;
+typedef enum { NODE_PASS, NODE_ACCESS, NODE_NONE, NODE_KERNEL, NODE_CHILD } node_kind_t;
 
 /* Before the driver adds the node: *child is the child graph to learn from, read now because
  * nodeParams may carry out parameters the driver writes. */
@@ -130,7 +130,7 @@ static CUresult node_before(ooc_access_t *a, const char *name, const CUgraphNode
         const CUDA_MEMSET_NODE_PARAMS_v2 *m = &p->memset;
         CUresult r =
             memset_access(a, name, m->dst, m->pitch, m->elementSize, m->width, m->height, &learn);
-        *kind = learn ? NODE_ACCESS : NODE_PASS;
+        *kind = learn ? NODE_ACCESS : NODE_NONE; /* an empty set may be given a range later */
         return r;
     }
     default:
@@ -138,16 +138,18 @@ static CUresult node_before(ooc_access_t *a, const char *name, const CUgraphNode
     }
 }
 
-/* After the driver added the node to g. */
-static CUresult node_added(ooc_access_t *a, const char *name, CUgraph g, const CUgraphNodeParams *p,
-                           node_kind_t kind, CUgraph child) {
+/* After the driver added node `node` to g. */
+static CUresult node_added(ooc_access_t *a, const char *name, CUgraph g, CUgraphNode node,
+                           const CUgraphNodeParams *p, node_kind_t kind, CUgraph child) {
     switch (kind) {
     case NODE_KERNEL:
         kernel_access(a, name, p->kernel.func, p->kernel.kern, p->kernel.kernelParams,
                       p->kernel.extra);
-        return ooc_graph_node_added(g, a);
+        return ooc_graph_node_added(g, node, a);
     case NODE_ACCESS:
-        return ooc_graph_node_added(g, a);
+        return ooc_graph_node_added(g, node, a);
+    case NODE_NONE:
+        return ooc_graph_node_added(g, node, NULL);
     case NODE_CHILD:
         return ooc_graph_child_added(g, child);
     default:
@@ -165,7 +167,7 @@ static CUresult node_added(ooc_access_t *a, const char *name, CUgraph g, const C
         CUgraph child;                                                                             \
         ACCESS_OR_RETURN(node_before(&a, #sym, p, &kind, &child));                                 \
         CUresult r = ooc_real.sym ARGS;                                                            \
-        return r == CUDA_SUCCESS ? node_added(&a, #sym, g, p, kind, child) : r;                    \
+        return r == CUDA_SUCCESS ? node_added(&a, #sym, g, *node, p, kind, child) : r;             \
     }                                                                                              \
     OOC_EXPORT_HOOK(sym, pfn)
 
@@ -201,3 +203,127 @@ EXEC_UPDATE(cuGraphExecUpdate, PFN_cuGraphExecUpdate_v10020,
             (e, g, err, result));
 EXEC_UPDATE(cuGraphExecUpdate_v2, PFN_cuGraphExecUpdate_v12000,
             (CUgraphExec e, CUgraph g, CUgraphExecUpdateResultInfo *info), (e, g, info));
+
+/* ---- parameters set after a node was added ------------------------------------------------
+ *
+ * In a graph (cuGraph*NodeSetParams): what the node touches is replaced in its graph (graph.c),
+ * for instantiations from now on. In an executable graph (cuGraphExec*NodeSetParams): the
+ * node's new access set replaces its earlier update there. As when a node is added, a copy's or
+ * a set's access set is found (and a bad range refused) before the driver is asked, a kernel's
+ * after it accepted; a call the driver refuses changes nothing. */
+
+/* Hands a node's new access set to graph.c: of executable graph e, or of its graph when e is
+ * NULL. Child-graph nodes and the types not learned are left as they were. */
+static CUresult node_params_set(ooc_access_t *a, const char *name, CUgraphExec e, CUgraphNode node,
+                                const CUgraphNodeParams *p, node_kind_t kind) {
+    switch (kind) {
+    case NODE_KERNEL:
+        kernel_access(a, name, p->kernel.func, p->kernel.kern, p->kernel.kernelParams,
+                      p->kernel.extra);
+        break;
+    case NODE_ACCESS:
+        break;
+    case NODE_NONE:
+        a = NULL;
+        break;
+    default:
+        return CUDA_SUCCESS;
+    }
+    return e ? ooc_graph_exec_node_params(e, node, a) : ooc_graph_node_params(node, a);
+}
+
+#define KERNEL_SET(sym, pfn, P, KERN)                                                              \
+    CUresult ooc_hook_##sym(CUgraphNode node, const P *p) {                                        \
+        OOC_NEED_REAL(sym);                                                                        \
+        CUresult r = ooc_real.sym(node, p);                                                        \
+        if (r != CUDA_SUCCESS || !managing() || !p)                                                \
+            return r;                                                                              \
+        ooc_access_t a;                                                                            \
+        kernel_access(&a, #sym, p->func, KERN, p->kernelParams, p->extra);                         \
+        return ooc_graph_node_params(node, &a);                                                    \
+    }                                                                                              \
+    OOC_EXPORT_HOOK(sym, pfn)
+
+KERNEL_SET(cuGraphKernelNodeSetParams, PFN_cuGraphKernelNodeSetParams_v10000,
+           CUDA_KERNEL_NODE_PARAMS_v1, NULL);
+KERNEL_SET(cuGraphKernelNodeSetParams_v2, PFN_cuGraphKernelNodeSetParams_v12000,
+           CUDA_KERNEL_NODE_PARAMS_v2, p->kern);
+
+CUresult ooc_hook_cuGraphMemcpyNodeSetParams(CUgraphNode node, const CUDA_MEMCPY3D *p) {
+    OOC_NEED_REAL(cuGraphMemcpyNodeSetParams);
+    if (!managing() || !p)
+        return ooc_real.cuGraphMemcpyNodeSetParams(node, p);
+    ooc_access_t a;
+    ACCESS_OR_RETURN(memcpy_access(&a, "cuGraphMemcpyNodeSetParams", p));
+    CUresult r = ooc_real.cuGraphMemcpyNodeSetParams(node, p);
+    return r == CUDA_SUCCESS ? ooc_graph_node_params(node, &a) : r;
+}
+OOC_EXPORT_HOOK(cuGraphMemcpyNodeSetParams, PFN_cuGraphMemcpyNodeSetParams_v10000);
+
+CUresult ooc_hook_cuGraphMemsetNodeSetParams(CUgraphNode node, const CUDA_MEMSET_NODE_PARAMS *p) {
+    OOC_NEED_REAL(cuGraphMemsetNodeSetParams);
+    if (!managing() || !p)
+        return ooc_real.cuGraphMemsetNodeSetParams(node, p);
+    ooc_access_t a;
+    int learn;
+    ACCESS_OR_RETURN(memset_access(&a, "cuGraphMemsetNodeSetParams", p->dst, p->pitch,
+                                   p->elementSize, p->width, p->height, &learn));
+    CUresult r = ooc_real.cuGraphMemsetNodeSetParams(node, p);
+    return r == CUDA_SUCCESS ? ooc_graph_node_params(node, learn ? &a : NULL) : r;
+}
+OOC_EXPORT_HOOK(cuGraphMemsetNodeSetParams, PFN_cuGraphMemsetNodeSetParams_v10000);
+
+CUresult ooc_hook_cuGraphExecMemcpyNodeSetParams(CUgraphExec e, CUgraphNode node,
+                                                 const CUDA_MEMCPY3D *p, CUcontext ctx) {
+    OOC_NEED_REAL(cuGraphExecMemcpyNodeSetParams);
+    if (!managing() || !p)
+        return ooc_real.cuGraphExecMemcpyNodeSetParams(e, node, p, ctx);
+    ooc_access_t a;
+    ACCESS_OR_RETURN(memcpy_access(&a, "cuGraphExecMemcpyNodeSetParams", p));
+    CUresult r = ooc_real.cuGraphExecMemcpyNodeSetParams(e, node, p, ctx);
+    return r == CUDA_SUCCESS ? ooc_graph_exec_node_params(e, node, &a) : r;
+}
+OOC_EXPORT_HOOK(cuGraphExecMemcpyNodeSetParams, PFN_cuGraphExecMemcpyNodeSetParams_v10020);
+
+CUresult ooc_hook_cuGraphExecMemsetNodeSetParams(CUgraphExec e, CUgraphNode node,
+                                                 const CUDA_MEMSET_NODE_PARAMS *p, CUcontext ctx) {
+    OOC_NEED_REAL(cuGraphExecMemsetNodeSetParams);
+    if (!managing() || !p)
+        return ooc_real.cuGraphExecMemsetNodeSetParams(e, node, p, ctx);
+    ooc_access_t a;
+    int learn;
+    ACCESS_OR_RETURN(memset_access(&a, "cuGraphExecMemsetNodeSetParams", p->dst, p->pitch,
+                                   p->elementSize, p->width, p->height, &learn));
+    CUresult r = ooc_real.cuGraphExecMemsetNodeSetParams(e, node, p, ctx);
+    return r == CUDA_SUCCESS ? ooc_graph_exec_node_params(e, node, learn ? &a : NULL) : r;
+}
+OOC_EXPORT_HOOK(cuGraphExecMemsetNodeSetParams, PFN_cuGraphExecMemsetNodeSetParams_v10020);
+
+/* cuGraphNodeSetParams and cuGraphExecNodeSetParams: CUgraphNodeParams as for cuGraphAddNode;
+ * kernel, memcpy and memset nodes learned, other types passed through. */
+CUresult ooc_hook_cuGraphNodeSetParams(CUgraphNode node, CUgraphNodeParams *p) {
+    OOC_NEED_REAL(cuGraphNodeSetParams);
+    if (!managing() || !p)
+        return ooc_real.cuGraphNodeSetParams(node, p);
+    ooc_access_t a;
+    node_kind_t kind;
+    CUgraph child;
+    ACCESS_OR_RETURN(node_before(&a, "cuGraphNodeSetParams", p, &kind, &child));
+    CUresult r = ooc_real.cuGraphNodeSetParams(node, p);
+    return r == CUDA_SUCCESS ? node_params_set(&a, "cuGraphNodeSetParams", NULL, node, p, kind) : r;
+}
+OOC_EXPORT_HOOK(cuGraphNodeSetParams, PFN_cuGraphNodeSetParams_v12020);
+
+CUresult ooc_hook_cuGraphExecNodeSetParams(CUgraphExec e, CUgraphNode node, CUgraphNodeParams *p) {
+    OOC_NEED_REAL(cuGraphExecNodeSetParams);
+    if (!managing() || !p)
+        return ooc_real.cuGraphExecNodeSetParams(e, node, p);
+    ooc_access_t a;
+    node_kind_t kind;
+    CUgraph child;
+    ACCESS_OR_RETURN(node_before(&a, "cuGraphExecNodeSetParams", p, &kind, &child));
+    CUresult r = ooc_real.cuGraphExecNodeSetParams(e, node, p);
+    return r == CUDA_SUCCESS ? node_params_set(&a, "cuGraphExecNodeSetParams", e, node, p, kind)
+                             : r;
+}
+OOC_EXPORT_HOOK(cuGraphExecNodeSetParams, PFN_cuGraphExecNodeSetParams_v12020);

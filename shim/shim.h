@@ -231,11 +231,14 @@ int ooc_mem_lookup(uintptr_t p, uintptr_t *base, size_t *size);
  * 128-byte slices of the n parameter bytes at p, which start at offset `off` of the parameter
  * space. Cheap when no descriptor was encoded. */
 void ooc_tmap_scan(const unsigned char *p, size_t n, size_t off, ooc_access_t *a);
-/* Graphs built node by node (graph.c): a node of graph g added with access set a; a child graph
- * added to g; new parameters of kernel node `node` of executable graph e. CUDA_SUCCESS, or
- * CUDA_ERROR_OUT_OF_MEMORY (logged) when what the node touches could not be kept. */
-CUresult ooc_graph_node_added(CUgraph g, const ooc_access_t *a);
+/* Graphs built node by node (graph.c): node `node` of graph g added with access set a; a child
+ * graph added to g; new parameters of node `node` of its graph (what it touches replaced), or of
+ * executable graph e (replacing its earlier update). a NULL: the node touches nothing.
+ * CUDA_SUCCESS, or CUDA_ERROR_OUT_OF_MEMORY (logged) when what the node touches could not be
+ * kept. */
+CUresult ooc_graph_node_added(CUgraph g, CUgraphNode node, const ooc_access_t *a);
 CUresult ooc_graph_child_added(CUgraph g, CUgraph child);
+CUresult ooc_graph_node_params(CUgraphNode node, const ooc_access_t *a);
 CUresult ooc_graph_exec_node_params(CUgraphExec e, CUgraphNode node, const ooc_access_t *a);
 /* What the driver would say of the live buffer containing p (pointer attributes). */
 typedef struct ooc_bufinfo {

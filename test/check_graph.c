@@ -4,9 +4,10 @@
  * bytes under the shim at a budget that forces swaps between launches as without it, with the
  * scheduler threaded or inline, with jitter, with safe mode on or off, while recording; a graph
  * built node by node with cuGraphAddNode, or an executable graph updated with cuGraphExecUpdate,
- * is followed as a captured one; a graph with more buffers than one access set holds is merged or
- * refused with a clean error, a graph larger than the budget is a clean out-of-memory, and a
- * failed driver call anywhere on the way ends the run cleanly.
+ * is followed as a captured one, and so are nodes given new parameters after they were added,
+ * in a graph or in an executable graph; a graph with more buffers than one access set holds is
+ * merged or refused with a clean error, a graph larger than the budget is a clean out-of-memory,
+ * and a failed driver call anywhere on the way ends the run cleanly.
  *
  * The runs use 64 KiB chunks and a budget (and a device) of four: each graph touches three
  * chunks and an ordinary kernel between them a seventh, so every launch evicts what the one
@@ -193,6 +194,7 @@ END_TEST
 
 static const char *const add_node[] = {"--add-node", NULL};
 static const char *const exec_update[] = {"--exec-update", NULL};
+static const char *const set_params[] = {"--set-params", NULL};
 
 /* Graph 1 built node by node with cuGraphAddNode (both ABIs; kernel, memcpy and memset nodes, and
  * a child-graph node holding half of them): learned as the typed node calls are. Without the
@@ -218,6 +220,24 @@ START_TEST(test_graph_exec_update_is_followed) {
     check_swapping_run_of(exec_update, 0, "threaded", seed, "demand");
     check_swapping_run_of(exec_update, 0, "inline", 0, "auto");
     check_swapping_run_of(exec_update, 1, "threaded", seed + 1, "auto");
+}
+END_TEST
+
+/* Graph 1 built node by node on other buffers, then every node moved to graph 1's buffers with
+ * cuGraphNodeSetParams, cuGraphKernelNodeSetParams (both ABIs), cuGraphMemcpyNodeSetParams and
+ * cuGraphMemsetNodeSetParams, and its executable graph's C moved between two buffers before each
+ * iteration with cuGraphExecNodeSetParams and cuGraphExecMemcpyNodeSetParams (refused calls
+ * among them): its launches make the buffers it touches now resident. Without these hooks the
+ * shim made the first buffers resident instead, and the first launch faulted (an illegal address
+ * on graph 1's buffers, exit status 2). */
+START_TEST(test_node_params_set_after_adding_are_followed) {
+    unsigned seed =
+        (unsigned)(tu_seed("test_node_params_set_after_adding_are_followed") % 1000) + 1;
+    check_swapping_run_of(set_params, 0, "inline", 0, "demand");
+    check_swapping_run_of(set_params, 1, "inline", 0, "demand");
+    check_swapping_run_of(set_params, 0, "threaded", seed, "demand");
+    check_swapping_run_of(set_params, 0, "inline", 0, "auto");
+    check_swapping_run_of(set_params, 1, "threaded", seed + 1, "auto");
 }
 END_TEST
 
@@ -371,6 +391,16 @@ START_TEST(test_fault_in_add_node_and_exec_update_is_clean) {
 }
 END_TEST
 
+/* A node's new parameters, in a graph and in an executable graph: a failed call learns nothing. */
+START_TEST(test_fault_in_node_set_params_is_clean) {
+    fault_loop_of(set_params, "cuGraphNodeSetParams", 0);
+    fault_loop_of(set_params, "cuGraphKernelNodeSetParams", 0);
+    fault_loop_of(set_params, "cuGraphMemcpyNodeSetParams", 0);
+    fault_loop_of(set_params, "cuGraphExecNodeSetParams", 0);
+    fault_loop_of(set_params, "cuGraphExecMemcpyNodeSetParams", 0);
+}
+END_TEST
+
 START_TEST(test_fault_in_capture_query_is_clean) {
     fault_loop("cuStreamIsCapturing", 0);
 }
@@ -406,6 +436,7 @@ Suite *suite_graph(void) {
     tcase_add_test(t, test_capture_into_an_existing_graph_is_followed);
     tcase_add_test(t, test_graph_built_with_add_node_is_followed);
     tcase_add_test(t, test_graph_exec_update_is_followed);
+    tcase_add_test(t, test_node_params_set_after_adding_are_followed);
     tcase_add_test(t, test_alloc_and_free_in_a_capture_answer_as_the_driver);
     tcase_add_test(t, test_graph_with_more_buffers_than_an_access_set);
     tcase_add_test(t, test_graph_larger_than_the_budget_is_a_clean_out_of_memory);
@@ -416,6 +447,7 @@ Suite *suite_graph(void) {
     tcase_add_test(f, test_fault_in_graph_launch_is_clean);
     tcase_add_test(f, test_fault_in_capture_into_a_graph_is_clean);
     tcase_add_test(f, test_fault_in_add_node_and_exec_update_is_clean);
+    tcase_add_test(f, test_fault_in_node_set_params_is_clean);
     tcase_add_test(f, test_fault_in_swap_in_around_graphs_is_clean);
     tcase_add_test(f, test_fault_in_safe_swap_around_graphs_is_clean);
     suite_add_tcase(s, f);

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* fc_graph.c: simulated CUDA graphs: stream capture (cuStreamBeginCapture, both ABIs, and
  * cuStreamBeginCaptureToGraph; cuStreamEndCapture, cuStreamIsCapturing), instantiation (every
- * ABI), exec updates of kernel nodes (cuGraphExecKernelNodeSetParams, both ABIs) and of whole
+ * ABI), exec updates of kernel, memcpy and memset nodes (fc_graph_exec_set, the entry points in
+ * fc_graphnode.c; cuGraphExecKernelNodeSetParams, both ABIs, here) and of whole
  * graphs of the same topology (cuGraphExecUpdate, both ABIs), cuGraphLaunch, cuGraphExecDestroy
  * and cuGraphDestroy, with their per-thread-stream variants. The explicit graph API XLA builds its
  * command buffers with (cuGraphCreate, the node calls, dependencies, cuGraphGetNodes,
@@ -21,10 +22,10 @@
  *
  * Instantiation orders the nodes topologically (among nodes ready together, the one created
  * first), flattens child graphs in place, and gives the executable graph its own copy of every
- * op: later changes to the graph do not reach it, cuGraphExecKernelNodeSetParams changes only it
- * (a kernel node of the graph it came from, not inside a child graph). It also keeps the graph's
- * topology (node types and dependencies), against which cuGraphExecUpdate checks a graph before
- * it makes every op anew from that graph's nodes. A dependency cycle fails
+ * op: later changes to the graph do not reach it, an exec update of a node changes only it (a
+ * kernel, memcpy or memset node of the graph it came from, not inside a child graph). It also keeps
+ * the graph's topology (node types and dependencies), against which cuGraphExecUpdate checks a
+ * graph before it makes every op anew from that graph's nodes. A dependency cycle fails
  * instantiation with CUDA_ERROR_INVALID_VALUE. cuGraphLaunch queues on the launch stream, in that
  * order, a fresh copy of every op, so a launched graph is ordinary work: its kernels and copies
  * check their memory when they run (memory unmapped since the graph was built faults with a
@@ -44,10 +45,19 @@
 
 #define FC_MAGIC_GEXEC 0x47455845u
 
+/* Where an executable graph's op came from: the node of the instantiated graph (compared, never
+ * read: the graph may be gone; NULL inside a child graph), its type and its shape as instantiated
+ * or last updated. */
+typedef struct exec_origin {
+    const fc_node_t *node;
+    CUgraphNodeType type;
+    fc_dims_t dims;
+} exec_origin_t;
+
 struct CUgraphExec_st {
     uint32_t magic;
-    fc_op_t **ops;                  /* templates, in launch order */
-    struct CUgraphNode_st **origin; /* the kernel node each op came from (NULL inside a child) */
+    fc_op_t **ops;         /* templates, in launch order */
+    exec_origin_t *origin; /* the node each op came from, for exec updates of nodes */
     size_t n;
     struct CUgraph_st *shape; /* the topology it was instantiated with, for cuGraphExecUpdate */
     pthread_mutex_t lock;
@@ -480,7 +490,7 @@ static CUresult flatten(struct CUgraphExec_st *e, const fc_graph_t *g, int top) 
             fc_op_t **ops = realloc(e->ops, (e->n + 1) * sizeof *ops);
             if (ops)
                 e->ops = ops;
-            fc_node_t **origin = ops ? realloc(e->origin, (e->n + 1) * sizeof *origin) : NULL;
+            exec_origin_t *origin = ops ? realloc(e->origin, (e->n + 1) * sizeof *origin) : NULL;
             if (origin)
                 e->origin = origin;
             fc_op_t *op = origin ? op_clone(next->op) : NULL;
@@ -489,8 +499,7 @@ static CUresult flatten(struct CUgraphExec_st *e, const fc_graph_t *g, int top) 
                 break;
             }
             e->ops[e->n] = op;
-            e->origin[e->n] =
-                top && next->type == CU_GRAPH_NODE_TYPE_KERNEL ? (fc_node_t *)next : NULL;
+            e->origin[e->n] = (exec_origin_t){top ? next : NULL, next->type, next->dims};
             e->n++;
         }
     }
@@ -646,29 +655,50 @@ static CUresult launch(CUgraphExec he, CUstream h, int ptds) {
     return r;
 }
 
-/* Replaces the parameters of kernel node hn in the executable graph only (launches already queued
- * keep theirs). hn must be a kernel node of the graph e was instantiated from, not one inside a
- * child graph: CUDA_ERROR_INVALID_VALUE otherwise. The node's pointer is only compared, never
- * read (the graph may be gone). */
-static CUresult exec_kernel_set(CUgraphExec he, CUgraphNode hn, const CUDA_KERNEL_NODE_PARAMS *p) {
+/* May an exec update give a node instantiated with shape `was` parameters of shape `now`? */
+static int dims_allowed(CUgraphNodeType type, fc_dims_t was, fc_dims_t now) {
+    if (type == CU_GRAPH_NODE_TYPE_MEMCPY)
+        return now.height <= 1 && now.depth <= 1 && was.height <= 1 && was.depth <= 1;
+    if (type != CU_GRAPH_NODE_TYPE_MEMSET || was.height == 0)
+        return 1; /* a kernel, or a captured memset (its shape not kept) */
+    if (now.height != was.height)
+        return 0;
+    return was.height == 1 ||
+           (now.width == was.width && now.pitch == was.pitch && now.elem == was.elem);
+}
+
+CUresult fc_graph_exec_set(CUgraphExec he, CUgraphNode hn, CUgraphNodeType type, fc_op_t *op,
+                           fc_dims_t dims) {
     struct CUgraphExec_st *e = exec_of(he);
-    if (!e || !hn || !p)
-        return CUDA_ERROR_INVALID_VALUE;
     size_t i = 0;
-    while (i < e->n && e->origin[i] != hn)
+    while (e && hn && i < e->n && e->origin[i].node != hn)
         i++;
-    if (i == e->n)
+    if (!op || !e || !hn || i == e->n || e->origin[i].type != type ||
+        !dims_allowed(type, e->origin[i].dims, dims)) {
+        if (op)
+            fc_op_free(op);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_lock(&e->lock);
+    fc_op_t *old = e->ops[i];
+    e->ops[i] = op;
+    if (type == CU_GRAPH_NODE_TYPE_MEMCPY || type == CU_GRAPH_NODE_TYPE_MEMSET)
+        e->origin[i].dims = dims;
+    pthread_mutex_unlock(&e->lock);
+    fc_op_free(old);
+    return CUDA_SUCCESS;
+}
+
+/* cuGraphExecKernelNodeSetParams: hn must be a kernel node of the graph he was instantiated
+ * from. */
+static CUresult exec_kernel_set(CUgraphExec he, CUgraphNode hn, const CUDA_KERNEL_NODE_PARAMS *p) {
+    if (!exec_of(he) || !hn || !p)
         return CUDA_ERROR_INVALID_VALUE;
     fc_op_t *op;
     CUresult r = fc_graph_kernel_op(p, &op);
     if (r != CUDA_SUCCESS)
         return r;
-    pthread_mutex_lock(&e->lock);
-    fc_op_t *old = e->ops[i];
-    e->ops[i] = op;
-    pthread_mutex_unlock(&e->lock);
-    fc_op_free(old);
-    return CUDA_SUCCESS;
+    return fc_graph_exec_set(he, hn, CU_GRAPH_NODE_TYPE_KERNEL, op, (fc_dims_t){0});
 }
 
 static CUresult fc_exec_kernel_set_v1(CUgraphExec e, CUgraphNode n,
@@ -763,6 +793,8 @@ static CUresult exec_update(CUgraphExec he, CUgraph hg, CUgraphExecUpdateResultI
     pthread_mutex_lock(&e->lock);
     fc_op_t **old = e->ops;
     e->ops = fresh.ops;
+    for (size_t i = 0; i < fresh.n; i++)
+        e->origin[i].dims = fresh.origin[i].dims; /* as though instantiated from hg */
     pthread_mutex_unlock(&e->lock);
     for (size_t i = 0; i < fresh.n; i++)
         fc_op_free(old[i]);

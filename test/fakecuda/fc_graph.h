@@ -9,6 +9,14 @@
 #define FC_MAGIC_GRAPH 0x47524150u
 #define FC_MAGIC_GNODE 0x474e4f44u
 
+/* The shape of a memcpy node's (width in bytes, height, depth) or a memset node's (width in
+ * elements, height, pitch, element size) parameters, which exec updates may not change: all zero
+ * for a node made by stream capture, whose shape is not kept (not checked). */
+typedef struct fc_dims {
+    size_t width, height, depth, pitch;
+    unsigned elem;
+} fc_dims_t;
+
 struct CUgraphNode_st {
     uint32_t magic;
     struct CUgraph_st *g;
@@ -17,7 +25,8 @@ struct CUgraphNode_st {
     struct CUgraph_st *child; /* CU_GRAPH_NODE_TYPE_GRAPH: its own copy of the child graph */
     struct CUgraphNode_st **deps;
     size_t ndeps;
-    size_t idx; /* position in g->nodes (creation order) */
+    size_t idx;     /* position in g->nodes (creation order) */
+    fc_dims_t dims; /* a memcpy or memset node's shape, as its parameters gave it */
 };
 
 struct CUgraph_st {
@@ -49,6 +58,14 @@ FC_HIDDEN CUresult fc_graph_check_deps(fc_graph_t *g, const CUgraphNode *deps, s
  * failure. Returns the node or NULL (out of memory). */
 FC_HIDDEN fc_node_t *fc_graph_node_add(fc_graph_t *g, CUgraphNodeType type, fc_op_t *op,
                                        fc_graph_t *child, const CUgraphNode *deps, size_t ndeps);
+
+/* Gives node hn of executable graph he the op `op` (taken, also on failure), made from new
+ * parameters of shape `dims` for a node of type `type`: hn must be a node of that type of the
+ * graph he was instantiated from (not inside a child graph), and a memcpy or memset node keeps the
+ * limits cuda.h sets (1-dimensional copies, a memset's height and a 2D memset's shape unchanged,
+ * no empty op): CUDA_ERROR_INVALID_VALUE otherwise. Launches already queued keep their ops. */
+FC_HIDDEN CUresult fc_graph_exec_set(CUgraphExec he, CUgraphNode hn, CUgraphNodeType type,
+                                     fc_op_t *op, fc_dims_t dims);
 
 /* ---- fc_graphnode.c ---- */
 /* The op of a kernel node's parameters (a template), or the launch's error. */

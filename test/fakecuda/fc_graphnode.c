@@ -110,15 +110,26 @@ static CUresult check_op_node(CUgraphNode *out, CUgraph g, const CUgraphNode *de
     return fc_graph_check_deps(g, deps, n);
 }
 
+static fc_dims_t memcpy_dims(const CUDA_MEMCPY3D *c) {
+    return (fc_dims_t){.width = c->WidthInBytes, .height = c->Height, .depth = c->Depth};
+}
+
+static fc_dims_t memset_dims(const CUDA_MEMSET_NODE_PARAMS *m) {
+    return (fc_dims_t){
+        .width = m->width, .height = m->height, .pitch = m->pitch, .elem = m->elementSize};
+}
+
 static CUresult add_memcpy(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t n,
                            const CUDA_MEMCPY3D *c, CUcontext ctx) {
     CUresult r = check_op_node(out, g, deps, n, ctx);
     fc_op_t *op = NULL;
     if (r == CUDA_SUCCESS)
         r = fc_copy3d_op(c, &op);
-    if (r != CUDA_SUCCESS)
-        return r;
-    return add_node(out, g, deps, n, CU_GRAPH_NODE_TYPE_MEMCPY, op, NULL);
+    if (r == CUDA_SUCCESS)
+        r = add_node(out, g, deps, n, CU_GRAPH_NODE_TYPE_MEMCPY, op, NULL);
+    if (r == CUDA_SUCCESS)
+        (*out)->dims = memcpy_dims(c);
+    return r;
 }
 
 static CUresult fc_add_memcpy(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t n,
@@ -134,9 +145,11 @@ static CUresult add_memset(CUgraphNode *out, CUgraph g, const CUgraphNode *deps,
     fc_op_t *op = NULL;
     if (r == CUDA_SUCCESS)
         r = fc_memset_op(m, &op);
-    if (r != CUDA_SUCCESS)
-        return r;
-    return add_node(out, g, deps, n, CU_GRAPH_NODE_TYPE_MEMSET, op, NULL);
+    if (r == CUDA_SUCCESS)
+        r = add_node(out, g, deps, n, CU_GRAPH_NODE_TYPE_MEMSET, op, NULL);
+    if (r == CUDA_SUCCESS)
+        (*out)->dims = memset_dims(m);
+    return r;
 }
 
 static CUresult fc_add_memset(CUgraphNode *out, CUgraph g, const CUgraphNode *deps, size_t n,
@@ -255,6 +268,38 @@ static int unused_zero(const CUgraphNodeParams *p, size_t used) {
     return 1;
 }
 
+/* CUDA_KERNEL_NODE_PARAMS_v3 has the fields of _v2, in its order. */
+static CUDA_KERNEL_NODE_PARAMS kernel_v3(const CUDA_KERNEL_NODE_PARAMS_v3 *k) {
+    return (CUDA_KERNEL_NODE_PARAMS){
+        .func = k->func,
+        .gridDimX = k->gridDimX,
+        .gridDimY = k->gridDimY,
+        .gridDimZ = k->gridDimZ,
+        .blockDimX = k->blockDimX,
+        .blockDimY = k->blockDimY,
+        .blockDimZ = k->blockDimZ,
+        .sharedMemBytes = k->sharedMemBytes,
+        .kernelParams = k->kernelParams,
+        .extra = k->extra,
+        .kern = k->kern,
+        .ctx = k->ctx,
+    };
+}
+
+static CUDA_MEMSET_NODE_PARAMS memset_v2(const CUDA_MEMSET_NODE_PARAMS_v2 *m) {
+    return (CUDA_MEMSET_NODE_PARAMS){.dst = m->dst,
+                                     .pitch = m->pitch,
+                                     .value = m->value,
+                                     .elementSize = m->elementSize,
+                                     .width = m->width,
+                                     .height = m->height};
+}
+
+/* Are a generic memcpy node's parameters well formed (unused bytes, flags and reserved zero)? */
+static int memcpy_params_ok(const CUgraphNodeParams *p) {
+    return unused_zero(p, sizeof p->memcpy) && !p->memcpy.flags && !p->memcpy.reserved;
+}
+
 static CUresult add_any(CUgraphNode *out, CUgraph g, const CUgraphNode *deps,
                         const CUgraphEdgeData *edges, size_t n, CUgraphNodeParams *p) {
     if (!p)
@@ -266,39 +311,18 @@ static CUresult add_any(CUgraphNode *out, CUgraph g, const CUgraphNode *deps,
     case CU_GRAPH_NODE_TYPE_KERNEL: {
         if (!unused_zero(p, sizeof p->kernel))
             return CUDA_ERROR_INVALID_VALUE;
-        /* CUDA_KERNEL_NODE_PARAMS_v3 has the fields of _v2, in its order. */
-        const CUDA_KERNEL_NODE_PARAMS_v3 *k = &p->kernel;
-        CUDA_KERNEL_NODE_PARAMS q = {
-            .func = k->func,
-            .gridDimX = k->gridDimX,
-            .gridDimY = k->gridDimY,
-            .gridDimZ = k->gridDimZ,
-            .blockDimX = k->blockDimX,
-            .blockDimY = k->blockDimY,
-            .blockDimZ = k->blockDimZ,
-            .sharedMemBytes = k->sharedMemBytes,
-            .kernelParams = k->kernelParams,
-            .extra = k->extra,
-            .kern = k->kern,
-            .ctx = k->ctx,
-        };
+        CUDA_KERNEL_NODE_PARAMS q = kernel_v3(&p->kernel);
         return add_kernel(out, g, deps, n, &q);
     }
     case CU_GRAPH_NODE_TYPE_MEMCPY:
-        if (!unused_zero(p, sizeof p->memcpy) || p->memcpy.flags || p->memcpy.reserved)
+        if (!memcpy_params_ok(p))
             return CUDA_ERROR_INVALID_VALUE;
         return add_memcpy(out, g, deps, n, &p->memcpy.copyParams, p->memcpy.copyCtx);
     case CU_GRAPH_NODE_TYPE_MEMSET: {
         if (!unused_zero(p, sizeof p->memset))
             return CUDA_ERROR_INVALID_VALUE;
-        const CUDA_MEMSET_NODE_PARAMS_v2 *m = &p->memset;
-        CUDA_MEMSET_NODE_PARAMS q = {.dst = m->dst,
-                                     .pitch = m->pitch,
-                                     .value = m->value,
-                                     .elementSize = m->elementSize,
-                                     .width = m->width,
-                                     .height = m->height};
-        return add_memset(out, g, deps, n, &q, m->ctx);
+        CUDA_MEMSET_NODE_PARAMS q = memset_v2(&p->memset);
+        return add_memset(out, g, deps, n, &q, p->memset.ctx);
     }
     case CU_GRAPH_NODE_TYPE_GRAPH:
         if (!unused_zero(p, sizeof p->graph))
@@ -330,3 +354,192 @@ static CUresult fc_add_node_v2(CUgraphNode *out, CUgraph g, const CUgraphNode *d
     return add_any(out, g, deps, edges, n, p);
 }
 FC_EXPORT(cuGraphAddNode_v2, PFN_cuGraphAddNode_v12030, fc_add_node_v2);
+
+/* ---- parameters set after a node was added ------------------------------------------------- */
+
+/* Gives node n of a graph the op `op` (taken; NULL for an empty copy) and its shape. Executable
+ * graphs instantiated before keep their own copies of the old op. */
+static void node_set(fc_node_t *n, fc_op_t *op, fc_dims_t dims) {
+    if (n->op)
+        fc_op_free(n->op);
+    n->op = op;
+    n->dims = dims;
+}
+
+/* The node hn when it is a node of type `type`, else NULL. */
+static fc_node_t *node_typed(CUgraphNode hn, CUgraphNodeType type) {
+    fc_node_t *n = node_of(hn);
+    return n && n->type == type ? n : NULL;
+}
+
+static CUresult kernel_set(CUgraphNode hn, const CUDA_KERNEL_NODE_PARAMS *p) {
+    fc_node_t *n = node_typed(hn, CU_GRAPH_NODE_TYPE_KERNEL);
+    if (!n || !p)
+        return CUDA_ERROR_INVALID_VALUE;
+    fc_op_t *op;
+    CUresult r = fc_graph_kernel_op(p, &op);
+    if (r == CUDA_SUCCESS)
+        node_set(n, op, (fc_dims_t){0});
+    return r;
+}
+
+static CUresult fc_kernel_set_v1(CUgraphNode hn, const CUDA_KERNEL_NODE_PARAMS_v1 *p) {
+    FC_ENTER("cuGraphKernelNodeSetParams");
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUDA_KERNEL_NODE_PARAMS q = fc_graph_kernel_v1(p);
+    return kernel_set(hn, &q);
+}
+FC_EXPORT(cuGraphKernelNodeSetParams, PFN_cuGraphKernelNodeSetParams_v10000, fc_kernel_set_v1);
+
+static CUresult fc_kernel_set(CUgraphNode hn, const CUDA_KERNEL_NODE_PARAMS *p) {
+    FC_ENTER("cuGraphKernelNodeSetParams");
+    return kernel_set(hn, p);
+}
+FC_EXPORT(cuGraphKernelNodeSetParams_v2, PFN_cuGraphKernelNodeSetParams_v12000, fc_kernel_set);
+
+static CUresult memcpy_set(CUgraphNode hn, const CUDA_MEMCPY3D *c) {
+    fc_node_t *n = node_typed(hn, CU_GRAPH_NODE_TYPE_MEMCPY);
+    if (!n || !c)
+        return CUDA_ERROR_INVALID_VALUE;
+    fc_op_t *op = NULL;
+    CUresult r = fc_copy3d_op(c, &op);
+    if (r == CUDA_SUCCESS)
+        node_set(n, op, memcpy_dims(c));
+    return r;
+}
+
+static CUresult fc_memcpy_set(CUgraphNode hn, const CUDA_MEMCPY3D *c) {
+    FC_ENTER("cuGraphMemcpyNodeSetParams");
+    return memcpy_set(hn, c);
+}
+FC_EXPORT(cuGraphMemcpyNodeSetParams, PFN_cuGraphMemcpyNodeSetParams_v10000, fc_memcpy_set);
+
+static CUresult memset_set(CUgraphNode hn, const CUDA_MEMSET_NODE_PARAMS *m) {
+    fc_node_t *n = node_typed(hn, CU_GRAPH_NODE_TYPE_MEMSET);
+    if (!n || !m)
+        return CUDA_ERROR_INVALID_VALUE;
+    fc_op_t *op = NULL;
+    CUresult r = fc_memset_op(m, &op);
+    if (r == CUDA_SUCCESS)
+        node_set(n, op, memset_dims(m));
+    return r;
+}
+
+static CUresult fc_memset_set(CUgraphNode hn, const CUDA_MEMSET_NODE_PARAMS *m) {
+    FC_ENTER("cuGraphMemsetNodeSetParams");
+    return memset_set(hn, m);
+}
+FC_EXPORT(cuGraphMemsetNodeSetParams, PFN_cuGraphMemsetNodeSetParams_v10000, fc_memset_set);
+
+/* cuGraphNodeSetParams: the type in p must be the node's, and p well formed as for
+ * cuGraphAddNode (CUDA_ERROR_INVALID_VALUE otherwise). Kernel, memcpy and memset nodes take the
+ * checks of their typed calls (and a valid context); an empty node has nothing to set; a
+ * child-graph node's graph is not simulated (CUDA_ERROR_NOT_SUPPORTED). */
+static CUresult fc_node_set(CUgraphNode hn, CUgraphNodeParams *p) {
+    FC_ENTER("cuGraphNodeSetParams");
+    fc_node_t *n = node_of(hn);
+    if (!n || !p || p->type != n->type)
+        return CUDA_ERROR_INVALID_VALUE;
+    switch (p->type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL: {
+        if (!unused_zero(p, sizeof p->kernel))
+            return CUDA_ERROR_INVALID_VALUE;
+        CUDA_KERNEL_NODE_PARAMS q = kernel_v3(&p->kernel);
+        return kernel_set(hn, &q);
+    }
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+        if (!memcpy_params_ok(p) || !fc_ctx_valid(p->memcpy.copyCtx))
+            return CUDA_ERROR_INVALID_VALUE;
+        return memcpy_set(hn, &p->memcpy.copyParams);
+    case CU_GRAPH_NODE_TYPE_MEMSET: {
+        if (!unused_zero(p, sizeof p->memset) || !fc_ctx_valid(p->memset.ctx))
+            return CUDA_ERROR_INVALID_VALUE;
+        CUDA_MEMSET_NODE_PARAMS q = memset_v2(&p->memset);
+        return memset_set(hn, &q);
+    }
+    case CU_GRAPH_NODE_TYPE_EMPTY:
+        return unused_zero(p, 0) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    default:
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+}
+FC_EXPORT(cuGraphNodeSetParams, PFN_cuGraphNodeSetParams_v12020, fc_node_set);
+
+/* ---- parameters of a node of an executable graph ------------------------------------------ */
+
+/* cuGraphExecMemcpyNodeSetParams: a non-empty 1D copy replacing a 1D copy (fc_graph_exec_set). */
+static CUresult exec_memcpy_set(CUgraphExec he, CUgraphNode hn, const CUDA_MEMCPY3D *c,
+                                CUcontext ctx) {
+    if (!c || !fc_ctx_valid(ctx))
+        return CUDA_ERROR_INVALID_VALUE;
+    fc_op_t *op = NULL;
+    CUresult r = fc_copy3d_op(c, &op);
+    if (r != CUDA_SUCCESS)
+        return r;
+    return fc_graph_exec_set(he, hn, CU_GRAPH_NODE_TYPE_MEMCPY, op, memcpy_dims(c));
+}
+
+static CUresult fc_exec_memcpy_set(CUgraphExec he, CUgraphNode hn, const CUDA_MEMCPY3D *c,
+                                   CUcontext ctx) {
+    FC_ENTER("cuGraphExecMemcpyNodeSetParams");
+    return exec_memcpy_set(he, hn, c, ctx);
+}
+FC_EXPORT(cuGraphExecMemcpyNodeSetParams, PFN_cuGraphExecMemcpyNodeSetParams_v10020,
+          fc_exec_memcpy_set);
+
+/* cuGraphExecMemsetNodeSetParams: the height unchanged, a 2D memset's shape unchanged. */
+static CUresult exec_memset_set(CUgraphExec he, CUgraphNode hn, const CUDA_MEMSET_NODE_PARAMS *m,
+                                CUcontext ctx) {
+    if (!m || !fc_ctx_valid(ctx))
+        return CUDA_ERROR_INVALID_VALUE;
+    fc_op_t *op = NULL;
+    CUresult r = fc_memset_op(m, &op);
+    if (r != CUDA_SUCCESS)
+        return r;
+    return fc_graph_exec_set(he, hn, CU_GRAPH_NODE_TYPE_MEMSET, op, memset_dims(m));
+}
+
+static CUresult fc_exec_memset_set(CUgraphExec he, CUgraphNode hn, const CUDA_MEMSET_NODE_PARAMS *m,
+                                   CUcontext ctx) {
+    FC_ENTER("cuGraphExecMemsetNodeSetParams");
+    return exec_memset_set(he, hn, m, ctx);
+}
+FC_EXPORT(cuGraphExecMemsetNodeSetParams, PFN_cuGraphExecMemsetNodeSetParams_v10020,
+          fc_exec_memset_set);
+
+/* cuGraphExecNodeSetParams: kernel, memcpy and memset nodes with the limits of their typed exec
+ * calls; a child-graph node's update is not simulated (CUDA_ERROR_NOT_SUPPORTED, as for the node
+ * types the simulated graphs never hold); an empty node has no parameters to update. */
+static CUresult fc_exec_node_set(CUgraphExec he, CUgraphNode hn, CUgraphNodeParams *p) {
+    FC_ENTER("cuGraphExecNodeSetParams");
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    switch (p->type) {
+    case CU_GRAPH_NODE_TYPE_KERNEL: {
+        if (!unused_zero(p, sizeof p->kernel))
+            return CUDA_ERROR_INVALID_VALUE;
+        CUDA_KERNEL_NODE_PARAMS q = kernel_v3(&p->kernel);
+        fc_op_t *op;
+        CUresult r = fc_graph_kernel_op(&q, &op);
+        if (r != CUDA_SUCCESS)
+            return r;
+        return fc_graph_exec_set(he, hn, CU_GRAPH_NODE_TYPE_KERNEL, op, (fc_dims_t){0});
+    }
+    case CU_GRAPH_NODE_TYPE_MEMCPY:
+        if (!memcpy_params_ok(p))
+            return CUDA_ERROR_INVALID_VALUE;
+        return exec_memcpy_set(he, hn, &p->memcpy.copyParams, p->memcpy.copyCtx);
+    case CU_GRAPH_NODE_TYPE_MEMSET: {
+        if (!unused_zero(p, sizeof p->memset))
+            return CUDA_ERROR_INVALID_VALUE;
+        CUDA_MEMSET_NODE_PARAMS q = memset_v2(&p->memset);
+        return exec_memset_set(he, hn, &q, p->memset.ctx);
+    }
+    case CU_GRAPH_NODE_TYPE_EMPTY:
+        return CUDA_ERROR_INVALID_VALUE;
+    default:
+        return CUDA_ERROR_NOT_SUPPORTED;
+    }
+}
+FC_EXPORT(cuGraphExecNodeSetParams, PFN_cuGraphExecNodeSetParams_v12020, fc_exec_node_set);

@@ -368,6 +368,55 @@ static CUresult c_exec_update(void *fn, int ver) {
     CUgraphExecUpdateResult res;
     return F(PFN_cuGraphExecUpdate_v10020)(NULL, NULL, &err, &res);
 }
+static CUresult c_kernel_node_params(void *fn, int ver) {
+    CUDA_KERNEL_NODE_PARAMS_v2 p;
+    memset(&p, 0, sizeof p);
+    if (ver >= 12000)
+        return F(PFN_cuGraphKernelNodeSetParams_v12000)(NULL, &p); /* no node */
+    return F(PFN_cuGraphKernelNodeSetParams_v10000)(NULL, (const CUDA_KERNEL_NODE_PARAMS_v1 *)&p);
+}
+static CUresult c_memcpy_node_params(void *fn, int ver) {
+    (void)ver;
+    return F(PFN_cuGraphMemcpyNodeSetParams_v10000)(NULL, NULL);
+}
+static CUresult c_memset_node_params(void *fn, int ver) {
+    (void)ver;
+    CUDA_MEMSET_NODE_PARAMS p = {
+        .dst = PAST_END, .pitch = 0, .value = 0, .elementSize = 4, .width = 4, .height = 1};
+    return F(PFN_cuGraphMemsetNodeSetParams_v10000)(NULL, &p);
+}
+static CUresult c_node_params(void *fn, int ver) {
+    (void)ver;
+    CUgraphNodeParams p;
+    memset(&p, 0, sizeof p);
+    p.type = CU_GRAPH_NODE_TYPE_MEMSET;
+    p.memset.dst = PAST_END;
+    p.memset.elementSize = 4;
+    p.memset.width = 4;
+    p.memset.height = 1;
+    return F(PFN_cuGraphNodeSetParams_v12020)(NULL, &p);
+}
+static CUresult c_exec_memcpy_params(void *fn, int ver) {
+    (void)ver;
+    CUcontext c;
+    UP_CHECK(cuCtxGetCurrent(&c));
+    return F(PFN_cuGraphExecMemcpyNodeSetParams_v10020)(NULL, NULL, NULL, c);
+}
+static CUresult c_exec_memset_params(void *fn, int ver) {
+    (void)ver;
+    CUcontext c;
+    UP_CHECK(cuCtxGetCurrent(&c));
+    CUDA_MEMSET_NODE_PARAMS p = {
+        .dst = PAST_END, .pitch = 0, .value = 0, .elementSize = 4, .width = 4, .height = 1};
+    return F(PFN_cuGraphExecMemsetNodeSetParams_v10020)(NULL, NULL, &p, c);
+}
+static CUresult c_exec_node_params(void *fn, int ver) {
+    (void)ver;
+    CUgraphNodeParams p;
+    memset(&p, 0, sizeof p);
+    p.type = CU_GRAPH_NODE_TYPE_KERNEL; /* no function, no executable graph */
+    return F(PFN_cuGraphExecNodeSetParams_v12020)(NULL, NULL, &p);
+}
 static CUresult c_write32(void *fn, int ver) {
     (void)ver;
     return F(PFN_cuStreamWriteValue32_v11070)(stream, buf[0] + WORDS * 4 - 2, 7, 0);
@@ -524,6 +573,13 @@ static const bad_case_t cases[] = {
     {"cuGraphAddChildGraphNode", c_add_child_node},
     {"cuGraphAddNode", c_add_node},
     {"cuGraphExecUpdate", c_exec_update},
+    {"cuGraphKernelNodeSetParams", c_kernel_node_params},
+    {"cuGraphMemcpyNodeSetParams", c_memcpy_node_params},
+    {"cuGraphMemsetNodeSetParams", c_memset_node_params},
+    {"cuGraphNodeSetParams", c_node_params},
+    {"cuGraphExecMemcpyNodeSetParams", c_exec_memcpy_params},
+    {"cuGraphExecMemsetNodeSetParams", c_exec_memset_params},
+    {"cuGraphExecNodeSetParams", c_exec_node_params},
     {"cuStreamWriteValue32", c_write32},
     {"cuStreamWriteValue64", c_write64},
     {"cuStreamWaitValue32", c_wait32},

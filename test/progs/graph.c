@@ -24,8 +24,14 @@
  * node with cuGraphAddNode (both ABIs, its second half a child graph; same results);
  * `--exec-update`: graph 1's executable graph is instantiated from a graph on other buffers,
  * then updated with cuGraphExecUpdate from graph 1 captured anew, then refused an update from a
- * graph with one node more (same results); `--alloc-in-capture`: cuMemAlloc and
- * cuMemFree during a relaxed and a global capture, printing what each call answered.
+ * graph with one node more (same results); `--set-params`: graph 1 is built node by node on other
+ * buffers, each node then given graph 1's (cuGraphNodeSetParams, cuGraphKernelNodeSetParams in both
+ * ABIs, cuGraphMemcpyNodeSetParams, cuGraphMemsetNodeSetParams; calls the driver must refuse change
+ * nothing), and before each iteration its executable graph's copy into C, kernel on C and copy out
+ * of C are moved to C or to an eighth buffer, in turn, with cuGraphExecNodeSetParams and
+ * cuGraphExecMemcpyNodeSetParams (g1's C at the last iteration; same results);
+ * `--alloc-in-capture`: cuMemAlloc and cuMemFree during a relaxed and a global capture, printing
+ * what each call answered.
  *
  * Output: "graph: ok" and "checksum: H" (FNV-1a 64 of the final buffers). Exit status: 0 when
  * every byte is right; 1 when one is wrong (named on stderr); 2 when a driver call failed
@@ -195,17 +201,23 @@ static int check_buffer(CUdeviceptr d, const float *want, const char *what, int 
 static int to_graph;    /* --to-graph */
 static int add_node;    /* --add-node */
 static int exec_update; /* --exec-update */
+static int set_params;  /* --set-params */
+
+/* Fills a kernel node's generic parameters: f(args) on one block of 32 threads. */
+static void kernel_params(CUgraphNodeParams *p, CUfunction f, void **args) {
+    memset(p, 0, sizeof *p); /* cuda.h: every unused byte zero */
+    p->type = CU_GRAPH_NODE_TYPE_KERNEL;
+    p->kernel.func = f;
+    p->kernel.gridDimX = p->kernel.gridDimY = p->kernel.gridDimZ = 1;
+    p->kernel.blockDimX = 32;
+    p->kernel.blockDimY = p->kernel.blockDimZ = 1;
+    p->kernel.kernelParams = args;
+}
 
 /* Adds a kernel node running f(args) after dep (when not NULL), through cuGraphAddNode. */
 static CUgraphNode node_kernel(CUgraph g, CUgraphNode dep, CUfunction f, void **args) {
     CUgraphNodeParams p;
-    memset(&p, 0, sizeof p); /* cuda.h: every unused byte zero */
-    p.type = CU_GRAPH_NODE_TYPE_KERNEL;
-    p.kernel.func = f;
-    p.kernel.gridDimX = p.kernel.gridDimY = p.kernel.gridDimZ = 1;
-    p.kernel.blockDimX = 32;
-    p.kernel.blockDimY = p.kernel.blockDimZ = 1;
-    p.kernel.kernelParams = args;
+    kernel_params(&p, f, args);
     CUgraphNode n;
     CHECK(cuGraphAddNode(&n, g, dep ? &dep : NULL, NULL, dep ? 1 : 0, &p));
     return n;
@@ -286,6 +298,130 @@ static CUgraph build_by_node(gbuf_t *g, CUcontext ctx) {
     return gr;
 }
 
+/* --set-params: graph 1's nodes, in capture_body's order. */
+enum { N_H2D, N_KA, N_KB, N_D2D, N_KC, N_D2H, N_SET, N_NODES };
+
+/* Expects a call the driver must refuse with CUDA_ERROR_INVALID_VALUE; returns 1 when it did, 0
+ * when it succeeded; any other error is a failed call (exit status 2), as an injected fault. */
+static int refused(CUresult r, const char *call) {
+    if (r == CUDA_ERROR_INVALID_VALUE)
+        return 1;
+    if (r != CUDA_SUCCESS)
+        die(call, r);
+    fprintf(stderr, "graph: %s succeeded, not CUDA_ERROR_INVALID_VALUE\n", call);
+    return 0;
+}
+
+/* Graph 1 built node by node on g0's buffers (one chain, no child graph), then each node given
+ * g's with the calls that set a node's parameters in a graph: cuGraphNodeSetParams (both copies
+ * and one kernel), cuGraphKernelNodeSetParams (CUDA 12's ABI, linked, and CUDA 10's, through
+ * cuGetProcAddress at 10000), cuGraphMemcpyNodeSetParams and cuGraphMemsetNodeSetParams. Two
+ * calls the driver refuses (parameters of another node type) change nothing. Returns NULL when a
+ * refusal was wrong. */
+static CUgraph build_set_params(gbuf_t *g, gbuf_t *g0, CUcontext ctx, CUgraphNode nd[N_NODES]) {
+    void *p_set = NULL;
+    CUdriverProcAddressQueryResult q;
+    CHECK(cuGetProcAddress_v2("cuGraphKernelNodeSetParams", &p_set, 10000, 0, &q));
+    PFN_cuGraphKernelNodeSetParams_v10000 set_v1 = (PFN_cuGraphKernelNodeSetParams_v10000)p_set;
+    int n = N;
+    float half = 0.5f, one = 1.0f;
+    CUdeviceptr a0 = g0->a, b0 = g0->b, c0 = g0->c, a = g->a, b = g->b, c = g->c;
+    void *axpb_a0[] = {&a0, &g0->ka, &g0->kb, &n}, *acc_ba0[] = {&b0, &a0, &n};
+    void *axpb_c0[] = {&c0, &half, &one, &n};
+    void *axpb_a[] = {&a, &g->ka, &g->kb, &n}, *acc_ba[] = {&b, &a, &n};
+    void *axpb_c[] = {&c, &half, &one, &n};
+
+    CUgraph gr;
+    CUgraphNodeParams p;
+    CHECK(cuGraphCreate(&gr, 0));
+    copy_params(&p, ctx, CU_MEMORYTYPE_HOST, g0->in, 0, CU_MEMORYTYPE_DEVICE, NULL, g0->a);
+    CHECK(cuGraphAddNode(&nd[N_H2D], gr, NULL, NULL, 0, &p));
+    nd[N_KA] = node_kernel(gr, nd[N_H2D], f_axpb, axpb_a0);
+    nd[N_KB] = node_kernel(gr, nd[N_KA], f_acc, acc_ba0);
+    copy_params(&p, ctx, CU_MEMORYTYPE_DEVICE, NULL, g0->b, CU_MEMORYTYPE_DEVICE, NULL, g0->c);
+    CHECK(cuGraphAddMemcpyNode(&nd[N_D2D], gr, &nd[N_KB], 1, &p.memcpy.copyParams, ctx));
+    nd[N_KC] = node_kernel(gr, nd[N_D2D], f_axpb, axpb_c0);
+    copy_params(&p, ctx, CU_MEMORYTYPE_DEVICE, NULL, g0->c, CU_MEMORYTYPE_HOST, g0->out, 0);
+    CHECK(cuGraphAddNode(&nd[N_D2H], gr, &nd[N_KC], NULL, 1, &p));
+    CUDA_MEMSET_NODE_PARAMS mp = {
+        .dst = g0->a, .pitch = 0, .value = 0, .elementSize = 4, .width = (size_t)N, .height = 1};
+    CHECK(cuGraphAddMemsetNode(&nd[N_SET], gr, &nd[N_D2H], 1, &mp, ctx));
+
+    copy_params(&p, ctx, CU_MEMORYTYPE_HOST, g->in, 0, CU_MEMORYTYPE_DEVICE, NULL, g->a);
+    CHECK(cuGraphNodeSetParams(nd[N_H2D], &p));
+    CUDA_KERNEL_NODE_PARAMS kp = {.func = f_axpb,
+                                  .gridDimX = 1,
+                                  .gridDimY = 1,
+                                  .gridDimZ = 1,
+                                  .blockDimX = 32,
+                                  .blockDimY = 1,
+                                  .blockDimZ = 1,
+                                  .kernelParams = axpb_a};
+    CHECK(cuGraphKernelNodeSetParams(nd[N_KA], &kp));
+    CUDA_KERNEL_NODE_PARAMS_v1 kp1;
+    memcpy(&kp1, &kp, sizeof kp1); /* the CUDA 10 layout is CUDA 12's first fields */
+    kp1.func = f_acc;
+    kp1.kernelParams = acc_ba;
+    CHECK(set_v1(nd[N_KB], &kp1));
+    copy_params(&p, ctx, CU_MEMORYTYPE_DEVICE, NULL, g->b, CU_MEMORYTYPE_DEVICE, NULL, g->c);
+    CHECK(cuGraphMemcpyNodeSetParams(nd[N_D2D], &p.memcpy.copyParams));
+    kernel_params(&p, f_axpb, axpb_c);
+    CHECK(cuGraphNodeSetParams(nd[N_KC], &p));
+    copy_params(&p, ctx, CU_MEMORYTYPE_DEVICE, NULL, g->c, CU_MEMORYTYPE_HOST, g->out, 0);
+    CHECK(cuGraphNodeSetParams(nd[N_D2H], &p));
+    mp.dst = g->a;
+    CHECK(cuGraphMemsetNodeSetParams(nd[N_SET], &mp));
+
+    /* Refused: a kernel's parameters for a copy node, a kernel node's for a set node. */
+    kernel_params(&p, f_axpb, axpb_c0);
+    kp.kernelParams = axpb_a0;
+    if (!refused(cuGraphNodeSetParams(nd[N_D2D], &p), "cuGraphNodeSetParams(copy node, kernel)") ||
+        !refused(cuGraphKernelNodeSetParams(nd[N_SET], &kp), "cuGraphKernelNodeSetParams(set)"))
+        return NULL;
+    return gr;
+}
+
+/* --set-params, before each launch of e1: the last three nodes' C moved to ct with
+ * cuGraphExecNodeSetParams (the copy into C and the kernel on it) and
+ * cuGraphExecMemcpyNodeSetParams (the copy out of it); the set node given its own parameters
+ * again with cuGraphExecMemsetNodeSetParams; and a 2D copy, a memset of another height and a
+ * kernel's parameters for a copy node refused. Returns 1, or 0 when a refusal was wrong. */
+static int exec_set_params(CUgraphExec e, CUgraphNode nd[N_NODES], gbuf_t *g, CUdeviceptr ct,
+                           CUcontext ctx) {
+    int n = N;
+    float half = 0.5f, one = 1.0f;
+    void *axpb_c[] = {&ct, &half, &one, &n};
+    CUgraphNodeParams p;
+    copy_params(&p, ctx, CU_MEMORYTYPE_DEVICE, NULL, g->b, CU_MEMORYTYPE_DEVICE, NULL, ct);
+    CHECK(cuGraphExecNodeSetParams(e, nd[N_D2D], &p));
+    kernel_params(&p, f_axpb, axpb_c);
+    CHECK(cuGraphExecNodeSetParams(e, nd[N_KC], &p));
+    copy_params(&p, ctx, CU_MEMORYTYPE_DEVICE, NULL, ct, CU_MEMORYTYPE_HOST, g->out, 0);
+    CHECK(cuGraphExecMemcpyNodeSetParams(e, nd[N_D2H], &p.memcpy.copyParams, ctx));
+    CUDA_MEMSET_NODE_PARAMS mp = {
+        .dst = g->a, .pitch = 0, .value = 0, .elementSize = 4, .width = (size_t)N, .height = 1};
+    CHECK(cuGraphExecMemsetNodeSetParams(e, nd[N_SET], &mp, ctx));
+    /* Exec updates of copies are 1D only (cuda.h). */
+    copy_params(&p, ctx, CU_MEMORYTYPE_DEVICE, NULL, g->b, CU_MEMORYTYPE_DEVICE, NULL, ct);
+    p.memcpy.copyParams.WidthInBytes = CHUNK / 2;
+    p.memcpy.copyParams.Height = 2;
+    p.memcpy.copyParams.srcHeight = p.memcpy.copyParams.dstHeight = 2;
+    p.memcpy.copyParams.srcPitch = p.memcpy.copyParams.dstPitch = CHUNK / 2;
+    if (!refused(cuGraphExecMemcpyNodeSetParams(e, nd[N_D2D], &p.memcpy.copyParams, ctx),
+                 "cuGraphExecMemcpyNodeSetParams(2D copy)"))
+        return 0;
+    /* Nor may a memset's height change, or a node get another type's parameters. */
+    mp.width = (size_t)N / 2;
+    mp.height = 2;
+    mp.pitch = CHUNK / 2;
+    if (!refused(cuGraphExecMemsetNodeSetParams(e, nd[N_SET], &mp, ctx),
+                 "cuGraphExecMemsetNodeSetParams(height 2)"))
+        return 0;
+    kernel_params(&p, f_axpb, axpb_c);
+    return refused(cuGraphExecNodeSetParams(e, nd[N_D2H], &p),
+                   "cuGraphExecNodeSetParams(copy node, kernel)");
+}
+
 static int run_graphs(int iters) {
     typedef CUresult (*instantiate_v11_fn)(CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t);
     void *p_inst = NULL, *p_launch = NULL;
@@ -309,11 +445,19 @@ static int run_graphs(int iters) {
 
     CUgraph gr1, gr2;
     CUgraphExec e1, e2;
-    gbuf_t g0; /* --exec-update: the buffers graph 1 is first instantiated with */
+    gbuf_t g0; /* --exec-update, --set-params: the buffers graph 1 is first built on */
+    CUgraphNode nd[N_NODES];
+    CUdeviceptr d1 = 0; /* --set-params: the other buffer C moves to */
+    CUcontext ctx;
+    CHECK(cuCtxGetCurrent(&ctx));
     int instantiated = 0;
-    if (add_node) {
-        CUcontext ctx;
-        CHECK(cuCtxGetCurrent(&ctx));
+    if (set_params) {
+        alloc_gbuf(&g0, -1.5f, 0.5f);
+        CHECK(cuMemAlloc(&d1, CHUNK));
+        gr1 = build_set_params(&g1, &g0, ctx, nd);
+        if (!gr1)
+            return 1;
+    } else if (add_node) {
         gr1 = build_by_node(&g1, ctx);
     } else if (exec_update) {
         /* Instantiated on other buffers (g0), then updated to graph 1's from a graph captured
@@ -354,8 +498,6 @@ static int run_graphs(int iters) {
     } else if (to_graph) {
         /* XLA's way: an explicit node (C = 0, undone by the body's C = B), then the body
          * captured into the same graph after it. */
-        CUcontext ctx;
-        CHECK(cuCtxGetCurrent(&ctx));
         CHECK(cuGraphCreate(&gr1, 0));
         CUDA_MEMSET_NODE_PARAMS mp = {
             .dst = g1.c, .pitch = 0, .value = 0, .elementSize = 4, .width = (size_t)N, .height = 1};
@@ -388,6 +530,9 @@ static int run_graphs(int iters) {
         fill_input(&g1, it, 3);
         fill_input(&g2, it, 11);
         int twice = it % 2;
+        /* C on alternate buffers, g1.c at the last iteration (which the final check reads). */
+        if (set_params && !exec_set_params(e1, nd, &g1, (iters - 1 - it) % 2 ? d1 : g1.c, ctx))
+            return 1;
         CHECK(cuGraphLaunch(e1, s1));
         model_launch(&g1);
         if (twice) {
@@ -418,8 +563,10 @@ static int run_graphs(int iters) {
     CHECK(cuGraphDestroy(gr2));
     free_gbuf(&g1);
     free_gbuf(&g2);
-    if (exec_update)
+    if (exec_update || set_params)
         free_gbuf(&g0);
+    if (d1)
+        CHECK(cuMemFree(d1));
     CHECK(cuMemFree(k));
     CHECK(cuStreamDestroy(s1));
     if (!ok)
@@ -553,11 +700,13 @@ int main(int argc, char **argv) {
             add_node = 1;
         } else if (strcmp(argv[i], "--exec-update") == 0) {
             exec_update = 1;
+        } else if (strcmp(argv[i], "--set-params") == 0) {
+            set_params = 1;
         } else if (strcmp(argv[i], "--big") == 0) {
             big = 1;
         } else {
-            fprintf(stderr, "usage: graph [--iters N] [--to-graph | --add-node | --exec-update] "
-                            "[--many N [--bytes B]] [--big] [--alloc-in-capture]\n");
+            fprintf(stderr, "usage: graph [--iters N] [--to-graph | --add-node | --exec-update | "
+                            "--set-params] [--many N [--bytes B]] [--big] [--alloc-in-capture]\n");
             return 64;
         }
     }
