@@ -551,8 +551,8 @@ OOC_EXPORT cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType
     if (!dnn.cudnnBackendCreateDescriptor && dnn_load() != 0)
         return dnn_missing("cudnnBackendCreateDescriptor");
     cudnnStatus_t st = dnn.cudnnBackendCreateDescriptor(descriptorType, descriptor);
-    if (st != CUDNN_STATUS_SUCCESS || !descriptor || !*descriptor || ooc_lib_depth)
-        return st;
+    if (st != CUDNN_STATUS_SUCCESS || !descriptor || !*descriptor || ooc_lib_depth || !managing())
+        return st; /* OOC_MODE=off keeps nothing */
     dlab_t *l = calloc(1, sizeof *l);
     if (!l)
         return st; /* only the name is lost */
