@@ -550,10 +550,10 @@ int main(int argc, char **argv) {
         "(same checksum; the run then has no pointers stored in device memory).\n"
         "--blocks N (1..16, default 1) stacks N transformer blocks in sequence, each with its own\n"
         "weights, moving average, snapshot and graph (the last block's graph also steps the\n"
-        "classifier); every block uses every path above. Each adds about 1.9 MiB at --batch 256\n"
-        "(its activations; 72 KiB at the default batch) and 6 ops per sequence plus 22 per\n"
+        "classifier); every block uses every path above. Each adds about 1.8 MiB at --batch 256\n"
+        "(its activations; 70 KiB at the default batch) and 6 ops per sequence plus 22 per\n"
         "iteration, while the largest operation stays the same (--blocks 12 --batch 256: about\n"
-        "24 MiB, 18700 ops per iteration with the pointer table).",
+        "23.5 MiB, 18700 ops per iteration with the pointer table).",
         6, 4};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--no-ptr-table") == 0) {
