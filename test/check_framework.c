@@ -10,7 +10,12 @@
  * a table of pointers in device memory (the default, without --no-ptr-table) cannot be seen by
  * any launch-time scan: in safe mode it gets the oracle's bytes (every buffer has memory from
  * its allocation, resident or aliased to its host copy); without safe mode it must end in a
- * clear error, never wrong bytes. */
+ * clear error, never wrong bytes.
+ *
+ * Stacked (--blocks 12) the footprint grows twelvefold while the largest operation stays the
+ * same, so the same checks (tcase xfmr-blocks) run at 1/4 and 1/8 of the footprint, with the
+ * simulated device's counters too: no illegal access, and without the pointer table no kernel
+ * access to a host alias. */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,25 +28,55 @@ Suite *suite_framework(void);
 
 #define RUN_TIMEOUT_S 120
 
-static tu_result_t run_xfmr(int shim, int table, const char *const *env) {
+/* The runs at 1/4 and 1/8 of the footprint stack BLOCKS blocks at batch BLOCKS_BATCH for
+ * BLOCKS_ITERS iterations: peak_device_bytes 12599492 (12.0 MiB; 9484 ops per iteration with
+ * the pointer table, 9508 without), 0.92 MiB per block, while the largest operation (the
+ * grouped GEMM over the batch buffer, a QKV buffer and three weights, about 0.5 MiB) stays the
+ * one-block program's. So 1/8 (budget 1574936 bytes, 1.50 MiB) holds it three times over and
+ * 1/4 (3149873 bytes) six times, and auto finds a plan at both (at batch 64, 1/8 left auto no
+ * plan). Batch 128 rather than 256 and 3 iterations (one recorded, two replayed) keep each run
+ * within seconds inline; threaded with jitter a run takes tens of seconds on a slow machine
+ * (auto up to about 50 s on two shared cores), hence one threaded run per test. */
+enum { BLOCKS = 12 };
+#define BLOCKS_ARG   "12"
+#define BLOCKS_BATCH "128"
+#define BLOCKS_ITERS "3"
+
+/* Runs xfmr: with `blocks`, the stacked program above; else one block, --iters 4 --batch 256. */
+static tu_result_t run_xfmr_blocks(int shim, int table, int blocks, const char *const *env) {
     const char *const with[] = {"--iters", "4", "--batch", "256", NULL};
     const char *const without[] = {"--iters", "4", "--batch", "256", "--no-ptr-table", NULL};
-    return tu_run_prog("workloads/xfmr", table ? with : without, shim, env, RUN_TIMEOUT_S);
+    const char *const bwith[] = {"--iters",  BLOCKS_ITERS, "--batch", BLOCKS_BATCH,
+                                 "--blocks", BLOCKS_ARG,   NULL};
+    const char *const bwithout[] = {"--iters",  BLOCKS_ITERS, "--batch",        BLOCKS_BATCH,
+                                    "--blocks", BLOCKS_ARG,   "--no-ptr-table", NULL};
+    const char *const *args = blocks ? (table ? bwith : bwithout) : (table ? with : without);
+    return tu_run_prog("workloads/xfmr", args, shim, env, RUN_TIMEOUT_S);
 }
 
-static tu_result_t oracle(int table) {
+static tu_result_t run_xfmr(int shim, int table, const char *const *env) {
+    return run_xfmr_blocks(shim, table, 0, env);
+}
+
+static tu_result_t oracle_of(int table, int blocks) {
     static const char *const env[] = {"FAKECUDA_SCHED=inline", "FAKECUDA_GRANULARITY=64K", NULL};
-    tu_result_t r = run_xfmr(0, table, env);
+    tu_result_t r = run_xfmr_blocks(0, table, blocks, env);
     ck_assert_int_eq(r.status, 0);
     ck_assert_str_ne(r.checksum, "");
     return r;
 }
 
-/* Runs xfmr under the shim at `tenths` tenths of its footprint. */
-static tu_result_t under_shim_at(const tu_result_t *ref, int table, const char *mode,
-                                 const char *sched, unsigned seed, int safe, unsigned tenths) {
-    char cap[64], budget[64], sch[64], jit[64], sd[64], md[64];
-    unsigned long long b = ref->peak * tenths / 10;
+static tu_result_t oracle(int table) {
+    return oracle_of(table, 0);
+}
+
+/* Runs xfmr (one block, or the stacked program when `blocks`) under the shim at num/den of its
+ * footprint. With `stats`, the simulated driver writes its counters there (FAKECUDA_STATS). */
+static tu_result_t under_shim_frac(const tu_result_t *ref, int table, int blocks, const char *mode,
+                                   const char *sched, unsigned seed, int safe, unsigned num,
+                                   unsigned den, const char *stats) {
+    char cap[64], budget[64], sch[64], jit[64], sd[64], md[64], st[128];
+    unsigned long long b = ref->peak * num / den;
     snprintf(cap, sizeof cap, "FAKECUDA_MEM_BYTES=%llu", b);
     snprintf(budget, sizeof budget, "OOC_BUDGET=%llu", b);
     snprintf(sch, sizeof sch, "FAKECUDA_SCHED=%s", sched);
@@ -64,12 +99,21 @@ static tu_result_t under_shim_at(const tu_result_t *ref, int table, const char *
                          "OOC_STATS=1",
                          "OOC_CHUNK=64K",
                          "FAKECUDA_GRANULARITY=64K",
+                         stats ? st : NULL,
                          NULL};
-    tu_result_t r = run_xfmr(1, table, env);
+    if (stats)
+        snprintf(st, sizeof st, "FAKECUDA_STATS=%s", stats);
+    tu_result_t r = run_xfmr_blocks(1, table, blocks, env);
     char cmd[160];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     ck_assert_int_eq(system(cmd), 0);
     return r;
+}
+
+/* Runs xfmr under the shim at `tenths` tenths of its footprint. */
+static tu_result_t under_shim_at(const tu_result_t *ref, int table, const char *mode,
+                                 const char *sched, unsigned seed, int safe, unsigned tenths) {
+    return under_shim_frac(ref, table, 0, mode, sched, seed, safe, tenths, 10, NULL);
 }
 
 /* Runs xfmr under the shim at half its footprint. */
@@ -172,6 +216,96 @@ START_TEST(test_xfmr_pointer_table_without_safe_mode_is_a_clear_error) {
 }
 END_TEST
 
+/* The stacked program's runs: _i picks the fraction and the mode. */
+static const struct {
+    unsigned den;
+    const char *mode;
+} blocks_runs[] = {{4, "demand"}, {4, "auto"}, {8, "demand"}, {8, "auto"}};
+
+/* Runs the stacked program under the shim at 1/den of its footprint and checks the oracle's
+ * bytes and the visibility rows: every launch's layout found, every graph launch's buffers
+ * learned, TMA operands seen, no illegal access on the simulated device, and (without the
+ * pointer table, where every buffer a kernel touches is one the shim saw) no kernel access to
+ * a host alias. In auto, a plan was found and replayed. */
+static void expect_blocks_match_oracle(const tu_result_t *ref, int table, unsigned den,
+                                       const char *mode, const char *sched, unsigned seed,
+                                       int safe) {
+    char stats[] = "/tmp/ooc-framework-stats-XXXXXX";
+    int fd = mkstemp(stats);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    tu_result_t r = under_shim_frac(ref, table, 1, mode, sched, seed, safe, 1, den, stats);
+    ck_assert_msg(r.status == 0 && strcmp(r.checksum, ref->checksum) == 0,
+                  "xfmr --blocks %d at 1/%u (%s, %s, safe mode %s, %s): status %d, checksum %s, "
+                  "oracle %s\n%s",
+                  BLOCKS, den, mode, sched, safe ? "on" : "off",
+                  table ? "pointer table" : "--no-ptr-table", r.status, r.checksum, ref->checksum,
+                  tu_tail(r.err, 3000));
+    ck_assert_int_eq(tu_stat_row(r.err, "launches with no parameter layout"), 0);
+    ck_assert_int_eq(tu_stat_row(r.err, "graph launches with buffers not learned"), 0);
+    ck_assert_int_gt(tu_stat_row(r.err, "operands found through TMA descriptors"), 0);
+    ck_assert_int_gt(tu_stat_row(r.err, "swap-outs"), 0);
+    ck_assert_int_eq(tu_fc_stat(stats, "illegal_accesses"), 0);
+    if (!table)
+        ck_assert_int_eq(tu_fc_stat(stats, "kernel_host_accesses"), 0);
+    if (strcmp(mode, "auto") == 0) {
+        ck_assert_msg(tu_stat_row(r.err, "operations run as planned") > 0,
+                      "xfmr --blocks %d at 1/%u (auto, %s): no plan replayed\n%s", BLOCKS, den,
+                      sched, tu_tail(r.err, 3000));
+        ck_assert_int_eq(tu_stat_row(r.err, "re-recordings after divergence"), 0);
+    }
+    tu_result_free(&r);
+    unlink(stats);
+}
+
+/* At 1/4 and 1/8 of its footprint, inline, in demand and auto: safe mode on with and without
+ * the pointer table, and safe mode off without it, give the oracle's checksum with every path
+ * seen; safe mode off with the pointer table ends in a clear error (the simulated device names
+ * the grouped GEMM and the access it refused) or, should the table's operands happen to be
+ * resident, the oracle's checksum: never wrong bytes. */
+START_TEST(test_xfmr_blocks_inline_match_oracle_at_a_quarter_and_an_eighth) {
+    unsigned den = blocks_runs[_i].den;
+    const char *mode = blocks_runs[_i].mode;
+    tu_result_t ref = oracle_of(0, 1), reft = oracle_of(1, 1);
+    ck_assert_str_eq(ref.checksum, reft.checksum);
+    expect_blocks_match_oracle(&reft, 1, den, mode, "inline", 0, 1);
+    expect_blocks_match_oracle(&ref, 0, den, mode, "inline", 0, 1);
+    expect_blocks_match_oracle(&ref, 0, den, mode, "inline", 0, 0);
+    tu_result_t r = under_shim_frac(&reft, 1, 1, mode, "inline", 0, 0, 1, den, NULL);
+    ck_assert_msg(r.status != 0 || strcmp(r.checksum, reft.checksum) == 0,
+                  "xfmr --blocks %d at 1/%u (%s, pointer table, safe mode off): wrong bytes: "
+                  "checksum %s, oracle %s",
+                  BLOCKS, den, mode, r.checksum, reft.checksum);
+    if (r.status != 0) {
+        ck_assert_msg(strstr(r.err, "illegal address") != NULL &&
+                          strstr(r.err, "kernel grouped_gemm") != NULL,
+                      "xfmr --blocks %d at 1/%u (%s, pointer table, safe mode off): no clear "
+                      "error:\n%s",
+                      BLOCKS, den, mode, tu_tail(r.err, 3000));
+        ck_assert_int_eq(r.status, 2);
+    }
+    tu_result_free(&r);
+    tu_result_free(&ref);
+    tu_result_free(&reft);
+}
+END_TEST
+
+/* The same threaded with jitter, one run per test (_i / 3 picks the fraction and mode, _i % 3
+ * the run: safe mode on with the pointer table, on without it, off without it). */
+START_TEST(test_xfmr_blocks_threaded_match_oracle_at_a_quarter_and_an_eighth) {
+    unsigned den = blocks_runs[_i / 3].den;
+    const char *mode = blocks_runs[_i / 3].mode;
+    int table = _i % 3 == 0, safe = _i % 3 < 2;
+    unsigned seed =
+        (unsigned)(tu_seed("test_xfmr_blocks_threaded_match_oracle_at_a_quarter_and_an_eighth") %
+                   1000) +
+        1;
+    tu_result_t ref = oracle_of(table, 1);
+    expect_blocks_match_oracle(&ref, table, den, mode, "threaded", seed, safe);
+    tu_result_free(&ref);
+}
+END_TEST
+
 /* Fails the Nth call of `api` xfmr makes under the shim (auto, half its footprint, a plan
  * replayed after the first iteration), for every N up to 12 and then about 12 more spread over
  * the rest: each run ends with the oracle's checksum or a clean driver error (exit 2), and
@@ -249,6 +383,12 @@ Suite *suite_framework(void) {
     tcase_add_test(tc, test_xfmr_pointer_table_without_safe_mode_is_a_clear_error);
     tcase_add_test(tc, test_xfmr_pointer_table_in_safe_mode_matches_oracle);
     tcase_add_test(tc, test_xfmr_auto_replays_the_whole_iteration);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("xfmr-blocks");
+    tcase_set_timeout(tc, tu_under_valgrind() ? 36000 : 300);
+    tcase_add_loop_test(tc, test_xfmr_blocks_inline_match_oracle_at_a_quarter_and_an_eighth, 0, 4);
+    tcase_add_loop_test(tc, test_xfmr_blocks_threaded_match_oracle_at_a_quarter_and_an_eighth, 0,
+                        12);
     suite_add_tcase(s, tc);
     tc = tcase_create("faults");
     tcase_set_timeout(tc, tu_under_valgrind() ? 36000 : 900);

@@ -278,9 +278,12 @@ START_TEST(test_help_documents_options) {
         ck_assert_msg(strstr(r.out, "--cublas-batched issues") != NULL,
                       "mlp --help: no --cublas-batched");
     }
-    if (_i == XFMR_IDX)
+    if (_i == XFMR_IDX) {
         ck_assert_msg(strstr(r.out, "--no-ptr-table") != NULL,
                       "xfmr --help does not document --no-ptr-table");
+        ck_assert_msg(strstr(r.out, "--blocks N (1..16, default 1)") != NULL,
+                      "xfmr --help does not document --blocks");
+    }
     run(workloads[_i], bad, NULL, &e);
     ck_assert_int_eq(e.status, 1);
     result_free(&r);
@@ -467,19 +470,24 @@ END_TEST
 
 /* A --blocks value outside 1..16 or not an integer stops the program with status 2 and a
  * message that names the option, the value and the range. */
-START_TEST(test_cnn_rejects_bad_blocks) {
+static void expect_rejects_bad_blocks(const char *prog) {
     static const char *const bad[] = {"0", "17", "x", "-1", "4x", ""};
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         const char *args[] = {"--blocks", bad[k], NULL};
         char want[64];
         snprintf(want, sizeof want, "--blocks %s: expected an integer from 1 to 16", bad[k]);
         result_t r;
-        run("cnn", args, NULL, &r);
-        ck_assert_msg(r.status == 2, "--blocks '%s': status %d", bad[k], r.status);
-        ck_assert_msg(strstr(r.err, want) != NULL, "--blocks '%s': stderr:\n%s", bad[k], r.err);
+        run(prog, args, NULL, &r);
+        ck_assert_msg(r.status == 2, "%s --blocks '%s': status %d", prog, bad[k], r.status);
+        ck_assert_msg(strstr(r.err, want) != NULL, "%s --blocks '%s': stderr:\n%s", prog, bad[k],
+                      r.err);
         ck_assert_ptr_null(strstr(r.out, "checksum: "));
         result_free(&r);
     }
+}
+
+START_TEST(test_cnn_rejects_bad_blocks) {
+    expect_rejects_bad_blocks("cnn");
 }
 END_TEST
 
@@ -550,6 +558,103 @@ START_TEST(test_xfmr_batch_change_reencodes_and_stays_deterministic) {
     result_free(&a);
     result_free(&b);
     result_free(&full);
+}
+END_TEST
+
+/* xfmr's ops_per_iteration with --blocks n at the default batch (4 sequences), with the
+ * pointer table: 46 per block, 6 GEMMs per sequence (24) and 22 more (two grouped GEMMs of a
+ * table copy and a launch each, softmax forward and backward, the O Wo GEMM, the residual add,
+ * the two GEMMs of Wo's backward, the input gradient's three GEMMs and add, and the block's
+ * graph: 4 SGD steps, 2 in the child, a memset and a memcpy); and 4 more: the token and label
+ * copies, the logits GEMM, the loss, the two head gradient GEMMs, Wc's SGD step in the last
+ * graph and the loss read back (8), less the input gradient the first block does not compute. */
+static unsigned long long xfmr_ops(int blocks) {
+    return 4 + 46ull * (unsigned long long)blocks;
+}
+
+/* xfmr --blocks 3 gives one checksum inline, threaded, under jitter, with the autotuning extras
+ * and without the pointer table, and it is not the one-block program's. */
+START_TEST(test_xfmr_blocks_are_deterministic) {
+    static const char *const args[] = {"--blocks", "3", NULL};
+    static const char *const warm[] = {"--blocks", "3", "--warmup-differs", NULL};
+    static const char *const nopt[] = {"--blocks", "3", "--no-ptr-table", NULL};
+    static const char *const inl[] = {"FAKECUDA_SCHED=inline", NULL};
+    static const char *const thr[] = {"FAKECUDA_SCHED=threaded", NULL};
+    static const char *const jit[] = {"FAKECUDA_SCHED=threaded", "FAKECUDA_JITTER_US=20",
+                                      "FAKECUDA_SEED=5", NULL};
+    result_t a, b, c, d, e, one;
+    run("xfmr", args, inl, &a);
+    run("xfmr", args, thr, &b);
+    run("xfmr", args, jit, &c);
+    run("xfmr", warm, jit, &d);
+    run("xfmr", nopt, jit, &e);
+    run("xfmr", NULL, inl, &one);
+    expect_ok("inline", &a);
+    expect_ok("threaded", &b);
+    expect_ok("jitter", &c);
+    expect_ok("--warmup-differs", &d);
+    expect_ok("--no-ptr-table", &e);
+    expect_ok("--blocks 1", &one);
+    expect_same("threaded", &a, &b);
+    expect_same("jitter", &a, &c);
+    expect_same("--warmup-differs", &a, &d);
+    expect_same("--no-ptr-table", &a, &e);
+    ck_assert_uint_eq(a.ops, d.ops);
+    /* Each block's two grouped GEMMs (a table copy and a launch each) become six GEMMs. */
+    ck_assert_uint_eq(e.ops, a.ops + 2 * 3);
+    ck_assert_msg(strcmp(a.checksum, one.checksum) != 0, "--blocks 3 trains like --blocks 1");
+    result_free(&a);
+    result_free(&b);
+    result_free(&c);
+    result_free(&d);
+    result_free(&e);
+    result_free(&one);
+}
+END_TEST
+
+/* --blocks 1 is the default (same checksum, peak and ops); each further block adds 46 ops per
+ * iteration and, from the third on, the same footprint: its activations (QKV, the attention
+ * workspace, O and h), live from its forward to its backward. The second adds one activation
+ * more: the gradient at a block's input, which the first block does not compute. */
+START_TEST(test_xfmr_footprint_grows_with_blocks) {
+    result_t def, r[4];
+    run("xfmr", NULL, NULL, &def);
+    expect_ok("default", &def);
+    for (int k = 0; k < 4; k++) {
+        char n[16];
+        snprintf(n, sizeof n, "%d", k + 1);
+        const char *args[] = {"--blocks", n, NULL};
+        run("xfmr", args, NULL, &r[k]);
+        expect_ok(n, &r[k]);
+        ck_assert_msg(r[k].ops == xfmr_ops(k + 1), "--blocks %s: %llu ops per iteration, not %llu",
+                      n, r[k].ops, xfmr_ops(k + 1));
+    }
+    expect_same("--blocks 1", &def, &r[0]);
+    ck_assert_uint_eq(def.peak, r[0].peak);
+    ck_assert_uint_eq(def.ops, r[0].ops);
+    const unsigned long long act = 4ull * 8 * 32 * sizeof(float); /* batch x T x D floats */
+    unsigned long long step = r[2].peak - r[1].peak;
+    ck_assert_msg(r[1].peak - r[0].peak == step + act,
+                  "peak %llu at 2 blocks, %llu at 1, %llu at 3", r[1].peak, r[0].peak, r[2].peak);
+    ck_assert_msg(r[3].peak - r[2].peak == step, "peak %llu at 4 blocks, %llu at 3", r[3].peak,
+                  r[2].peak);
+    /* QKV (3), the workspace (at least 1), O and h: at least six activations per block. */
+    ck_assert_uint_ge(step, 6 * act);
+    result_free(&def);
+    for (int k = 0; k < 4; k++)
+        result_free(&r[k]);
+}
+END_TEST
+
+START_TEST(test_xfmr_blocks_ops_match_driver) {
+    static const char *const args[] = {"--blocks", "16", NULL};
+    ck_assert_uint_eq(expect_ops_match_driver("xfmr", args), xfmr_ops(16));
+}
+END_TEST
+
+/* A --blocks value outside 1..16 or not an integer stops xfmr as it stops cnn. */
+START_TEST(test_xfmr_rejects_bad_blocks) {
+    expect_rejects_bad_blocks("xfmr");
 }
 END_TEST
 
@@ -687,6 +792,10 @@ Suite *suite_workloads(void) {
     tcase_set_timeout(tc, 240);
     tcase_add_test(tc, test_xfmr_pointer_table_and_separate_gemms_agree);
     tcase_add_test(tc, test_xfmr_batch_change_reencodes_and_stays_deterministic);
+    tcase_add_test(tc, test_xfmr_blocks_are_deterministic);
+    tcase_add_test(tc, test_xfmr_footprint_grows_with_blocks);
+    tcase_add_test(tc, test_xfmr_blocks_ops_match_driver);
+    tcase_add_test(tc, test_xfmr_rejects_bad_blocks);
     suite_add_tcase(s, tc);
     return s;
 }
