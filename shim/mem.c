@@ -190,8 +190,10 @@ void ooc_mem_report_fault(CUresult r) {
     list[0] = 0;
     buf_t *b, *bt;
     HASH_ITER(hh, M.bufs, b, bt) {
+        /* Not resident and not aliased: swapped out, or never used by an op the shim saw (no
+         * memory behind it without safe mode). */
         chunk_t *c = chunk_find((b->addr - M.va_base) >> M.shift);
-        if (!c || c->state != C_SWAPPED || c->aliased)
+        if (c && (c->state == C_RESIDENT || c->aliased))
             continue;
         if (n++ < 8 && len < sizeof list - 64)
             len += (size_t)snprintf(list + len, sizeof list - len, "%s%#llx (%zu bytes)",
@@ -200,7 +202,8 @@ void ooc_mem_report_fault(CUresult r) {
     mem_unlock();
     OOC_LOG_E("the device reported an illegal address. A kernel probably reached a buffer the "
               "shim had swapped out through a pointer it could not see (one stored in device "
-              "memory); safe mode %s. %zu buffers were swapped out without a host alias%s%s",
+              "memory); safe mode %s. %zu buffers were not resident (swapped out without a host "
+              "alias, or never used by an operation the shim saw)%s%s",
               M.safe ? "is on, so the fault is not one of those" : "is off", n, n ? ": " : "",
               list);
 }

@@ -88,6 +88,7 @@ CUresult ooc_hook_cuTensorMapEncodeTiled(CUtensorMap *m, CUtensorMapDataType typ
                                                  il, sw, l2, oob);
     if (r == CUDA_SUCCESS && managing())
         remember(m, addr);
+    ooc_mem_report_fault(r); /* a kernel's earlier fault may surface here */
     return r;
 }
 OOC_EXPORT_HOOK(cuTensorMapEncodeTiled, PFN_cuTensorMapEncodeTiled_v12000);
@@ -104,6 +105,7 @@ CUresult ooc_hook_cuTensorMapEncodeIm2col(CUtensorMap *m, CUtensorMapDataType ty
                                                   channels, pixels, estrides, il, sw, l2, oob);
     if (r == CUDA_SUCCESS && managing())
         remember(m, addr);
+    ooc_mem_report_fault(r); /* a kernel's earlier fault may surface here */
     return r;
 }
 OOC_EXPORT_HOOK(cuTensorMapEncodeIm2col, PFN_cuTensorMapEncodeIm2col_v12000);
@@ -119,6 +121,7 @@ CUresult ooc_hook_cuTensorMapEncodeIm2colWide(
                                              channels, pixels, estrides, il, mode, sw, l2, oob);
     if (r == CUDA_SUCCESS && managing())
         remember(m, addr);
+    ooc_mem_report_fault(r); /* a kernel's earlier fault may surface here */
     return r;
 }
 OOC_EXPORT_HOOK(cuTensorMapEncodeIm2colWide, PFN_cuTensorMapEncodeIm2colWide_v12080);
@@ -128,6 +131,7 @@ CUresult ooc_hook_cuTensorMapReplaceAddress(CUtensorMap *m, void *addr) {
     CUresult r = ooc_real.cuTensorMapReplaceAddress(m, addr);
     if (r == CUDA_SUCCESS && managing())
         remember(m, addr);
+    ooc_mem_report_fault(r); /* a kernel's earlier fault may surface here */
     return r;
 }
 OOC_EXPORT_HOOK(cuTensorMapReplaceAddress, PFN_cuTensorMapReplaceAddress_v12000);

@@ -353,7 +353,7 @@ START_TEST(test_without_safe_mode_a_hidden_access_is_reported) {
     ck_assert_msg(p.status == 3, "status %d (3: an operation failed)\n%s", p.status, p.err);
     ck_assert_ptr_nonnull(strstr(p.err, "safe mode off (the device has no host-located VMM"));
     ck_assert_msg(strstr(p.err, "the device reported an illegal address"), "%s", p.err);
-    ck_assert_ptr_nonnull(strstr(p.err, "swapped out without a host alias: 0x"));
+    ck_assert_ptr_nonnull(strstr(p.err, "never used by an operation the shim saw): 0x"));
     tu_proc_free(&p);
 }
 END_TEST
