@@ -81,9 +81,11 @@ static void recompute_rule(ooc_model_t *m, int32_t b) {
         int32_t op = p->prods[bf->prod_off + k];
         const ooc_op_t *o = &p->ops[op];
         last_prod = op;
-        /* copies, memsets and host work are never producers: the shim re-launches kernels (and
-         * library calls) only, and a copy from the host would cost a transfer, not compute */
-        if (o->kind == OOC_KIND_MEMCPY || o->kind == OOC_KIND_MEMSET || o->kind == OOC_KIND_HOST)
+        /* copies, memsets, collectives and host work are never producers: the shim re-launches
+         * kernels (and library calls) only, a copy from the host would cost a transfer, not
+         * compute, and a collective run again on one rank alone would wait for the others */
+        if (o->kind == OOC_KIND_MEMCPY || o->kind == OOC_KIND_MEMSET || o->kind == OOC_KIND_HOST ||
+            o->kind == OOC_KIND_NCCL)
             return;
         for (uint32_t r = 0; r < o->nref; r++) {
             const ooc_ref_t *rf = &p->refs[o->ref_off + r];

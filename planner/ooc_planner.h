@@ -26,6 +26,7 @@ typedef enum {
     OOC_KIND_MEMSET,
     OOC_KIND_CUDNN,
     OOC_KIND_CUBLAS,
+    OOC_KIND_NCCL,
     OOC_KIND_HOST,
     OOC_KIND_COUNT
 } ooc_op_kind_t;

@@ -18,8 +18,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static const char *const kind_names[OOC_KIND_COUNT] = {"kernel", "memcpy", "memset",
-                                                       "cudnn",  "cublas", "host"};
+static const char *const kind_names[OOC_KIND_COUNT] = {"kernel", "memcpy", "memset", "cudnn",
+                                                       "cublas", "nccl",   "host"};
 
 const char *ooc_kind_name(ooc_op_kind_t k) {
     return (unsigned)k < OOC_KIND_COUNT ? kind_names[k] : "?";
@@ -527,7 +527,8 @@ static int parse_ops(ooc_profile_t *p, ooc_tsv_t *r, char *err, size_t errlen) {
             if (field_is(r, 2, kind_names[k]))
                 kind = k;
         if (kind < 0) {
-            rc = bad(r, 2, "kind", "is not kernel|memcpy|memset|cudnn|cublas|host", err, errlen);
+            rc = bad(r, 2, "kind", "is not kernel|memcpy|memset|cudnn|cublas|nccl|host", err,
+                     errlen);
             break;
         }
         if (r->flen[3] == 0 || r->flen[4] == 0) {

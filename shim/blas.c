@@ -37,65 +37,14 @@
 #define LT_HOOKED(X) X(cublasLtMatmul)
 #define LT_USED(X)   X(cublasLtMatmulDescGetAttribute)
 
-static struct {
-#define BLAS_FIELD(fn) __typeof__(&fn) fn;
-    BLAS_HOOKED(BLAS_FIELD) BLAS_USED(BLAS_FIELD) LT_HOOKED(BLAS_FIELD) LT_USED(BLAS_FIELD)
-#undef BLAS_FIELD
-} blas;
-
-static const struct {
-    const char *name;
-    void *hook;
-} blas_hooks[] = {
-#define BLAS_ROUTE(fn) {#fn, (void *)&fn},
-    BLAS_HOOKED(BLAS_ROUTE) LT_HOOKED(BLAS_ROUTE)
-#undef BLAS_ROUTE
-};
-#define NBLAS (sizeof blas_hooks / sizeof blas_hooks[0])
-static void *blas_real[NBLAS];
-
-static pthread_mutex_t blas_lock = PTHREAD_MUTEX_INITIALIZER;
-static _Atomic int blas_loaded, lt_loaded;
-
-/* Fills the table from the libraries the program has loaded (never loads them): 0 when the one
- * `fn` belongs to is there. */
-static int blas_load(int lt) {
-    _Atomic int *flag = lt ? &lt_loaded : &blas_loaded;
-    if (atomic_load_explicit(flag, memory_order_acquire))
-        return 0;
-    pthread_mutex_lock(&blas_lock);
-    if (!atomic_load_explicit(flag, memory_order_relaxed)) {
-        void *h = dlopen(lt ? "libcublasLt.so.13" : "libcublas.so.13", RTLD_LAZY | RTLD_NOLOAD);
-        if (h) {
-#define BLAS_LOAD(fn) *(void **)&blas.fn = ooc_real_sym(h, #fn);
-            if (lt) {
-                LT_HOOKED(BLAS_LOAD) LT_USED(BLAS_LOAD)
-            } else {
-                BLAS_HOOKED(BLAS_LOAD) BLAS_USED(BLAS_LOAD)
-            }
-#undef BLAS_LOAD
-            size_t i = 0;
-#define BLAS_REAL(fn) blas_real[i++] = (void *)blas.fn;
-            BLAS_HOOKED(BLAS_REAL)
-            LT_HOOKED(BLAS_REAL)
-#undef BLAS_REAL
-            atomic_store_explicit(flag, 1, memory_order_release);
-        }
-    }
-    pthread_mutex_unlock(&blas_lock);
-    return atomic_load_explicit(flag, memory_order_acquire) ? 0 : -1;
-}
+/* cuBLAS and cuBLASLt are two libraries; the hooks of each are in its table. */
+OOC_LIBTAB(blas_tab, blas, "libcublas.so.13", BLAS_HOOKED, BLAS_USED);
+OOC_LIBTAB(lt_tab, blt, "libcublasLt.so.13", LT_HOOKED, LT_USED);
 
 /* dlsym's answer `real` for a cublas* name: our hook when it is the address the loaded
  * libcublas.so.13 or libcublasLt.so.13 exports for a function we hook. */
 static void *blas_route(void *real, const char *name) {
-    int lt = strncmp(name, "cublasLt", 8) == 0;
-    if (!real || blas_load(lt) != 0)
-        return NULL;
-    for (size_t i = 0; i < NBLAS; i++)
-        if (blas_real[i] == real)
-            return blas_hooks[i].hook;
-    return NULL;
+    return ooc_libtab_route(strncmp(name, "cublasLt", 8) == 0 ? &lt_tab : &blas_tab, real);
 }
 
 __attribute__((constructor)) static void blas_register(void) {
@@ -120,31 +69,21 @@ static cublasStatus_t blas_status(CUresult r) {
                                          : CUBLAS_STATUS_EXECUTION_FAILED;
 }
 
-/* The body of a hooked function: `args` its parameters in parentheses, `notes` a parenthesised
- * expression noting the operands in `a`, `stream` the stream it runs on. */
-#define BLAS_HOOK(fn, lt, stream, args, notes)                                                     \
+/* The body of a hooked function of library `fns` (blas or blt, table `tab`): `args` its
+ * parameters in parentheses, `notes` a parenthesised expression noting the operands in `a`,
+ * `stream` the stream it runs on. */
+#define BLAS_HOOK(fns, tab, fn, stream, args, notes)                                               \
     do {                                                                                           \
-        if (!blas.fn && (blas_load(lt) != 0 || !blas.fn))                                          \
+        if (!fns.fn && (ooc_libtab_load(&tab) != 0 || !fns.fn))                                    \
             return blas_missing(#fn);                                                              \
         if (!ooc_lib_on())                                                                         \
-            return blas.fn args;                                                                   \
+            return fns.fn args;                                                                    \
         ooc_access_t acc_;                                                                         \
         op_start(&acc_, OOC_OP_CUBLAS, #fn, 0);                                                    \
         ooc_access_t *a = &acc_;                                                                   \
         (void)notes;                                                                               \
-        ooc_live_op_t op_;                                                                         \
-        CUresult e_;                                                                               \
-        switch (ooc_lib_enter(&op_, a, (stream), &e_)) {                                           \
-        case OOC_LIB_AS_IS:                                                                        \
-            return blas.fn args;                                                                   \
-        case OOC_LIB_FAIL:                                                                         \
-            return blas_status(e_);                                                                \
-        default:                                                                                   \
-            break;                                                                                 \
-        }                                                                                          \
-        cublasStatus_t st_ = blas.fn args;                                                         \
-        ooc_lib_done(&op_, st_ == CUBLAS_STATUS_SUCCESS);                                          \
-        return st_;                                                                                \
+        OOC_LIB_CALL(cublasStatus_t, CUBLAS_STATUS_SUCCESS, blas_status, a, (stream),              \
+                     fns.fn args);                                                                 \
     } while (0)
 
 static int abc(ooc_access_t *a, const void *A, const void *B, const void *C) {
@@ -161,7 +100,7 @@ OOC_EXPORT cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_
                                          const float *alpha, const float *A, int lda,
                                          const float *B, int ldb, const float *beta, float *C,
                                          int ldc) {
-    BLAS_HOOK(cublasSgemm_v2, 0, blas_stream(handle),
+    BLAS_HOOK(blas, blas_tab, cublasSgemm_v2, blas_stream(handle),
               (handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc),
               abc(a, A, B, C));
 }
@@ -172,7 +111,7 @@ OOC_EXPORT cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t 
                                        int lda, const void *B, cudaDataType Btype, int ldb,
                                        const void *beta, void *C, cudaDataType Ctype, int ldc,
                                        cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
-    BLAS_HOOK(cublasGemmEx, 0, blas_stream(handle),
+    BLAS_HOOK(blas, blas_tab, cublasGemmEx, blas_stream(handle),
               (handle, transa, transb, m, n, k, alpha, A, Atype, lda, B, Btype, ldb, beta, C, Ctype,
                ldc, computeType, algo),
               abc(a, A, B, C));
@@ -185,7 +124,7 @@ OOC_EXPORT cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cubla
                                                     long long int strideB, const float *beta,
                                                     float *C, int ldc, long long int strideC,
                                                     int batchCount) {
-    BLAS_HOOK(cublasSgemmStridedBatched, 0, blas_stream(handle),
+    BLAS_HOOK(blas, blas_tab, cublasSgemmStridedBatched, blas_stream(handle),
               (handle, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta, C,
                ldc, strideC, batchCount),
               abc(a, A, B, C));
@@ -197,7 +136,7 @@ OOC_EXPORT cublasStatus_t cublasGemmStridedBatchedEx(
     const void *B, cudaDataType Btype, int ldb, long long int strideB, const void *beta, void *C,
     cudaDataType Ctype, int ldc, long long int strideC, int batchCount,
     cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
-    BLAS_HOOK(cublasGemmStridedBatchedEx, 0, blas_stream(handle),
+    BLAS_HOOK(blas, blas_tab, cublasGemmStridedBatchedEx, blas_stream(handle),
               (handle, transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B, Btype, ldb,
                strideB, beta, C, Ctype, ldc, strideC, batchCount, computeType, algo),
               abc(a, A, B, C));
@@ -255,7 +194,7 @@ OOC_EXPORT cublasStatus_t cublasSgemmBatched(cublasHandle_t handle, cublasOperat
                                              int lda, const float *const Barray[], int ldb,
                                              const float *beta, float *const Carray[], int ldc,
                                              int batchCount) {
-    BLAS_HOOK(cublasSgemmBatched, 0, blas_stream(handle),
+    BLAS_HOOK(blas, blas_tab, cublasSgemmBatched, blas_stream(handle),
               (handle, transa, transb, m, n, k, alpha, Aarray, lda, Barray, ldb, beta, Carray, ldc,
                batchCount),
               note_arrays(a, blas_stream(handle), (const void *const *)Aarray,
@@ -268,7 +207,7 @@ cublasGemmBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOpera
                     cudaDataType Atype, int lda, const void *const Barray[], cudaDataType Btype,
                     int ldb, const void *beta, void *const Carray[], cudaDataType Ctype, int ldc,
                     int batchCount, cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
-    BLAS_HOOK(cublasGemmBatchedEx, 0, blas_stream(handle),
+    BLAS_HOOK(blas, blas_tab, cublasGemmBatchedEx, blas_stream(handle),
               (handle, transa, transb, m, n, k, alpha, Aarray, Atype, lda, Barray, Btype, ldb, beta,
                Carray, Ctype, ldc, batchCount, computeType, algo),
               note_arrays(a, blas_stream(handle), Aarray, Barray, Carray, batchCount));
@@ -280,12 +219,12 @@ cublasGemmBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOpera
 static int note_lt_desc(ooc_access_t *a, cublasLtMatmulDesc_t d) {
     static const cublasLtMatmulDescAttributes_t ptrs[] = {
         CUBLASLT_MATMUL_DESC_BIAS_POINTER, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER};
-    if (!blas.cublasLtMatmulDescGetAttribute)
+    if (!blt.cublasLtMatmulDescGetAttribute)
         return -1;
     for (size_t i = 0; i < sizeof ptrs / sizeof ptrs[0]; i++) {
         void *p = NULL;
         size_t got = 0;
-        if (blas.cublasLtMatmulDescGetAttribute(d, ptrs[i], &p, sizeof p, &got) ==
+        if (blt.cublasLtMatmulDescGetAttribute(d, ptrs[i], &p, sizeof p, &got) ==
                 CUBLAS_STATUS_SUCCESS &&
             got == sizeof p)
             ooc_lib_out(a, p);
@@ -301,7 +240,7 @@ OOC_EXPORT cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle,
                                          cublasLtMatrixLayout_t Ddesc,
                                          const cublasLtMatmulAlgo_t *algo, void *workspace,
                                          size_t workspaceSizeInBytes, cudaStream_t stream) {
-    BLAS_HOOK(cublasLtMatmul, 1, (CUstream)stream,
+    BLAS_HOOK(blt, lt_tab, cublasLtMatmul, (CUstream)stream,
               (lightHandle, computeDesc, alpha, A, Adesc, B, Bdesc, beta, C, Cdesc, D, Ddesc, algo,
                workspace, workspaceSizeInBytes, stream),
               (abc(a, A, B, C), ooc_lib_out(a, D), ooc_lib_out(a, workspace),

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* hook_int.h: what the files of hooks share (hooks.c, copy2d.c, memop.c, tensormap.c): whether
- * the shim manages memory, the access set's start, a batch part's size, and RUN_OP, the one way a
- * hook runs an operation (op.c's sequence, or the capture of a graph). */
+/* hook_int.h: what the files of hooks share (hooks.c, copy2d.c, memop.c, tensormap.c, and the
+ * library hooks library.c, blas.c, nccl.c): whether the shim manages memory, the access set's
+ * start, a batch part's size, RUN_OP, the one way a hook runs an operation (op.c's sequence, or
+ * the capture of a graph), and the library tables and OOC_LIB_CALL of the library hooks. */
 #ifndef OOC_HOOK_INT_H
 #define OOC_HOOK_INT_H
 
@@ -45,6 +46,76 @@ static inline void op_start(ooc_access_t *a, int kind, const char *name, size_t 
     for (int i = 0; i < 3; i++)
         a->grid[i] = a->block[i] = 0;
 }
+
+/* ---- library calls (library.c, blas.c, nccl.c) ------------------------------------------------
+ */
+
+/* A library's real functions (libtab.c): `names` lists the nhook functions we hook, then those
+ * we only call; fns[i] receives names[i]'s address in the loaded library (NULL when it lacks
+ * it); hooks[i] is our function for names[i]; real[i] the library's own address of hooked
+ * function i (what dlsym answers, routed by pointer). */
+typedef struct ooc_libtab {
+    const char *soname;
+    const char *const *names;
+    void **fns;
+    void *const *hooks;
+    size_t nhook, n;
+    void **real;
+    pthread_mutex_t lock;
+    _Atomic int loaded;
+} ooc_libtab_t;
+
+/* Fills t from the library the program has loaded (never loads it): 0, or -1 while it has none. */
+int ooc_libtab_load(ooc_libtab_t *t);
+/* dlsym's answer `real` for a name of t's library: our hook when it is the library's address of
+ * a function we hook, else NULL. */
+void *ooc_libtab_route(ooc_libtab_t *t, void *real);
+/* A copy of s that lives as long as the process, the same pointer for equal strings (an op's
+ * name the recorder keeps); NULL out of memory. Linear in the names interned so far. */
+const char *ooc_intern(const char *s);
+
+#define OOC_LT_FIELD(fn) __typeof__(&fn) fn;
+#define OOC_LT_NAME(fn)  #fn,
+#define OOC_LT_HOOK(fn)  (void *)&fn,
+/* Defines `fns`, a struct of typed pointers to the real functions HOOKED then USED (X-macros),
+ * and `tab`, its ooc_libtab_t for the library `soname`. The struct's members are all function
+ * pointers, laid out as the array libtab.c fills. */
+#define OOC_LIBTAB(tab, fns, soname, HOOKED, USED)                                                 \
+    static struct { HOOKED(OOC_LT_FIELD) USED(OOC_LT_FIELD) } fns;                                 \
+    static const char *const tab##_names[] = {HOOKED(OOC_LT_NAME) USED(OOC_LT_NAME)};              \
+    static void *const tab##_hooks[] = {HOOKED(OOC_LT_HOOK)};                                      \
+    static void *tab##_real[sizeof tab##_hooks / sizeof tab##_hooks[0]];                           \
+    _Static_assert(sizeof fns == sizeof tab##_names / sizeof tab##_names[0] * sizeof(void *),      \
+                   "function pointers are pointer-sized");                                         \
+    static ooc_libtab_t tab = {soname,                                                             \
+                               tab##_names,                                                        \
+                               (void **)&fns,                                                      \
+                               tab##_hooks,                                                        \
+                               sizeof tab##_hooks / sizeof tab##_hooks[0],                         \
+                               sizeof tab##_names / sizeof tab##_names[0],                         \
+                               tab##_real,                                                         \
+                               PTHREAD_MUTEX_INITIALIZER,                                          \
+                               0}
+
+/* The end of a library hook whose operands `a` notes: runs `call` (the real function, returning
+ * `stype`, `ok` on success) as one operation on stream s (ooc_lib_enter); a failure to make the
+ * operands resident returns fail(the CUresult), in the library's words. */
+#define OOC_LIB_CALL(stype, ok, fail, a, s, call)                                                  \
+    do {                                                                                           \
+        ooc_live_op_t op_;                                                                         \
+        CUresult e_;                                                                               \
+        switch (ooc_lib_enter(&op_, (a), (s), &e_)) {                                              \
+        case OOC_LIB_AS_IS:                                                                        \
+            return (call);                                                                         \
+        case OOC_LIB_FAIL:                                                                         \
+            return fail(e_);                                                                       \
+        default:                                                                                   \
+            break;                                                                                 \
+        }                                                                                          \
+        stype st_ = (call);                                                                        \
+        ooc_lib_done(&op_, st_ == (ok));                                                           \
+        return st_;                                                                                \
+    } while (0)
 
 /* Returns from the hook with `call`'s result unless it is CUDA_SUCCESS. */
 #define ACCESS_OR_RETURN(call)                                                                     \

@@ -56,58 +56,17 @@ static int lab_oom;
     X(cudnnBackendGetAttribute)
 #define DNN_USED(X) X(cudnnGetStream)
 
-static struct {
-#define DNN_FIELD(fn) __typeof__(&fn) fn;
-    DNN_HOOKED(DNN_FIELD) DNN_USED(DNN_FIELD)
-#undef DNN_FIELD
-} dnn;
-
-static const struct {
-    const char *name;
-    void *hook;
-} dnn_hooks[] = {
-#define DNN_ROUTE(fn) {#fn, (void *)&fn},
-    DNN_HOOKED(DNN_ROUTE)
-#undef DNN_ROUTE
-};
-#define NDNN (sizeof dnn_hooks / sizeof dnn_hooks[0])
-static void *dnn_real[NDNN];
-
-static pthread_mutex_t dnn_lock = PTHREAD_MUTEX_INITIALIZER;
-static _Atomic int dnn_loaded;
+OOC_LIBTAB(dnn_tab, dnn, "libcudnn.so.9", DNN_HOOKED, DNN_USED);
 
 /* Fills dnn from the libcudnn.so.9 the program has loaded: 0, or -1 while it has none. */
 static int dnn_load(void) {
-    if (atomic_load_explicit(&dnn_loaded, memory_order_acquire))
-        return 0;
-    pthread_mutex_lock(&dnn_lock);
-    if (!atomic_load_explicit(&dnn_loaded, memory_order_relaxed)) {
-        void *h = dlopen("libcudnn.so.9", RTLD_LAZY | RTLD_NOLOAD);
-        if (h) {
-#define DNN_LOAD(fn) *(void **)&dnn.fn = ooc_real_sym(h, #fn);
-            DNN_HOOKED(DNN_LOAD)
-            DNN_USED(DNN_LOAD)
-#undef DNN_LOAD
-            size_t i = 0;
-#define DNN_REAL(fn) dnn_real[i++] = (void *)dnn.fn;
-            DNN_HOOKED(DNN_REAL)
-#undef DNN_REAL
-            atomic_store_explicit(&dnn_loaded, 1, memory_order_release);
-        }
-    }
-    pthread_mutex_unlock(&dnn_lock);
-    return atomic_load_explicit(&dnn_loaded, memory_order_acquire) ? 0 : -1;
+    return ooc_libtab_load(&dnn_tab);
 }
 
 /* dlsym's answer `real` for `name`: our hook when it is the address of a cuDNN function we hook
  * as libcudnn.so.9 exports it, else NULL. */
 static void *lib_route(void *real, const char *name) {
-    if (!real || strncmp(name, "cudnn", 5) != 0 || dnn_load() != 0)
-        return NULL;
-    for (size_t i = 0; i < NDNN; i++)
-        if (dnn_real[i] == real)
-            return dnn_hooks[i].hook;
-    return NULL;
+    return strncmp(name, "cudnn", 5) == 0 ? ooc_libtab_route(&dnn_tab, real) : NULL;
 }
 
 /* Only stores a pointer: real.c's dlsym asks it about cuDNN names from then on. */
@@ -175,7 +134,10 @@ int ooc_lib_enter(ooc_live_op_t *op, const ooc_access_t *a, CUstream s, CUresult
         OOC_LOG_E("%s: its operands could not be made resident (%s)", a->name, ooc_real_errname(r));
         return OOC_LIB_FAIL;
     }
-    ooc_stats_add(a->kind == OOC_OP_CUDNN ? OOC_STAT_library_calls : OOC_STAT_blas_calls, 1);
+    ooc_stats_add(a->kind == OOC_OP_CUDNN    ? OOC_STAT_library_calls
+                  : a->kind == OOC_OP_CUBLAS ? OOC_STAT_blas_calls
+                                             : OOC_STAT_nccl_calls,
+                  1);
     ooc_lib_depth++;
     return OOC_LIB_RUN;
 }
@@ -193,21 +155,7 @@ static cudnnStatus_t dnn_status(CUresult r) {
 
 /* Runs `call` (the real function) as one operation (ooc_lib_enter) on the handle's stream. */
 #define LIB_RUN(a, handle, call)                                                                   \
-    do {                                                                                           \
-        ooc_live_op_t op_;                                                                         \
-        CUresult e_;                                                                               \
-        switch (ooc_lib_enter(&op_, (a), dnn_stream(handle), &e_)) {                               \
-        case OOC_LIB_AS_IS:                                                                        \
-            return (call);                                                                         \
-        case OOC_LIB_FAIL:                                                                         \
-            return dnn_status(e_);                                                                 \
-        default:                                                                                   \
-            break;                                                                                 \
-        }                                                                                          \
-        cudnnStatus_t st_ = (call);                                                                \
-        ooc_lib_done(&op_, st_ == CUDNN_STATUS_SUCCESS);                                           \
-        return st_;                                                                                \
-    } while (0)
+    OOC_LIB_CALL(cudnnStatus_t, CUDNN_STATUS_SUCCESS, dnn_status, (a), dnn_stream(handle), call)
 
 /* The body of a hooked function: `args` its parameters in parentheses, `notes` a parenthesised
  * comma expression of lib_in/lib_out calls on `a`. */
@@ -457,34 +405,20 @@ typedef struct dlab {
     void *d;
     int type;
     const char *label; /* interned, or NULL */
+    const char *exec;  /* plans: the interned op name of an execution of `exec_of` */
+    const char *exec_of;
     UT_hash_handle hh;
 } dlab_t;
 
-typedef struct dname {
-    struct dname *next;
-    char s[];
-} dname_t;
-
 static pthread_mutex_t lab_lock = PTHREAD_MUTEX_INITIALIZER;
 static dlab_t *dlabs;
-static dname_t *names; /* every name handed out, never freed */
 
-/* The interned "cudnnBackendExecute:<label>" or the label itself (prefix NULL). Caller holds
- * lab_lock. NULL out of memory. */
+/* The interned "cudnnBackendExecute:<label>" or the label itself (prefix NULL). NULL out of
+ * memory. */
 static const char *intern(const char *prefix, const char *label) {
     char buf[160];
     snprintf(buf, sizeof buf, "%s%s%s", prefix ? prefix : "", prefix ? ":" : "", label);
-    for (dname_t *n = names; n; n = n->next)
-        if (strcmp(n->s, buf) == 0)
-            return n->s;
-    size_t len = strlen(buf) + 1;
-    dname_t *n = malloc(sizeof *n + len);
-    if (!n)
-        return NULL;
-    memcpy(n->s, buf, len);
-    n->next = names;
-    names = n;
-    return n->s;
+    return ooc_intern(buf);
 }
 
 static const char *op_kind(int type) {
@@ -636,9 +570,12 @@ static const char *plan_name(void *plan) {
     pthread_mutex_lock(&lab_lock);
     dlab_t *l = lab_find(plan);
     if (l && l->label) {
-        const char *n = intern("cudnnBackendExecute", l->label);
-        if (n)
-            name = n;
+        if (l->exec_of != l->label) { /* formatted and interned once per label of the plan */
+            l->exec = intern("cudnnBackendExecute", l->label);
+            l->exec_of = l->exec ? l->label : NULL;
+        }
+        if (l->exec)
+            name = l->exec;
     }
     pthread_mutex_unlock(&lab_lock);
     return name;

@@ -611,7 +611,7 @@ static void dump_unrepeated(void) {
     FILE *f = fopen(path, "w");
     if (!f)
         return;
-    static const char *const kinds[] = {"kernel", "memcpy", "memset", "cudnn", "cublas"};
+    static const char *const kinds[] = {"kernel", "memcpy", "memset", "cudnn", "cublas", "nccl"};
     static const char *const uses[] = {"-", "r", "w", "rw"};
     fprintf(f, "#ooc-unrepeated-ops\t1\nop\tstream\tkind\tname\tgrid\tblock\tbytes\tlive\t"
                "refs (buffer id:bytes:use:ops since its allocation)\n");

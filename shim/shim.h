@@ -173,7 +173,8 @@ enum {
     OOC_OP_MEMCPY = 1,
     OOC_OP_MEMSET = 2,
     OOC_OP_CUDNN = 3,
-    OOC_OP_CUBLAS = 4
+    OOC_OP_CUBLAS = 4,
+    OOC_OP_NCCL = 5
 };
 
 /* What one operation is and touches, gathered by launch.c or the copy hooks. */
