@@ -192,6 +192,38 @@ START_TEST(test_off_mode_changes_neither_environment_nor_driver_answers) {
 }
 END_TEST
 
+/* The shim's memory is never shared outside it: CUDA IPC, an allocation handle and a multicast
+ * binding of a buffer it manages are refused with CUDA_ERROR_NOT_SUPPORTED and one logged error
+ * each, where the driver alone exports the same cuMemAlloc buffer (the comparison bites). */
+START_TEST(test_sharing_the_shims_memory_is_refused) {
+    const char *argv[] = {tu_build_path("test/progs/probe"), "share", NULL};
+    const char *plain[] = {tu_fakecuda_libpath(), "FAKECUDA_MEM_BYTES=64M", NULL};
+    const char *shim[] = {tu_fakecuda_libpath(), tu_shim_preload(), "FAKECUDA_MEM_BYTES=64M",
+                          "OOC_BUDGET=16M", NULL};
+    tu_proc_t a, b;
+    ck_assert_int_eq(tu_run(argv, plain, 30, &a), 0);
+    ck_assert_msg(a.status == 0, "%s", a.err);
+    ck_assert_msg(strstr(a.out, "share: ipc CUDA_SUCCESS\n"
+                                "share: retain CUDA_ERROR_INVALID_VALUE\n"
+                                "share: multicast CUDA_ERROR_INVALID_VALUE\n"),
+                  "%s", a.out);
+    ck_assert_int_eq(tu_run(argv, shim, 30, &b), 0);
+    ck_assert_msg(b.status == 0, "%s", b.err);
+    ck_assert_msg(strstr(b.out, "share: ipc CUDA_ERROR_NOT_SUPPORTED\n"
+                                "share: retain CUDA_ERROR_NOT_SUPPORTED\n"
+                                "share: multicast CUDA_ERROR_NOT_SUPPORTED\n"),
+                  "%s", b.out);
+    static const char *const fns[] = {"cuIpcGetMemHandle(0x", "cuMemRetainAllocationHandle(0x",
+                                      "cuMulticastBindAddr(0x"};
+    for (int i = 0; i < 3; i++)
+        ck_assert_msg(strstr(b.err, fns[i]) &&
+                          strstr(b.err, "refused with CUDA_ERROR_NOT_SUPPORTED"),
+                      "no error logged for %s\n%s", fns[i], b.err);
+    tu_proc_free(&a);
+    tu_proc_free(&b);
+}
+END_TEST
+
 START_TEST(test_intercepts_get_proc_address_dlsym_and_linked) {
     static const char *const modes[] = {"gpa", "dlsym", "linked"};
     for (int i = 0; i < 3; i++) {
@@ -575,6 +607,7 @@ Suite *suite_shim(void) {
     tcase_add_test(t, test_off_mode_passes_through);
     tcase_add_test(t, test_off_mode_changes_neither_environment_nor_driver_answers);
     tcase_add_test(t, test_intercepts_get_proc_address_dlsym_and_linked);
+    tcase_add_test(t, test_sharing_the_shims_memory_is_refused);
     tcase_add_test(t, test_bad_budget_stops_startup_naming_variable_value_and_form);
     tcase_add_test(t, test_budget_below_one_op_is_a_clean_out_of_memory);
     tcase_add_test(t, test_workloads_match_oracle_without_safe_mode);

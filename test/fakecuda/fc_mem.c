@@ -816,6 +816,38 @@ static CUresult fc_mem_retain(CUmemGenericAllocationHandle *out, void *addr) {
 }
 FC_EXPORT(cuMemRetainAllocationHandle, PFN_cuMemRetainAllocationHandle_v11000, fc_mem_retain);
 
+/* CUDA IPC: memory from cuMemAlloc can be exported; the handle names the allocation (its buffer
+ * id, its base and size). Nothing else can (VMM memory needs a shareable handle type, host
+ * memory is not device memory): CUDA_ERROR_INVALID_VALUE, as for an unknown pointer. The
+ * simulated device runs one process, so no other process ever opens the handle. */
+static CUresult fc_ipc_get_mem_handle(CUipcMemHandle *out, CUdeviceptr p) {
+    FC_ENTER("cuIpcGetMemHandle");
+    if (!out)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_rwlock_rdlock(&g_fc.mem_lock);
+    fc_range_t *r = find_range((uintptr_t)p);
+    int ok = r && r->kind == FC_R_ALLOC;
+    if (ok) {
+        uint64_t words[3] = {r->id, (uint64_t)r->base, (uint64_t)r->size};
+        memset(out, 0, sizeof *out);
+        memcpy(out->reserved, words, sizeof words);
+    }
+    pthread_rwlock_unlock(&g_fc.mem_lock);
+    return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+FC_EXPORT(cuIpcGetMemHandle, PFN_cuIpcGetMemHandle_v4010, fc_ipc_get_mem_handle);
+
+/* Multicast (NVLS): the simulated device has no multicast objects (its
+ * CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED is 0 and cuMulticastCreate is not exported), so every
+ * handle is unknown: CUDA_ERROR_INVALID_VALUE, after the argument checks the driver makes. */
+static CUresult fc_multicast_bind_addr(CUmemGenericAllocationHandle mc, size_t mc_offset,
+                                       CUdeviceptr p, size_t size, unsigned long long flags) {
+    FC_ENTER("cuMulticastBindAddr");
+    (void)mc, (void)mc_offset, (void)p, (void)size, (void)flags;
+    return CUDA_ERROR_INVALID_VALUE;
+}
+FC_EXPORT(cuMulticastBindAddr, PFN_cuMulticastBindAddr_v12010, fc_multicast_bind_addr);
+
 static CUresult fc_mem_granularity(size_t *g, const CUmemAllocationProp *prop,
                                    CUmemAllocationGranularity_flags option) {
     FC_ENTER("cuMemGetAllocationGranularity");

@@ -92,6 +92,18 @@ static CUresult c_pointer_attrs(void *fn, int ver) {
     void *data = NULL;
     return F(PFN_cuPointerGetAttributes_v7000)(1, &a, &data, buf[1]);
 }
+static CUresult c_ipc_handle(void *fn, int ver) {
+    (void)ver;
+    return F(PFN_cuIpcGetMemHandle_v4010)(NULL, buf[1]);
+}
+static CUresult c_retain_handle(void *fn, int ver) {
+    (void)ver;
+    return F(PFN_cuMemRetainAllocationHandle_v11000)(NULL, (void *)(uintptr_t)buf[1]);
+}
+static CUresult c_multicast_bind(void *fn, int ver) {
+    (void)ver;
+    return F(PFN_cuMulticastBindAddr_v12010)(0, 0, buf[1], 0, 0);
+}
 static CUresult c_alloc_async(void *fn, int ver) {
     (void)ver;
     return F(PFN_cuMemAllocAsync_v11020)(NULL, 4096, stream);
@@ -530,6 +542,9 @@ static const bad_case_t cases[] = {
     {"cuMemGetAddressRange", c_address_range},
     {"cuPointerGetAttribute", c_pointer_attr},
     {"cuPointerGetAttributes", c_pointer_attrs},
+    {"cuIpcGetMemHandle", c_ipc_handle},
+    {"cuMemRetainAllocationHandle", c_retain_handle},
+    {"cuMulticastBindAddr", c_multicast_bind},
     {"cuMemAllocAsync", c_alloc_async},
     {"cuMemAllocFromPoolAsync", c_alloc_pool},
     {"cuMemFreeAsync", c_free_async},

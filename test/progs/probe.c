@@ -3,7 +3,10 @@
  * see whether a preloaded shim intercepted that path; or prints its environment and a set of
  * driver answers, so a test can see whether a preloaded shim changed anything.
  *
- * Usage: probe gpa|dlsym|linked|answers. Linked with -lcuda (the simulated driver in tests);
+ * With `share`, tries to share a 1 MiB cuMemAlloc buffer outside the process and prints each
+ * answer's name: "share: ipc NAME", "share: retain NAME", "share: multicast NAME".
+ *
+ * Usage: probe gpa|dlsym|linked|answers|share. Linked with -lcuda (the simulated driver in tests);
  * prints "total: N", the device memory cuMemGetInfo reports (under the shim: the budget). With
  * `answers`, first one line "env: NAME=VALUE" per environment variable (in environ's order),
  * then "answer: ..." lines: driver version, device name and memory, attributes, granularity,
@@ -11,6 +14,7 @@
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <dlfcn.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -67,13 +71,41 @@ static int answers(void) {
     return 0;
 }
 
+static void say_answer(const char *what, CUresult r) {
+    const char *n = NULL;
+    printf("share: %s %s\n", what, cuGetErrorName(r, &n) == CUDA_SUCCESS && n ? n : "?");
+}
+
+static int share(void) {
+    CUdevice dev;
+    CUcontext ctx;
+    CUdeviceptr p;
+    CUipcMemHandle ipc;
+    CUmemGenericAllocationHandle h;
+    CHECK(cuInit(0));
+    CHECK(cuDeviceGet(&dev, 0));
+    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CHECK(cuCtxSetCurrent(ctx));
+    CHECK(cuMemAlloc(&p, 1 << 20));
+    say_answer("ipc", cuIpcGetMemHandle(&ipc, p + 4096));
+    CUresult r = cuMemRetainAllocationHandle(&h, (void *)(uintptr_t)p);
+    say_answer("retain", r);
+    if (r == CUDA_SUCCESS)
+        CHECK(cuMemRelease(h));
+    say_answer("multicast", cuMulticastBindAddr(1, 0, p, 1 << 20, 0));
+    CHECK(cuMemFree(p));
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
-        fprintf(stderr, "usage: probe gpa|dlsym|linked|answers\n");
+        fprintf(stderr, "usage: probe gpa|dlsym|linked|answers|share\n");
         return 2;
     }
     if (strcmp(argv[1], "answers") == 0)
         return answers();
+    if (strcmp(argv[1], "share") == 0)
+        return share();
     CUdevice dev;
     CUcontext ctx;
     CHECK(cuInit(0));
