@@ -766,6 +766,71 @@ static int sc_nranks_mismatch(rank_env_t *e, const ncclUniqueId *id, long unused
     return r == ncclInvalidUsage ? 3 : 4;
 }
 
+/* Processes 1 and 2 both claim rank 1 of 3: the second is refused, the other two time out. */
+static int sc_duplicate_rank(rank_env_t *e, const ncclUniqueId *id, long unused) {
+    (void)unused;
+    ncclResult_t r = nc.CommInitRank(&e->comm, 3, *id, e->rank == 2 ? 1 : e->rank);
+    REQ(r == ncclInvalidUsage || r == ncclSystemError || r == ncclRemoteError, "init: %d", (int)r);
+    return r == ncclInvalidUsage ? 3 : 4;
+}
+
+/* Rank 0 aborts its comm at once; rank 1's AllReduce fails at once, naming it. */
+static int sc_abort(rank_env_t *e, const ncclUniqueId *id, long unused) {
+    (void)unused;
+    join(e, id);
+    if (e->rank == 0) {
+        NC(nc.CommAbort(e->comm));
+        e->comm = NULL;
+        dev_fini(e);
+        return 0;
+    }
+    CUdeviceptr b;
+    CU(cuMemAlloc(&b, 4096));
+    ncclResult_t r = nc.AllReduce((void *)(uintptr_t)b, (void *)(uintptr_t)b, 1024, ncclFloat32,
+                                  ncclSum, e->comm, e->stream);
+    CUresult s = cuStreamSynchronize(e->stream);
+    REQ(r != ncclSuccess || s == CUDA_ERROR_ILLEGAL_ADDRESS, "call %d, sync %d", (int)r, (int)s);
+    ncclResult_t async = ncclSuccess;
+    NC(nc.CommGetAsyncError(e->comm, &async));
+    REQ(async == ncclRemoteError, "async error %d", (int)async);
+    failed_fini(e);
+    return 0;
+}
+
+/* `arg` one-element AllReduces, alternating between two streams, more than the work ring holds:
+ * they run in issue order (the ring is reused only after its kernels finished). */
+static int sc_many_launches(rank_env_t *e, const ncclUniqueId *id, long k) {
+    join(e, id);
+    size_t m = (size_t)k;
+    void *in[MAX_RANKS] = {0};
+    for (int q = 0; q < e->n; q++) {
+        in[q] = malloc(m * 4);
+        fill(in[q], ncclInt32, m, q, 11);
+    }
+    int32_t *want = malloc(m * 4), *got = malloc(m * 4);
+    host_reduce(want, in, e->n, 0, m, ncclInt32, ncclSum);
+    CUstream s2;
+    CU(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr a, b;
+    CU(cuMemAlloc(&a, m * 4));
+    CU(cuMemAlloc(&b, m * 4));
+    CU(cuMemcpyHtoD(a, in[e->rank], m * 4));
+    for (size_t i = 0; i < m; i++)
+        NC(nc.AllReduce((void *)(uintptr_t)(a + i * 4), (void *)(uintptr_t)(b + i * 4), 1,
+                        ncclInt32, ncclSum, e->comm, i % 2 ? s2 : e->stream));
+    CU(cuCtxSynchronize());
+    CU(cuMemcpyDtoH(got, b, m * 4));
+    REQ(memcmp(got, want, m * 4) == 0, "%s", "AllReduces across the ring's wrap differ");
+    CU(cuStreamDestroy(s2));
+    CU(cuMemFree(a));
+    CU(cuMemFree(b));
+    for (int q = 0; q < e->n; q++)
+        free(in[q]);
+    free(want), free(got);
+    dev_fini(e);
+    return 0;
+}
+
 static int sc_init_only(rank_env_t *e, const ncclUniqueId *id, long unused) {
     (void)unused;
     join(e, id);
@@ -901,6 +966,40 @@ START_TEST(test_nranks_mismatch_is_refused) {
 }
 END_TEST
 
+START_TEST(test_duplicate_rank_is_refused) {
+    setenv("FAKENCCL_TIMEOUT_S", "2", 1);
+    team_t t;
+    team_run(&t, 3, sc_duplicate_rank, 0, 30);
+    int refused = -1, others = 0;
+    for (int r = 0; r < 3; r++) {
+        if (t.status[r] == 3 && strstr(t.err[r], "rank 1 already joined"))
+            refused = r;
+        others += t.status[r] == 4;
+    }
+    ck_assert_msg(refused >= 1 && others == 2, "statuses %d %d %d: %s | %s | %s", t.status[0],
+                  t.status[1], t.status[2], tu_tail(t.err[0], 200), tu_tail(t.err[1], 200),
+                  tu_tail(t.err[2], 200));
+    team_free(&t);
+}
+END_TEST
+
+START_TEST(test_abort_fails_peers_fast) {
+    setenv("FAKENCCL_TIMEOUT_S", "30", 1);
+    team_t t;
+    team_run(&t, 2, sc_abort, 0, 30);
+    team_assert_ok(&t);
+    ck_assert_msg(t.secs < 10, "took %.1f s", t.secs);
+    ck_assert_msg(strstr(t.err[1], "fakenccl: rank 1: rank 0 aborted") != NULL, "%s",
+                  tu_tail(t.err[1], 600));
+    team_free(&t);
+}
+END_TEST
+
+START_TEST(test_launches_on_two_streams_wrap_the_ring) {
+    run_ok(2, sc_many_launches, 2500, 60);
+}
+END_TEST
+
 START_TEST(test_bad_timeout_variable_is_fatal) {
     setenv("FAKENCCL_TIMEOUT_S", "2x", 1);
     team_t t;
@@ -932,6 +1031,9 @@ Suite *suite_nccl(void) {
         {"memalloc", test_memalloc_memory_is_a_collective_buffer, 60},
         {"nranks_mismatch", test_nranks_mismatch_is_refused, 60},
         {"bad_timeout", test_bad_timeout_variable_is_fatal, 60},
+        {"duplicate_rank", test_duplicate_rank_is_refused, 60},
+        {"abort", test_abort_fails_peers_fast, 60},
+        {"many_launches", test_launches_on_two_streams_wrap_the_ring, 90},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         TCase *tc = tcase_create(cases[i].name);

@@ -17,8 +17,9 @@
  *
  * Groups (ncclGroupStart/End, thread-local nesting) queue the calls and launch them at the
  * outermost ncclGroupEnd as one copy and one launch, in call order. All calls of a group must use
- * one comm and one stream: anything else is ncclInvalidUsage (the call is refused, the group
- * then launches nothing and ncclGroupEnd returns the error). A group holds at most
+ * one comm and one stream: anything else is ncclInvalidUsage. A call refused inside a group
+ * (for that or a bad argument) fails the whole group: ncclGroupEnd returns the first error and
+ * launches nothing. A group holds at most
  * FC_NCCL_RING_ITEMS calls. Arguments are checked before anything is queued; a bad one is
  * ncclInvalidArgument (or ncclInvalidUsage) with one line on stderr naming the value, also kept
  * for ncclGetLastError. FAKENCCL_TIMEOUT_S (default 60, whole seconds 1..86400, anything else is
@@ -771,9 +772,9 @@ static size_t type_bytes(ncclDataType_t t) {
 /* Checks a call's arguments and queues or launches its item. `mult` is how many times `count`
  * elements the larger buffer holds (nranks for AllGather and ReduceScatter); need_op and
  * need_root say what the call takes. Buffers are checked only when count > 0. */
-static ncclResult_t call(const char *fn, uint32_t kind, const void *sendbuff, void *recvbuff,
-                         size_t count, ncclDataType_t dt, int op, int peer, ncclComm_t comm,
-                         cudaStream_t stream) {
+static ncclResult_t call_checked(const char *fn, uint32_t kind, const void *sendbuff,
+                                 void *recvbuff, size_t count, ncclDataType_t dt, int op, int peer,
+                                 ncclComm_t comm, cudaStream_t stream) {
     if (!comm)
         return fail(ncclInvalidArgument, "%s: comm is NULL", fn);
     size_t es = type_bytes(dt);
@@ -806,6 +807,17 @@ static ncclResult_t call(const char *fn, uint32_t kind, const void *sendbuff, vo
                          .sendbuff = (CUdeviceptr)(uintptr_t)sendbuff,
                          .recvbuff = (CUdeviceptr)(uintptr_t)recvbuff};
     return enqueue(comm, (CUstream)stream, &it);
+}
+
+/* call_checked, and inside a group a refused call also fails the group (ncclGroupEnd returns
+ * the first error and launches nothing), so that no rank runs half a group. */
+static ncclResult_t call(const char *fn, uint32_t kind, const void *sendbuff, void *recvbuff,
+                         size_t count, ncclDataType_t dt, int op, int peer, ncclComm_t comm,
+                         cudaStream_t stream) {
+    ncclResult_t r = call_checked(fn, kind, sendbuff, recvbuff, count, dt, op, peer, comm, stream);
+    if (r != ncclSuccess && grp.depth && grp.err == ncclSuccess)
+        grp.err = r;
+    return r;
 }
 
 NCCL_API ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
