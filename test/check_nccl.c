@@ -549,10 +549,17 @@ static int sc_groups(rank_env_t *e, const ncclUniqueId *id, long bytes) {
     CU(cuMemAlloc(&r, count * 4));
     CU(cuMemcpyHtoD(s, out, count * 4));
     uint64_t l0 = launches(), c0 = fakecuda_call_count("cuMemcpyHtoDAsync");
+    /* And a message to itself, received before it is sent. */
+    CUdeviceptr self;
+    int64_t mine[3] = {me, -me, 7}, back[3] = {0};
+    CU(cuMemAlloc(&self, 48));
+    CU(cuMemcpyHtoD(self, mine, 24));
     NC(nc.GroupStart());
+    NC(nc.Recv((void *)(uintptr_t)(self + 24), 3, ncclInt64, me, e->comm, e->stream));
     NC(nc.Send((void *)(uintptr_t)s, count, ncclFloat32, (me + 1) % n, e->comm, e->stream));
     NC(nc.GroupStart()); /* groups nest */
     NC(nc.Recv((void *)(uintptr_t)r, count, ncclFloat32, (me + n - 1) % n, e->comm, e->stream));
+    NC(nc.Send((void *)(uintptr_t)self, 3, ncclInt64, me, e->comm, e->stream));
     NC(nc.GroupEnd());
     REQ(launches() == l0, "%s", "a nested ncclGroupEnd launched");
     NC(nc.GroupEnd());
@@ -562,6 +569,9 @@ static int sc_groups(rank_env_t *e, const ncclUniqueId *id, long bytes) {
         (unsigned long long)(fakecuda_call_count("cuMemcpyHtoDAsync") - c0));
     CU(cuMemcpyDtoH(in, r, count * 4));
     REQ(memcmp(in, want, count * 4) == 0, "%s", "ring exchange delivered wrong bytes");
+    CU(cuMemcpyDtoH(back, self + 24, 24));
+    REQ(memcmp(back, mine, 24) == 0, "%s", "the message to itself differs");
+    CU(cuMemFree(self));
     /* Three AllReduces (the second in place) in one group. */
     size_t m = 4099;
     CUdeviceptr a[3];
