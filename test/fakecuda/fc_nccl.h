@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* fc_nccl.h: the layouts shared by the simulated NCCL (nccl.c) and its kernel (kernels_nccl.c).
+/* fc_nccl.h: the layouts shared by the simulated NCCL (nccl*.c) and its kernel (kernels_nccl.c).
  *
  * Ranks are processes on one machine, each its own simulated device. A communicator is a POSIX
  * shared-memory segment (named in the ncclUniqueId) that every rank maps: a header (arrival,
