@@ -57,6 +57,8 @@ typedef struct fc_nccl_item {
     CUdeviceptr recvbuff; /* 0 for Send; Reduce: only read on the root */
 } fc_nccl_item_t;
 
+_Static_assert(sizeof(fc_nccl_item_t) == 48, "fc_nccl_item_t is 48 bytes");
+
 /* A Send/Recv channel: head is bytes written by the sender, tail bytes consumed by the receiver;
  * the data follow the 64-byte header. A message is an 8-byte length, then its bytes. */
 typedef struct fc_nccl_chan {
@@ -117,6 +119,9 @@ typedef struct fc_nccl_kstate {
 } fc_nccl_kstate_t;
 
 /* Kernel nccl_work(CUdeviceptr items, unsigned count, uint64_t token), module "nccl": parameter
- * sizes 8, 4, 8. */
+ * sizes 8, 4, 8 at offsets 0, 8, 16 (CUDA ABI alignment). items is the ring address of the
+ * launch's first item (contiguous, count of them); token is (uint64_t)(uintptr_t) of the comm's
+ * fc_nccl_kstate_t. Launched with grid 1x1x1, block 1x1x1, no shared memory, through
+ * kernelParams. */
 
 #endif
