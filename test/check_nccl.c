@@ -553,6 +553,8 @@ static int sc_groups(rank_env_t *e, const ncclUniqueId *id, long bytes) {
     CUdeviceptr self;
     int64_t mine[3] = {me, -me, 7}, back[3] = {0};
     CU(cuMemAlloc(&self, 48));
+    CUdeviceptr r2;
+    CU(cuMemAlloc(&r2, count / 3 * 4));
     CU(cuMemcpyHtoD(self, mine, 24));
     NC(nc.GroupStart());
     NC(nc.Recv((void *)(uintptr_t)(self + 24), 3, ncclInt64, me, e->comm, e->stream));
@@ -560,6 +562,11 @@ static int sc_groups(rank_env_t *e, const ncclUniqueId *id, long bytes) {
     NC(nc.GroupStart()); /* groups nest */
     NC(nc.Recv((void *)(uintptr_t)r, count, ncclFloat32, (me + n - 1) % n, e->comm, e->stream));
     NC(nc.Send((void *)(uintptr_t)self, 3, ncclInt64, me, e->comm, e->stream));
+    /* A second message on the same channels, received in call order. */
+    NC(nc.Send((void *)(uintptr_t)(s + 4), count / 3, ncclFloat32, (me + 1) % n, e->comm,
+               e->stream));
+    NC(nc.Recv((void *)(uintptr_t)r2, count / 3, ncclFloat32, (me + n - 1) % n, e->comm,
+               e->stream));
     NC(nc.GroupEnd());
     REQ(launches() == l0, "%s", "a nested ncclGroupEnd launched");
     NC(nc.GroupEnd());
@@ -569,6 +576,9 @@ static int sc_groups(rank_env_t *e, const ncclUniqueId *id, long bytes) {
         (unsigned long long)(fakecuda_call_count("cuMemcpyHtoDAsync") - c0));
     CU(cuMemcpyDtoH(in, r, count * 4));
     REQ(memcmp(in, want, count * 4) == 0, "%s", "ring exchange delivered wrong bytes");
+    CU(cuMemcpyDtoH(in, r2, count / 3 * 4));
+    REQ(memcmp(in, want + 1, count / 3 * 4) == 0, "%s", "the second message differs");
+    CU(cuMemFree(r2));
     CU(cuMemcpyDtoH(back, self + 24, 24));
     REQ(memcmp(back, mine, 24) == 0, "%s", "the message to itself differs");
     CU(cuMemFree(self));

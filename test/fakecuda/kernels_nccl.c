@@ -75,8 +75,10 @@ static int wait_tick(run_t *r, double deadline, unsigned *spins, const char *wai
         __atomic_store_n(&r->k->failed, 1, __ATOMIC_RELEASE);
         return -1;
     }
-    if (ab) /* this rank aborted (ncclCommAbort on another thread) */
+    if (ab) { /* this rank aborted: ncclCommAbort, or an earlier launch failed */
+        say(r, "this rank aborted the communicator; %s not run", r->what);
         return fail(r);
+    }
     if (now_s() > deadline) {
         say(r, "timed out after %u s in %s waiting for rank(s) %s", r->k->timeout_s, r->what,
             waiting_for);
@@ -341,6 +343,7 @@ typedef struct p2p {
     const fc_nccl_item_t *it;
     unsigned char *buf;
     uint64_t bytes, done; /* done counts the header too: the item ends at bytes + 8 */
+    long prev;            /* the launch's previous item on the same channel, or -1 */
     unsigned char hdr[8];
 } p2p_t;
 
@@ -397,11 +400,19 @@ static int64_t p2p_step(run_t *r, p2p_t *p) {
 /* Runs items[0..n) (all Send/Recv) together until all are done, with ps[] their progress. */
 static int p2p_loop(run_t *r, const fc_nccl_item_t *items, size_t n, p2p_t *ps) {
     char peers[256];
+    long last[2][FC_NCCL_MAX_RANKS]; /* per direction and peer: the last item seen */
+    memset(last, 0xff, sizeof last);
     for (size_t i = 0; i < n; i++) {
         const fc_nccl_item_t *it = &items[i];
         int send = it->kind == FC_NCCL_SEND;
         r->what = kind_name(it->kind);
-        ps[i] = (p2p_t){.it = it, .bytes = it->count * type_size(it->datatype)};
+        if (it->peer < 0 || it->peer >= r->k->nranks) {
+            say(r, "%s: peer %d out of range", r->what, it->peer);
+            return fail(r);
+        }
+        ps[i] = (p2p_t){
+            .it = it, .bytes = it->count * type_size(it->datatype), .prev = last[send][it->peer]};
+        last[send][it->peer] = (long)i;
         if (send)
             memcpy(ps[i].hdr, &ps[i].bytes, 8);
         ps[i].buf = view(r, send ? it->sendbuff : it->recvbuff, ps[i].bytes, !send);
@@ -419,6 +430,12 @@ static int p2p_loop(run_t *r, const fc_nccl_item_t *items, size_t n, p2p_t *ps) 
         for (size_t i = 0; i < n; i++) {
             if (ps[i].done == ps[i].bytes + 8)
                 continue;
+            /* Messages on one channel go in call order: this one waits for the one before. */
+            const p2p_t *pv = ps[i].prev >= 0 ? &ps[ps[i].prev] : NULL;
+            if (pv && pv->done < pv->bytes + 8) {
+                pending = 1;
+                continue;
+            }
             int64_t m = p2p_step(r, &ps[i]);
             if (m < 0)
                 return fail(r);
