@@ -7,9 +7,10 @@
  * through the comm's shared-memory segment that `token` (a host pointer to the comm's
  * fc_nccl_kstate_t) maps. Launches of one comm run one at a time in launch_seq order, whatever
  * streams they were queued on. Items run in order, except that a run of consecutive Send/Recv
- * items progresses together without blocking (a ring exchange cannot deadlock); a collective is
- * a point of order. Collectives go in pieces of at most FC_NCCL_SLOT_BYTES per rank: each rank
- * stages its piece in its slot, a barrier, each rank combines the slots in rank order
+ * items progresses together without blocking (a ring exchange cannot deadlock; messages on one
+ * (sender, receiver) channel still go in call order); a collective is a point of order. Collectives
+ * go in pieces of at most FC_NCCL_SLOT_BYTES per rank: each rank stages its piece in its slot, a
+ * barrier, each rank combines the slots in rank order
  * ((in0 op in1) op in2 ...) into its output, a barrier. Every rank runs the same code on the same
  * bytes, so results are bit-identical everywhere. Every wait gives up after the comm's timeout;
  * a timeout, a refused access or a peer's abort marks the segment aborted and fails the kernel
@@ -261,6 +262,11 @@ static int collective(run_t *r, const fc_nccl_item_t *it) {
     int n = k->nranks, me = k->rank;
     size_t es = type_size(it->datatype);
     size_t count = (size_t)it->count, total = count;
+    int rooted = it->kind == FC_NCCL_REDUCE || it->kind == FC_NCCL_BROADCAST;
+    if (!es || (rooted && (it->peer < 0 || it->peer >= n))) {
+        say(r, "%s: bad work item (datatype %d, root %d)", r->what, it->datatype, it->peer);
+        return fail(r);
+    }
     const unsigned char *src = NULL;
     unsigned char *dst = NULL;
     switch (it->kind) {
