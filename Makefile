@@ -46,13 +46,16 @@ CHECK_LIBS = $$(pkg-config --libs check 2>/dev/null || echo -lcheck -lsubunit -l
 # ---- the simulated device: libcuda.so.1, libcudnn.so.9 and libcublas.so.13 ----------------------
 DNN_SRC := test/fakecuda/cudnn.c test/fakecuda/cudnn_backend.c
 BLAS_SRC := test/fakecuda/cublas.c
-FC_SRC  := $(filter-out $(DNN_SRC) $(BLAS_SRC),$(wildcard test/fakecuda/*.c))
+NCCL_SRC := $(wildcard test/fakecuda/nccl.c test/fakecuda/nccl_*.c)
+FC_SRC  := $(filter-out $(DNN_SRC) $(BLAS_SRC) $(NCCL_SRC),$(wildcard test/fakecuda/*.c))
 FC_OBJ  := $(FC_SRC:%.c=$(B)/obj/%.o)
 FC_LIB  := $(B)/fakecuda/libcuda.so.1
 DNN_OBJ := $(DNN_SRC:%.c=$(B)/obj/%.o)
 DNN_LIB := $(if $(wildcard test/fakecuda/cudnn.c),$(B)/fakecuda/libcudnn.so.9)
 BLAS_OBJ := $(BLAS_SRC:%.c=$(B)/obj/%.o)
 BLAS_LIB := $(if $(wildcard test/fakecuda/cublas.c),$(B)/fakecuda/libcublas.so.13)
+NCCL_OBJ := $(NCCL_SRC:%.c=$(B)/obj/%.o)
+NCCL_LIB := $(if $(wildcard test/fakecuda/nccl.c),$(B)/fakecuda/libnccl.so.2)
 FC_DIR  := $(B)/fakecuda
 
 $(B)/obj/test/fakecuda/%.o: test/fakecuda/%.c
@@ -74,6 +77,12 @@ $(B)/fakecuda/libcublas.so.13: $(BLAS_OBJ)
 	@mkdir -p $(@D)
 	$(call say,LD,$@)$(CC) -shared -Wl,-soname,libcublas.so.13 -o $@ $^ $(LDFLAGS_ALL) -ldl
 	$(Q)ln -sf libcublas.so.13 $(@D)/libcublas.so
+
+# The soname of NCCL 2; it finds the driver at run time, like the real one.
+$(B)/fakecuda/libnccl.so.2: $(NCCL_OBJ)
+	@mkdir -p $(@D)
+	$(call say,LD,$@)$(CC) -shared -Wl,-soname,libnccl.so.2 -o $@ $^ $(LDFLAGS_ALL) -ldl -lpthread -lrt
+	$(Q)ln -sf libnccl.so.2 $(@D)/libnccl.so
 
 # ---- test workloads: build/workloads/<name> ---------------------------------------------------
 WL_COMMON := $(filter test/workloads/wl_%.c,$(wildcard test/workloads/*.c))
@@ -304,7 +313,7 @@ check-gpu:
 	$(Q)OOC_BUILD=$(B) scripts/check-gpu $(CHECK_GPU_ARGS)
 
 # ---- top-level targets -------------------------------------------------------------------------
-ALL := $(FC_LIB) $(DNN_LIB) $(BLAS_LIB) $(WL_BIN) $(PL_LIB) $(PL_CLI) $(SH_LIB) $(TP_BIN) $(OPT_CLI) \
+ALL := $(FC_LIB) $(DNN_LIB) $(BLAS_LIB) $(NCCL_LIB) $(WL_BIN) $(PL_LIB) $(PL_CLI) $(SH_LIB) $(TP_BIN) $(OPT_CLI) \
     $(MAN_PAGES)
 
 .PHONY: all deps test check-run check-arch demo bench valgrind format check-format clean gpu-progs \
