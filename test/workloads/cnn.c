@@ -27,6 +27,7 @@
  * workspace, and its kernel). */
 #include "wl.h"
 #include "wl_dnn.h"
+#include "wl_dp.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -42,6 +43,12 @@ enum { MAX_PLANS = 3 };
  * outside the identity blocks (stem, strided block, shortcut) and 2 in each block, and the
  * linear layer's 2. */
 enum { MAX_GRADS = 3 * (4 + 2 * MAX_BLOCKS) + 2 };
+
+/* Batch-norm running statistics: a mean and a variance for each batch norm. */
+enum { MAX_STATES = 2 * (4 + 2 * MAX_BLOCKS) };
+
+/* The largest --shards. */
+enum { MAX_SHARDS = 64 };
 
 static const float LR = 0.05f, MOMENTUM = 0.9f, WD = 1e-4f;
 static const double BN_EPS = 1e-5, BN_FACTOR = 0.1;
@@ -100,12 +107,32 @@ static CUstream sm, ss;          /* main and side streams */
 static cudnnHandle_t hm, hs;     /* cuDNN handles bound to them */
 static CUevent ev_fork, ev_join; /* main -> side, side -> main */
 static int use_backend;          /* --backend */
+static int world = 1;            /* WORLD_SIZE: ranks of a data-parallel run */
+static int shards = 1;           /* --shards: the single-process oracle of `shards` ranks */
 
 static struct {
     wl_param_t *p;
     CUdeviceptr g;
 } grads[MAX_GRADS];
 static int ngrads;
+
+/* The BN running statistics, in registration order (the order of wl_state_register). */
+static struct {
+    CUdeviceptr p;
+    uint64_t n;
+} states[MAX_STATES];
+static int nstates;
+
+/* The parts the global batch is split into: WORLD_SIZE ranks or --shards shards (one of the two
+ * is 1). */
+static int parts(void) {
+    return world > 1 ? world : shards;
+}
+
+/* Samples per shard (per rank) in iteration it. */
+static int local_batch(int it) {
+    return wl_batch_size(it) / parts();
+}
 
 /* A gradient buffer for p, zeroed on stream s when `zero` (it is then accumulated into). */
 static CUdeviceptr grad_for(wl_param_t *p, CUstream s, int zero) {
@@ -164,7 +191,7 @@ static int out_hw(const conv_t *cv, int in_hw) {
  * in_hw and each batch size the run will use. */
 static void conv_plan(conv_t *cv, cudnnHandle_t h, int in_hw, int iters) {
     for (int it = 0; it < iters; it++) {
-        int n = wl_batch_size(it), have = 0;
+        int n = local_batch(it), have = 0;
         for (int i = 0; i < cv->nplans; i++)
             have |= cv->plans[i].n == n;
         if (have || cv->nplans == MAX_PLANS)
@@ -192,6 +219,10 @@ static void bn_init(bn_t *b, int c) {
     wl_fill(sm, b->rvar, (uint64_t)c, 1.0f);
     wl_state_register(b->rmean, (uint64_t)c);
     wl_state_register(b->rvar, (uint64_t)c);
+    states[nstates].p = b->rmean;
+    states[nstates++].n = (uint64_t)c;
+    states[nstates].p = b->rvar;
+    states[nstates++].n = (uint64_t)c;
 }
 
 static void bn_fini(bn_t *b) {
@@ -369,12 +400,16 @@ static tensor_t block_bwd(block_t *b, const tensor_t *x, tensor_t *dh3, block_ac
     return dx;
 }
 
-static void train_step(net_t *m, int it, int batch, float *hx, int32_t *hy) {
+/* The forward and backward pass of iteration it on the `batch` samples of its global batch that
+ * start at sample `first` (all of them: first 0 and the whole batch). Leaves the weight
+ * gradients in grads[0..ngrads), which the caller frees, and returns the loss scalar
+ * (cuMemAllocAsync'd on the main stream; the caller frees it). */
+static CUdeviceptr fwd_bwd(net_t *m, int it, int first, int batch, float *hx, int32_t *hy) {
     bn_saved_t s1, s4, s5, s6;
     block_act_t ba[MAX_BLOCKS];
     int nb = m->nblocks;
     ngrads = 0;
-    wl_batch(it, batch, IN_C * IN_HW * IN_HW, CLASSES, hx, hy);
+    wl_batch_shard(it, first, batch, IN_C * IN_HW * IN_HW, CLASSES, hx, hy);
     tensor_t x0 = t_new(batch, IN_C, IN_HW, IN_HW);
     CUdeviceptr labels = wl_alloc((size_t)batch * sizeof(int32_t));
     wl_h2d(x0.p, hx, t_elems(&x0) * sizeof(float), sm);
@@ -472,6 +507,75 @@ static void train_step(net_t *m, int it, int batch, float *hx, int32_t *hy) {
     conv_bwd(hm, sm, &m->c1, &x0, &da1, NULL, NULL);
     t_free(&da1);
     t_free(&x0);
+    return loss;
+}
+
+/* The BN running statistics to or from snapshot buffers snap[] (device-to-device copies on the
+ * main stream). */
+static void states_copy(CUdeviceptr *snap, int to_snap) {
+    for (int i = 0; i < nstates; i++) {
+        size_t bytes = states[i].n * sizeof(float);
+        if (to_snap)
+            wl_d2d(snap[i], states[i].p, bytes, sm);
+        else
+            wl_d2d(states[i].p, snap[i], bytes, sm);
+    }
+}
+
+/* The BN running statistics broadcast from rank 0 (DDP's broadcast_buffers), one group. */
+static void states_broadcast(void) {
+    CUdeviceptr bufs[MAX_STATES];
+    uint64_t n[MAX_STATES];
+    for (int i = 0; i < nstates; i++) {
+        bufs[i] = states[i].p;
+        n[i] = states[i].n;
+    }
+    wl_dp_broadcast(sm, bufs, n, nstates);
+}
+
+/* --shards: the forward and backward of shards 1..shards-1 after shard 0's, each shard's
+ * gradients added to the running sum in grads[] in shard order (as NCCL sums ranks in rank
+ * order); the BN running statistics are those after shard 0 (snap holds them meanwhile). */
+static void other_shards(net_t *m, int it, int batch, float *hx, int32_t *hy, CUdeviceptr *snap) {
+    CUdeviceptr acc[MAX_GRADS];
+    int nacc = ngrads;
+    for (int i = 0; i < nacc; i++)
+        acc[i] = grads[i].g;
+    states_copy(snap, 1);
+    for (int r = 1; r < shards; r++) {
+        CUdeviceptr loss = fwd_bwd(m, it, r * batch, batch, hx, hy);
+        wl_free_async(loss, sm); /* the loss line is shard 0's, as rank 0 prints it */
+        for (int i = 0; i < nacc; i++) {
+            wl_add(sm, acc[i], grads[i].g, acc[i], grads[i].p->n);
+            wl_free(grads[i].g);
+            grads[i].g = acc[i];
+        }
+    }
+    states_copy(snap, 0);
+}
+
+/* One training iteration. Data-parallel (WORLD_SIZE > 1): BN statistics from rank 0, this
+ * rank's shard, the gradients summed across ranks in one group and scaled by 1/WORLD_SIZE.
+ * --shards: every shard in turn, the same arithmetic. Then the update (the same on every rank). */
+static void train_step(net_t *m, int it, float *hx, int32_t *hy, CUdeviceptr *snap) {
+    int batch = local_batch(it), w = parts();
+    if (world > 1)
+        states_broadcast();
+    CUdeviceptr loss = fwd_bwd(m, it, world > 1 ? wl_dp_rank() * batch : 0, batch, hx, hy);
+    if (shards > 1)
+        other_shards(m, it, batch, hx, hy, snap);
+    if (world > 1) {
+        CUdeviceptr bufs[MAX_GRADS];
+        uint64_t n[MAX_GRADS];
+        for (int i = 0; i < ngrads; i++) {
+            bufs[i] = grads[i].g;
+            n[i] = grads[i].p->n;
+        }
+        wl_dp_allreduce_sum(sm, bufs, n, ngrads);
+    }
+    if (w > 1)
+        for (int i = 0; i < ngrads; i++)
+            wl_scale(sm, grads[i].p->n, 1.0f / (float)w, grads[i].g);
 
     /* ---- update ---- */
     for (int i = 0; i < ngrads; i++)
@@ -497,7 +601,25 @@ int main(int argc, char **argv) {
         "operation stays the same (--blocks 4: about 3.1 MiB, 153 ops per iteration).\n"
         "--backend runs each convolution forward through the cuDNN backend (graph) API: an\n"
         "execution plan per layer built at start-up, a variant pack and a cuMemAlloc'd workspace\n"
-        "per call; same checksum, one more op per convolution forward.",
+        "per call; same checksum, one more op per convolution forward.\n"
+        "\n"
+        "Data-parallel training, torchrun-style: with WORLD_SIZE > 1 in the environment (and\n"
+        "RANK, LOCAL_RANK, MASTER_ADDR, MASTER_PORT, as scripts/ooc-torchrun or torchrun set\n"
+        "them) each process is one rank: --batch is the global batch (divisible by WORLD_SIZE),\n"
+        "rank R trains on samples R*B/W .. (R+1)*B/W-1 of each iteration's batch, the weight\n"
+        "gradients are summed through NCCL (dlopen \"libnccl.so.2\"; one ncclAllReduce per\n"
+        "gradient, all in one ncclGroupStart/End, on the main stream) and scaled by 1/WORLD_SIZE,\n"
+        "and the BN running statistics are broadcast from rank 0 before each iteration's\n"
+        "forward and once after the last (DDP's broadcast_buffers). Every rank ends with the\n"
+        "same weights and prints the same checksum; the loss line is the rank's own shard's.\n"
+        "The rendezvous file is ${TMPDIR:-/tmp}/ooc-rdzv-MASTER_ADDR-MASTER_PORT (rank 0 writes\n"
+        "it; the others wait at most 60 s). Each NCCL group is 2 ops. A bad variable prints\n"
+        "`error: cnn: NAME=value: ...` and exits 2.\n"
+        "--shards W (1..64, default 1; a single process only) is the oracle of a W-rank run: each\n"
+        "iteration runs the W shards' forward and backward one after another, adds each shard's\n"
+        "gradients to shard 0's in shard order and scales the sum by 1/W, and keeps the BN\n"
+        "statistics of shard 0; its checksum is every rank's checksum of the W-rank run, and its\n"
+        "loss line rank 0's. --shards 1 is the plain program.",
         3, 8};
     /* --blocks and --backend are this program's own options; the shared parser sees the rest. */
     for (int i = 1; i < argc; i++) {
@@ -523,9 +645,43 @@ int main(int argc, char **argv) {
             break;
         }
     }
+    for (int i = 1; i + 1 < argc; i++) {
+        if (strcmp(argv[i], "--shards") == 0) {
+            char *end;
+            long n = strtol(argv[i + 1], &end, 10);
+            if (*end != '\0' || n < 1 || n > MAX_SHARDS) {
+                fprintf(stderr, "error: cnn: --shards %s: expected an integer from 1 to %d\n",
+                        argv[i + 1], MAX_SHARDS);
+                return 2;
+            }
+            shards = (int)n;
+            memmove(&argv[i], &argv[i + 2], (size_t)(argc - i - 1) * sizeof *argv);
+            argc -= 2;
+            break;
+        }
+    }
     wl_opts_t o;
     wl_parse_args(&prog, argc, argv, &o);
+    world = wl_dp_env("cnn");
+    if (world > 1 && shards > 1) {
+        fprintf(stderr,
+                "error: cnn: --shards %d: only in a single process, not with WORLD_SIZE=%d\n",
+                shards, world);
+        return 2;
+    }
+    for (int it = 0; it < o.iters; it++) {
+        int b = wl_batch_size(it);
+        if (b % parts() == 0)
+            continue;
+        const char *opt = it == o.iters - 1 && o.last_batch  ? "--last-batch"
+                          : o.change_at && it >= o.change_at ? "--batch-from"
+                                                             : "--batch";
+        fprintf(stderr, "error: cnn: %s: a global batch of %d is not divisible by %s=%d\n", opt, b,
+                world > 1 ? "WORLD_SIZE" : "--shards", parts());
+        return 2;
+    }
     wl_cuda_init();
+    wl_dp_init();
     wl_nn_init();
     wl_dnn_init();
     sm = wl_stream_create();
@@ -574,14 +730,22 @@ int main(int argc, char **argv) {
         fprintf(stderr, "error: cnn: out of host memory\n");
         return 2;
     }
+    CUdeviceptr snap[MAX_STATES];
+    for (int i = 0; shards > 1 && i < nstates; i++)
+        snap[i] = wl_alloc(states[i].n * sizeof(float));
     for (int it = 0; it < o.iters; it++) {
         wl_iter_begin(it);
-        train_step(&m, it, wl_batch_size(it), hx, hy);
+        train_step(&m, it, hx, hy, snap);
     }
     wl_iters_done();
 
     wl_ops_pause(1);
+    if (world > 1)
+        states_broadcast(); /* every rank ends with rank 0's statistics */
     uint64_t sum = wl_checksum(sm);
+    wl_dp_fini();
+    for (int i = 0; shards > 1 && i < nstates; i++)
+        wl_free(snap[i]);
     conv_fini(&m.c1);
     bn_fini(&m.n1);
     for (int i = 0; i < blocks; i++) {

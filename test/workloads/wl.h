@@ -187,6 +187,11 @@ int wl_batch_size(int it);
  * fixed random linear teacher, so the task is learnable and independent of scheduling. */
 void wl_batch(int it, int batch, int dim, int classes, float *x, int32_t *labels);
 
+/* Fills x and labels with `count` samples of iteration it starting at sample `first` of its
+ * batch: the samples wl_batch puts at indices first .. first + count - 1, which is one rank's
+ * shard of the global batch in a data-parallel run (wl_batch is the shard 0 .. batch - 1). */
+void wl_batch_shard(int it, int first, int count, int dim, int classes, float *x, int32_t *labels);
+
 /* Starts iteration it (resets the op count). With --time it first synchronises the context
  * (cuCtxSynchronize) and closes the wall time of iteration it - 1: an iteration's time runs from
  * the synchronised start of it to the synchronised start of the next, so it holds every op,

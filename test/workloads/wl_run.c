@@ -157,9 +157,13 @@ static float unit(uint64_t h) {
 }
 
 void wl_batch(int it, int batch, int dim, int classes, float *x, int32_t *labels) {
+    wl_batch_shard(it, 0, batch, dim, classes, x, labels);
+}
+
+void wl_batch_shard(int it, int first, int count, int dim, int classes, float *x, int32_t *labels) {
     uint64_t data_key = mix64(opts.seed ^ 0x64617461ull), teach_key = mix64(opts.seed ^ 0x7465ull);
-    for (int b = 0; b < batch; b++) {
-        uint64_t sample = (uint64_t)it * (uint64_t)opts.batch + (uint64_t)b;
+    for (int b = 0; b < count; b++) {
+        uint64_t sample = (uint64_t)it * (uint64_t)opts.batch + (uint64_t)first + (uint64_t)b;
         float *xs = x + (size_t)b * (size_t)dim;
         for (int d = 0; d < dim; d++)
             xs[d] = unit(mix64(data_key ^ mix64(sample * 0x10000ull + (uint64_t)d)));
