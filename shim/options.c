@@ -85,7 +85,8 @@ static const ooc_option_desc_t table[] = {
      .type = OOC_OPT_PATH,
      .def = "./ooc-profiles/<program>-<pid>",
      .accepted = "a directory path",
-     .doc = "Where the recorded profile and the plan are written.",
+     .doc = "Where the recorded profile and the plan are written; rank R of a data-parallel "
+            "run (RANK, WORLD_SIZE > 1) writes DIR/rankR.",
      .offset = OFF(profile_dir),
      .dynamic = 1},
     {.name = "OOC_PROFILE_ITERS",
@@ -701,10 +702,27 @@ uint64_t ooc_options_window_bytes(const ooc_options_t *o) {
     return o->window.kind == OOC_SIZE_BYTES ? o->window.bytes : 0;
 }
 
+/* "/rank<R>" when the process is rank R of a data-parallel run (RANK a number, WORLD_SIZE
+ * above 1, as torchrun sets them), else "". */
+static void rank_suffix(char *buf, size_t len) {
+    const char *rank = getenv("RANK"), *world = getenv("WORLD_SIZE");
+    buf[0] = '\0';
+    if (!rank || !*rank || strspn(rank, "0123456789") != strlen(rank) || strlen(rank) > 9 ||
+        !world || atol(world) <= 1)
+        return;
+    snprintf(buf, len, "/rank%s", rank);
+}
+
 int ooc_options_profile_dir(const ooc_options_t *o, char *buf, size_t len) {
     int n;
     if (o->profile_dir[0]) {
-        n = snprintf(buf, len, "%s", o->profile_dir);
+        /* Ranks given one OOC_PROFILE_DIR write apart, in DIR/rank<R> (unless it names it). */
+        char sfx[24];
+        rank_suffix(sfx, sizeof sfx);
+        size_t dl = strlen(o->profile_dir), sl = strlen(sfx);
+        if (sl && dl >= sl && strcmp(o->profile_dir + dl - sl, sfx) == 0)
+            sfx[0] = '\0';
+        n = snprintf(buf, len, "%s%s", o->profile_dir, sfx);
     } else {
         const char *prog = program_invocation_short_name;
         n = snprintf(buf, len, "./ooc-profiles/%s-%ld", prog && *prog ? prog : "program",

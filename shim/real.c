@@ -101,8 +101,8 @@ static void *route(void *real) {
     return NULL;
 }
 
-/* The libraries' routers, by name prefix (library.c and blas.c register theirs when the shim is
- * loaded): real.c stays below the hooks. */
+/* The libraries' routers, by name prefix (library.c, blas.c and nccl.c register theirs when the
+ * shim is loaded): real.c stays below the hooks. */
 typedef void *(*lib_router_fn)(void *, const char *);
 #define MAX_ROUTERS 4
 static struct {
@@ -146,9 +146,15 @@ OOC_NO_SANITIZE void *ooc__dlsym_hook(void *handle, const char *name) {
     if (!ooc__real_dlsym)
         return NULL;
     void *r = ooc__real_dlsym(handle, name);
-    /* Only names of the driver and of cuDNN can be ours; the string test keeps the table build
-     * (which opens libcuda) away from every other library's lookups. */
-    if (!r || !name || name[0] != 'c' || name[1] != 'u' || handle == RTLD_NEXT)
+    /* Only names of the driver, cuDNN, cuBLAS and NCCL can be ours; the string test keeps the
+     * table build (which opens libcuda) away from every other library's lookups. */
+    if (!r || !name || handle == RTLD_NEXT)
+        return r;
+    if (name[0] == 'n' && name[1] == 'c') { /* nccl... */
+        void *lh = lib_route(r, name);
+        return lh ? lh : r;
+    }
+    if (name[0] != 'c' || name[1] != 'u')
         return r;
     /* A lower-case third letter is a library's name (cudnn..., cublas...), never the driver's. */
     if (name[2] >= 'a' && name[2] <= 'z') {

@@ -32,6 +32,12 @@
  * work items to the device (one host-to-device copy) and runs one kernel. */
 enum { GROUP_OPS = 2 };
 
+/* Gradients are all-reduced in buckets, as DDP does (its bucket_cap_mb): consecutive gradients
+ * up to this many bytes in all, several in one ncclGroupStart/End, a larger one alone. A group
+ * is one operation whose buffers must all be resident at once, so the bucket is small enough to
+ * fit a quarter of a rank's footprint with room to spare. */
+#define BUCKET_BYTES (32u << 10)
+
 /* How long a rank other than 0 waits for rank 0's unique id, and how often it looks. */
 enum { RDZV_TIMEOUT_S = 60, RDZV_POLL_US = 5000 };
 
@@ -213,14 +219,23 @@ void wl_dp_init(void) {
 }
 
 void wl_dp_allreduce_sum(CUstream s, const CUdeviceptr *bufs, const uint64_t *n, int count) {
-    check(nc.GroupStart(), "ncclGroupStart");
-    for (int i = 0; i < count; i++) {
-        void *p = (void *)(uintptr_t)bufs[i];
-        check(nc.AllReduce(p, p, (size_t)n[i], ncclFloat32, ncclSum, comm, (cudaStream_t)s),
-              "ncclAllReduce");
+    for (int i = 0; i < count;) {
+        int j = i + 1;
+        uint64_t bytes = n[i] * sizeof(float);
+        while (j < count && bytes + n[j] * sizeof(float) <= BUCKET_BYTES)
+            bytes += n[j++] * sizeof(float);
+        if (j - i > 1)
+            check(nc.GroupStart(), "ncclGroupStart");
+        for (int k = i; k < j; k++) {
+            void *p = (void *)(uintptr_t)bufs[k];
+            check(nc.AllReduce(p, p, (size_t)n[k], ncclFloat32, ncclSum, comm, (cudaStream_t)s),
+                  "ncclAllReduce");
+        }
+        if (j - i > 1)
+            check(nc.GroupEnd(), "ncclGroupEnd");
+        wl_ops_add(GROUP_OPS); /* a lone call is one copy and one kernel too */
+        i = j;
     }
-    check(nc.GroupEnd(), "ncclGroupEnd");
-    wl_ops_add(GROUP_OPS);
 }
 
 void wl_dp_broadcast(CUstream s, const CUdeviceptr *bufs, const uint64_t *n, int count) {

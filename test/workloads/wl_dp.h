@@ -31,7 +31,8 @@ int wl_dp_rank(void);
 void wl_dp_init(void);
 
 /* Sums each of the `count` float buffers bufs[i] (n[i] elements) across the ranks, in place, on
- * stream s, all in one group. Every rank gets the same bits. */
+ * stream s, in buckets of at most 32 KiB (wl_dp.c's BUCKET_BYTES): several in one group, a
+ * larger buffer alone. Every rank gets the same bits. */
 void wl_dp_allreduce_sum(CUstream s, const CUdeviceptr *bufs, const uint64_t *n, int count);
 
 /* Copies rank 0's contents of each buffer into every rank's, in place, on stream s, all in one
