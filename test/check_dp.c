@@ -52,6 +52,18 @@ static char *slurp(const char *path) {
     return buf;
 }
 
+/* How many segments of the simulated NCCL exist (/dev/shm/fakenccl-*). */
+static int nccl_segments(void) {
+    DIR *d = opendir("/dev/shm");
+    int n = 0;
+    if (!d)
+        return 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += strncmp(e->d_name, "fakenccl-", 9) == 0;
+    closedir(d);
+    return n;
+}
+
 /* How many live processes have `tag` (a "K=V" string) in their environment. */
 static int processes_with(const char *tag) {
     DIR *d = opendir("/proc");
@@ -184,6 +196,7 @@ START_TEST(test_a_failing_rank_stops_the_others) {
     snprintf(tag, sizeof tag, "OOC_DP_TEST_TAG=fail-%ld", (long)getpid());
     const char *prog[] = {wrap, tu_build_path("workloads/cnn"), CNN_ARGS, NULL};
     const char *extra[] = {tag, NULL};
+    int segments = nccl_segments();
     double t0 = now_s();
     tu_proc_t p = launch(2, dir, 0, prog, extra, 60);
     double took = now_s() - t0;
@@ -193,6 +206,8 @@ START_TEST(test_a_failing_rank_stops_the_others) {
                   tu_tail(p.err, 3000));
     ck_assert_msg(strstr(p.err, "rank1.err") != NULL, "%s", tu_tail(p.err, 3000));
     ck_assert_int_eq(processes_with(tag), 0);
+    /* rank 0, stopped while it waited for rank 1 to join, left no shared-memory segment */
+    ck_assert_int_eq(nccl_segments(), segments);
     tu_proc_free(&p);
     remove_dir(dir);
 }
