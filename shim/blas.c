@@ -74,8 +74,7 @@ static cublasStatus_t blas_status(CUresult r) {
  * `stream` the stream it runs on. */
 #define BLAS_HOOK(fns, tab, fn, stream, args, notes)                                               \
     do {                                                                                           \
-        if (!fns.fn && (ooc_libtab_load(&tab) != 0 || !fns.fn))                                    \
-            return blas_missing(#fn);                                                              \
+        OOC_LIB_NEED(fns, tab, fn, blas_missing);                                                  \
         if (!ooc_lib_on())                                                                         \
             return fns.fn args;                                                                    \
         ooc_access_t acc_;                                                                         \

@@ -97,6 +97,15 @@ const char *ooc_intern(const char *s);
                                PTHREAD_MUTEX_INITIALIZER,                                          \
                                0}
 
+/* Returns missing("fn") from the hook unless the loaded library (table `tab`, functions `fns`)
+ * has fn: the library is looked for at the first call, and a library without the function is
+ * an error, never a call through NULL. */
+#define OOC_LIB_NEED(fns, tab, fn, missing)                                                        \
+    do {                                                                                           \
+        if (!fns.fn && (ooc_libtab_load(&tab) != 0 || !fns.fn))                                    \
+            return missing(#fn);                                                                   \
+    } while (0)
+
 /* The end of a library hook whose operands `a` notes: runs `call` (the real function, returning
  * `stype`, `ok` on success) as one operation on stream s (ooc_lib_enter); a failure to make the
  * operands resident returns fail(the CUresult), in the library's words. */

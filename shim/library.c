@@ -58,11 +58,6 @@ static int lab_oom;
 
 OOC_LIBTAB(dnn_tab, dnn, "libcudnn.so.9", DNN_HOOKED, DNN_USED);
 
-/* Fills dnn from the libcudnn.so.9 the program has loaded: 0, or -1 while it has none. */
-static int dnn_load(void) {
-    return ooc_libtab_load(&dnn_tab);
-}
-
 /* dlsym's answer `real` for `name`: our hook when it is the address of a cuDNN function we hook
  * as libcudnn.so.9 exports it, else NULL. */
 static void *lib_route(void *real, const char *name) {
@@ -161,8 +156,7 @@ static cudnnStatus_t dnn_status(CUresult r) {
  * comma expression of lib_in/lib_out calls on `a`. */
 #define DNN_HOOK(fn, handle, args, notes)                                                          \
     do {                                                                                           \
-        if (!dnn.fn && (dnn_load() != 0 || !dnn.fn))                                               \
-            return dnn_missing(#fn);                                                               \
+        OOC_LIB_NEED(dnn, dnn_tab, fn, dnn_missing);                                               \
         if (!ooc_lib_on())                                                                         \
             return dnn.fn args;                                                                    \
         ooc_access_t acc_;                                                                         \
@@ -482,8 +476,7 @@ static void lab_set(void *d, cudnnBackendAttributeName_t name, int64_t n, const 
 
 OOC_EXPORT cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t descriptorType,
                                                       cudnnBackendDescriptor_t *descriptor) {
-    if (!dnn.cudnnBackendCreateDescriptor && dnn_load() != 0)
-        return dnn_missing("cudnnBackendCreateDescriptor");
+    OOC_LIB_NEED(dnn, dnn_tab, cudnnBackendCreateDescriptor, dnn_missing);
     cudnnStatus_t st = dnn.cudnnBackendCreateDescriptor(descriptorType, descriptor);
     if (st != CUDNN_STATUS_SUCCESS || !descriptor || !*descriptor || ooc_lib_depth || !managing())
         return st; /* OOC_MODE=off keeps nothing */
@@ -507,8 +500,7 @@ OOC_EXPORT cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType
 }
 
 OOC_EXPORT cudnnStatus_t cudnnBackendDestroyDescriptor(cudnnBackendDescriptor_t descriptor) {
-    if (!dnn.cudnnBackendDestroyDescriptor && dnn_load() != 0)
-        return dnn_missing("cudnnBackendDestroyDescriptor");
+    OOC_LIB_NEED(dnn, dnn_tab, cudnnBackendDestroyDescriptor, dnn_missing);
     pthread_mutex_lock(&lab_lock);
     dlab_t *l = lab_find(descriptor);
     if (l) {
@@ -524,8 +516,7 @@ OOC_EXPORT cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t descr
                                                   cudnnBackendAttributeType_t attributeType,
                                                   int64_t elementCount,
                                                   const void *arrayOfElements) {
-    if (!dnn.cudnnBackendSetAttribute && dnn_load() != 0)
-        return dnn_missing("cudnnBackendSetAttribute");
+    OOC_LIB_NEED(dnn, dnn_tab, cudnnBackendSetAttribute, dnn_missing);
     cudnnStatus_t st = dnn.cudnnBackendSetAttribute(descriptor, attributeName, attributeType,
                                                     elementCount, arrayOfElements);
     if (st == CUDNN_STATUS_SUCCESS && attributeType == CUDNN_TYPE_BACKEND_DESCRIPTOR &&
@@ -542,8 +533,7 @@ OOC_EXPORT cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const
                                                   cudnnBackendAttributeType_t attributeType,
                                                   int64_t requestedElementCount,
                                                   int64_t *elementCount, void *arrayOfElements) {
-    if (!dnn.cudnnBackendGetAttribute && dnn_load() != 0)
-        return dnn_missing("cudnnBackendGetAttribute");
+    OOC_LIB_NEED(dnn, dnn_tab, cudnnBackendGetAttribute, dnn_missing);
     cudnnStatus_t st =
         dnn.cudnnBackendGetAttribute(descriptor, attributeName, attributeType,
                                      requestedElementCount, elementCount, arrayOfElements);

@@ -196,8 +196,7 @@ static void order_after(CUstream to, CUstream from) {
 }
 
 OOC_EXPORT ncclResult_t ncclGroupStart(void) {
-    if (!nccl.ncclGroupStart && (ooc_libtab_load(&nccl_tab) != 0 || !nccl.ncclGroupStart))
-        return nccl_missing("ncclGroupStart");
+    OOC_LIB_NEED(nccl, nccl_tab, ncclGroupStart, nccl_missing);
     if (grp) {
         grp->depth++;
     } else if (ooc_lib_on()) {
@@ -213,8 +212,7 @@ OOC_EXPORT ncclResult_t ncclGroupStart(void) {
 }
 
 OOC_EXPORT ncclResult_t ncclGroupEnd(void) {
-    if (!nccl.ncclGroupEnd && (ooc_libtab_load(&nccl_tab) != 0 || !nccl.ncclGroupEnd))
-        return nccl_missing("ncclGroupEnd");
+    OOC_LIB_NEED(nccl, nccl_tab, ncclGroupEnd, nccl_missing);
     group_t *g = grp;
     if (!g || --g->depth > 0)
         return nccl.ncclGroupEnd();
@@ -257,8 +255,7 @@ OOC_EXPORT ncclResult_t ncclGroupEnd(void) {
  * call joins the group (NCCL only queues it); outside it is one operation. */
 #define NCCL_HOOK(fn, stream, args, notes)                                                         \
     do {                                                                                           \
-        if (!nccl.fn && (ooc_libtab_load(&nccl_tab) != 0 || !nccl.fn))                             \
-            return nccl_missing(#fn);                                                              \
+        OOC_LIB_NEED(nccl, nccl_tab, fn, nccl_missing);                                            \
         if (grp && ooc_lib_depth == 0) {                                                           \
             ooc_access_t *a = &grp->a;                                                             \
             (void)notes;                                                                           \
@@ -377,8 +374,7 @@ static int refuse(const char *fn, const void *buff, size_t size) {
 
 OOC_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size,
                                          void **handle) {
-    if (!nccl.ncclCommRegister && (ooc_libtab_load(&nccl_tab) != 0 || !nccl.ncclCommRegister))
-        return nccl_missing("ncclCommRegister");
+    OOC_LIB_NEED(nccl, nccl_tab, ncclCommRegister, nccl_missing);
     if (refuse("ncclCommRegister", buff, size))
         return ncclInvalidUsage;
     return nccl.ncclCommRegister(comm, buff, size, handle);
@@ -386,9 +382,7 @@ OOC_EXPORT ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size
 
 OOC_EXPORT ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size,
                                                ncclWindow_t *win, int winFlags) {
-    if (!nccl.ncclCommWindowRegister &&
-        (ooc_libtab_load(&nccl_tab) != 0 || !nccl.ncclCommWindowRegister))
-        return nccl_missing("ncclCommWindowRegister");
+    OOC_LIB_NEED(nccl, nccl_tab, ncclCommWindowRegister, nccl_missing);
     if (refuse("ncclCommWindowRegister", buff, size))
         return ncclInvalidUsage;
     return nccl.ncclCommWindowRegister(comm, buff, size, win, winFlags);
