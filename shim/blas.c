@@ -10,9 +10,12 @@
  *
  * Operands: A, B and C (and cublasLtMatmul's D, bias and epilogue buffer, and workspace) are
  * noted as the buffers that hold them: a strided batch lies in one buffer. The pointer-array
- * forms (cublas*Batched) keep their operands' addresses in device memory: the arrays are read back
- * on the host after the handle's stream has done what came before (a synchronisation, counted in
- * OOC_STATS as blocked time), so that every matrix they name is resident for the call. */
+ * forms (cublas*Batched) keep their operands' addresses in device memory: the arrays are read from
+ * the host's copy of what the program wrote there (shadow.c), with no wait, when the program
+ * wrote them from the host (or copied them on the device from such a range) and nothing has
+ * written them since; otherwise they are read back after the handle's stream has done what came
+ * before (a synchronisation, counted in OOC_STATS). Either way every matrix they name is
+ * resident for the call. */
 #include "hook_int.h"
 
 /* cuBLAS's headers test macros C does not define and declare f() without void. */
@@ -143,10 +146,33 @@ OOC_EXPORT cublasStatus_t cublasGemmStridedBatchedEx(
 
 /* ---- pointer-array GEMM ---------------------------------------------------------------------- */
 
-/* Notes the three arrays and every matrix they name. The arrays are read back once the
- * handle's stream has done what came before (the program usually fills them just before);
- * when they cannot be read (not device memory of ours, a driver error) only the arrays are noted
- * and a kernel reaching a matrix that is not resident faults without safe mode (logged once). */
+/* Reads the three arrays of n addresses into v (3n): from the host's copy of what the program
+ * wrote there (shadow.c: no wait) when it holds them, else back from the device once the handle's
+ * stream has done what came before (a synchronisation on the hot path, counted). */
+static CUresult read_arrays(void **v, size_t n, CUstream s, const void *const arr[3]) {
+    int hits = 0;
+    for (int i = 0; i < 3; i++)
+        hits += ooc_shadow_read((uintptr_t)arr[i], v + (size_t)i * n, n * sizeof *v);
+    ooc_stats_add(OOC_STAT_ptr_arrays_kept, (uint64_t)hits);
+    if (hits == 3)
+        return CUDA_SUCCESS;
+    /* Only when the arrays are the shim's: its copy below makes them resident as an op would. */
+    for (int i = 0; i < 3; i++)
+        if (!ooc_mem_owns((uintptr_t)arr[i]))
+            return CUDA_ERROR_INVALID_VALUE;
+    ooc_stats_add(OOC_STAT_ptr_arrays_synced, (uint64_t)(3 - hits));
+    CUresult r = ooc_real.cuStreamSynchronize(s);
+    /* The shim's own reads: made resident as the call's parts are, neither recorded nor matched. */
+    ooc_lib_depth++;
+    for (int i = 0; i < 3 && r == CUDA_SUCCESS; i++)
+        r = ooc_hook_cuMemcpyDtoH_v2(v + (size_t)i * n, (CUdeviceptr)arr[i], n * sizeof *v);
+    ooc_lib_depth--;
+    return r;
+}
+
+/* Notes the three arrays and every matrix they name (read_arrays); when they cannot be read (not
+ * device memory of ours, a driver error) only the arrays are noted and a kernel reaching a matrix
+ * that is not resident faults without safe mode (logged once). */
 static int note_arrays(ooc_access_t *a, CUstream s, const void *const *Aa, const void *const *Ba,
                        void *const *Ca, int batch) {
     static _Atomic int warned;
@@ -158,18 +184,7 @@ static int note_arrays(ooc_access_t *a, CUstream s, const void *const *Aa, const
     size_t n = (size_t)batch;
     void **v = malloc(3 * n * sizeof *v);
     const void *arr[3] = {Aa, Ba, Ca};
-    CUresult r = v ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
-    /* Only when the arrays are the shim's: its copy below makes them resident as an op would. */
-    for (int i = 0; i < 3 && r == CUDA_SUCCESS; i++)
-        if (!ooc_mem_owns((uintptr_t)arr[i]))
-            r = CUDA_ERROR_INVALID_VALUE;
-    if (r == CUDA_SUCCESS)
-        r = ooc_real.cuStreamSynchronize(s);
-    /* The shim's own reads: made resident as the call's parts are, neither recorded nor matched. */
-    ooc_lib_depth++;
-    for (int i = 0; i < 3 && r == CUDA_SUCCESS; i++)
-        r = ooc_hook_cuMemcpyDtoH_v2(v + (size_t)i * n, (CUdeviceptr)arr[i], n * sizeof *v);
-    ooc_lib_depth--;
+    CUresult r = v ? read_arrays(v, n, s, arr) : CUDA_ERROR_OUT_OF_MEMORY;
     if (r != CUDA_SUCCESS) {
         if (!atomic_exchange(&warned, 1))
             OOC_LOG_W("%s: its pointer arrays could not be read (%s): the matrices they name are "

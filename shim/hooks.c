@@ -138,6 +138,7 @@ OOC_EXPORT_HOOK(cuMemAllocFromPoolAsync_ptsz, PFN_cuMemAllocFromPoolAsync_v11020
 static CUresult free_ours(CUdeviceptr p, CUstream s) {
     if (ooc_replay_on())
         ooc_replay_before_free(p, s);
+    ooc_shadow_freed((uintptr_t)p); /* before its address can be reused */
     uint64_t id;
     CUresult r = ooc_mem_free(p, s, &id); /* counted there */
     if (r == CUDA_SUCCESS && ooc_record_on())
@@ -373,47 +374,61 @@ static CUresult copy_access(ooc_access_t *a, const char *name, uintptr_t dst, ui
     return CUDA_SUCCESS;
 }
 
-#define SYNC_COPY(sym, pfn, ptds, DT, ST)                                                          \
+#define SYNC_COPY(sym, pfn, ptds, DT, ST, how)                                                     \
     CUresult ooc_hook_##sym(DT dst, ST src, size_t n) {                                            \
         OOC_NEED_REAL(sym);                                                                        \
         if (!managing())                                                                           \
             return ooc_real.sym(dst, src, n);                                                      \
         ooc_access_t a;                                                                            \
         ACCESS_OR_RETURN(copy_access(&a, #sym, (uintptr_t)dst, (uintptr_t)src, n));                \
-        RUN_OP(&a, NULL, ptds, ooc_real.sym(dst, src, n));                                         \
+        uintptr_t sb_[2];                                                                          \
+        ooc_shadow_buffer(how, (uintptr_t)dst, (uintptr_t)src, n, sb_);                            \
+        RUN_OP(&a, NULL, ptds,                                                                     \
+               ooc_shadow_after(how, ooc_real.sym(dst, src, n), (uintptr_t)dst, (uintptr_t)src, n, \
+                                sb_));                                                             \
     }                                                                                              \
     OOC_EXPORT_HOOK(sym, pfn)
 
-SYNC_COPY(cuMemcpy, PFN_cuMemcpy_v4000, 0, CUdeviceptr, CUdeviceptr);
-SYNC_COPY(cuMemcpy_ptds, PFN_cuMemcpy_v7000_ptds, 1, CUdeviceptr, CUdeviceptr);
-SYNC_COPY(cuMemcpyHtoD_v2, PFN_cuMemcpyHtoD_v3020, 0, CUdeviceptr, const void *);
-SYNC_COPY(cuMemcpyHtoD_v2_ptds, PFN_cuMemcpyHtoD_v7000_ptds, 1, CUdeviceptr, const void *);
-SYNC_COPY(cuMemcpyDtoH_v2, PFN_cuMemcpyDtoH_v3020, 0, void *, CUdeviceptr);
-SYNC_COPY(cuMemcpyDtoH_v2_ptds, PFN_cuMemcpyDtoH_v7000_ptds, 1, void *, CUdeviceptr);
-SYNC_COPY(cuMemcpyDtoD_v2, PFN_cuMemcpyDtoD_v3020, 0, CUdeviceptr, CUdeviceptr);
-SYNC_COPY(cuMemcpyDtoD_v2_ptds, PFN_cuMemcpyDtoD_v7000_ptds, 1, CUdeviceptr, CUdeviceptr);
+SYNC_COPY(cuMemcpy, PFN_cuMemcpy_v4000, 0, CUdeviceptr, CUdeviceptr, OOC_SH_ANY);
+SYNC_COPY(cuMemcpy_ptds, PFN_cuMemcpy_v7000_ptds, 1, CUdeviceptr, CUdeviceptr, OOC_SH_ANY);
+SYNC_COPY(cuMemcpyHtoD_v2, PFN_cuMemcpyHtoD_v3020, 0, CUdeviceptr, const void *, OOC_SH_H2D);
+SYNC_COPY(cuMemcpyHtoD_v2_ptds, PFN_cuMemcpyHtoD_v7000_ptds, 1, CUdeviceptr, const void *,
+          OOC_SH_H2D);
+SYNC_COPY(cuMemcpyDtoH_v2, PFN_cuMemcpyDtoH_v3020, 0, void *, CUdeviceptr, OOC_SH_NONE);
+SYNC_COPY(cuMemcpyDtoH_v2_ptds, PFN_cuMemcpyDtoH_v7000_ptds, 1, void *, CUdeviceptr, OOC_SH_NONE);
+SYNC_COPY(cuMemcpyDtoD_v2, PFN_cuMemcpyDtoD_v3020, 0, CUdeviceptr, CUdeviceptr, OOC_SH_D2D);
+SYNC_COPY(cuMemcpyDtoD_v2_ptds, PFN_cuMemcpyDtoD_v7000_ptds, 1, CUdeviceptr, CUdeviceptr,
+          OOC_SH_D2D);
 
-#define ASYNC_COPY(sym, pfn, ptds, DT, ST)                                                         \
+#define ASYNC_COPY(sym, pfn, ptds, DT, ST, how)                                                    \
     CUresult ooc_hook_##sym(DT dst, ST src, size_t n, CUstream s) {                                \
         OOC_NEED_REAL(sym);                                                                        \
         if (!managing())                                                                           \
             return ooc_real.sym(dst, src, n, s);                                                   \
         ooc_access_t a;                                                                            \
         ACCESS_OR_RETURN(copy_access(&a, #sym, (uintptr_t)dst, (uintptr_t)src, n));                \
-        RUN_OP(&a, s, ptds, ooc_real.sym(dst, src, n, s));                                         \
+        uintptr_t sb_[2];                                                                          \
+        ooc_shadow_buffer(how, (uintptr_t)dst, (uintptr_t)src, n, sb_);                            \
+        RUN_OP(&a, s, ptds,                                                                        \
+               ooc_shadow_after(how, ooc_real.sym(dst, src, n, s), (uintptr_t)dst, (uintptr_t)src, \
+                                n, sb_));                                                          \
     }                                                                                              \
     OOC_EXPORT_HOOK(sym, pfn)
 
-ASYNC_COPY(cuMemcpyAsync, PFN_cuMemcpyAsync_v4000, 0, CUdeviceptr, CUdeviceptr);
-ASYNC_COPY(cuMemcpyAsync_ptsz, PFN_cuMemcpyAsync_v7000_ptsz, 1, CUdeviceptr, CUdeviceptr);
-ASYNC_COPY(cuMemcpyHtoDAsync_v2, PFN_cuMemcpyHtoDAsync_v3020, 0, CUdeviceptr, const void *);
+ASYNC_COPY(cuMemcpyAsync, PFN_cuMemcpyAsync_v4000, 0, CUdeviceptr, CUdeviceptr, OOC_SH_ANY);
+ASYNC_COPY(cuMemcpyAsync_ptsz, PFN_cuMemcpyAsync_v7000_ptsz, 1, CUdeviceptr, CUdeviceptr,
+           OOC_SH_ANY);
+ASYNC_COPY(cuMemcpyHtoDAsync_v2, PFN_cuMemcpyHtoDAsync_v3020, 0, CUdeviceptr, const void *,
+           OOC_SH_H2D);
 ASYNC_COPY(cuMemcpyHtoDAsync_v2_ptsz, PFN_cuMemcpyHtoDAsync_v7000_ptsz, 1, CUdeviceptr,
-           const void *);
-ASYNC_COPY(cuMemcpyDtoHAsync_v2, PFN_cuMemcpyDtoHAsync_v3020, 0, void *, CUdeviceptr);
-ASYNC_COPY(cuMemcpyDtoHAsync_v2_ptsz, PFN_cuMemcpyDtoHAsync_v7000_ptsz, 1, void *, CUdeviceptr);
-ASYNC_COPY(cuMemcpyDtoDAsync_v2, PFN_cuMemcpyDtoDAsync_v3020, 0, CUdeviceptr, CUdeviceptr);
-ASYNC_COPY(cuMemcpyDtoDAsync_v2_ptsz, PFN_cuMemcpyDtoDAsync_v7000_ptsz, 1, CUdeviceptr,
-           CUdeviceptr);
+           const void *, OOC_SH_H2D);
+ASYNC_COPY(cuMemcpyDtoHAsync_v2, PFN_cuMemcpyDtoHAsync_v3020, 0, void *, CUdeviceptr, OOC_SH_NONE);
+ASYNC_COPY(cuMemcpyDtoHAsync_v2_ptsz, PFN_cuMemcpyDtoHAsync_v7000_ptsz, 1, void *, CUdeviceptr,
+           OOC_SH_NONE);
+ASYNC_COPY(cuMemcpyDtoDAsync_v2, PFN_cuMemcpyDtoDAsync_v3020, 0, CUdeviceptr, CUdeviceptr,
+           OOC_SH_D2D);
+ASYNC_COPY(cuMemcpyDtoDAsync_v2_ptsz, PFN_cuMemcpyDtoDAsync_v7000_ptsz, 1, CUdeviceptr, CUdeviceptr,
+           OOC_SH_D2D);
 
 /* ---- batched copies ----------------------------------------------------------------------------
  *

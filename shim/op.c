@@ -92,6 +92,8 @@ CUresult ooc_op_begin(ooc_live_op_t *op, const ooc_access_t *a, CUstream stream,
         op->began = r == CUDA_SUCCESS;
         return r;
     }
+    if (OOC_UNLIKELY(atomic_load_explicit(&ooc_shadow_held, memory_order_relaxed)))
+        ooc_shadow_forget(a); /* what it may write is no longer what the host wrote */
     op->rec = will_record();
     if (!op->rec && ooc_mem_fast_begin(a, s)) {
         op->fast = 1;
@@ -127,6 +129,8 @@ CUresult ooc_op_end(ooc_live_op_t *op, CUresult r) {
 
 CUresult ooc_op_lib_begin(ooc_live_op_t *op, const ooc_access_t *a, CUstream stream) {
     live_init(op, a, stream);
+    if (atomic_load_explicit(&ooc_shadow_held, memory_order_relaxed))
+        ooc_shadow_forget(a);
     op->rec = will_record();
     CUresult r = locked_begin(a, stream);
     if (r == CUDA_SUCCESS)

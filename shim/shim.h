@@ -435,6 +435,33 @@ CUresult ooc_op_end(ooc_live_op_t *op, CUresult r);
 CUresult ooc_op_lib_begin(ooc_live_op_t *op, const ooc_access_t *a, CUstream stream);
 CUresult ooc_op_lib_end(ooc_live_op_t *op, CUresult r);
 
+/* ---- shadow.c: the host's copy of small ranges the program wrote from the host ----------------
+ */
+
+/* The largest copy whose bytes are kept (a pointer array of 8192 addresses). */
+#define OOC_SHADOW_MAX_BYTES (64u << 10)
+/* Slots held: while 0, ooc_shadow_forget need not be called. */
+extern _Atomic unsigned ooc_shadow_held OOC_INTERNAL;
+/* What a copy tells shadow.c: OOC_SH_H2D its bytes, OOC_SH_D2D a kept source's bytes,
+ * OOC_SH_ANY (cuMemcpy, cuMemcpyAsync) the latter when the source is ours (a host source, or
+ * device memory not ours, is not told); OOC_SH_NONE nothing (the op dropped what its destination
+ * held, op.c). */
+enum { OOC_SH_NONE, OOC_SH_H2D, OOC_SH_D2D, OOC_SH_ANY };
+/* Before a copy of n bytes from src to dst is run (no lock held): the buffer of ours [buf[0],
+ * buf[1]) that dst lies in, or buf[0] == 0 when there is nothing to keep. */
+void ooc_shadow_buffer(int how, uintptr_t dst, uintptr_t src, size_t n, uintptr_t buf[2]);
+/* The copy's call, which returned r: when it was issued, what it wrote is kept (not while a graph
+ * is captured). Takes no lock of the memory layer (the caller may hold the residency lock).
+ * Returns r. */
+CUresult ooc_shadow_after(int how, CUresult r, uintptr_t dst, uintptr_t src, size_t n,
+                          const uintptr_t buf[2]);
+/* Before an op of the program (not a library's own) is issued: drops every slot it may write. */
+void ooc_shadow_forget(const ooc_access_t *a);
+/* Before the buffer at p is freed: drops its slots. */
+void ooc_shadow_freed(uintptr_t p);
+/* Copies [p, p + n) to out when one slot holds it all: 1, else 0 (read it from the device). */
+int ooc_shadow_read(uintptr_t p, void *out, size_t n);
+
 /* ---- library.c: library calls (cuDNN, and cuBLAS in blas.c) as operations -------------------- */
 
 /* Is a library call now an operation of ours: memory managed, the hooks on (not

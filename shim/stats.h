@@ -64,6 +64,8 @@
     X(library_calls, COUNTER, COUNT, "cuDNN calls made operations")                                \
     X(blas_calls, COUNTER, COUNT, "cuBLAS calls made operations")                                  \
     X(nccl_calls, COUNTER, COUNT, "NCCL calls made operations")                                    \
+    X(ptr_arrays_kept, COUNTER, COUNT, "pointer arrays read from the host's copy")                 \
+    X(ptr_arrays_synced, COUNTER, COUNT, "pointer arrays read back after a sync")                  \
     X(launches_no_layout, COUNTER, COUNT, "launches with no parameter layout")                     \
     X(tma_operands, COUNTER, COUNT, "operands found through TMA descriptors")                      \
     X(graph_launches_unseen, COUNTER, COUNT, "graph launches with buffers not learned")

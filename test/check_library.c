@@ -299,6 +299,10 @@ START_TEST(test_cublas_at_a_quarter_stays_correct) {
     ck_assert_msg(tu_stat_row(r.err, "chunks evicted on demand (LRU)") > 0 ||
                       tu_stat_row(r.err, "planned swap-outs (buffers)") > 0,
                   "nothing was swapped at a quarter:\n%s", tu_tail(r.err, 3000));
+    if (_i & 1) /* the arrays were written from the host: read with no wait */
+        ck_assert_msg(tu_stat_row(r.err, "pointer arrays read from the host's copy") > 0 &&
+                          tu_stat_row(r.err, "pointer arrays read back after a sync") == 0,
+                      "%s", tu_tail(r.err, 3000));
     if (_i & 2) {
         char *ops = profile_file(dir, "ops.tsv");
         ck_assert_msg(rows_of(ops, "cublas", fn) > 0, "no cublas op %s:\n%s", fn,
@@ -310,6 +314,43 @@ START_TEST(test_cublas_at_a_quarter_stays_correct) {
     }
     remove_dir(dir);
     tu_result_free(&r);
+    tu_result_free(&ref);
+}
+END_TEST
+
+/* The arrays first name a decoy (another operand), then get their real addresses by a
+ * device-to-device copy: from the host's copy of the staging array when nothing else touched it
+ * (staged: no sync), else read back after a sync (opaque: a kernel read the staging array, so
+ * what it holds is not known on the host). A stale host copy would make the decoys resident
+ * instead of the operands: a fault or a wrong checksum. _i: staged or opaque (bit 0), demand or
+ * auto (bit 1); threaded with jitter, safe mode off. */
+START_TEST(test_pointer_arrays_copied_on_the_device_stay_right) {
+    const char *form = (_i & 1) ? "--cublas-batched=opaque" : "--cublas-batched=staged";
+    const char *const args[] = {"--iters", "10", "--layers", "12", form, NULL};
+    const char *mode = (_i & 2) ? "auto" : "demand";
+    tu_result_t ref = oracle_in("workloads/mlp", args);
+    tu_result_t plain = oracle_in("workloads/mlp", batched_args);
+    ck_assert_str_eq(ref.checksum, plain.checksum);
+    char dir[64];
+    tu_result_t r =
+        run_in("workloads/mlp", args, &ref, mode, "threaded", "off", NULL, dir, sizeof dir);
+    ck_assert_msg(r.status == 0 && strcmp(r.checksum, ref.checksum) == 0,
+                  "mlp %s %s: status %d, checksum %s, oracle %s\n%s", form, mode, r.status,
+                  r.checksum, ref.checksum, tu_tail(r.err, 3000));
+    long long kept = tu_stat_row(r.err, "pointer arrays read from the host's copy");
+    long long synced = tu_stat_row(r.err, "pointer arrays read back after a sync");
+    if (_i & 1)
+        ck_assert_msg(kept == 0 && synced > 0, "opaque arrays: %lld kept, %lld read back\n%s", kept,
+                      synced, tu_tail(r.err, 3000));
+    else
+        ck_assert_msg(kept > 0 && synced == 0, "staged arrays: %lld kept, %lld read back\n%s", kept,
+                      synced, tu_tail(r.err, 3000));
+    ck_assert_msg(tu_stat_row(r.err, "chunks evicted on demand (LRU)") > 0 ||
+                      tu_stat_row(r.err, "planned swap-outs (buffers)") > 0,
+                  "nothing was swapped at a quarter:\n%s", tu_tail(r.err, 3000));
+    remove_dir(dir);
+    tu_result_free(&r);
+    tu_result_free(&plain);
     tu_result_free(&ref);
 }
 END_TEST
@@ -345,6 +386,7 @@ Suite *suite_library(void) {
     TCase *tb = tcase_create("cublas");
     tcase_set_timeout(tb, tu_under_valgrind() ? 36000 : 900);
     tcase_add_loop_test(tb, test_cublas_at_a_quarter_stays_correct, 0, 8);
+    tcase_add_loop_test(tb, test_pointer_arrays_copied_on_the_device_stay_right, 0, 4);
     tcase_add_test(tb, test_pointer_array_gemm_without_the_hook_faults_cleanly);
     suite_add_tcase(s, tb);
     return s;

@@ -27,14 +27,26 @@ int main(int argc, char **argv) {
         "--cublas-batched issues each GEMM as cublasGemmBatchedEx with batchCount 1 instead: its\n"
         "three pointer arrays are cuMemAlloc'd per call, filled with cuMemcpyHtoD and freed after\n"
         "it (3 more ops per GEMM); the operands' addresses are then only in device memory. The\n"
-        "same checksum.",
+        "same checksum. --cublas-batched=staged first fills each array with a decoy address (an\n"
+        "other operand) from the host, then copies the real one into it on the device from a\n"
+        "staging array filled from the host; --cublas-batched=opaque also has a kernel read\n"
+        "each staging array before the copy. Same checksum.",
         3, 32};
     /* --layers, --cublas and --cublas-batched are this program's own options; the shared
      * parser sees the rest. */
+    static const struct {
+        const char *opt;
+        wl_blas_mode_t mode;
+    } blas_opts[] = {{"--cublas", WL_BLAS_EX},
+                     {"--cublas-batched", WL_BLAS_BATCHED},
+                     {"--cublas-batched=staged", WL_BLAS_STAGED},
+                     {"--cublas-batched=opaque", WL_BLAS_OPAQUE}};
     for (int i = 1; i < argc; i++) {
-        int ex = strcmp(argv[i], "--cublas") == 0;
-        if (ex || strcmp(argv[i], "--cublas-batched") == 0) {
-            spec.blas = ex ? WL_BLAS_EX : WL_BLAS_BATCHED;
+        size_t o = 0;
+        while (o < sizeof blas_opts / sizeof blas_opts[0] && strcmp(argv[i], blas_opts[o].opt) != 0)
+            o++;
+        if (o < sizeof blas_opts / sizeof blas_opts[0]) {
+            spec.blas = blas_opts[o].mode;
             memmove(&argv[i], &argv[i + 1], (size_t)(argc - i) * sizeof *argv);
             argc--;
             i--;

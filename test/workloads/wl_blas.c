@@ -4,7 +4,7 @@
  *
  * The library handle stays open for the life of the process, as frameworks keep it. Only mlp
  * with --cublas or --cublas-batched calls wl_blas_init; the others never load cuBLAS. The
- * batched mode allocates its three pointer arrays per call and frees them after it, as a
+ * batched modes allocate their three pointer arrays per call and free them after it, as a
  * framework's temporaries (cuMemFree waits for the GEMM). Single-threaded. */
 #include "wl_blas.h"
 
@@ -25,6 +25,7 @@ static struct {
 
 static wl_blas_mode_t blas_mode;
 static cublasHandle_t handle;
+static CUstream blas_stream;
 
 static void check(cublasStatus_t st, const char *what) {
     if (st == CUBLAS_STATUS_SUCCESS)
@@ -56,6 +57,7 @@ void wl_blas_init(wl_blas_mode_t mode, CUstream s) {
     R(GemmBatchedEx, "cublasGemmBatchedEx");
 #undef R
     blas_mode = mode;
+    blas_stream = s;
     check(fn.Create(&handle), "cublasCreate_v2");
     check(fn.SetStream(handle, (cudaStream_t)s), "cublasSetStream_v2");
 }
@@ -65,10 +67,25 @@ void wl_blas_fini(void) {
     handle = NULL;
 }
 
-/* A one-element pointer array in device memory holding p (an allocation and a counted copy). */
-static CUdeviceptr ptr_array(CUdeviceptr p) {
+/* A one-element pointer array in device memory holding p (an allocation and counted copies): in
+ * WL_BLAS_STAGED and WL_BLAS_OPAQUE modes it first holds `decoy`, then p copied on the device
+ * from a staging array (read by a kernel first in WL_BLAS_OPAQUE mode). */
+static CUdeviceptr ptr_array(CUdeviceptr p, CUdeviceptr decoy) {
     CUdeviceptr arr = wl_alloc(sizeof p);
-    wl_h2d_sync(arr, &p, sizeof p);
+    if (blas_mode == WL_BLAS_BATCHED) {
+        wl_h2d_sync(arr, &p, sizeof p);
+        return arr;
+    }
+    wl_h2d_sync(arr, &decoy, sizeof decoy);
+    CUdeviceptr staging = wl_alloc(sizeof p);
+    wl_h2d_sync(staging, &p, sizeof p);
+    if (blas_mode == WL_BLAS_OPAQUE) {
+        CUdeviceptr scratch = wl_alloc(sizeof p);
+        wl_relu(blas_stream, staging, scratch, sizeof p / sizeof(float));
+        wl_free(scratch);
+    }
+    wl_d2d(arr, staging, sizeof p, blas_stream);
+    wl_free(staging);
     return arr;
 }
 
@@ -85,7 +102,7 @@ void wl_blas_gemm(int ta, int tb, int m, int n, int k, float alpha, CUdeviceptr 
         wl_ops_add(1);
         return;
     }
-    CUdeviceptr arr_b = ptr_array(b), arr_a = ptr_array(a), arr_c = ptr_array(c);
+    CUdeviceptr arr_b = ptr_array(b, c), arr_a = ptr_array(a, c), arr_c = ptr_array(c, a);
     check(fn.GemmBatchedEx(handle, opb, opa, n, m, k, &alpha, (const void *const *)arr_b,
                            CUDA_R_32F, ldb, (const void *const *)arr_a, CUDA_R_32F, lda, &beta,
                            (void *const *)arr_c, CUDA_R_32F, ldc, 1, CUBLAS_COMPUTE_32F,

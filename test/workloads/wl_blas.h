@@ -18,6 +18,11 @@ typedef enum wl_blas_mode {
     WL_BLAS_EX,      /* cublasGemmEx: one launch */
     WL_BLAS_BATCHED, /* cublasGemmBatchedEx, batchCount 1: three cuMemAlloc'd 8-byte arrays,
                         each filled with cuMemcpyHtoD, one launch, three cuMemFree */
+    WL_BLAS_STAGED,  /* the same, but each array first gets a decoy address (another operand)
+                        from the host, then its real one by a device-to-device copy from a
+                        staging array filled from the host */
+    WL_BLAS_OPAQUE,  /* as staged, and a kernel reads each staging array (relu into scratch)
+                        before the copy: what the array holds is no longer known on the host */
 } wl_blas_mode_t;
 
 /* Opens libcublas.so.13, creates the handle and sets its stream to s; a current context is
@@ -26,7 +31,7 @@ void wl_blas_init(wl_blas_mode_t mode, CUstream s);
 void wl_blas_fini(void);
 
 /* Row-major C = alpha*op(A)*op(B) + beta*C, as wl_gemm, on the handle's stream. Counts the ops
- * it issues: one launch, and in WL_BLAS_BATCHED mode the three array copies. */
+ * it issues: one launch, and the pointer arrays' copies (and kernels) in the batched modes. */
 void wl_blas_gemm(int ta, int tb, int m, int n, int k, float alpha, CUdeviceptr a, int lda,
                   CUdeviceptr b, int ldb, float beta, CUdeviceptr c, int ldc);
 
