@@ -47,7 +47,13 @@
  * after a and in before z, by every plan. Such a copy wholly before the cut (a >= j, z <= k) or
  * wholly after it (a >= k, z <= u) is none of the cut's buffers' own and adds to D_j or H_u;
  * one whose gap spans the cut, forced on the cut's side, is paid whether or not its buffer is
- * off at the cut, so it is added outright and the buffer covers footprint without that cost. */
+ * off at the cut, so it is added outright and the buffer covers footprint without that cost.
+ * Shortfall after the cut: at an op i > k, the buffers unused across op i between two uses at or
+ * after k are none of the cut's; with every buffer that spans the cut counted off for free, those
+ * that do not fit beside op i's own must be off at T_i, copied out after their use and back in
+ * after T_i (unless they may be rebuilt, are dead, or have a forced gap counted already), so the
+ * cheapest fractional cover of that shortfall adds copies in to H_u (one op i per cut, the
+ * costliest of a sample). */
 #include "ooc_planner.h"
 
 #include <math.h>
@@ -88,7 +94,13 @@ typedef struct {
     uint32_t nit;
     gap_t *gap; /* forced gaps (forced_gaps) */
     uint32_t ngap;
-    uint64_t *st;  /* sparse table of working sets: st[l * n + i] = max of ws[i .. i + 2^l - 1] */
+    uint64_t *st; /* sparse table of working sets: st[l * n + i] = max of ws[i .. i + 2^l - 1] */
+    /* a later op's shortfall (later_items): the buffers between two uses at or after the cut
+     * that must be off when op `li` starts; each covers fp and costs h when its next use <= u */
+    item_t *lit;
+    ord_t *lord;
+    uint32_t nlit;
+    double lexcess;
     double excess; /* E_k */
     int32_t k;
 } bctx_t;
@@ -107,6 +119,31 @@ static uint64_t ws_max(const bctx_t *c, int32_t lo, int32_t hi) {
 static int ord_cmp(const void *a, const void *b) {
     const ord_t *x = a, *y = b;
     return x->key < y->key ? -1 : x->key > y->key;
+}
+
+/* The cheapest fractional cover of need footprint from o[0..no) (sorts o). */
+static double knap(ord_t *o, uint32_t no, double need) {
+    double v = 0;
+    qsort(o, no, sizeof *o, ord_cmp);
+    for (uint32_t i = 0; i < no && need > 0; i++) {
+        double take = o[i].fp <= need ? o[i].fp : need;
+        v += o[i].key * take;
+        need -= take;
+    }
+    return v;
+}
+
+/* The cheapest fractional cover of the later shortfall (later_items), copies in counted up to
+ * op u. */
+static double dual_later(bctx_t *c, int32_t u) {
+    if (c->nlit == 0 || c->lexcess <= 0)
+        return 0;
+    for (uint32_t i = 0; i < c->nlit; i++) {
+        const item_t *x = &c->lit[i];
+        double cost = x->u <= u ? x->h : 0;
+        c->lord[i] = (ord_t){cost / x->fp, x->fp, cost};
+    }
+    return knap(c->lord, c->nlit, c->lexcess);
 }
 
 /* The dual value of cut c->k for one choice of (alpha, beta, j, u); j = -1: copies out from the
@@ -132,6 +169,7 @@ static double dual(bctx_t *c, double alpha, double beta, int32_t j, int32_t u) {
         else if (x->a >= c->k && x->z <= u)
             v += (1 - beta) * x->h;
     }
+    v += (1 - beta) * dual_later(c, u);
     if (c->excess <= 0)
         return v;
     for (uint32_t i = 0; i < c->nit; i++) {
@@ -227,6 +265,36 @@ static int collect(bctx_t *c, int32_t k) {
     return 0;
 }
 
+/* Collects into c->lit the buffers that lie unused across op i between two uses a < i < z with
+ * a >= c->k (so none of the cut's buffers, and their copies none of the cut's), each with its
+ * copy-in time (0 when it may be dropped and rebuilt, ends the iteration where it is, or has a
+ * forced gap, whose copies are counted already), and the shortfall: what of them must be off
+ * when op i starts, every buffer that spans the cut counted off for free. */
+static void later_items(bctx_t *c, int32_t i) {
+    const ooc_model_t *m = c->m;
+    const ooc_profile_t *p = m->prof;
+    double bwh = p->h2d_bps / 1e9, live = 0;
+    c->nlit = 0;
+    for (uint32_t b = 0; b < m->nb; b++) {
+        const int32_t *us = m->uses + m->use_off[b];
+        uint32_t nu = m->nuse[b], at = ooc_model_next_use(m, (int32_t)b, i);
+        if (at == 0 || (at < nu && us[at] == i))
+            continue; /* not used before op i, or op i's own */
+        int32_t a = us[at - 1];
+        if (a < c->k)
+            continue;
+        const ooc_buffer_t *bf = &p->bufs[b];
+        if (!bf->persistent && bf->free_idx >= 0 && bf->free_idx < i)
+            continue; /* freed */
+        item_t x = {(double)m->fp[b], 0, 0, -1, a, at < nu ? us[at] : (int32_t)m->n, IT_SWAP, 0, 0};
+        if (at < nu && !m->recomp[b] && ws_max(c, a + 1, us[at] - 1) <= c->budget - m->fp[b])
+            x.h = (double)bf->bytes / bwh; /* (a forced gap's copy-in is counted already) */
+        live += x.fp;
+        c->lit[c->nlit++] = x;
+    }
+    c->lexcess = (double)m->ws[i] + live - (double)c->budget;
+}
+
 /* Maximises the dual of the current cut over (alpha, beta) by a shrinking pattern search, for
  * fixed j and u. */
 static double best_ab(bctx_t *c, int32_t j, int32_t u, double *alpha, double *beta) {
@@ -260,6 +328,20 @@ static double best_ab(bctx_t *c, int32_t j, int32_t u, double *alpha, double *be
  * last and next uses, then (alpha, beta) again. */
 static double refine(bctx_t *c) {
     int32_t n = (int32_t)c->m->n, j = -1, u = n;
+    /* the later op whose shortfall costs most with every copy counted (a sample of them) */
+    int32_t step = (n - c->k) / 256 + 1, bi = -1;
+    double bv = 0;
+    for (int32_t i = c->k + 1; i < n; i += step) {
+        later_items(c, i);
+        double lv = dual_later(c, n);
+        if (lv > bv) {
+            bv = lv;
+            bi = i;
+        }
+    }
+    c->nlit = 0;
+    if (bi >= 0)
+        later_items(c, bi);
     double a = 0.5, b = 0.5, v = best_ab(c, j, u, &a, &b);
     /* the optimum often lies near (1, 1), where swaps hide under compute: start there too */
     double a2 = 1, b2 = 1, v2 = best_ab(c, j, u, &a2, &b2);
@@ -545,11 +627,13 @@ int ooc_model_bound(const ooc_model_t *m, uint64_t budget_bytes, ooc_bound_t *ou
     c.wpre = malloc(((size_t)m->n + 1) * sizeof *c.wpre);
     c.it = malloc((m->nb ? m->nb : 1) * sizeof *c.it);
     c.ord = malloc((m->nb ? m->nb : 1) * sizeof *c.ord);
+    c.lit = malloc((m->nb ? m->nb : 1) * sizeof *c.lit);
+    c.lord = malloc((m->nb ? m->nb : 1) * sizeof *c.lord);
     /* on long iterations, screen a sample of the cuts: any subset gives a valid bound */
     uint32_t stride = m->n > 2048 ? (m->n + 2047) / 2048 : 1, ncut = (m->n + stride - 1) / stride;
     cutv_t *cv = malloc(ncut * sizeof *cv);
     int rc = 0;
-    if (!c.pre || !c.wpre || !c.it || !c.ord || !cv) {
+    if (!c.pre || !c.wpre || !c.it || !c.ord || !c.lit || !c.lord || !cv) {
         rc = OOC_ENOMEM;
         goto out;
     }
@@ -607,6 +691,8 @@ out:
     free(c.st);
     free(c.it);
     free(c.ord);
+    free(c.lit);
+    free(c.lord);
     free(cv);
     return rc;
 }

@@ -633,9 +633,9 @@ static ooc_profile_t *random_profile(uint64_t *s) {
 /* ResNet-50 batch 64 at 1/8 of its in-core peak: every convolution output may be rebuilt from the
  * ReLU output before it, but with so little room a rebuild pays only where that input is on the
  * device anyway. The next-use walk that knows this (belady.c, pin > 0) lets auto rebuild them
- * (before it: 145.8 ms, no schedule that rebuilt ran without deadlock; 129.2 ms with it, 1.38x
- * the bound with its windows and forced gaps); the plan stays valid under the independent
- * checker. */
+ * (before it: 145.8 ms, no schedule that rebuilt ran without deadlock; 129.2 ms with it, 1.33x
+ * the bound with its windows, forced gaps and shortfall); the plan stays valid under the
+ * independent checker. */
 START_TEST(test_auto_rebuilds_where_the_inputs_are_resident) {
     char err[512] = "";
     ooc_profile_t *p;
