@@ -34,7 +34,26 @@
  * them on long iterations) and refine the best few. The bound is also at least the compute time.
  * Copies are charged at each direction's own bandwidth (sharing only slows them), and the memory
  * a copy-out holds until it ends, the bidirectional limit and the recompute's input rules are
- * ignored: all of that makes the bound lower, never invalid. */
+ * ignored: all of that makes the bound lower, never invalid.
+ *
+ * Two plan-independent facts sharpen the pieces. Windows: T_{i+1} - T_i >= w_i for each op i,
+ * where w_i counts what must happen between the starts of ops i and i+1 whatever the plan (op
+ * i itself; the copy-outs of op i's buffers that must be gone when op i+1 starts; the copy-ins
+ * or rebuilds of op i+1's buffers that cannot be mapped during op i; and the order memory
+ * imposes on them, window_ns). So T_k >= W_<k (the sum of w_i over i < k), the end of op j is
+ * at least W_<j + its duration, and T - T_u >= W_>=u; the dual uses these instead of compute
+ * sums, and T >= the sum of all w_i. Forced gaps: a buffer that cannot be dropped and lies
+ * unused between ops a and z while an op between them leaves no room for it must be copied out
+ * after a and in before z, by every plan. Such a copy wholly before the cut (a >= j, z <= k) or
+ * wholly after it (a >= k, z <= u) is none of the cut's buffers' own and adds to D_j or H_u;
+ * one whose gap spans the cut, forced on the cut's side, is paid whether or not its buffer is
+ * off at the cut, so it is added outright and the buffer covers footprint without that cost.
+ * Shortfall after the cut: at an op i > k, the buffers unused across op i between two uses at or
+ * after k are none of the cut's; with every buffer that spans the cut counted off for free, those
+ * that do not fit beside op i's own must be off at T_i, copied out after their use and back in
+ * after T_i (unless they may be rebuilt, are dead, or have a forced gap counted already), so the
+ * cheapest fractional cover of that shortfall adds copies in to H_u (one op i per cut, the
+ * costliest of a sample). */
 #include "ooc_planner.h"
 
 #include <math.h>
@@ -49,41 +68,119 @@ typedef struct {
     double r;     /* rebuild time, ns; < 0: not allowed */
     int32_t p, u; /* last use before the cut (-1: none, data from the start), next use after */
     uint8_t type;
+    uint8_t fd, fh; /* the gap (p, u) is forced (gap_t) by an op at or before the cut (fd), at or
+                     * after it (fh): its copy out (in) happens on that side whatever the plan */
 } item_t;
 
 typedef struct {
     double key, fp, c;
 } ord_t;
 
+/* A forced gap: buffer b, used at a and next at z, with an op in between whose own buffers leave
+ * too little room for b; b cannot be dropped, so it is copied out after op a and back in before
+ * op z, whatever the plan. */
+typedef struct {
+    int32_t a, z;
+    double d, h; /* copy-out, copy-in time */
+} gap_t;
+
 typedef struct {
     const ooc_model_t *m;
     uint64_t budget;
-    double *pre; /* pre[i]: sum of the durations of ops 0..i-1 (n + 1 entries) */
+    double *pre;  /* pre[i]: sum of the durations of ops 0..i-1 (n + 1 entries) */
+    double *wpre; /* wpre[i]: sum of the window bounds of ops 0..i-1, so T_i >= wpre[i] */
     item_t *it;
     ord_t *ord;
     uint32_t nit;
+    gap_t *gap; /* forced gaps (forced_gaps) */
+    uint32_t ngap;
+    uint64_t *st; /* sparse table of working sets: st[l * n + i] = max of ws[i .. i + 2^l - 1] */
+    /* a later op's shortfall (later_items): the buffers between two uses at or after the cut
+     * that must be off when op `li` starts; each covers fp and costs h when its next use <= u */
+    item_t *lit;
+    ord_t *lord;
+    uint32_t nlit;
+    double lexcess;
     double excess; /* E_k */
     int32_t k;
 } bctx_t;
+
+/* The largest working set of ops lo..hi (0 when the range is empty). */
+static uint64_t ws_max(const bctx_t *c, int32_t lo, int32_t hi) {
+    if (lo > hi)
+        return 0;
+    uint32_t n = c->m->n, len = (uint32_t)(hi - lo + 1), l = 0;
+    while ((2u << l) <= len)
+        l++;
+    uint64_t x = c->st[l * n + (uint32_t)lo], y = c->st[l * n + (uint32_t)hi + 1 - (1u << l)];
+    return x > y ? x : y;
+}
 
 static int ord_cmp(const void *a, const void *b) {
     const ord_t *x = a, *y = b;
     return x->key < y->key ? -1 : x->key > y->key;
 }
 
+/* The cheapest fractional cover of need footprint from o[0..no) (sorts o). */
+static double knap(ord_t *o, uint32_t no, double need) {
+    double v = 0;
+    qsort(o, no, sizeof *o, ord_cmp);
+    for (uint32_t i = 0; i < no && need > 0; i++) {
+        double take = o[i].fp <= need ? o[i].fp : need;
+        v += o[i].key * take;
+        need -= take;
+    }
+    return v;
+}
+
+/* The cheapest fractional cover of the later shortfall (later_items), copies in counted up to
+ * op u. */
+static double dual_later(bctx_t *c, int32_t u) {
+    if (c->nlit == 0 || c->lexcess <= 0)
+        return 0;
+    for (uint32_t i = 0; i < c->nlit; i++) {
+        const item_t *x = &c->lit[i];
+        double cost = x->u <= u ? x->h : 0;
+        c->lord[i] = (ord_t){cost / x->fp, x->fp, cost};
+    }
+    return knap(c->lord, c->nlit, c->lexcess);
+}
+
 /* The dual value of cut c->k for one choice of (alpha, beta, j, u); j = -1: copies out from the
  * start; u = n: copies in until the end. */
 static double dual(bctx_t *c, double alpha, double beta, int32_t j, int32_t u) {
     const ooc_model_t *m = c->m;
-    double C = c->pre[m->n], C1 = c->pre[c->k], C2 = C - C1;
-    double endj = j < 0 ? 0 : c->pre[j + 1], after_u = C - c->pre[u];
-    double v = alpha * C1 + (1 - alpha) * endj + beta * C2 + (1 - beta) * after_u;
+    double C = c->pre[m->n], C2 = C - c->pre[c->k];
+    const double *W = c->wpre;
+    double endj = j < 0 ? 0 : W[j] + (c->pre[j + 1] - c->pre[j]), after_u = W[m->n] - W[u];
+    double v = alpha * W[c->k] + (1 - alpha) * endj + beta * C2 + (1 - beta) * after_u;
+    for (uint32_t i = 0; i < c->nit; i++) {
+        const item_t *x = &c->it[i];
+        if (x->fd && x->p >= j)
+            v += (1 - alpha) * x->d;
+        if (x->fh && x->u <= u)
+            v += (1 - beta) * x->h;
+    }
+    /* forced gaps wholly on one side of the cut: their copies are none of the cut's buffers' */
+    for (uint32_t g = 0; g < c->ngap; g++) {
+        const gap_t *x = &c->gap[g];
+        if (x->a >= j && x->z <= c->k)
+            v += (1 - alpha) * x->d;
+        else if (x->a >= c->k && x->z <= u)
+            v += (1 - beta) * x->h;
+    }
+    v += (1 - beta) * dual_later(c, u);
     if (c->excess <= 0)
         return v;
     for (uint32_t i = 0; i < c->nit; i++) {
         const item_t *x = &c->it[i];
         double dc = x->p >= j ? (1 - alpha) * x->d : 0;
         double hc = x->u <= u ? (1 - beta) * x->h : 0;
+        /* a forced copy is paid whether or not this buffer is off at the cut: counted in v */
+        if (x->fd)
+            dc = 0;
+        if (x->fh)
+            hc = 0;
         double cost = x->type == IT_DONLY ? dc : x->type == IT_HONLY ? hc : dc + hc;
         if (x->r >= 0 && beta * x->r < cost)
             cost = beta * x->r;
@@ -129,7 +226,9 @@ static int collect(bctx_t *c, int32_t k) {
                     -1,
                     prev,
                     next < 0 ? (int32_t)m->n : next,
-                    IT_SWAP};
+                    IT_SWAP,
+                    0,
+                    0};
         if (bf->persistent) {
             if (nu == 0)
                 continue; /* parked on the host for free */
@@ -154,11 +253,46 @@ static int collect(bctx_t *c, int32_t k) {
                 x.r = t;
             }
         }
+        if (x.type == IT_SWAP && x.r < 0 && !m->recomp[b] && prev >= 0 && next >= 0) {
+            uint64_t room = c->budget - m->fp[b];
+            x.fd = ws_max(c, prev + 1, k) > room;
+            x.fh = ws_max(c, k, next - 1) > room;
+        }
         live += x.fp;
         c->it[c->nit++] = x;
     }
     c->excess = live + forced - (double)c->budget;
     return 0;
+}
+
+/* Collects into c->lit the buffers that lie unused across op i between two uses a < i < z with
+ * a >= c->k (so none of the cut's buffers, and their copies none of the cut's), each with its
+ * copy-in time (0 when it may be dropped and rebuilt, ends the iteration where it is, or has a
+ * forced gap, whose copies are counted already), and the shortfall: what of them must be off
+ * when op i starts, every buffer that spans the cut counted off for free. */
+static void later_items(bctx_t *c, int32_t i) {
+    const ooc_model_t *m = c->m;
+    const ooc_profile_t *p = m->prof;
+    double bwh = p->h2d_bps / 1e9, live = 0;
+    c->nlit = 0;
+    for (uint32_t b = 0; b < m->nb; b++) {
+        const int32_t *us = m->uses + m->use_off[b];
+        uint32_t nu = m->nuse[b], at = ooc_model_next_use(m, (int32_t)b, i);
+        if (at == 0 || (at < nu && us[at] == i))
+            continue; /* not used before op i, or op i's own */
+        int32_t a = us[at - 1];
+        if (a < c->k)
+            continue;
+        const ooc_buffer_t *bf = &p->bufs[b];
+        if (!bf->persistent && bf->free_idx >= 0 && bf->free_idx < i)
+            continue; /* freed */
+        item_t x = {(double)m->fp[b], 0, 0, -1, a, at < nu ? us[at] : (int32_t)m->n, IT_SWAP, 0, 0};
+        if (at < nu && !m->recomp[b] && ws_max(c, a + 1, us[at] - 1) <= c->budget - m->fp[b])
+            x.h = (double)bf->bytes / bwh; /* (a forced gap's copy-in is counted already) */
+        live += x.fp;
+        c->lit[c->nlit++] = x;
+    }
+    c->lexcess = (double)m->ws[i] + live - (double)c->budget;
 }
 
 /* Maximises the dual of the current cut over (alpha, beta) by a shrinking pattern search, for
@@ -194,6 +328,20 @@ static double best_ab(bctx_t *c, int32_t j, int32_t u, double *alpha, double *be
  * last and next uses, then (alpha, beta) again. */
 static double refine(bctx_t *c) {
     int32_t n = (int32_t)c->m->n, j = -1, u = n;
+    /* the later op whose shortfall costs most with every copy counted (a sample of them) */
+    int32_t step = (n - c->k) / 256 + 1, bi = -1;
+    double bv = 0;
+    for (int32_t i = c->k + 1; i < n; i += step) {
+        later_items(c, i);
+        double lv = dual_later(c, n);
+        if (lv > bv) {
+            bv = lv;
+            bi = i;
+        }
+    }
+    c->nlit = 0;
+    if (bi >= 0)
+        later_items(c, bi);
     double a = 0.5, b = 0.5, v = best_ab(c, j, u, &a, &b);
     /* the optimum often lies near (1, 1), where swaps hide under compute: start there too */
     double a2 = 1, b2 = 1, v2 = best_ab(c, j, u, &a2, &b2);
@@ -201,6 +349,14 @@ static double refine(bctx_t *c) {
         v = v2;
         a = a2;
         b = b2;
+    }
+    /* and at u = k, beta = 0: the cut's copies out, then the windows from k on */
+    double a3 = 0.5, b3 = 0, v3 = best_ab(c, j, c->k, &a3, &b3);
+    if (v3 > v) {
+        v = v3;
+        a = a3;
+        b = b3;
+        u = c->k;
     }
     for (int round = 0; round < 2 && c->excess > 0; round++) {
         uint32_t stride = c->nit > 64 ? c->nit / 64 : 1;
@@ -230,6 +386,222 @@ static double refine(bctx_t *c) {
     return v;
 }
 
+/* ---- per-window bounds ---------------------------------------------------------------------- */
+
+enum { WIN_EXACT = 10, WIN_ENUM = 6 };
+
+typedef struct {
+    double fp, t; /* footprint; copy time (out for a leaving buffer, in for an arriving one) */
+    double r;     /* rebuild time, ns; < 0: not allowed */
+    double h;     /* a common buffer's copy-in time (t is its copy-out) */
+} wbuf_t;
+
+/* The least total copy time of a subset of a[0..na) whose footprint reaches need: exact over
+ * subsets when na <= WIN_EXACT, else the fractional relaxation (lower, so still a bound).
+ * INFINITY when all of them together do not reach it. */
+static double cover(const wbuf_t *a, int na, double need) {
+    if (need <= 0)
+        return 0;
+    double best = INFINITY;
+    if (na <= WIN_EXACT) {
+        for (uint32_t s = 1; s < (1u << na); s++) {
+            double f = 0, t = 0;
+            for (int i = 0; i < na; i++)
+                if (s & (1u << i)) {
+                    f += a[i].fp;
+                    t += a[i].t;
+                }
+            if (f >= need && t < best)
+                best = t;
+        }
+        return best;
+    }
+    double total = 0;
+    for (int i = 0; i < na; i++)
+        total += a[i].fp;
+    if (total < need)
+        return INFINITY;
+    /* fractional: cheapest time per footprint byte first (selection, na is one op's refs) */
+    uint8_t used[64] = {0};
+    double t = 0;
+    while (need > 0) {
+        int bi = -1;
+        for (int i = 0; i < na && i < 64; i++)
+            if (!used[i] && (bi < 0 || a[i].t * a[bi].fp < a[bi].t * a[i].fp))
+                bi = i;
+        if (bi < 0)
+            break;
+        used[bi] = 1;
+        double take = a[bi].fp < need ? a[bi].fp : need;
+        t += a[bi].fp > 0 ? a[bi].t * take / a[bi].fp : 0;
+        need -= take;
+    }
+    return t;
+}
+
+static int refs_op(const ooc_profile_t *p, int32_t op, int32_t b) {
+    const ooc_op_t *o = &p->ops[op];
+    for (uint32_t r = 0; r < o->nref; r++)
+        if (p->refs[o->ref_off + r].buf == b)
+            return 1;
+    return 0;
+}
+
+static double prod_time(const ooc_profile_t *p, int32_t b) {
+    const ooc_buffer_t *bf = &p->bufs[b];
+    double t = 0;
+    for (uint32_t q = 0; q < bf->nprod; q++)
+        t += (double)p->ops[p->prods[bf->prod_off + q]].duration_ns;
+    return t;
+}
+
+/* A lower bound on T_{k+1} - T_k, the time from the start of op k to the start of op k + 1, that
+ * holds for every valid plan (the argument is in docs/planner.md, "The lower bound"). Op k's
+ * buffers are mapped from T_k until op k ends; op k+1's are all mapped at T_{k+1}. Leaving: op
+ * k's buffers that op k+1 does not use, are not freed after op k and cannot be dropped (every use
+ * dirties a buffer, so their release is a copy-out that starts when op k ends). Arriving: op
+ * k+1's buffers that op k does not use and that hold data; each is mapped throughout op k, or its
+ * last mapping before T_{k+1} starts after T_k, by a copy-in or a rebuild. Common: used by both.
+ * The arriving buffers' choices are enumerated (at most WIN_ENUM of them; more: the window gets
+ * only the leaving side); the window is the least over the choices of the largest of the lower
+ * bounds each choice implies. */
+static double window_ns(const ooc_model_t *m, uint64_t budget, int32_t k) {
+    const ooc_profile_t *p = m->prof;
+    const ooc_op_t *ok = &p->ops[k], *o1 = &p->ops[k + 1];
+    double dur = (double)ok->duration_ns, M = (double)budget;
+    double bwd = p->d2h_bps / 1e9, bwh = p->h2d_bps / 1e9;
+    wbuf_t lv[64], ar[WIN_ENUM], cm[64];
+    int nl = 0, na = 0, nc = 0, many = 0, manyc = 0;
+    double fpk = 0, fpk1 = 0, fpl = 0, fpc = 0;
+    for (uint32_t r = 0; r < ok->nref; r++) {
+        int32_t b = p->refs[ok->ref_off + r].buf;
+        const ooc_buffer_t *bf = &p->bufs[b];
+        double fp = (double)m->fp[b];
+        fpk += fp;
+        wbuf_t x = {fp, (double)bf->bytes / bwd, m->recomp[b] ? prod_time(p, b) : -1,
+                    (double)bf->bytes / bwh};
+        if (refs_op(p, k + 1, b)) {
+            if (nc < 64)
+                cm[nc++] = x;
+            else
+                manyc = 1;
+            fpc += fp;
+        } else if (!(bf->free_idx == k && !bf->persistent) && !m->recomp[b] && nl < 64) {
+            lv[nl++] = x; /* one not listed only lowers what is asked of the listed ones */
+            fpl += fp;
+        }
+    }
+    for (uint32_t r = 0; r < o1->nref; r++) {
+        int32_t b = p->refs[o1->ref_off + r].buf;
+        const ooc_buffer_t *bf = &p->bufs[b];
+        fpk1 += (double)m->fp[b];
+        if (refs_op(p, k, b))
+            continue;
+        if (!bf->persistent && bf->alloc_idx >= 0 && m->uses[m->use_off[b]] == k + 1)
+            continue; /* first touched by op k+1: mapped at T_{k+1}, no data to bring */
+        if (na == WIN_ENUM) {
+            many = 1;
+            continue;
+        }
+        ar[na++] = (wbuf_t){(double)m->fp[b], (double)bf->bytes / bwh,
+                            m->recomp[b] ? prod_time(p, b) : -1, 0};
+    }
+    /* the leaving buffers that must be gone when op k+1 starts */
+    double out = cover(lv, nl, fpk1 + fpl - M);
+    double w = dur + (isfinite(out) ? out : 0);
+    if (many)
+        return w;
+    double best = INFINITY;
+    uint32_t nchoice = 1;
+    for (int i = 0; i < na; i++)
+        nchoice *= 3;
+    for (uint32_t code = 0; code < nchoice; code++) {
+        double fpre = 0, H = 0, R = 0, fin = 0, hmin = INFINITY;
+        int ok_choice = 1, nin = 0;
+        uint32_t c = code;
+        for (int i = 0; i < na; i++, c /= 3) {
+            if (c % 3 == 0) {
+                fpre += ar[i].fp; /* mapped throughout op k */
+            } else if (c % 3 == 1) {
+                H += ar[i].t; /* copied in after T_k */
+                fin += ar[i].fp;
+                hmin = ar[i].t < hmin ? ar[i].t : hmin;
+                nin++;
+            } else if (ar[i].r >= 0) {
+                R += ar[i].r; /* rebuilt after op k */
+            } else {
+                ok_choice = 0;
+            }
+        }
+        if (!ok_choice || fpk + fpre > M)
+            continue;
+        double v = fmax(w, fmax(dur + R, H));
+        if (nin > 0) {
+            /* the last copy-in to start finds every common, pre-mapped and arriving buffer mapped,
+             * and the leaving ones not yet released: unless a common buffer leaves and comes
+             * back inside the window, enough of those must be released first */
+            double stay = 0;
+            if (fpk + fin + fpre > M) /* so it starts after op k ends */
+                stay = dur + cover(lv, nl, fpc + fin + fpre + fpl - M) + hmin;
+            double alt = manyc ? 0 : INFINITY;
+            for (int i = 0; i < nc; i++) {
+                /* common buffer i leaves after op k (a copy-out: op k dirtied it) and comes back */
+                double a = fmax(dur + cm[i].t + cm[i].h, H + cm[i].h);
+                a = fmax(a, dur + cm[i].t + (isfinite(out) ? out : 0));
+                if (cm[i].r >= 0)
+                    a = fmin(a, dur + R + cm[i].r); /* or is dropped and rebuilt */
+                alt = fmin(alt, a);
+            }
+            v = fmax(v, fmin(stay, alt));
+        }
+        best = fmin(best, v);
+    }
+    return isfinite(best) ? fmax(best, dur) : w;
+}
+
+/* Finds the forced gaps (gap_t) into c->gap, with a sparse table for the largest working set
+ * over a range of ops. Returns 0 or OOC_ENOMEM. */
+static int forced_gaps(bctx_t *c) {
+    const ooc_model_t *m = c->m;
+    const ooc_profile_t *p = m->prof;
+    uint32_t n = m->n, lg = 1;
+    while ((1u << lg) < n)
+        lg++;
+    uint64_t *st = c->st = malloc((size_t)lg * n * sizeof *st);
+    uint32_t cap = 0;
+    if (!st)
+        return OOC_ENOMEM;
+    memcpy(st, m->ws, n * sizeof *st);
+    for (uint32_t l = 1; l < lg; l++)
+        for (uint32_t i = 0; i + (1u << l) <= n; i++) {
+            uint64_t x = st[(l - 1) * n + i], y = st[(l - 1) * n + i + (1u << (l - 1))];
+            st[l * n + i] = x > y ? x : y;
+        }
+    double bwd = p->d2h_bps / 1e9, bwh = p->h2d_bps / 1e9;
+    for (uint32_t b = 0; b < m->nb; b++) {
+        if (m->recomp[b])
+            continue; /* may be dropped and rebuilt instead */
+        const int32_t *us = m->uses + m->use_off[b];
+        for (uint32_t t = 0; t + 1 < m->nuse[b]; t++) {
+            int32_t a = us[t], z = us[t + 1];
+            if (z - a < 2)
+                continue;
+            if (ws_max(c, a + 1, z - 1) + m->fp[b] <= c->budget)
+                continue;
+            if (c->ngap == cap) {
+                cap = cap ? 2 * cap : 64;
+                gap_t *ng = realloc(c->gap, cap * sizeof *ng);
+                if (!ng)
+                    return OOC_ENOMEM;
+                c->gap = ng;
+            }
+            double bytes = (double)p->bufs[b].bytes;
+            c->gap[c->ngap++] = (gap_t){a, z, bytes / bwd, bytes / bwh};
+        }
+    }
+    return 0;
+}
+
 typedef struct {
     double v;
     int32_t k;
@@ -252,19 +624,28 @@ int ooc_model_bound(const ooc_model_t *m, uint64_t budget_bytes, ooc_bound_t *ou
         return 0;
     bctx_t c = {.m = m, .budget = budget_bytes};
     c.pre = malloc(((size_t)m->n + 1) * sizeof *c.pre);
+    c.wpre = malloc(((size_t)m->n + 1) * sizeof *c.wpre);
     c.it = malloc((m->nb ? m->nb : 1) * sizeof *c.it);
     c.ord = malloc((m->nb ? m->nb : 1) * sizeof *c.ord);
+    c.lit = malloc((m->nb ? m->nb : 1) * sizeof *c.lit);
+    c.lord = malloc((m->nb ? m->nb : 1) * sizeof *c.lord);
     /* on long iterations, screen a sample of the cuts: any subset gives a valid bound */
     uint32_t stride = m->n > 2048 ? (m->n + 2047) / 2048 : 1, ncut = (m->n + stride - 1) / stride;
     cutv_t *cv = malloc(ncut * sizeof *cv);
     int rc = 0;
-    if (!c.pre || !c.it || !c.ord || !cv) {
+    if (!c.pre || !c.wpre || !c.it || !c.ord || !c.lit || !c.lord || !cv) {
         rc = OOC_ENOMEM;
         goto out;
     }
     c.pre[0] = 0;
     for (uint32_t i = 0; i < m->n; i++)
         c.pre[i + 1] = c.pre[i] + (double)m->prof->ops[i].duration_ns;
+    if ((rc = forced_gaps(&c)))
+        goto out;
+    c.wpre[0] = 0;
+    for (uint32_t i = 0; i < m->n; i++)
+        c.wpre[i + 1] = c.wpre[i] + (i + 1 < m->n ? window_ns(m, budget_bytes, (int32_t)i)
+                                                  : (double)m->prof->ops[i].duration_ns);
     /* screen: a few fixed (alpha, beta) per cut */
     static const double screen[][2] = {{1, 0.5}, {0.5, 1},  {0.5, 0.5}, {1, 0.9},
                                        {0.9, 1}, {0.97, 1}, {1, 0.97},  {0.9, 0.9}};
@@ -279,11 +660,16 @@ int ooc_model_bound(const ooc_model_t *m, uint64_t budget_bytes, ooc_bound_t *ou
             if (x > v)
                 v = x;
         }
+        for (int s = 0; s < 3 && c.excess > 0; s++) {
+            double x = dual(&c, 0.5 * s, 0, -1, (int32_t)k);
+            if (x > v)
+                v = x;
+        }
         if (c.excess > 0)
             cv[nc++] = (cutv_t){v, (int32_t)k};
     }
     qsort(cv, nc, sizeof *cv, cutv_cmp);
-    double best = (double)m->compute_ns;
+    double best = c.wpre[m->n]; /* the windows alone: T >= their sum */
     for (uint32_t i = 0; i < nc && i < 8; i++) {
         if ((rc = collect(&c, cv[i].k)))
             goto out;
@@ -300,8 +686,13 @@ int ooc_model_bound(const ooc_model_t *m, uint64_t budget_bytes, ooc_bound_t *ou
         out->bound_ns = m->compute_ns;
 out:
     free(c.pre);
+    free(c.wpre);
+    free(c.gap);
+    free(c.st);
     free(c.it);
     free(c.ord);
+    free(c.lit);
+    free(c.lord);
     free(cv);
     return rc;
 }

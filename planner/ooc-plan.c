@@ -314,6 +314,8 @@ int main(int argc, char **argv) {
            (double)m->compute_ns / 1e6, (double)bound / 1e6);
     if (bd.cut_op >= 0)
         printf(" (at op %d: %.2f GB off the device)\n", bd.cut_op, (double)bd.off_bytes / 1e9);
+    else if (bound > m->compute_ns)
+        printf(" (the op-to-op windows)\n");
     else
         printf(" (the compute time)\n");
     int status = 1;

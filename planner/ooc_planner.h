@@ -152,7 +152,8 @@ int ooc_model_check_budget(const ooc_model_t *m, uint64_t budget_bytes, int32_t 
  * copied out before k and comes back (by a copy, or by re-launching its producers) after it. */
 typedef struct ooc_bound {
     uint64_t bound_ns;  /* the bound (at least the in-core compute time) */
-    int32_t cut_op;     /* the op whose cut gives it; -1: the compute time alone */
+    int32_t cut_op;     /* the op whose cut gives it; -1: no cut, the compute time or the sum of
+                         * the op-to-op windows (bound.c) */
     uint64_t off_bytes; /* footprint that must be off the device at that cut */
 } ooc_bound_t;
 

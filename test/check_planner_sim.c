@@ -307,18 +307,20 @@ static ooc_profile_t *tiny_fast(int recomputable) {
 
 /* By hand, not recomputable: at the cut of op 1 A (1000 bytes at 1 byte/ns) is off; its copy-out
  * starts after op 0 (100 ns) and ends before op 1, its copy-in starts after that and ends before
- * op 3 (100 ns): 100 + 1000 + 1000 + 100 = 2200 ns. The best plan takes 2400 ns (B's op waits for
- * A's copy-out, A's copy-in for B's free). */
+ * op 3 (100 ns): 100 + 1000 + 1000 + 100 = 2200 ns. The windows between consecutive ops see more:
+ * A must be gone when op 1 starts (op 0 + its copy-out, 1100 ns), op 1 takes 100 ns, and A's
+ * copy-in cannot start until op 2 has ended and B is freed (op 2 + the copy-in, 1100 ns), then
+ * op 3: 2400 ns, what the best plan takes (B's op waits for A's copy-out, A's copy-in for B's
+ * free). */
 START_TEST(test_bound_by_hand_transfers) {
     ooc_profile_t *p = tiny_fast(0);
     ooc_model_t *m;
     ck_assert_int_eq(ooc_model_build(p, p->chunk_bytes, &m), 0);
     ooc_bound_t b;
     ck_assert_int_eq(ooc_model_bound(m, 1024, &b), 0);
-    ck_assert_uint_le(b.bound_ns, 2200);
-    ck_assert_uint_ge(b.bound_ns, 2199);
-    ck_assert(b.cut_op == 1 || b.cut_op == 2);
-    ck_assert_uint_eq(b.off_bytes, 1024);
+    ck_assert_uint_le(b.bound_ns, 2400);
+    ck_assert_uint_ge(b.bound_ns, 2399);
+    ck_assert_int_eq(b.cut_op, -1); /* the windows' sum, above every cut */
     ck_assert_uint_eq(ooc_model_bound_ns(m, 1024, NULL), b.bound_ns);
     /* with room for both, the compute time */
     ck_assert_int_eq(ooc_model_bound(m, 2048, &b), 0);
@@ -631,8 +633,9 @@ static ooc_profile_t *random_profile(uint64_t *s) {
 /* ResNet-50 batch 64 at 1/8 of its in-core peak: every convolution output may be rebuilt from the
  * ReLU output before it, but with so little room a rebuild pays only where that input is on the
  * device anyway. The next-use walk that knows this (belady.c, pin > 0) lets auto rebuild them
- * (before it: 145.8 ms, 1.79x the bound, no schedule that rebuilt ran without deadlock); the plan
- * stays valid under the independent checker. */
+ * (before it: 145.8 ms, no schedule that rebuilt ran without deadlock; 129.2 ms with it, 1.33x
+ * the bound with its windows, forced gaps and shortfall); the plan stays valid under the
+ * independent checker. */
 START_TEST(test_auto_rebuilds_where_the_inputs_are_resident) {
     char err[512] = "";
     ooc_profile_t *p;
@@ -654,7 +657,7 @@ START_TEST(test_auto_rebuilds_where_the_inputs_are_resident) {
     ck_assert_msg(r.feasible, "%s", r.viol_msg);
     uint64_t bound = ooc_model_bound_ns(m, budget, NULL);
     ck_assert_uint_ge(r.n_recompute, 40);
-    ck_assert_msg((double)r.time_ns < 1.65 * (double)bound, "auto %llu ns, bound %llu ns",
+    ck_assert_msg((double)r.time_ns < 1.45 * (double)bound, "auto %llu ns, bound %llu ns",
                   (unsigned long long)r.time_ns, (unsigned long long)bound);
     ooc_sim_result_free(&r);
     ooc_plan_free(pl);
@@ -690,7 +693,8 @@ END_TEST
 
 /* The exact optimum as an oracle (test/milp_oracle.py: a MILP of keep/swap with transfer timing on
  * profiles coarsened to 16 stages, solved by HiGHS through python3-scipy): auto within 5% of
- * every optimum the solver proves in 10 s, and at least three proved. */
+ * every optimum the solver proves in 10 s, the lower bound never above one, and at least three
+ * proved. */
 START_TEST(test_auto_near_the_milp_optimum) {
     const char *argv[] = {"/usr/bin/python3",
                           "test/milp_oracle.py",
