@@ -729,6 +729,7 @@ CUresult ooc_graph_launch_access(CUgraphExec exec, ooc_access_t *a) {
     if (!t) {
         pthread_mutex_unlock(&graph_lock);
         ooc_stats_add(OOC_STAT_graph_launches_unseen, 1);
+        ooc_shadow_forget_all(); /* it may write anything */
         OOC_LOG_W("cuGraphLaunch of executable graph %p, which was not instantiated from a "
                   "stream capture the shim followed: what it touches is not made resident",
                   (void *)exec);

@@ -11,7 +11,8 @@
  *   - every op of the program (ooc_shadow_forget, from op.c), before it is issued: a copy or a set
  *     drops the slots its destination overlaps; a kernel, a library call or a graph drops every
  *     slot in a buffer it may write (it names an address in the buffer, and a kernel may write
- *     anywhere in it); an op whose access set overflowed drops them all;
+ *     anywhere in it); an op whose access set overflowed, or a graph whose access the shim
+ *     did not learn (ooc_shadow_forget_all, graph.c), drops them all;
  *   - the free of the buffer (ooc_shadow_freed), before its address can be reused.
  * The ops a library issues inside its own call (ooc_lib_depth > 0) do not drop slots: the call's
  * own access set says what it writes.
@@ -152,14 +153,25 @@ int ooc_shadow_read(uintptr_t p, void *out, size_t n) {
     return hit;
 }
 
+static void drop_all_l(void) {
+    for (int i = 0; i < SLOTS; i++)
+        if (slots[i].bytes)
+            drop_l(&slots[i]);
+}
+
+void ooc_shadow_forget_all(void) {
+    if (!atomic_load_explicit(&ooc_shadow_held, memory_order_relaxed))
+        return;
+    pthread_mutex_lock(&lock);
+    drop_all_l();
+    pthread_mutex_unlock(&lock);
+}
+
 void ooc_shadow_forget(const ooc_access_t *a) {
     int exact = a->kind == OOC_OP_MEMCPY || a->kind == OOC_OP_MEMSET;
     pthread_mutex_lock(&lock);
-    if (a->overflow) {
-        for (int i = 0; i < SLOTS; i++)
-            if (slots[i].bytes)
-                drop_l(&slots[i]);
-    }
+    if (a->overflow)
+        drop_all_l();
     for (unsigned r = 0; r < a->n && atomic_load_explicit(&ooc_shadow_held, memory_order_relaxed);
          r++) {
         const ooc_query_t *q = &a->refs[r];

@@ -457,6 +457,9 @@ CUresult ooc_shadow_after(int how, CUresult r, uintptr_t dst, uintptr_t src, siz
                           const uintptr_t buf[2]);
 /* Before an op of the program (not a library's own) is issued: drops every slot it may write. */
 void ooc_shadow_forget(const ooc_access_t *a);
+/* Before an op whose access is not known (an executable graph the shim did not follow): drops
+ * every slot. */
+void ooc_shadow_forget_all(void);
 /* Before the buffer at p is freed: drops its slots. */
 void ooc_shadow_freed(uintptr_t p);
 /* Copies [p, p + n) to out when one slot holds it all: 1, else 0 (read it from the device). */
