@@ -53,7 +53,10 @@
  * that do not fit beside op i's own must be off at T_i, copied out after their use and back in
  * after T_i (unless they may be rebuilt, are dead, or have a forced gap counted already), so the
  * cheapest fractional cover of that shortfall adds copies in to H_u (one op i per cut, the
- * costliest of a sample). */
+ * costliest of a sample). Copy engines: a forced gap's copy-out runs between the end of op a and
+ * the start of its first op without room, its copy-in between the end of its last such op and the
+ * start of op z, one copy at a time per engine; so the windows' prefix and suffix sums are
+ * raised to what those copies take (engine_bounds), and the dual uses the raised ones. */
 #include "ooc_planner.h"
 
 #include <math.h>
@@ -81,7 +84,8 @@ typedef struct {
  * op z, whatever the plan. */
 typedef struct {
     int32_t a, z;
-    double d, h; /* copy-out, copy-in time */
+    int32_t f0, f1; /* the first and the last op in between that leave no room for b */
+    double d, h;    /* copy-out, copy-in time */
 } gap_t;
 
 typedef struct {
@@ -89,6 +93,8 @@ typedef struct {
     uint64_t budget;
     double *pre;  /* pre[i]: sum of the durations of ops 0..i-1 (n + 1 entries) */
     double *wpre; /* wpre[i]: sum of the window bounds of ops 0..i-1, so T_i >= wpre[i] */
+    double *lo;   /* lo[i] >= wpre[i]: T_i >= lo[i], the copy engines' forced work counted */
+    double *tail; /* tail[i]: T - T_i >= tail[i] (tail[n] = 0) */
     item_t *it;
     ord_t *ord;
     uint32_t nit;
@@ -151,9 +157,9 @@ static double dual_later(bctx_t *c, int32_t u) {
 static double dual(bctx_t *c, double alpha, double beta, int32_t j, int32_t u) {
     const ooc_model_t *m = c->m;
     double C = c->pre[m->n], C2 = C - c->pre[c->k];
-    const double *W = c->wpre;
-    double endj = j < 0 ? 0 : W[j] + (c->pre[j + 1] - c->pre[j]), after_u = W[m->n] - W[u];
-    double v = alpha * W[c->k] + (1 - alpha) * endj + beta * C2 + (1 - beta) * after_u;
+    const double *L = c->lo;
+    double endj = j < 0 ? 0 : L[j] + (c->pre[j + 1] - c->pre[j]), after_u = c->tail[u];
+    double v = alpha * L[c->k] + (1 - alpha) * endj + beta * C2 + (1 - beta) * after_u;
     for (uint32_t i = 0; i < c->nit; i++) {
         const item_t *x = &c->it[i];
         if (x->fd && x->p >= j)
@@ -595,11 +601,138 @@ static int forced_gaps(bctx_t *c) {
                     return OOC_ENOMEM;
                 c->gap = ng;
             }
+            /* the first and the last op in (a, z) whose own buffers leave no room for b */
+            uint64_t room = c->budget - m->fp[b];
+            int32_t lo = a + 1, hi = z - 1;
+            while (lo < hi) {
+                int32_t mid = lo + (hi - lo) / 2;
+                if (ws_max(c, a + 1, mid) > room)
+                    hi = mid;
+                else
+                    lo = mid + 1;
+            }
+            int32_t f0 = lo;
+            lo = a + 1;
+            hi = z - 1;
+            while (lo < hi) {
+                int32_t mid = lo + (hi - lo + 1) / 2;
+                if (ws_max(c, mid, z - 1) > room)
+                    lo = mid;
+                else
+                    hi = mid - 1;
+            }
             double bytes = (double)p->bufs[b].bytes;
-            c->gap[c->ngap++] = (gap_t){a, z, bytes / bwd, bytes / bwh};
+            c->gap[c->ngap++] = (gap_t){a, z, f0, lo, bytes / bwd, bytes / bwh};
         }
     }
     return 0;
+}
+
+static const gap_t *sort_gaps; /* engine_bounds' qsort key: 0 a, 1 z, 2 f0, 3 f1 */
+static int sort_key;
+
+static int32_t gap_key(const gap_t *g, int key) {
+    return key == 0 ? g->a : key == 1 ? g->z : key == 2 ? g->f0 : g->f1;
+}
+
+static int gidx_cmp(const void *x, const void *y) {
+    int32_t a = gap_key(&sort_gaps[*(const uint32_t *)x], sort_key);
+    int32_t b = gap_key(&sort_gaps[*(const uint32_t *)y], sort_key);
+    return a < b ? -1 : a > b;
+}
+
+/* Fills c->lo and c->tail from the windows and the forced gaps (the argument is in
+ * docs/planner.md, "The lower bound": the copy engines' forced work). A forced gap's copy-out
+ * starts after op a ends and ends before op f0 starts; its copy-in starts after op f1 ends (op
+ * f1's buffers stay mapped until then) and ends before op z starts; each engine runs one copy at
+ * a time, at most at its direction's own bandwidth. So for ops s < z, T_z >= end(op s) + the
+ * copy-ins of the gaps with f1 >= s and z_g <= z, and T_f >= end(op s) + the copy-outs of the
+ * gaps with a >= s and f0 <= f; the same sets bound T - T_s from the other end. With too many gaps
+ * only the windows are used (a weaker bound). Returns 0 or OOC_ENOMEM. */
+static int engine_bounds(bctx_t *c) {
+    const ooc_model_t *m = c->m;
+    uint32_t n = m->n, ng = c->ngap <= 2048 ? c->ngap : 0;
+    double *L = c->lo = malloc(((size_t)n + 1) * sizeof *L);
+    double *Q = c->tail = malloc(((size_t)n + 1) * sizeof *Q);
+    uint32_t *ix = malloc((4 * (size_t)ng + 1) * sizeof *ix);
+    uint8_t *ev = calloc((size_t)n + 1, 1);
+    int rc = 0;
+    if (!L || !Q || !ix || !ev) {
+        rc = OOC_ENOMEM;
+        goto out;
+    }
+    /* ix: the gaps ordered by a, z, f0 and f1 (four runs of ng) */
+    sort_gaps = c->gap;
+    for (int key = 0; key < 4; key++) {
+        for (uint32_t g = 0; g < ng; g++)
+            ix[key * ng + g] = g;
+        sort_key = key;
+        if (ng)
+            qsort(ix + key * ng, ng, sizeof *ix, gidx_cmp);
+    }
+    const uint32_t *by_a = ix, *by_z = ix + ng, *by_f0 = ix + 2 * ng, *by_f1 = ix + 3 * ng;
+    for (uint32_t g = 0; g < ng; g++) {
+        ev[c->gap[g].a] |= 1;
+        ev[c->gap[g].z] |= 2;
+        ev[c->gap[g].f0] |= 4;
+        ev[c->gap[g].f1] |= 8;
+    }
+    const double *pre = c->pre, *W = c->wpre;
+    L[0] = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        double v = L[i] + (W[i + 1] - W[i]);
+        int32_t t = (int32_t)i + 1;
+        if (ev[t] & 2) { /* copy-ins due by op t, started after op s ends (f1 >= s) */
+            double acc = 0;
+            for (uint32_t q = ng; q-- > 0;) {
+                const gap_t *g = &c->gap[by_f1[q]];
+                if (g->z > t)
+                    continue;
+                acc += g->h;
+                v = fmax(v, L[g->f1] + (pre[g->f1 + 1] - pre[g->f1]) + acc);
+            }
+        }
+        if (ev[t] & 4) { /* copy-outs due by op t, started after op s ends (a >= s) */
+            double acc = 0;
+            for (uint32_t q = ng; q-- > 0;) {
+                const gap_t *g = &c->gap[by_a[q]];
+                if (g->f0 > t)
+                    continue;
+                acc += g->d;
+                v = fmax(v, L[g->a] + (pre[g->a + 1] - pre[g->a]) + acc);
+            }
+        }
+        L[t] = v;
+    }
+    Q[n] = 0;
+    for (uint32_t i = n; i-- > 0;) {
+        double v = Q[i + 1] + (W[i + 1] - W[i]);
+        if (ev[i] & 8) { /* copy-ins started after op i ends (f1 >= i), due by op z */
+            double acc = 0;
+            for (uint32_t q = 0; q < ng; q++) {
+                const gap_t *g = &c->gap[by_z[q]];
+                if (g->f1 < (int32_t)i)
+                    continue;
+                acc += g->h;
+                v = fmax(v, (pre[i + 1] - pre[i]) + acc + Q[g->z]);
+            }
+        }
+        if (ev[i] & 1) { /* copy-outs started after op i ends (a >= i), due by op f0 */
+            double acc = 0;
+            for (uint32_t q = 0; q < ng; q++) {
+                const gap_t *g = &c->gap[by_f0[q]];
+                if (g->a < (int32_t)i)
+                    continue;
+                acc += g->d;
+                v = fmax(v, (pre[i + 1] - pre[i]) + acc + Q[g->f0]);
+            }
+        }
+        Q[i] = v;
+    }
+out:
+    free(ix);
+    free(ev);
+    return rc;
 }
 
 typedef struct {
@@ -646,6 +779,8 @@ int ooc_model_bound(const ooc_model_t *m, uint64_t budget_bytes, ooc_bound_t *ou
     for (uint32_t i = 0; i < m->n; i++)
         c.wpre[i + 1] = c.wpre[i] + (i + 1 < m->n ? window_ns(m, budget_bytes, (int32_t)i)
                                                   : (double)m->prof->ops[i].duration_ns);
+    if ((rc = engine_bounds(&c)))
+        goto out;
     /* screen: a few fixed (alpha, beta) per cut */
     static const double screen[][2] = {{1, 0.5}, {0.5, 1},  {0.5, 0.5}, {1, 0.9},
                                        {0.9, 1}, {0.97, 1}, {1, 0.97},  {0.9, 0.9}};
@@ -669,7 +804,8 @@ int ooc_model_bound(const ooc_model_t *m, uint64_t budget_bytes, ooc_bound_t *ou
             cv[nc++] = (cutv_t){v, (int32_t)k};
     }
     qsort(cv, nc, sizeof *cv, cutv_cmp);
-    double best = c.wpre[m->n]; /* the windows alone: T >= their sum */
+    /* the windows and the copy engines' forced work alone */
+    double best = fmax(c.lo[m->n], c.tail[0]);
     for (uint32_t i = 0; i < nc && i < 8; i++) {
         if ((rc = collect(&c, cv[i].k)))
             goto out;
@@ -687,6 +823,8 @@ int ooc_model_bound(const ooc_model_t *m, uint64_t budget_bytes, ooc_bound_t *ou
 out:
     free(c.pre);
     free(c.wpre);
+    free(c.lo);
+    free(c.tail);
     free(c.gap);
     free(c.st);
     free(c.it);
