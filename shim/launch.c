@@ -259,7 +259,8 @@ static pthread_mutex_t seen_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Is this word stale, given what it met now (hit: the buffer's start, 0 for none)? Dangling, or
  * the same value as at its last launch but at another offset into the buffer there: the buffer
  * under a fixed address changed, and the word did not follow it. A pointer to a buffer's start
- * (or at a fixed offset into it) keeps its offset whatever buffer it names. Takes seen_lock. */
+ * (or at a fixed offset into it) keeps its offset whatever buffer it names. Caller holds
+ * seen_lock. */
 static int stale(const layout_t *l, uint32_t word, uint64_t value, uintptr_t hit) {
     if (!hit)
         return 1;
@@ -269,7 +270,6 @@ static int stale(const layout_t *l, uint32_t word, uint64_t value, uintptr_t hit
     probe.key.word = word;
     uint64_t off = value - (uint64_t)hit;
     int moved = 0;
-    pthread_mutex_lock(&seen_lock);
     HASH_FIND(hh, seen, &probe.key, sizeof probe.key, w);
     if (!w && (w = calloc(1, sizeof *w)) != NULL) {
         w->key = probe.key;
@@ -281,22 +281,42 @@ static int stale(const layout_t *l, uint32_t word, uint64_t value, uintptr_t hit
         w->value = value;
         w->off = off;
     }
-    pthread_mutex_unlock(&seen_lock);
     return moved;
+}
+
+/* Is ref i of a launch a word to learn from (a pointer word within the first WEAK_BYTES, not
+ * weak already)? */
+static int learnable(const ooc_access_t *a, unsigned i) {
+    uint32_t word = a->refs[i].word;
+    return word && (size_t)word * 8 <= WEAK_BYTES && a->refs[i].hi == a->refs[i].lo &&
+           !(a->refs[i].use & OOC_USE_WEAK);
 }
 
 void ooc_launch_learn_words(CUfunction f, const ooc_access_t *a, const ooc_word_hit_t *hits) {
     layout_t *l = (layout_t *)layout_of(f); /* only the atomic map is written */
     if (!l)
         return;
+    /* One hold of seen_lock for the whole launch; the words found stale are logged after. */
+    uint64_t found[(OOC_MAX_REFS + 63) / 64] = {0};
+    int any = 0;
     for (unsigned i = 0; i < a->n; i++) {
+        if (!learnable(a, i))
+            continue;
+        if (!any) {
+            pthread_mutex_lock(&seen_lock);
+            any = 1;
+        }
+        if (stale(l, a->refs[i].word, a->refs[i].lo, hits[i].base))
+            found[i / 64] |= 1ull << (i % 64);
+    }
+    if (!any)
+        return;
+    pthread_mutex_unlock(&seen_lock);
+    for (unsigned i = 0; i < a->n; i++) {
+        if (!(found[i / 64] & (1ull << (i % 64))))
+            continue;
         uint32_t word = a->refs[i].word;
-        if (!word || (size_t)word * 8 > WEAK_BYTES || a->refs[i].hi != a->refs[i].lo ||
-            (a->refs[i].use & OOC_USE_WEAK))
-            continue;
         uint64_t bit = 1ull << ((word - 1) % 64);
-        if (!stale(l, word, a->refs[i].lo, hits[i].base))
-            continue;
         uint64_t was = atomic_fetch_or(&l->weak[(word - 1) / 64], bit);
         if (!(was & bit))
             OOC_LOG_I("%s: parameter byte %u %s; from now on what it points at is made resident "

@@ -59,6 +59,11 @@ void mem_check(void) {
     for (const chunk_t *c = M.chunks; c; c = c->hh.next) {
         chunk_check(c);
         resident += c->state == C_RESIDENT;
+        /* The table holds it at its index (chunk_find reads the table): one chunk per index,
+         * and chunk_delete's clearing of its entry leaves no deleted chunk there. */
+        CHECK(!M.table || (c->idx < M.va.chunks &&
+                           atomic_load_explicit(&M.table[c->idx], memory_order_relaxed) == c),
+              c);
     }
     /* Every resident chunk is in the table (the bandwidth probe's scratch chunk is mapped and
      * unmapped within one hold of the lock). */
