@@ -95,8 +95,7 @@ CUresult ooc_op_begin(ooc_live_op_t *op, const ooc_access_t *a, CUstream stream,
     if (OOC_UNLIKELY(atomic_load_explicit(&ooc_shadow_held, memory_order_relaxed)))
         ooc_shadow_forget(a); /* what it may write is no longer what the host wrote */
     op->rec = will_record();
-    /* A replayed op takes the locked path (matched to the plan): not the fast path's slot. */
-    if (!op->rec && !ooc_replay_on() && ooc_mem_fast_begin(a, s)) {
+    if (!op->rec && ooc_mem_fast_begin(a, s)) {
         op->fast = 1;
         return CUDA_SUCCESS;
     }
