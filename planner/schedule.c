@@ -270,6 +270,58 @@ static int one_wait_per_swapin(ooc_plan_t *pl) {
     return 0;
 }
 
+/* Orders the swap-ins issued before one op by when their buffers are needed (the op of the wait
+ * that follows each, then buffer id; one with no wait this iteration last): the host-to-device
+ * engine runs them first come, first served, so the copy needed first is started first. Runs on
+ * a finalized plan after one_wait_per_swapin; ooc_plan_finalize keeps this order (and the plan
+ * file records it). Returns 0 or OOC_ENOMEM. */
+static int swapins_by_need(ooc_plan_t *pl) {
+    int32_t *need = malloc((pl->nacts ? pl->nacts : 1) * sizeof *need);
+    uint32_t *pending = malloc((pl->nbufs ? pl->nbufs : 1) * sizeof *pending);
+    if (!need || !pending) {
+        free(need);
+        free(pending);
+        return OOC_ENOMEM;
+    }
+    for (uint32_t b = 0; b < pl->nbufs; b++)
+        pending[b] = UINT32_MAX;
+    for (uint32_t i = 0; i < pl->nacts; i++) {
+        const ooc_action_t *a = &pl->acts[i];
+        need[i] = INT32_MAX;
+        if (a->kind == OOC_ACT_SWAPIN)
+            pending[a->buf] = i;
+        else if (a->kind == OOC_ACT_WAIT && pending[a->buf] != UINT32_MAX) {
+            need[pending[a->buf]] = a->op;
+            pending[a->buf] = UINT32_MAX;
+        }
+    }
+    for (uint32_t s = 0, e; s < pl->nacts; s = e) {
+        const ooc_action_t *a = &pl->acts[s];
+        for (e = s + 1; e < pl->nacts && pl->acts[e].op == a->op && pl->acts[e].when == a->when &&
+                        pl->acts[e].kind == a->kind;
+             e++)
+            ;
+        if (a->kind != OOC_ACT_SWAPIN)
+            continue;
+        for (uint32_t i = s + 1; i < e; i++) { /* insertion sort: buckets are small */
+            ooc_action_t x = pl->acts[i];
+            int32_t nx = need[i];
+            uint32_t j = i;
+            while (j > s &&
+                   (need[j - 1] > nx || (need[j - 1] == nx && pl->acts[j - 1].buf > x.buf))) {
+                pl->acts[j] = pl->acts[j - 1];
+                need[j] = need[j - 1];
+                j--;
+            }
+            pl->acts[j] = x;
+            need[j] = nx;
+        }
+    }
+    free(need);
+    free(pending);
+    return 0;
+}
+
 int sched_plan(const sched_t *s0, const char *policy, uint64_t budget, ooc_plan_t **out) {
     const ooc_model_t *m = s0->m;
     const ooc_profile_t *p = m->prof;
@@ -345,6 +397,8 @@ int sched_plan(const sched_t *s0, const char *policy, uint64_t budget, ooc_plan_
     }
     ooc_plan_finalize(pl);
     rc = one_wait_per_swapin(pl);
+    if (!rc)
+        rc = swapins_by_need(pl);
     if (rc) {
         ooc_plan_free(pl);
         return rc;

@@ -202,6 +202,40 @@ START_TEST(test_same_op_swapins_keep_their_order_and_the_first_needed_first_is_f
 }
 END_TEST
 
+START_TEST(test_policies_issue_the_swapin_needed_first_first) {
+    ooc_profile_t *p = two_swapins();
+    ooc_model_t *m;
+    ck_assert_int_eq(ooc_model_build(p, p->chunk_bytes, &m), 0);
+    /* under 2 chunks, with S at 2 chunks, A and B are both out during ops 1-5; where a policy
+     * swaps both in before one op, A (needed at op 6) comes first though its id is higher (the
+     * window policy does so) */
+    ooc_policy_opts_t o = {.budget_bytes = 2 << 16};
+    int same_op = 0;
+    for (int q = 0; ooc_policy_names[q]; q++) {
+        ooc_plan_t *pl = NULL;
+        char err[512] = "";
+        ck_assert_msg(ooc_policy_plan(m, ooc_policy_names[q], &o, &pl, err, sizeof err) == 0,
+                      "%s: %s", ooc_policy_names[q], err);
+        int32_t in_at[2] = {-1, -1};
+        uint32_t idx[2] = {0, 0};
+        for (uint32_t k = 0; k < pl->nacts; k++)
+            if (pl->acts[k].kind == OOC_ACT_SWAPIN && pl->acts[k].buf < 2) {
+                in_at[pl->acts[k].buf] = pl->acts[k].op;
+                idx[pl->acts[k].buf] = k;
+            }
+        if (in_at[BUF_A] >= 0 && in_at[BUF_A] == in_at[BUF_B]) {
+            same_op += strcmp(ooc_policy_names[q], "window") == 0;
+            ck_assert_msg(idx[BUF_A] < idx[BUF_B], "%s: B's swap-in issued before A's",
+                          ooc_policy_names[q]);
+        }
+        ooc_plan_free(pl);
+    }
+    ck_assert_int_eq(same_op, 1);
+    ooc_model_free(m);
+    ooc_profile_free(p);
+}
+END_TEST
+
 Suite *suite_ooc_plan(void) {
     Suite *s = suite_create("ooc_plan");
     TCase *tc = tcase_create("cli");
@@ -211,6 +245,7 @@ Suite *suite_ooc_plan(void) {
     tcase_add_test(tc, test_malformed_profile_names_file_line_field);
     tcase_add_test(tc, test_infeasible_budget_names_the_op);
     tcase_add_test(tc, test_same_op_swapins_keep_their_order_and_the_first_needed_first_is_faster);
+    tcase_add_test(tc, test_policies_issue_the_swapin_needed_first_first);
     suite_add_tcase(s, tc);
     return s;
 }
