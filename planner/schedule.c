@@ -322,6 +322,78 @@ static int swapins_by_need(ooc_plan_t *pl) {
     return 0;
 }
 
+typedef struct {
+    int32_t need, op, buf;
+    uint32_t idx;
+} issue_t;
+
+static int issue_cmp(const void *x, const void *y) {
+    const issue_t *a = x, *b = y;
+    if (a->need != b->need)
+        return a->need < b->need ? -1 : 1;
+    if (a->op != b->op)
+        return a->op < b->op ? -1 : 1;
+    return a->buf < b->buf ? -1 : a->buf > b->buf;
+}
+
+int sched_issue_in_need_order(const ooc_plan_t *in, ooc_plan_t **out) {
+    *out = NULL;
+    ooc_plan_t *pl =
+        ooc_plan_new(in->policy, in->nops, in->nbufs, in->budget_bytes, in->chunk_bytes);
+    issue_t *v = malloc((in->nacts ? in->nacts : 1) * sizeof *v);
+    uint32_t *pending = malloc((in->nbufs ? in->nbufs : 1) * sizeof *pending);
+    int rc = pl && v && pending ? 0 : OOC_ENOMEM;
+    uint32_t nv = 0;
+    if (!rc) {
+        memcpy(pl->start_host, in->start_host, in->nbufs);
+        for (uint32_t b = 0; b < in->nbufs; b++)
+            pending[b] = UINT32_MAX;
+        for (uint32_t i = 0; i < in->nacts; i++) {
+            const ooc_action_t *a = &in->acts[i];
+            if (a->kind == OOC_ACT_SWAPIN)
+                pending[a->buf] = i;
+            else if (a->kind == OOC_ACT_WAIT && pending[a->buf] != UINT32_MAX) {
+                uint32_t k = pending[a->buf];
+                v[nv++] = (issue_t){a->op, in->acts[k].op, a->buf, k};
+                pending[a->buf] = UINT32_MAX;
+            }
+        }
+        qsort(v, nv, sizeof *v, issue_cmp);
+    }
+    int32_t *at = rc ? NULL : malloc((in->nacts ? in->nacts : 1) * sizeof *at);
+    if (!rc && !at)
+        rc = OOC_ENOMEM;
+    if (!rc) {
+        for (uint32_t i = 0; i < in->nacts; i++)
+            at[i] = in->acts[i].op;
+        int32_t run = -1;
+        for (uint32_t k = 0; k < nv; k++) {
+            if (v[k].op < run)
+                at[v[k].idx] = run;
+            else
+                run = v[k].op;
+        }
+        for (uint32_t i = 0; i < in->nacts && !rc; i++) {
+            const ooc_action_t *a = &in->acts[i];
+            rc = ooc_plan_add(pl, at[i], (ooc_when_t)a->when, (ooc_act_kind_t)a->kind, a->buf,
+                              in->via + a->via_off, a->nvia);
+        }
+    }
+    free(at);
+    free(v);
+    free(pending);
+    if (!rc) {
+        ooc_plan_finalize(pl);
+        rc = swapins_by_need(pl);
+    }
+    if (rc) {
+        ooc_plan_free(pl);
+        return rc;
+    }
+    *out = pl;
+    return 0;
+}
+
 int sched_plan(const sched_t *s0, const char *policy, uint64_t budget, ooc_plan_t **out) {
     const ooc_model_t *m = s0->m;
     const ooc_profile_t *p = m->prof;
