@@ -6,9 +6,11 @@
  * the window schedule with its swap-ins moved as early as memory allows; the next-use (belady)
  * schedule, and the best of a wider search of its variants (belady_search); then, from the best
  * window and the best next-use schedule (from the better only on iterations of more than 2,000
- * ops), PoocH's classification (keep what stalls, recompute where r(X) < 1). The fastest
- * feasible candidate wins; among equally fast ones, the one that copies fewer bytes, then the
- * earlier, so the result is deterministic. The first candidate keeps everything resident and
+ * ops), PoocH's classification (keep what stalls, recompute where r(X) < 1). Each candidate is
+ * also tried with its swap-ins issued in the order their buffers are needed (a swap-in issued
+ * before one needed earlier waits for it: the copy engine is first come, first served). The
+ * fastest feasible candidate wins; among equally fast ones, the one that copies fewer bytes, then
+ * the earlier, so the result is deterministic. The first candidate keeps everything resident and
  * moves nothing: it wins whenever the iteration fits the budget as it is. */
 #include "schedule.h"
 
@@ -25,7 +27,7 @@ typedef struct {
  * as fast and moving fewer bytes. The model overlaps copies with compute perfectly, so a plan
  * that swaps everything may tie with one that moves nothing; on a real link a copy costs
  * engine time, host time and power, so the tie goes to the plan that moves less. */
-static int consider(const ooc_model_t *m, best_t *b, ooc_plan_t *plan) {
+static int consider1(const ooc_model_t *m, best_t *b, ooc_plan_t *plan) {
     ooc_sim_result_t r;
     int rc = ooc_sim_run(m, plan, NULL, &r);
     if (rc) {
@@ -43,6 +45,23 @@ static int consider(const ooc_model_t *m, best_t *b, ooc_plan_t *plan) {
         ooc_plan_free(plan);
     }
     return 0;
+}
+
+/* Considers plan (takes ownership), then a copy of it with its swap-ins issued in need order
+ * (sched_issue_in_need_order: it only delays swap-ins, and the simulation judges it; one simulation
+ * more, and it wins only when strictly faster, the copy coming second). */
+static int consider(const ooc_model_t *m, best_t *b, ooc_plan_t *plan) {
+    ooc_plan_t *edf = NULL;
+    int rc = sched_issue_in_need_order(plan, &edf);
+    if (rc) {
+        ooc_plan_free(plan);
+        return rc;
+    }
+    if ((rc = consider1(m, b, plan)) != 0) {
+        ooc_plan_free(edf);
+        return rc;
+    }
+    return consider1(m, b, edf);
 }
 
 int pol_auto(const ooc_model_t *m, const ooc_policy_opts_t *o, ooc_plan_t **out) {

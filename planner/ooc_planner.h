@@ -190,7 +190,7 @@ typedef struct ooc_plan {
     uint32_t nops, nbufs;
     uint8_t *decision;   /* per buffer: ooc_decision_t (a summary of the actions) */
     uint8_t *start_host; /* per buffer: 1 when it is on the host at iteration start and end */
-    ooc_action_t *acts;  /* sorted by ooc_plan_finalize: op, when, kind, buffer */
+    ooc_action_t *acts;  /* by ooc_plan_finalize: op, when, kind, then order added */
     uint32_t nacts, acts_cap;
     int32_t *via;
     uint32_t nvia, via_cap;

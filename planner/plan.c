@@ -76,29 +76,42 @@ int ooc_plan_add(ooc_plan_t *pl, int32_t op, ooc_when_t when, ooc_act_kind_t kin
     return 0;
 }
 
-static int act_cmp(const void *x, const void *y) {
-    const ooc_action_t *a = x, *b = y;
+/* The replay position of an action: op, then before/after, then kind. Actions equal under it
+ * keep the order they were added in (the planner's choice, e.g. which swap-in the copy engine
+ * starts first), so the sort below is stable. */
+static int act_cmp(const ooc_action_t *a, const ooc_action_t *b) {
     if (a->op != b->op)
         return a->op < b->op ? -1 : 1;
     if (a->when != b->when)
         return a->when < b->when ? -1 : 1;
     if (a->kind != b->kind)
         return a->kind < b->kind ? -1 : 1;
-    if (a->buf != b->buf)
-        return a->buf < b->buf ? -1 : 1;
     return 0;
 }
 
-/* Orders the actions by (op, when) with a counting sort, then by (kind, buffer) within each
- * (small) bucket; falls back to qsort when memory is short. */
+/* Stable insertion sort by act_cmp: near-linear on the small (op, when) buckets, quadratic only
+ * as the fallback when memory for the counting sort is short. */
+static void insertion_sort(ooc_action_t *v, uint32_t n) {
+    for (uint32_t i = 1; i < n; i++) {
+        ooc_action_t a = v[i];
+        uint32_t j = i;
+        while (j > 0 && act_cmp(&v[j - 1], &a) > 0) {
+            v[j] = v[j - 1];
+            j--;
+        }
+        v[j] = a;
+    }
+}
+
+/* Orders the actions by (op, when) with a counting sort, then by kind within each (small)
+ * bucket, both stable: actions equal in (op, when, kind) stay in the order they were added. */
 static void sort_actions(ooc_plan_t *pl) {
     uint32_t nk = 2 * pl->nops + 1;
     uint32_t *cnt = pl->nacts > 64 ? calloc(nk + 1, sizeof *cnt) : NULL;
     ooc_action_t *tmp = cnt ? malloc(pl->nacts * sizeof *tmp) : NULL;
     if (!tmp) {
         free(cnt);
-        if (pl->nacts)
-            qsort(pl->acts, pl->nacts, sizeof *pl->acts, act_cmp);
+        insertion_sort(pl->acts, pl->nacts);
         return;
     }
     for (uint32_t i = 0; i < pl->nacts; i++)
@@ -108,29 +121,57 @@ static void sort_actions(ooc_plan_t *pl) {
     for (uint32_t i = 0; i < pl->nacts; i++)
         tmp[cnt[2 * (uint32_t)pl->acts[i].op + pl->acts[i].when]++] = pl->acts[i];
     free(cnt);
-    for (uint32_t i = 1; i < pl->nacts; i++) {
-        ooc_action_t a = tmp[i];
-        uint32_t j = i;
-        while (j > 0 && act_cmp(&tmp[j - 1], &a) > 0) {
-            tmp[j] = tmp[j - 1];
-            j--;
-        }
-        tmp[j] = a;
-    }
+    insertion_sort(tmp, pl->nacts);
     memcpy(pl->acts, tmp, pl->nacts * sizeof *tmp);
     free(tmp);
 }
 
+/* Does acts[i] repeat (same buffer) an action of acts[from..i), all of one (op, when, kind)?
+ * seen (NULL: scan the range) holds, per buffer, from + 1 once that buffer is in the range;
+ * ranges must be visited in increasing `from`. */
+static int repeats(const ooc_plan_t *pl, uint32_t from, uint32_t i, uint32_t *seen) {
+    int32_t b = pl->acts[i].buf;
+    if (seen) {
+        if (seen[b] == from + 1)
+            return 1;
+        seen[b] = from + 1;
+        return 0;
+    }
+    for (uint32_t k = from; k < i; k++)
+        if (pl->acts[k].buf == b)
+            return 1;
+    return 0;
+}
+
+/* The first recompute that repeats one of the same buffer before the same op, or -1. */
+static int64_t repeated_recompute(const ooc_plan_t *pl) {
+    uint32_t *seen = calloc(pl->nbufs ? pl->nbufs : 1, sizeof *seen);
+    int64_t hit = -1;
+    for (uint32_t from = 0, i = 0; i < pl->nacts && hit < 0; i++) {
+        if (act_cmp(&pl->acts[from], &pl->acts[i]) != 0)
+            from = i;
+        if (pl->acts[i].kind == OOC_ACT_RECOMPUTE && repeats(pl, from, i, seen))
+            hit = i;
+    }
+    free(seen);
+    return hit;
+}
+
 void ooc_plan_finalize(ooc_plan_t *pl) {
     sort_actions(pl);
-    /* identical swap-in/wait/drop/swap-out rows are one action */
-    uint32_t w = 0;
+    /* identical swap-in/wait/drop/swap-out rows are one action (the first kept); no longer
+     * adjacent once the order within (op, when, kind) is the planner's, so found per bucket */
+    uint32_t *seen = calloc(pl->nbufs ? pl->nbufs : 1, sizeof *seen);
+    uint32_t w = 0, from = 0;
     for (uint32_t i = 0; i < pl->nacts; i++) {
-        if (w > 0 && pl->acts[i].kind != OOC_ACT_RECOMPUTE &&
-            act_cmp(&pl->acts[w - 1], &pl->acts[i]) == 0)
+        if (w == 0 || act_cmp(&pl->acts[from], &pl->acts[i]) != 0)
+            from = w;
+        pl->acts[w] = pl->acts[i];
+        if (pl->acts[w].kind != OOC_ACT_RECOMPUTE && repeats(pl, from, w, seen))
             continue;
-        pl->acts[w++] = pl->acts[i];
+        w++;
     }
+    free(seen);
     pl->nacts = w;
     for (uint32_t b = 0; b < pl->nbufs; b++)
         pl->decision[b] = pl->start_host[b] ? OOC_SWAP : OOC_KEEP;
@@ -414,12 +455,13 @@ int ooc_plan_parse(const char *text, size_t len, const char *name, ooc_plan_t **
         goto fail;
     }
     ooc_plan_finalize(pl);
-    for (uint32_t i = 1; i < pl->nacts; i++)
-        if (act_cmp(&pl->acts[i - 1], &pl->acts[i]) == 0) {
-            ooc_msg_say(err, errlen, "%s: field action: %s of buffer %d at op %d given twice", name,
-                        act_names[pl->acts[i].kind], (int)pl->acts[i].buf, (int)pl->acts[i].op);
-            goto fail;
-        }
+    int64_t dup = repeated_recompute(pl);
+    if (dup >= 0) {
+        const ooc_action_t *a = &pl->acts[dup];
+        ooc_msg_say(err, errlen, "%s: field action: %s of buffer %d at op %d given twice", name,
+                    act_names[a->kind], (int)a->buf, (int)a->op);
+        goto fail;
+    }
     for (uint32_t b2 = 0; b2 < pl->nbufs; b2++)
         if (seen_dec[b2] != pl->decision[b2]) {
             ooc_msg_say(err, errlen,

@@ -270,6 +270,130 @@ static int one_wait_per_swapin(ooc_plan_t *pl) {
     return 0;
 }
 
+/* Orders the swap-ins issued before one op by when their buffers are needed (the op of the wait
+ * that follows each, then buffer id; one with no wait this iteration last): the host-to-device
+ * engine runs them first come, first served, so the copy needed first is started first. Runs on
+ * a finalized plan after one_wait_per_swapin; ooc_plan_finalize keeps this order (and the plan
+ * file records it). Returns 0 or OOC_ENOMEM. */
+static int swapins_by_need(ooc_plan_t *pl) {
+    int32_t *need = malloc((pl->nacts ? pl->nacts : 1) * sizeof *need);
+    uint32_t *pending = malloc((pl->nbufs ? pl->nbufs : 1) * sizeof *pending);
+    if (!need || !pending) {
+        free(need);
+        free(pending);
+        return OOC_ENOMEM;
+    }
+    for (uint32_t b = 0; b < pl->nbufs; b++)
+        pending[b] = UINT32_MAX;
+    for (uint32_t i = 0; i < pl->nacts; i++) {
+        const ooc_action_t *a = &pl->acts[i];
+        need[i] = INT32_MAX;
+        if (a->kind == OOC_ACT_SWAPIN)
+            pending[a->buf] = i;
+        else if (a->kind == OOC_ACT_WAIT && pending[a->buf] != UINT32_MAX) {
+            need[pending[a->buf]] = a->op;
+            pending[a->buf] = UINT32_MAX;
+        }
+    }
+    for (uint32_t s = 0, e; s < pl->nacts; s = e) {
+        const ooc_action_t *a = &pl->acts[s];
+        for (e = s + 1; e < pl->nacts && pl->acts[e].op == a->op && pl->acts[e].when == a->when &&
+                        pl->acts[e].kind == a->kind;
+             e++)
+            ;
+        if (a->kind != OOC_ACT_SWAPIN)
+            continue;
+        for (uint32_t i = s + 1; i < e; i++) { /* insertion sort: buckets are small */
+            ooc_action_t x = pl->acts[i];
+            int32_t nx = need[i];
+            uint32_t j = i;
+            while (j > s &&
+                   (need[j - 1] > nx || (need[j - 1] == nx && pl->acts[j - 1].buf > x.buf))) {
+                pl->acts[j] = pl->acts[j - 1];
+                need[j] = need[j - 1];
+                j--;
+            }
+            pl->acts[j] = x;
+            need[j] = nx;
+        }
+    }
+    free(need);
+    free(pending);
+    return 0;
+}
+
+typedef struct {
+    int32_t need, op, buf;
+    uint32_t idx;
+} issue_t;
+
+static int issue_cmp(const void *x, const void *y) {
+    const issue_t *a = x, *b = y;
+    if (a->need != b->need)
+        return a->need < b->need ? -1 : 1;
+    if (a->op != b->op)
+        return a->op < b->op ? -1 : 1;
+    return a->buf < b->buf ? -1 : a->buf > b->buf;
+}
+
+int sched_issue_in_need_order(const ooc_plan_t *in, ooc_plan_t **out) {
+    *out = NULL;
+    ooc_plan_t *pl =
+        ooc_plan_new(in->policy, in->nops, in->nbufs, in->budget_bytes, in->chunk_bytes);
+    issue_t *v = malloc((in->nacts ? in->nacts : 1) * sizeof *v);
+    uint32_t *pending = malloc((in->nbufs ? in->nbufs : 1) * sizeof *pending);
+    int rc = pl && v && pending ? 0 : OOC_ENOMEM;
+    uint32_t nv = 0;
+    if (!rc) {
+        memcpy(pl->start_host, in->start_host, in->nbufs);
+        for (uint32_t b = 0; b < in->nbufs; b++)
+            pending[b] = UINT32_MAX;
+        for (uint32_t i = 0; i < in->nacts; i++) {
+            const ooc_action_t *a = &in->acts[i];
+            if (a->kind == OOC_ACT_SWAPIN)
+                pending[a->buf] = i;
+            else if (a->kind == OOC_ACT_WAIT && pending[a->buf] != UINT32_MAX) {
+                uint32_t k = pending[a->buf];
+                v[nv++] = (issue_t){a->op, in->acts[k].op, a->buf, k};
+                pending[a->buf] = UINT32_MAX;
+            }
+        }
+        qsort(v, nv, sizeof *v, issue_cmp);
+    }
+    int32_t *at = rc ? NULL : malloc((in->nacts ? in->nacts : 1) * sizeof *at);
+    if (!rc && !at)
+        rc = OOC_ENOMEM;
+    if (!rc) {
+        for (uint32_t i = 0; i < in->nacts; i++)
+            at[i] = in->acts[i].op;
+        int32_t run = -1;
+        for (uint32_t k = 0; k < nv; k++) {
+            if (v[k].op < run)
+                at[v[k].idx] = run;
+            else
+                run = v[k].op;
+        }
+        for (uint32_t i = 0; i < in->nacts && !rc; i++) {
+            const ooc_action_t *a = &in->acts[i];
+            rc = ooc_plan_add(pl, at[i], (ooc_when_t)a->when, (ooc_act_kind_t)a->kind, a->buf,
+                              in->via + a->via_off, a->nvia);
+        }
+    }
+    free(at);
+    free(v);
+    free(pending);
+    if (!rc) {
+        ooc_plan_finalize(pl);
+        rc = swapins_by_need(pl);
+    }
+    if (rc) {
+        ooc_plan_free(pl);
+        return rc;
+    }
+    *out = pl;
+    return 0;
+}
+
 int sched_plan(const sched_t *s0, const char *policy, uint64_t budget, ooc_plan_t **out) {
     const ooc_model_t *m = s0->m;
     const ooc_profile_t *p = m->prof;
@@ -345,6 +469,8 @@ int sched_plan(const sched_t *s0, const char *policy, uint64_t budget, ooc_plan_
     }
     ooc_plan_finalize(pl);
     rc = one_wait_per_swapin(pl);
+    if (!rc)
+        rc = swapins_by_need(pl);
     if (rc) {
         ooc_plan_free(pl);
         return rc;

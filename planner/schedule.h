@@ -45,6 +45,11 @@ int sched_eval(const sched_t *s, uint64_t budget, const ooc_sim_opts_t *o, ooc_s
  * schedule's result, is about 1 in 2^100 over a search's few hundred entries). */
 int sched_memo_new(sched_memo_t **out);
 void sched_memo_free(sched_memo_t *mm);
+/* A copy of plan `in` whose swap-ins are issued in the order their buffers are needed (the op of
+ * the wait that follows each): a swap-in issued before one needed earlier is delayed to that
+ * one's op (and ordered after it there); no swap-in is issued earlier than in `in`.
+ * Returns 0 or OOC_ENOMEM; *out is owned by the caller. */
+int sched_issue_in_need_order(const ooc_plan_t *in, ooc_plan_t **out);
 /* Places every swap-in of a swapped gap as early as memory allows (PoocH section 4.3), using the
  * static residency implied by the decisions. */
 int sched_place_swapins(sched_t *s, uint64_t budget);
