@@ -46,7 +46,6 @@ typedef struct rp_op {
     int shape_ok; /* the profile's shape could be read */
     uint32_t act_off, nact;
     uint8_t is_via;        /* a producer that some recompute re-launches */
-    uint8_t has_after;     /* some action of the op is done after it */
     uint64_t saved_iter;   /* the iteration `sl` was saved in; 0: none */
     ooc_saved_launch_t sl; /* is_via: the launch as issued this iteration */
 } rp_op_t;
@@ -196,7 +195,6 @@ static int start(ooc_profile_t *p, ooc_plan_t *pl, uint32_t pos) {
         if (r->nact == 0)
             r->act_off = k;
         r->nact = k - r->act_off + 1;
-        r->has_after |= a->when == OOC_AFTER;
     }
     /* Recomputes: their producers, and for each drop the recompute of its buffer that follows
      * (the plan uses the buffer nowhere in between). */
@@ -560,10 +558,6 @@ static void diverge(uint32_t i, const char *why) {
     }
 }
 
-/* The op this thread began last was matched to the plan and has actions after it: P.cur's
- * shadow in the thread that issues the op, so that ooc_replay_op_end takes rp_lock only then. */
-static _Thread_local int tl_after;
-
 static void op_begin(const ooc_access_t *a, const ooc_opbuf_t *b, size_t nb, CUstream s) {
     if (ooc_internal_op == OOC_OWN_VERIFY)
         return;
@@ -583,7 +577,6 @@ static void op_begin(const ooc_access_t *a, const ooc_opbuf_t *b, size_t nb, CUs
         return;
     }
     P.cur = -1;
-    tl_after = 0;
     int marked = P.marked;
     P.marked = 0;
     if (marked && !P.diverged && P.pos != 0 && P.pos != P.n)
@@ -644,7 +637,6 @@ static void op_begin(const ooc_access_t *a, const ooc_opbuf_t *b, size_t nb, CUs
         /* WAIT: ops wait for the copies of the chunks they use (mem.c). */
     }
     P.cur = (int32_t)i;
-    tl_after = ro->has_after;
     P.pos = i + 1;
     ooc_stats_add(OOC_STAT_planned_ops, 1);
     pthread_mutex_unlock(&rp_lock);
@@ -658,9 +650,8 @@ int ooc_replay_op_begin(const ooc_access_t *a, const ooc_opbuf_t *b, size_t nb, 
 }
 
 void ooc_replay_op_end(CUstream s) {
-    if (ooc_internal_op || !tl_after)
-        return; /* most replayed ops have nothing to do after them: no lock for those */
-    tl_after = 0;
+    if (ooc_internal_op)
+        return;
     pthread_mutex_lock(&rp_lock);
     if (!ooc_replay_on() || P.cur < 0) {
         pthread_mutex_unlock(&rp_lock);
