@@ -174,7 +174,7 @@ int pol_auto(const ooc_model_t *m, const ooc_policy_opts_t *o, ooc_plan_t **out)
     /* the best schedule's releases that made room nothing used, switched to keep */
     if (!rc && bs.g) {
         ooc_plan_t *pl;
-        rc = keep_refine(&bs, o->budget_bytes, 3);
+        rc = keep_refine(&bs, o->budget_bytes, 3, sched_sim_budget(m) / 16);
         if (!rc && (rc = sched_plan(&bs, "auto", o->budget_bytes, &pl)) == 0)
             rc = consider(m, &best, pl);
     }

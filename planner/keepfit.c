@@ -58,10 +58,10 @@ static int64_t rmq_max(const rmq_t *t, int32_t i, int32_t l, int32_t r, int32_t 
     return (a > b ? a : b) + t->ad[i];
 }
 
-/* One release and the mapping after it: buffer buf unmapped by trace event iu (the compute engine
- * at op ou) and mapped again by event im. */
+/* One release and the mapping after it: buffer buf unmapped by trace event iu and mapped again by
+ * event im, the compute engine at op ou and om then. */
 typedef struct {
-    int32_t buf, iu, im, ou;
+    int32_t buf, iu, im, ou, om;
     uint64_t fp;
 } rel_t;
 
@@ -74,16 +74,46 @@ static int rel_cmp(const void *a, const void *b) {
     return x->buf < y->buf ? -1 : x->buf > y->buf;
 }
 
-/* The swapped or recomputed gap of b that the release at op ou belongs to: the latest one that
- * starts at or before ou (the release follows the use that opens the gap). NULL when none. */
-static gap_t *released_gap(const sched_t *s, int32_t b, int32_t ou) {
+/* The swapped or recomputed gap of b that a release (the compute engine at op ou) and the mapping
+ * after it (at op om) belong to: the release follows the use that opens the gap (from <= ou) and
+ * the mapping is for the use that closes it, which the compute engine has not passed (to >= om);
+ * of those, the one that closes first. NULL when none. */
+static gap_t *released_gap(const sched_t *s, int32_t b, int32_t ou, int32_t om) {
     gap_t *best = NULL;
     for (uint32_t k = s->gap_off[b]; k < s->gap_off[b + 1]; k++) {
         gap_t *g = &s->g[k];
-        if (g->dec != OOC_KEEP && g->from <= ou && (!best || g->from > best->from))
+        if (g->dec != OOC_KEEP && g->from <= ou && g->to >= om && (!best || g->to < best->to))
             best = g;
     }
     return best;
+}
+
+/* Scores schedule s as auto would take it: its plan and the copy with swap-ins issued in need
+ * order (sched_issue_in_need_order), the faster of the two; with tr, the faster is simulated
+ * again into tr. Returns 0 or OOC_ENOMEM; *sc is UINT64_MAX when neither is feasible. */
+static int score2(const sched_t *s, uint64_t budget, ooc_trace_t *tr, uint64_t *sc) {
+    ooc_plan_t *pl[2] = {NULL, NULL};
+    uint64_t v[2] = {UINT64_MAX, UINT64_MAX};
+    int rc = sched_plan(s, "keep", budget, &pl[0]);
+    if (!rc)
+        rc = sched_issue_in_need_order(pl[0], &pl[1]);
+    for (int i = 0; i < 2 && !rc; i++) {
+        ooc_sim_result_t r;
+        if ((rc = ooc_sim_run(s->m, pl[i], NULL, &r)) == 0)
+            v[i] = sched_score(&r);
+        ooc_sim_result_free(&r);
+    }
+    int w = v[1] < v[0];
+    *sc = v[w];
+    if (!rc && tr && v[w] != UINT64_MAX) {
+        ooc_sim_opts_t o = {.trace = tr};
+        ooc_sim_result_t r;
+        rc = ooc_sim_run(s->m, pl[w], &o, &r);
+        ooc_sim_result_free(&r);
+    }
+    ooc_plan_free(pl[0]);
+    ooc_plan_free(pl[1]);
+    return rc;
 }
 
 /* One round: simulates s with a trace and switches to keep the gaps whose release found room
@@ -97,16 +127,13 @@ typedef struct {
 static int switch_round(sched_t *s, uint64_t budget, sw_t *sw, uint32_t *nsw) {
     const ooc_model_t *m = s->m;
     ooc_trace_t tr = {0};
-    ooc_sim_opts_t o = {.trace = &tr};
-    ooc_sim_result_t r;
-    int rc = sched_eval(s, budget, &o, &r);
+    uint64_t sc;
+    int rc = score2(s, budget, &tr, &sc);
     *nsw = 0;
-    if (rc || !r.feasible || tr.n == 0) {
-        ooc_sim_result_free(&r);
+    if (rc || sc == UINT64_MAX || tr.n == 0) {
         ooc_trace_free(&tr);
         return rc;
     }
-    ooc_sim_result_free(&r);
     int32_t ne = (int32_t)tr.n;
     int64_t *use = malloc((size_t)ne * sizeof *use);
     int32_t *last = malloc((m->nb ? m->nb : 1) * sizeof *last);
@@ -125,9 +152,9 @@ static int switch_round(sched_t *s, uint64_t budget, sw_t *sw, uint32_t *nsw) {
         const ooc_trace_ev_t *ev = &tr.ev[e];
         if (ev->kind == OOC_TR_MAP) {
             cur += (int64_t)ev->bytes;
-            if (last[ev->buf] >= 0 && e > last[ev->buf] + 1)
+            if (last[ev->buf] >= 0)
                 rel[nr++] = (rel_t){ev->buf, last[ev->buf], e, tr.ev[last[ev->buf]].op,
-                                    m->fp[ev->buf]};
+                                    ev->op,  m->fp[ev->buf]};
             last[ev->buf] = -1;
         } else if (ev->kind == OOC_TR_UNMAP) {
             cur -= (int64_t)ev->bytes;
@@ -143,7 +170,7 @@ static int switch_round(sched_t *s, uint64_t budget, sw_t *sw, uint32_t *nsw) {
         int64_t top = rmq_max(&t, 1, 0, ne - 1, x->iu, x->im - 1);
         if (top + (int64_t)x->fp > (int64_t)budget)
             continue;
-        gap_t *g = released_gap(s, x->buf, x->ou);
+        gap_t *g = released_gap(s, x->buf, x->ou, x->om);
         if (!g)
             continue;
         rmq_add(&t, 1, 0, ne - 1, x->iu, x->im - 1, (int64_t)x->fp);
@@ -160,28 +187,73 @@ out:
     return rc;
 }
 
-int keep_refine(sched_t *s, uint64_t budget, int rounds) {
-    sw_t *sw = malloc((s->ng ? s->ng : 1) * sizeof *sw);
+static const ooc_model_t *cand_m; /* rebuild_pass's qsort key: the model */
+
+/* Larger buffers first, then the earlier gap. */
+static int cand_cmp(const void *a, const void *b) {
+    const gap_t *x = *(const gap_t *const *)a, *y = *(const gap_t *const *)b;
+    uint64_t bx = cand_m->prof->bufs[x->buf].bytes, by = cand_m->prof->bufs[y->buf].bytes;
+    if (bx != by)
+        return bx > by ? -1 : 1;
+    return x->from < y->from ? -1 : x->from > y->from;
+}
+
+/* Tries each swapped gap that may be rebuilt instead, largest buffer first, one simulation each
+ * (at most max_sims), and keeps the switch when faster: with the rest of the plan fixed, the
+ * simulator sees where a rebuild's inputs are and what room they take. *cur holds the score of
+ * s. Returns 0 or OOC_ENOMEM. */
+static int rebuild_pass(sched_t *s, uint64_t budget, uint64_t *cur, uint32_t max_sims) {
+    const ooc_model_t *m = s->m;
+    gap_t **c = malloc((s->ng ? s->ng : 1) * sizeof *c);
+    sched_t keep = {0};
+    uint32_t nc = 0;
     int rc = 0;
-    if (!sw) {
-        rc = OOC_ENOMEM;
-        goto out;
+    if (!c || (rc = sched_copy(&keep, s)) != 0) {
+        free(c);
+        return rc ? rc : OOC_ENOMEM;
     }
-    ooc_sim_result_t r;
-    if ((rc = sched_eval(s, budget, NULL, &r)))
-        goto out;
-    uint64_t cur = sched_score(&r);
-    if (!s->memo)
-        ooc_sim_result_free(&r);
-    for (int round = 0; round < rounds && cur != UINT64_MAX; round++) {
+    for (uint32_t k = 0; k < s->ng; k++) {
+        gap_t *g = &s->g[k];
+        if (g->dec == OOC_SWAP && m->recomp[g->buf] && g->to < (int32_t)m->n &&
+            g->to <= m->recomp_until[g->buf])
+            c[nc++] = g;
+    }
+    cand_m = m;
+    qsort(c, nc, sizeof *c, cand_cmp);
+    /* each switch as it stands, then with the swap-ins placed again (a rebuild's inputs come in
+     * before it: they may be better placed) */
+    for (uint32_t i = 0, sims = 0; i < nc && sims < max_sims && !rc; i++) {
+        c[i]->dec = OOC_RECOMPUTE;
+        uint64_t sc = UINT64_MAX;
+        for (int place = 0; place < 2 && sc >= *cur && !rc; place++, sims++) {
+            if (place)
+                rc = sched_place_swapins(s, budget);
+            if (!rc)
+                rc = score2(s, budget, NULL, &sc);
+        }
+        if (!rc && sc < *cur) {
+            *cur = sc;
+            memcpy(keep.g, s->g, s->ng * sizeof *s->g);
+        } else {
+            memcpy(s->g, keep.g, s->ng * sizeof *s->g);
+        }
+    }
+    sched_free(&keep);
+    free(c);
+    return rc;
+}
+
+int keep_refine(sched_t *s, uint64_t budget, int rounds, uint32_t max_sims) {
+    sw_t *sw = malloc((s->ng ? s->ng : 1) * sizeof *sw);
+    uint64_t cur = UINT64_MAX;
+    int rc = sw ? score2(s, budget, NULL, &cur) : OOC_ENOMEM;
+    for (int round = 0; !rc && round < rounds && cur != UINT64_MAX; round++) {
         uint32_t nsw = 0;
+        uint64_t sc;
         if ((rc = switch_round(s, budget, sw, &nsw)) || nsw == 0)
             break;
-        if ((rc = sched_eval(s, budget, NULL, &r)))
+        if ((rc = score2(s, budget, NULL, &sc)))
             break;
-        uint64_t sc = sched_score(&r);
-        if (!s->memo)
-            ooc_sim_result_free(&r);
         if (sc >= cur) {
             while (nsw-- > 0)
                 s->g[sw[nsw].k].dec = sw[nsw].dec;
@@ -189,7 +261,8 @@ int keep_refine(sched_t *s, uint64_t budget, int rounds) {
         }
         cur = sc;
     }
-out:
+    if (!rc && cur != UINT64_MAX)
+        rc = rebuild_pass(s, budget, &cur, max_sims);
     free(sw);
     return rc;
 }
