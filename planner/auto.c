@@ -11,7 +11,9 @@
  * before one needed earlier waits for it: the copy engine is first come, first served). The
  * fastest feasible candidate wins; among equally fast ones, the one that copies fewer bytes, then
  * the earlier, so the result is deterministic. The first candidate keeps everything resident and
- * moves nothing: it wins whenever the iteration fits the budget as it is. */
+ * moves nothing: it wins whenever the iteration fits the budget as it is. Last, the schedule of
+ * the best candidate built from our own schedules is refined by keep_refine (keepfit.c: keep what
+ * was released for nothing, then try rebuilds) and considered once more. */
 #include "schedule.h"
 
 #include <stdlib.h>

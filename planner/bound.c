@@ -432,7 +432,7 @@ static int gap_room(bctx_t *c, uint32_t *cap) {
 static int rebuild_gaps(bctx_t *c) {
     const ooc_model_t *m = c->m;
     const ooc_profile_t *p = m->prof;
-    uint32_t cap = c->ngap, nuses = m->nb ? m->use_off[m->nb - 1] + m->nuse[m->nb - 1] : 0;
+    uint32_t cap = c->ngap, nuses = m->use_off[m->nb];
     uint8_t *used = calloc(nuses ? nuses : 1, 1); /* per use of x: its gap before serves one */
     double bwh = p->h2d_bps / 1e9;
     int rc = used ? 0 : OOC_ENOMEM;

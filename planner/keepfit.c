@@ -9,7 +9,10 @@
  * room is still there with the ones switched before it counted in (a segment tree over the
  * trace's events: range add, range max), and keeps the result only when the simulator finds it
  * faster: the timeline moves when copies go, so the room read is a guess the simulation judges.
- * Callers: auto (auto.c), on the schedules it refines. Not thread-safe on one schedule. */
+ * Then it tries each swapped gap that may be rebuilt as a rebuild, largest first, within a
+ * simulation budget. Every schedule is judged as auto takes it: the faster of its plan and that
+ * plan with its swap-ins issued in need order. Caller: auto (auto.c), on the best schedule it
+ * found. Not thread-safe on one schedule; deterministic. */
 #include "schedule.h"
 
 #include <stdlib.h>
@@ -98,7 +101,7 @@ static int score2(const sched_t *s, uint64_t budget, ooc_trace_t *tr, uint64_t *
     if (!rc)
         rc = sched_issue_in_need_order(pl[0], &pl[1]);
     for (int i = 0; i < 2 && !rc; i++) {
-        ooc_sim_result_t r;
+        ooc_sim_result_t r = {0};
         if ((rc = ooc_sim_run(s->m, pl[i], NULL, &r)) == 0)
             v[i] = sched_score(&r);
         ooc_sim_result_free(&r);
@@ -107,7 +110,7 @@ static int score2(const sched_t *s, uint64_t budget, ooc_trace_t *tr, uint64_t *
     *sc = v[w];
     if (!rc && tr && v[w] != UINT64_MAX) {
         ooc_sim_opts_t o = {.trace = tr};
-        ooc_sim_result_t r;
+        ooc_sim_result_t r = {0};
         rc = ooc_sim_run(s->m, pl[w], &o, &r);
         ooc_sim_result_free(&r);
     }
@@ -187,15 +190,21 @@ out:
     return rc;
 }
 
-static const ooc_model_t *cand_m; /* rebuild_pass's qsort key: the model */
+/* A candidate of rebuild_pass: gap k of a buffer of `bytes`. */
+typedef struct {
+    uint64_t bytes;
+    int32_t from;
+    uint32_t k;
+} cand_t;
 
-/* Larger buffers first, then the earlier gap. */
+/* Larger buffers first, then the earlier gap, then the gap's index. */
 static int cand_cmp(const void *a, const void *b) {
-    const gap_t *x = *(const gap_t *const *)a, *y = *(const gap_t *const *)b;
-    uint64_t bx = cand_m->prof->bufs[x->buf].bytes, by = cand_m->prof->bufs[y->buf].bytes;
-    if (bx != by)
-        return bx > by ? -1 : 1;
-    return x->from < y->from ? -1 : x->from > y->from;
+    const cand_t *x = a, *y = b;
+    if (x->bytes != y->bytes)
+        return x->bytes > y->bytes ? -1 : 1;
+    if (x->from != y->from)
+        return x->from < y->from ? -1 : 1;
+    return x->k < y->k ? -1 : x->k > y->k;
 }
 
 /* Tries each swapped gap that may be rebuilt instead, largest buffer first, one simulation each
@@ -204,7 +213,7 @@ static int cand_cmp(const void *a, const void *b) {
  * s. Returns 0 or OOC_ENOMEM. */
 static int rebuild_pass(sched_t *s, uint64_t budget, uint64_t *cur, uint32_t max_sims) {
     const ooc_model_t *m = s->m;
-    gap_t **c = malloc((s->ng ? s->ng : 1) * sizeof *c);
+    cand_t *c = malloc((s->ng ? s->ng : 1) * sizeof *c);
     sched_t keep = {0};
     uint32_t nc = 0;
     int rc = 0;
@@ -216,14 +225,13 @@ static int rebuild_pass(sched_t *s, uint64_t budget, uint64_t *cur, uint32_t max
         gap_t *g = &s->g[k];
         if (g->dec == OOC_SWAP && m->recomp[g->buf] && g->to < (int32_t)m->n &&
             g->to <= m->recomp_until[g->buf])
-            c[nc++] = g;
+            c[nc++] = (cand_t){m->prof->bufs[g->buf].bytes, g->from, k};
     }
-    cand_m = m;
     qsort(c, nc, sizeof *c, cand_cmp);
     /* each switch as it stands, then with the swap-ins placed again (a rebuild's inputs come in
      * before it: they may be better placed) */
     for (uint32_t i = 0, sims = 0; i < nc && sims < max_sims && !rc; i++) {
-        c[i]->dec = OOC_RECOMPUTE;
+        s->g[c[i].k].dec = OOC_RECOMPUTE;
         uint64_t sc = UINT64_MAX;
         for (int place = 0; place < 2 && sc >= *cur && !rc; place++, sims++) {
             if (place)
