@@ -11,7 +11,9 @@
  * before one needed earlier waits for it: the copy engine is first come, first served). The
  * fastest feasible candidate wins; among equally fast ones, the one that copies fewer bytes, then
  * the earlier, so the result is deterministic. The first candidate keeps everything resident and
- * moves nothing: it wins whenever the iteration fits the budget as it is. */
+ * moves nothing: it wins whenever the iteration fits the budget as it is. Last, the schedule of
+ * the best candidate built from our own schedules is refined by keep_refine (keepfit.c: keep what
+ * was released for nothing, then try rebuilds) and considered once more. */
 #include "schedule.h"
 
 #include <stdlib.h>
@@ -64,6 +66,20 @@ static int consider(const ooc_model_t *m, best_t *b, ooc_plan_t *plan) {
     return consider1(m, b, edf);
 }
 
+/* Considers the plan of schedule s; when it becomes the best, *bs (a schedule, or zeroed) is
+ * replaced by a copy of s, for keep_refine at the end. */
+static int consider_sched(const ooc_model_t *m, best_t *b, const sched_t *s, uint64_t budget,
+                          sched_t *bs) {
+    ooc_plan_t *pl, *was = b->plan;
+    int rc = sched_plan(s, "auto", budget, &pl);
+    if (!rc)
+        rc = consider(m, b, pl);
+    if (rc || b->plan == was)
+        return rc;
+    sched_free(bs);
+    return sched_copy(bs, s);
+}
+
 int pol_auto(const ooc_model_t *m, const ooc_policy_opts_t *o, ooc_plan_t **out) {
     best_t best = {NULL, UINT64_MAX, UINT64_MAX};
     int rc = 0;
@@ -91,7 +107,7 @@ int pol_auto(const ooc_model_t *m, const ooc_policy_opts_t *o, ooc_plan_t **out)
             rc = consider(m, &best, pl);
     }
     /* window sizes, with memory-aware swap-ins */
-    sched_t s;
+    sched_t s, bs = {0};
     sched_memo_t *memo = NULL;
     if (!rc)
         rc = sched_memo_new(&memo);
@@ -127,37 +143,44 @@ int pol_auto(const ooc_model_t *m, const ooc_policy_opts_t *o, ooc_plan_t **out)
     }
     /* the next-use (belady) schedule: a candidate of its own, and a seed */
     uint64_t sb = UINT64_MAX;
-    ooc_plan_t *pl = NULL;
     if (!rc)
         rc = belady_best(&s, o->budget_bytes, &sb); /* the belady policy's plan */
-    if (!rc && (rc = sched_plan(&s, "auto", o->budget_bytes, &pl)) == 0)
-        rc = consider(m, &best, pl);
+    if (!rc)
+        rc = consider_sched(m, &best, &s, o->budget_bytes, &bs);
     /* and more variants of it (on iterations of more than 2,000 ops, a quarter of the simulations,
      * to stay within a second on 10,000 ops) */
     uint64_t sb0 = sb;
     if (!rc)
         rc = belady_search(&s, o->budget_bytes, sched_sim_budget(m) / (m->n > 2000 ? 4 : 1), &sb);
-    if (!rc && sb < sb0 && (rc = sched_plan(&s, "auto", o->budget_bytes, &pl)) == 0)
-        rc = consider(m, &best, pl);
+    if (!rc && sb < sb0)
+        rc = consider_sched(m, &best, &s, o->budget_bytes, &bs);
     /* PoocH's classification refines the better seed, or both on iterations of up to 2,000 ops
      * (on longer ones refining both would double the planning time for little) */
     int both = m->n <= 2000;
     if (!rc && sb != UINT64_MAX && (both || sb <= best_sc)) {
         rc = pooch_refine(&s, o->budget_bytes, sched_sim_budget(m));
-        if (!rc && (rc = sched_plan(&s, "auto", o->budget_bytes, &pl)) == 0)
-            rc = consider(m, &best, pl);
+        if (!rc)
+            rc = consider_sched(m, &best, &s, o->budget_bytes, &bs);
     }
     if (!rc && best_w && best_sc != UINT64_MAX && (both || best_sc < sb)) {
         rc = window_schedule(&s, o->budget_bytes, best_w);
         if (!rc)
             rc = sched_place_swapins(&s, o->budget_bytes);
-        if (!rc && (rc = sched_plan(&s, "auto", o->budget_bytes, &pl)) == 0)
-            rc = consider(m, &best, pl);
+        if (!rc)
+            rc = consider_sched(m, &best, &s, o->budget_bytes, &bs);
         if (!rc)
             rc = pooch_refine(&s, o->budget_bytes, sched_sim_budget(m));
-        if (!rc && (rc = sched_plan(&s, "auto", o->budget_bytes, &pl)) == 0)
+        if (!rc)
+            rc = consider_sched(m, &best, &s, o->budget_bytes, &bs);
+    }
+    /* the best schedule's releases that made room nothing used, switched to keep */
+    if (!rc && bs.g) {
+        ooc_plan_t *pl;
+        rc = keep_refine(&bs, o->budget_bytes, 3, sched_sim_budget(m) / 16);
+        if (!rc && (rc = sched_plan(&bs, "auto", o->budget_bytes, &pl)) == 0)
             rc = consider(m, &best, pl);
     }
+    sched_free(&bs);
     sched_free(&s);
     sched_memo_free(memo);
     if (rc) {

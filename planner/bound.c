@@ -57,7 +57,7 @@
  * the start of its first op without room, its copy-in between the end of its last such op and the
  * start of op z, one copy at a time per engine; so the windows' prefix and suffix sums are
  * raised to what those copies take (engine_bounds), and the dual uses the raised ones. */
-#include "ooc_planner.h"
+#include "bound.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -392,177 +392,96 @@ static double refine(bctx_t *c) {
     return v;
 }
 
-/* ---- per-window bounds ---------------------------------------------------------------------- */
-
-enum { WIN_EXACT = 10, WIN_ENUM = 6 };
-
-typedef struct {
-    double fp, t; /* footprint; copy time (out for a leaving buffer, in for an arriving one) */
-    double r;     /* rebuild time, ns; < 0: not allowed */
-    double h;     /* a common buffer's copy-in time (t is its copy-out) */
-} wbuf_t;
-
-/* The least total copy time of a subset of a[0..na) whose footprint reaches need: exact over
- * subsets when na <= WIN_EXACT, else the fractional relaxation (lower, so still a bound).
- * INFINITY when all of them together do not reach it. */
-static double cover(const wbuf_t *a, int na, double need) {
-    if (need <= 0)
-        return 0;
-    double best = INFINITY;
-    if (na <= WIN_EXACT) {
-        for (uint32_t s = 1; s < (1u << na); s++) {
-            double f = 0, t = 0;
-            for (int i = 0; i < na; i++)
-                if (s & (1u << i)) {
-                    f += a[i].fp;
-                    t += a[i].t;
-                }
-            if (f >= need && t < best)
-                best = t;
-        }
-        return best;
+/* The last op in lo..hi whose working set is above room (one is). */
+static int32_t last_above(const bctx_t *c, int32_t lo, int32_t hi, uint64_t room) {
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo + 1) / 2;
+        if (ws_max(c, mid, hi) > room)
+            lo = mid;
+        else
+            hi = mid - 1;
     }
-    double total = 0;
-    for (int i = 0; i < na; i++)
-        total += a[i].fp;
-    if (total < need)
-        return INFINITY;
-    /* fractional: cheapest time per footprint byte first (selection, na is one op's refs) */
-    uint8_t used[64] = {0};
-    double t = 0;
-    while (need > 0) {
-        int bi = -1;
-        for (int i = 0; i < na && i < 64; i++)
-            if (!used[i] && (bi < 0 || a[i].t * a[bi].fp < a[bi].t * a[i].fp))
-                bi = i;
-        if (bi < 0)
-            break;
-        used[bi] = 1;
-        double take = a[bi].fp < need ? a[bi].fp : need;
-        t += a[bi].fp > 0 ? a[bi].t * take / a[bi].fp : 0;
-        need -= take;
-    }
-    return t;
+    return lo;
 }
 
-static int refs_op(const ooc_profile_t *p, int32_t op, int32_t b) {
-    const ooc_op_t *o = &p->ops[op];
-    for (uint32_t r = 0; r < o->nref; r++)
-        if (p->refs[o->ref_off + r].buf == b)
-            return 1;
+/* Makes room in c->gap for one more. Returns 0 or OOC_ENOMEM. */
+static int gap_room(bctx_t *c, uint32_t *cap) {
+    if (c->ngap < *cap)
+        return 0;
+    uint32_t nc = *cap ? 2 * *cap : 64;
+    gap_t *ng = realloc(c->gap, nc * sizeof *ng);
+    if (!ng)
+        return OOC_ENOMEM;
+    c->gap = ng;
+    *cap = nc;
     return 0;
 }
 
-static double prod_time(const ooc_profile_t *p, int32_t b) {
-    const ooc_buffer_t *bf = &p->bufs[b];
-    double t = 0;
-    for (uint32_t q = 0; q < bf->nprod; q++)
-        t += (double)p->ops[p->prods[bf->prod_off + q]].duration_ns;
-    return t;
-}
-
-/* A lower bound on T_{k+1} - T_k, the time from the start of op k to the start of op k + 1, that
- * holds for every valid plan (the argument is in docs/planner.md, "The lower bound"). Op k's
- * buffers are mapped from T_k until op k ends; op k+1's are all mapped at T_{k+1}. Leaving: op
- * k's buffers that op k+1 does not use, are not freed after op k and cannot be dropped (every use
- * dirties a buffer, so their release is a copy-out that starts when op k ends). Arriving: op
- * k+1's buffers that op k does not use and that hold data; each is mapped throughout op k, or its
- * last mapping before T_{k+1} starts after T_k, by a copy-in or a rebuild. Common: used by both.
- * The arriving buffers' choices are enumerated (at most WIN_ENUM of them; more: the window gets
- * only the leaving side); the window is the least over the choices of the largest of the lower
- * bounds each choice implies. */
-static double window_ns(const ooc_model_t *m, uint64_t budget, int32_t k) {
+/* Adds to c->gap the copies-in that a rebuild's inputs force (the argument is in docs/planner.md,
+ * "The lower bound": a rebuild's inputs). A buffer b that may be rebuilt, unused between its uses
+ * a and z while op f_b in between leaves no room for it, is unmapped at T_{f_b} and mapped again
+ * after op f_b ends, by a copy-in (of b) or a rebuild, which needs each producer input x mapped.
+ * Take an input x that cannot be rebuilt, unused from op p_x < z until op u_x > z, with an op g_x
+ * in (p_x, f_b] and an op in [z, u_x) that leave no room for it: x mapped at the rebuild was copied
+ * in after op g_x ended, and unmapped again before its own next use, so that copy is one more than
+ * x's forced gap makes (whose copy-in starts after an op at or after z). Either way, a copy-in of
+ * at least min(b's, x's) starts after op g_x (<= f_b) ends and ends before op z starts: a gap with
+ * only a copy-in (d = 0), f1 = g_x, and a = min(a, p_x) (its copy is none of a cut's buffers' when
+ * a >= the cut). Each gap of b and each gap of x serves one such copy, so none is counted twice.
+ * With the forced gaps, at most 2,048 in all. Returns 0 or OOC_ENOMEM. */
+static int rebuild_gaps(bctx_t *c) {
+    const ooc_model_t *m = c->m;
     const ooc_profile_t *p = m->prof;
-    const ooc_op_t *ok = &p->ops[k], *o1 = &p->ops[k + 1];
-    double dur = (double)ok->duration_ns, M = (double)budget;
-    double bwd = p->d2h_bps / 1e9, bwh = p->h2d_bps / 1e9;
-    wbuf_t lv[64], ar[WIN_ENUM], cm[64];
-    int nl = 0, na = 0, nc = 0, many = 0, manyc = 0;
-    double fpk = 0, fpk1 = 0, fpl = 0, fpc = 0;
-    for (uint32_t r = 0; r < ok->nref; r++) {
-        int32_t b = p->refs[ok->ref_off + r].buf;
+    uint32_t cap = c->ngap, nuses = m->use_off[m->nb];
+    uint8_t *used = calloc(nuses ? nuses : 1, 1); /* per use of x: its gap before serves one */
+    double bwh = p->h2d_bps / 1e9;
+    int rc = used ? 0 : OOC_ENOMEM;
+    for (uint32_t b = 0; b < m->nb && !rc && c->ngap < 2048; b++) {
         const ooc_buffer_t *bf = &p->bufs[b];
-        double fp = (double)m->fp[b];
-        fpk += fp;
-        wbuf_t x = {fp, (double)bf->bytes / bwd, m->recomp[b] ? prod_time(p, b) : -1,
-                    (double)bf->bytes / bwh};
-        if (refs_op(p, k + 1, b)) {
-            if (nc < 64)
-                cm[nc++] = x;
-            else
-                manyc = 1;
-            fpc += fp;
-        } else if (!(bf->free_idx == k && !bf->persistent) && !m->recomp[b] && nl < 64) {
-            lv[nl++] = x; /* one not listed only lowers what is asked of the listed ones */
-            fpl += fp;
-        }
-    }
-    for (uint32_t r = 0; r < o1->nref; r++) {
-        int32_t b = p->refs[o1->ref_off + r].buf;
-        const ooc_buffer_t *bf = &p->bufs[b];
-        fpk1 += (double)m->fp[b];
-        if (refs_op(p, k, b))
+        if (!m->recomp[b] || m->fp[b] > c->budget)
             continue;
-        if (!bf->persistent && bf->alloc_idx >= 0 && m->uses[m->use_off[b]] == k + 1)
-            continue; /* first touched by op k+1: mapped at T_{k+1}, no data to bring */
-        if (na == WIN_ENUM) {
-            many = 1;
-            continue;
-        }
-        ar[na++] = (wbuf_t){(double)m->fp[b], (double)bf->bytes / bwh,
-                            m->recomp[b] ? prod_time(p, b) : -1, 0};
-    }
-    /* the leaving buffers that must be gone when op k+1 starts */
-    double out = cover(lv, nl, fpk1 + fpl - M);
-    double w = dur + (isfinite(out) ? out : 0);
-    if (many)
-        return w;
-    double best = INFINITY;
-    uint32_t nchoice = 1;
-    for (int i = 0; i < na; i++)
-        nchoice *= 3;
-    for (uint32_t code = 0; code < nchoice; code++) {
-        double fpre = 0, H = 0, R = 0, fin = 0, hmin = INFINITY;
-        int ok_choice = 1, nin = 0;
-        uint32_t c = code;
-        for (int i = 0; i < na; i++, c /= 3) {
-            if (c % 3 == 0) {
-                fpre += ar[i].fp; /* mapped throughout op k */
-            } else if (c % 3 == 1) {
-                H += ar[i].t; /* copied in after T_k */
-                fin += ar[i].fp;
-                hmin = ar[i].t < hmin ? ar[i].t : hmin;
-                nin++;
-            } else if (ar[i].r >= 0) {
-                R += ar[i].r; /* rebuilt after op k */
-            } else {
-                ok_choice = 0;
+        const int32_t *us = m->uses + m->use_off[b];
+        uint64_t room = c->budget - m->fp[b];
+        for (uint32_t t = 0; t + 1 < m->nuse[b] && !rc && c->ngap < 2048; t++) {
+            int32_t a = us[t], z = us[t + 1];
+            if (z - a < 2 || ws_max(c, a + 1, z - 1) <= room)
+                continue;
+            int32_t fb = last_above(c, a + 1, z - 1, room), bx = -1, bg = 0, bp = 0;
+            double bh = 0;
+            for (uint32_t q = 0; q < bf->nprod; q++) {
+                const ooc_op_t *o = &p->ops[p->prods[bf->prod_off + q]];
+                for (uint32_t r = 0; r < o->nref; r++) {
+                    const ooc_ref_t *ref = &p->refs[o->ref_off + r];
+                    int32_t x = ref->buf;
+                    if (x == (int32_t)b || !(ref->access & OOC_ACCESS_R) || m->recomp[x] ||
+                        m->fp[x] > c->budget)
+                        continue;
+                    const int32_t *ux = m->uses + m->use_off[x];
+                    uint32_t nx = m->nuse[x], at = ooc_model_next_use(m, x, z);
+                    if (at == 0 || at >= nx || ux[at] == z || ux[at - 1] >= fb ||
+                        used[m->use_off[x] + at])
+                        continue; /* x used at z, not before, not after, or not before f_b */
+                    uint64_t rx = c->budget - m->fp[x];
+                    if (ws_max(c, z, ux[at] - 1) <= rx || ws_max(c, ux[at - 1] + 1, fb) <= rx)
+                        continue;
+                    double h =
+                        (double)(bf->bytes < p->bufs[x].bytes ? bf->bytes : p->bufs[x].bytes) / bwh;
+                    if (h > bh) {
+                        bh = h;
+                        bx = (int32_t)(m->use_off[x] + at);
+                        bg = last_above(c, ux[at - 1] + 1, fb, rx);
+                        bp = ux[at - 1];
+                    }
+                }
             }
+            if (bx < 0 || (rc = gap_room(c, &cap)) != 0)
+                continue;
+            used[bx] = 1;
+            c->gap[c->ngap++] = (gap_t){bp < a ? bp : a, z, z, bg, 0, bh};
         }
-        if (!ok_choice || fpk + fpre > M)
-            continue;
-        double v = fmax(w, fmax(dur + R, H));
-        if (nin > 0) {
-            /* the last copy-in to start finds every common, pre-mapped and arriving buffer mapped,
-             * and the leaving ones not yet released: unless a common buffer leaves and comes
-             * back inside the window, enough of those must be released first */
-            double stay = 0;
-            if (fpk + fin + fpre > M) /* so it starts after op k ends */
-                stay = dur + cover(lv, nl, fpc + fin + fpre + fpl - M) + hmin;
-            double alt = manyc ? 0 : INFINITY;
-            for (int i = 0; i < nc; i++) {
-                /* common buffer i leaves after op k (a copy-out: op k dirtied it) and comes back */
-                double a = fmax(dur + cm[i].t + cm[i].h, H + cm[i].h);
-                a = fmax(a, dur + cm[i].t + (isfinite(out) ? out : 0));
-                if (cm[i].r >= 0)
-                    a = fmin(a, dur + R + cm[i].r); /* or is dropped and rebuilt */
-                alt = fmin(alt, a);
-            }
-            v = fmax(v, fmin(stay, alt));
-        }
-        best = fmin(best, v);
     }
-    return isfinite(best) ? fmax(best, dur) : w;
+    free(used);
+    return rc;
 }
 
 /* Finds the forced gaps (gap_t) into c->gap, with a sparse table for the largest working set
@@ -594,13 +513,8 @@ static int forced_gaps(bctx_t *c) {
                 continue;
             if (ws_max(c, a + 1, z - 1) + m->fp[b] <= c->budget)
                 continue;
-            if (c->ngap == cap) {
-                cap = cap ? 2 * cap : 64;
-                gap_t *ng = realloc(c->gap, cap * sizeof *ng);
-                if (!ng)
-                    return OOC_ENOMEM;
-                c->gap = ng;
-            }
+            if (gap_room(c, &cap))
+                return OOC_ENOMEM;
             /* the first and the last op in (a, z) whose own buffers leave no room for b */
             uint64_t room = c->budget - m->fp[b];
             int32_t lo = a + 1, hi = z - 1;
@@ -612,20 +526,12 @@ static int forced_gaps(bctx_t *c) {
                     lo = mid + 1;
             }
             int32_t f0 = lo;
-            lo = a + 1;
-            hi = z - 1;
-            while (lo < hi) {
-                int32_t mid = lo + (hi - lo + 1) / 2;
-                if (ws_max(c, mid, z - 1) > room)
-                    lo = mid;
-                else
-                    hi = mid - 1;
-            }
             double bytes = (double)p->bufs[b].bytes;
-            c->gap[c->ngap++] = (gap_t){a, z, f0, lo, bytes / bwd, bytes / bwh};
+            c->gap[c->ngap++] =
+                (gap_t){a, z, f0, last_above(c, a + 1, z - 1, room), bytes / bwd, bytes / bwh};
         }
     }
-    return 0;
+    return rebuild_gaps(c);
 }
 
 static const gap_t *sort_gaps; /* engine_bounds' qsort key: 0 a, 1 z, 2 f0, 3 f1 */
@@ -777,7 +683,7 @@ int ooc_model_bound(const ooc_model_t *m, uint64_t budget_bytes, ooc_bound_t *ou
         goto out;
     c.wpre[0] = 0;
     for (uint32_t i = 0; i < m->n; i++)
-        c.wpre[i + 1] = c.wpre[i] + (i + 1 < m->n ? window_ns(m, budget_bytes, (int32_t)i)
+        c.wpre[i + 1] = c.wpre[i] + (i + 1 < m->n ? ooc_bound_window_ns(m, budget_bytes, (int32_t)i)
                                                   : (double)m->prof->ops[i].duration_ns);
     if ((rc = engine_bounds(&c)))
         goto out;

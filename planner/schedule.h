@@ -110,6 +110,14 @@ int belady_best(sched_t *s, uint64_t budget, uint64_t *score);
  * the schedule s holds (UINT64_MAX: none); s and *score are replaced only by a faster one. */
 int belady_search(sched_t *s, uint64_t budget, uint32_t max_sims, uint64_t *score);
 
+/* Switches to keep the swapped or recomputed gaps whose release, in the simulated timeline, made
+ * room that nothing used (keepfit.c): up to `rounds` rounds of one traced simulation, the switches
+ * it suggests, and one simulation that keeps them only when faster; then tries swapped gaps that
+ * may be rebuilt as rebuilds, largest first, within max_sims simulations, each kept only when
+ * faster. Each schedule is judged by the faster of its plan and that plan with its swap-ins
+ * issued in need order. Returns 0 or OOC_ENOMEM. */
+int keep_refine(sched_t *s, uint64_t budget, int rounds, uint32_t max_sims);
+
 /* Time of a simulated plan for comparisons: infeasible plans are UINT64_MAX. */
 uint64_t sched_score(const ooc_sim_result_t *r);
 

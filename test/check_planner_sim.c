@@ -424,6 +424,64 @@ START_TEST(test_bound_by_hand_recompute) {
 }
 END_TEST
 
+/* By hand, a rebuild's input: X (1000 bytes, 1 byte/ns, not recomputable) is written by op 0 and
+ * read by op 1, which writes B (1000 bytes, rebuilt by op 1, 1 ns) and op 5; B is read by op 3;
+ * ops 2 and 4 each fill the 2048-byte budget with a buffer of their own. X leaves after op 1
+ * (1000 ns) and B is dropped; op 3 needs B: copied in, or rebuilt from X, which must be copied in
+ * for it and leave again for op 4 (free: it is clean), then come back for op 5. Either way a
+ * 1000-ns copy-in runs between the end of op 2 and the start of op 3, and X's own copy-in after
+ * op 4: 101 + 1000 + 100 + 1000 + (1) + 100 + 100 + 1000 + 100 = 3502 ns with the rebuild, 3501
+ * from the bound (the rebuild's 1 ns is not in it). Without the rebuild's inputs the bound saw
+ * 2502 ns (a rebuild for 1 ns in place of the copy before op 3). */
+START_TEST(test_bound_by_hand_rebuild_input) {
+    ooc_profile_t *p = ooc_profile_new();
+    p->chunk_bytes = 1 << 16;
+    p->h2d_bps = p->d2h_bps = 1e9;
+    p->bidir_bps = 2e9;
+    int32_t via = 1;
+    ck_assert_int_eq(ooc_profile_add_buffer(p, 1000, 0, 5, 0, "X", NULL, 0), 0);
+    ck_assert_int_eq(ooc_profile_add_buffer(p, 1000, 1, 3, 0, "B", &via, 1), 1);
+    ck_assert_int_eq(ooc_profile_add_buffer(p, 2000, 2, 2, 0, "C", NULL, 0), 2);
+    ck_assert_int_eq(ooc_profile_add_buffer(p, 2000, 4, 4, 0, "D", NULL, 0), 3);
+    ooc_ref_t r0 = {0, OOC_ACCESS_W}, r1[2] = {{0, OOC_ACCESS_R}, {1, OOC_ACCESS_W}},
+              r2 = {2, OOC_ACCESS_W}, r3 = {1, OOC_ACCESS_R}, r4 = {3, OOC_ACCESS_W},
+              r5 = {0, OOC_ACCESS_R};
+    ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "k0", NULL, 100, &r0, 1);
+    ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "k1", NULL, 1, r1, 2);
+    ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "k2", NULL, 100, &r2, 1);
+    ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "k3", NULL, 100, &r3, 1);
+    ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "k4", NULL, 100, &r4, 1);
+    ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "k5", NULL, 100, &r5, 1);
+    char err[256] = "";
+    ck_assert_msg(ooc_profile_validate(p, err, sizeof err) == 0, "%s", err);
+    ooc_model_t *m;
+    ck_assert_int_eq(ooc_model_build(p, p->chunk_bytes, &m), 0);
+    ck_assert(m->recomp[1]);
+    ooc_bound_t b;
+    ck_assert_int_eq(ooc_model_bound(m, 2048, &b), 0);
+    ck_assert_uint_le(b.bound_ns, 3501);
+    ck_assert_uint_ge(b.bound_ns, 3500);
+    ooc_plan_t *pl = ooc_plan_new("t", 6, 4, 2048, 1 << 16);
+    ooc_plan_add(pl, 1, OOC_AFTER, OOC_ACT_SWAPOUT, 0, NULL, 0);
+    ooc_plan_add(pl, 1, OOC_AFTER, OOC_ACT_DROP, 1, NULL, 0);
+    ooc_plan_add(pl, 3, OOC_BEFORE, OOC_ACT_SWAPIN, 0, NULL, 0);
+    ooc_plan_add(pl, 3, OOC_BEFORE, OOC_ACT_WAIT, 0, NULL, 0);
+    ooc_plan_add(pl, 3, OOC_BEFORE, OOC_ACT_RECOMPUTE, 1, &via, 1);
+    ooc_plan_add(pl, 3, OOC_AFTER, OOC_ACT_SWAPOUT, 0, NULL, 0);
+    ooc_plan_add(pl, 5, OOC_BEFORE, OOC_ACT_SWAPIN, 0, NULL, 0);
+    ooc_plan_add(pl, 5, OOC_BEFORE, OOC_ACT_WAIT, 0, NULL, 0);
+    ooc_plan_finalize(pl);
+    ooc_sim_result_t r;
+    run_checked(m, pl, &r);
+    ck_assert_msg(r.feasible, "%s", r.viol_msg);
+    ck_assert_uint_eq(r.time_ns, 3502);
+    ooc_sim_result_free(&r);
+    ooc_plan_free(pl);
+    ooc_model_free(m);
+    ooc_profile_free(p);
+}
+END_TEST
+
 /* A dead buffer (no later use) cannot be dropped: only a buffer rebuilt later may leave without a
  * copy (the bound relies on it). */
 START_TEST(test_drop_of_a_dead_buffer_is_reported) {
@@ -834,6 +892,7 @@ Suite *suite_planner_sim(void) {
     tcase_add_test(tc, test_bound_by_hand_transfers);
     tcase_add_test(tc, test_bound_by_hand_recompute);
     tcase_add_test(tc, test_bound_by_hand_copy_engine);
+    tcase_add_test(tc, test_bound_by_hand_rebuild_input);
     tcase_add_test(tc, test_drop_of_a_dead_buffer_is_reported);
     tcase_add_test(tc, test_memcpy_is_never_a_producer);
     tcase_add_test(tc, test_auto_rebuilds_where_the_inputs_are_resident);
