@@ -524,7 +524,7 @@ void ooc_record_restart_l(void);
  * `plan_dropped` (the plan in force was just given up). */
 void ooc_record_functions_gone_l(int plan_dropped);
 
-/* ---- replay.c: the plan, followed op by op --------------------------------------------------- */
+/* ---- replay_plan.c: where the plan comes from ------------------------------------------------ */
 
 /* Plans the recorded profile p (owned from now on) under the budget with OOC_POLICY and
  * OOC_WINDOW, writes dir/plan.tsv, logs the summary and replays it from op `pos` of the
@@ -534,6 +534,12 @@ void ooc_replay_plan(ooc_profile_t *p, const char *dir, uint32_t pos);
 /* Replays the saved plan OOC_PLAN (its profile is the directory the file is in). Returns 0, or
  * -1 after logging why the files cannot be used. */
 int ooc_replay_load(const char *plan_path);
+
+/* ---- replay.c: the plan, followed op by op --------------------------------------------------- */
+
+/* Starts the transfer worker, then replays plan pl of profile p (both owned from now on) from op
+ * `pos`. Logs and frees them when the worker cannot start. Called outside the residency lock. */
+void ooc_replay_go(ooc_profile_t *p, ooc_plan_t *pl, uint32_t pos);
 /* Around each op, with the residency lock held: begin matches the op against the plan (its
  * signature and its buffers) and issues the plan's actions before it; end, once the op was
  * issued on s, those after it. begin returns OOC_REPLAY_RERECORD when the program's iteration
