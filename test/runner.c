@@ -235,8 +235,18 @@ static int run_parallel(lane_t *lanes, size_t nl, int nj, int *run, int *failed)
         *run += r.run;
         *failed += r.failed;
     }
-    while (wait(NULL) > 0 || errno == EINTR)
-        ;
+    /* A worker ends with 0 once the queue is empty; anything else (valgrind's error exit code,
+     * a signal) fails the run, as it would have failed the runner's own process. */
+    int st;
+    pid_t pid;
+    while ((pid = wait(&st)) > 0 || errno == EINTR) {
+        if (pid < 0 || (WIFEXITED(st) && WEXITSTATUS(st) == 0))
+            continue;
+        printf("runner: worker %d ended with %s %d: counted as 1 failed\n", (int)pid,
+               WIFEXITED(st) ? "status" : "signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+        *run += 1;
+        *failed += 1;
+    }
     for (size_t i = 0; i < nl; i++) {
         if (state[i] == 2)
             continue;
