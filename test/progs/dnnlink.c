@@ -79,6 +79,10 @@ int main(int argc, char **argv) {
     UP_CHECK(cuMemcpyHtoD(x, hx, nx * 4));
     UP_CHECK(cuMemcpyHtoD(w, hw, nw * 4));
     UP_CHECK(cuMemsetD32(acc, 0, ny));
+    /* The set runs on the legacy stream, asynchronously to the host, and s is a non-blocking
+     * stream, which does not wait for the legacy stream's work: without this the first
+     * accumulation into acc races the set (a wrong checksum about one run in twenty). */
+    UP_CHECK(cuCtxSynchronize());
     float one = 1.0f, zero = 0.0f;
     int calls = 0;
     for (int it = 0; it < iters; it++) {
