@@ -40,13 +40,17 @@ static CUresult alloc_small(buf_t *b, size_t size) {
             return CUDA_ERROR_OUT_OF_MEMORY;
         c = chunk_new(idx, idx, 1);
         slab_t *s = calloc(1, sizeof *s);
-        if (!c || !s) {
+        _Atomic uint64_t *gone = calloc((M.chunk / SLAB_ALIGN + 63) / 64, sizeof *gone);
+        if (!c || !s || !gone) {
             free(s);
+            free(gone);
             if (c)
                 chunk_delete(c);
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
         c->slab = s;
+        c->gone = gone;
+        atomic_store_explicit(&c->stamp, ++M.next_stamp, memory_order_relaxed);
         chunk_t *full = *cur;
         *cur = c;
         /* A full slab chunk whose buffers are all freed already: no later free releases it. */
@@ -150,6 +154,14 @@ static CUresult mem_alloc(CUdeviceptr *out, size_t size, uint64_t *id, int own) 
         ooc_stats_alloc(size, mapped);
     *out = (CUdeviceptr)b->addr;
     b->id = ++M.next_id;
+    if (!b->small) { /* for the fast path (published when a chunk turns hot) */
+        uint64_t first = (b->addr - M.va_base) >> M.shift, count = mapped >> M.shift;
+        for (uint64_t i = 0; i < count; i++) {
+            chunk_t *c = chunk_find(first + i);
+            atomic_store_explicit(&c->own_id, b->id, memory_order_relaxed);
+            atomic_store_explicit(&c->own_bytes, size, memory_order_relaxed);
+        }
+    }
     if (id)
         *id = b->id;
     mem_unlock();
@@ -186,6 +198,8 @@ CUresult ooc_mem_free(CUdeviceptr p, CUstream stream, uint64_t *id) {
     if (b->small) {
         chunk_t *c = chunk_find(first);
         slab_remove(c->slab, b);
+        uint64_t slot = (b->addr - chunk_addr(c)) / SLAB_ALIGN; /* gone, for the fast path */
+        atomic_fetch_or_explicit(&c->gone[slot / 64], 1ull << (slot % 64), memory_order_relaxed);
         if (stream)
             chunk_add_user(c, stream);
         if (--c->nbufs == 0 && c != M.slab_cur && c != M.slab_own)

@@ -60,8 +60,14 @@ void quiesce(void) {
                 sched_yield();
     /* The chunks deleted before: no reader that could have read their pointers is left. */
     for (size_t i = 0; i < M.ngrave; i++)
-        free(M.grave[i]);
+        chunk_free(M.grave[i]);
     M.ngrave = 0;
+}
+
+/* Frees a deleted chunk (chunk_delete), once no reader can see it. */
+void chunk_free(chunk_t *c) {
+    free(c->gone);
+    free(c);
 }
 
 /* Leaves the writer section, if this hold entered one. Caller holds mem_lock. */
@@ -246,41 +252,181 @@ static int fast_stream(CUstream s) {
     return -1;
 }
 
+/* ---- a replayed op's buffers, without the buffer table -----------------------------------------
+ *
+ * replay.c matches an op to the plan by the buffers the locked path would list for it
+ * (resident.c, ooc_mem_op_pin: each query's buffers in order, weak words left out, each buffer
+ * once). On the fast path that list is rebuilt without the lock, exactly or not at all. A large
+ * buffer's hot chunk names its buffer (own_id, own_bytes; the buffer starts at ext_first). A
+ * slab chunk holds many small buffers, whose list changes under us: an address there is
+ * resolved only against candidates, buffers listed before (the plan's, bound earlier in the
+ * iteration) in the same slab chunk (its stamp) and not freed since (its `gone` bit). A slab's
+ * space is never handed out twice, so such a candidate is still live, and live buffers do not
+ * overlap: it is the buffer the lookup would find. Any other address in a slab goes to the
+ * locked path. */
+
+/* The buffer that the locked path's lookup(p) finds: 1 with it in *b, 0 for none, -1 when only
+ * the locked path can tell. p lies in the reservation. */
+static int fast_lookup(uintptr_t p, const ooc_opbuf_t *cand, size_t nc, ooc_opbuf_t *b) {
+    chunk_t *c = atomic_load_explicit(&M.table[(p - M.va_base) >> M.shift], memory_order_acquire);
+    if (!c || atomic_load_explicit(&c->ext_n, memory_order_relaxed) == 0)
+        return 0; /* no live buffer owns it: no owner, no slab */
+    if (!atomic_load_explicit(&c->hot, memory_order_acquire))
+        return -1; /* a chunk that may change under us */
+    uint64_t id = atomic_load_explicit(&c->own_id, memory_order_relaxed);
+    if (id == 0) { /* a slab */
+        uint64_t stamp = atomic_load_explicit(&c->stamp, memory_order_relaxed);
+        for (size_t k = 0; k < nc; k++)
+            if (cand[k].stamp == stamp && p >= cand[k].addr && p - cand[k].addr < cand[k].bytes) {
+                uint64_t slot = (cand[k].addr - chunk_addr(c)) / SLAB_ALIGN;
+                if (atomic_load_explicit(&c->gone[slot / 64], memory_order_relaxed) &
+                    (1ull << (slot % 64)))
+                    return -1; /* freed since it was listed */
+                *b = cand[k];
+                return 1;
+            }
+        return -1;
+    }
+    uintptr_t base =
+        M.va_base +
+        ((uintptr_t)atomic_load_explicit(&c->ext_first, memory_order_relaxed) << M.shift);
+    uint64_t size = atomic_load_explicit(&c->own_bytes, memory_order_relaxed);
+    if (p - base >= size)
+        return 0; /* past the end of the buffer, in its last chunk */
+    *b = (ooc_opbuf_t){.id = id, .addr = base, .bytes = size};
+    return 1;
+}
+
+/* Adds b (used as `use` by the query [lo, hi)) to v[*n] unless there already, as opbuf_add
+ * does. 0, or -1 when v is full. */
+static int fast_add(ooc_opbuf_t *v, size_t cap, size_t *n, ooc_opbuf_t b, uintptr_t lo,
+                    uintptr_t hi, unsigned use) {
+    if (use == OOC_USE_W && (lo > b.addr || hi < b.addr + b.bytes))
+        use = OOC_USE_RW;
+    for (size_t i = 0; i < *n; i++)
+        if (v[i].id == b.id) {
+            v[i].use |= use;
+            return 0;
+        }
+    if (*n == cap)
+        return -1;
+    b.use = use;
+    v[(*n)++] = b;
+    return 0;
+}
+
+int ooc_mem_fast_list(const ooc_access_t *a, const ooc_opbuf_t *cand, size_t nc, ooc_opbuf_t *v,
+                      size_t cap, size_t *n) {
+    *n = 0;
+    for (unsigned i = 0; i < a->n; i++) {
+        const ooc_query_t *q = &a->refs[i];
+        if (q->use & OOC_USE_WEAK)
+            continue; /* made resident, not listed */
+        if (q->lo - M.va_base >= M.va_size)
+            return 0;
+        ooc_opbuf_t b;
+        if (q->hi == q->lo) { /* a word: the buffer containing it, else one ending there */
+            int f = fast_lookup(q->lo, cand, nc, &b);
+            if (f == 0 && q->lo > M.va_base) {
+                f = fast_lookup(q->lo - 1, cand, nc, &b);
+                if (f == 1 && b.addr + b.bytes != q->lo)
+                    f = 0;
+            }
+            if (f < 0 || (f == 1 && fast_add(v, cap, n, b, q->lo, q->hi, q->use) != 0))
+                return 0;
+            continue;
+        }
+        /* A range: the buffer containing lo, then the one starting where it ends, and so on. */
+        for (uintptr_t at = q->lo; at < q->hi; at = b.addr + b.bytes) {
+            int f = fast_lookup(at, cand, nc, &b);
+            if (f < 0 || (f == 1 && fast_add(v, cap, n, b, q->lo, q->hi, q->use) != 0))
+                return 0;
+            if (f == 0 || b.addr + b.bytes - M.va_base >= M.va_size)
+                break;
+        }
+    }
+    return 1;
+}
+
+#ifdef OOC_CHECKS
+/* The fast path's list of the op's buffers is the locked path's, whenever it gives one (with
+ * the locked path's own list as the candidates): checked on every listed op of the sanitizer
+ * build. Caller holds mem_lock, the op just listed in M.op_bufs. */
+void fast_buffers_check(const ooc_access_t *a) {
+    ooc_opbuf_t v[OOC_MAX_REFS];
+    size_t n = 0;
+    if (!M.table || a->overflow || !ooc_mem_fast_list(a, M.op_bufs, M.nopb, v, OOC_MAX_REFS, &n))
+        return;
+    int same = n == M.nopb;
+    for (size_t i = 0; same && i < n; i++)
+        same = v[i].id == M.op_bufs[i].id && v[i].addr == M.op_bufs[i].addr &&
+               v[i].bytes == M.op_bufs[i].bytes && v[i].use == M.op_bufs[i].use;
+    if (!same) {
+        OOC_LOG_E("invariant broken: the fast path lists %zu buffers for op %llu (first %llu), "
+                  "the locked path %zu (first %llu)",
+                  n, (unsigned long long)M.serial, (unsigned long long)(n ? v[0].id : 0), M.nopb,
+                  (unsigned long long)(M.nopb ? M.op_bufs[0].id : 0));
+        abort();
+    }
+}
+#endif
+
+/* Checks that every chunk the op uses is hot (inside the reader section entered by the caller):
+ * 1 when it may be issued on the fast path. */
+static int fast_chunks(const ooc_access_t *a, CUstream s);
+
 int ooc_mem_fast_begin(const ooc_access_t *a, CUstream s) {
     if (a->overflow)
         return 0;
     _Atomic unsigned long *slot = fp_my_slot();
     atomic_fetch_add(slot, 1);
     if (atomic_load(&fp_writer) || !atomic_load_explicit(&fp_on, memory_order_relaxed) ||
-        ooc_record_on() || ooc_replay_on())
+        ooc_record_on() || ooc_replay_on() || !fast_chunks(a, s))
         goto slow;
-    if (M.safe && (fp_stream = fast_stream(s)) < 0)
-        goto slow;
-    for (unsigned i = 0; i < a->n; i++) {
-        uintptr_t lo = a->refs[i].lo, hi = a->refs[i].hi;
-        uint64_t idx = (lo - M.va_base) >> M.shift, next = 0;
-        if (lo - M.va_base >= M.va_size)
-            goto slow;
-        if (hi == lo) {
-            if (fast_extent(idx, s, &next) == FX_COLD)
-                goto slow;
-            /* At a chunk's start, a word may also be the end pointer of a buffer before it. */
-            if (idx > 0 && ((lo - M.va_base) & (M.chunk - 1)) == 0 &&
-                fast_extent(idx - 1, s, &next) == FX_COLD)
-                goto slow;
-            continue;
-        }
-        if (hi - 1 - M.va_base >= M.va_size)
-            goto slow; /* past the reservation: the locked path sorts it out */
-        for (uint64_t last = (hi - 1 - M.va_base) >> M.shift; idx <= last; idx = next)
-            if (fast_extent(idx, s, &next) != FX_OK)
-                goto slow;
-    }
     ooc_stats_add(OOC_STAT_fast_ops, 1);
     return 1;
 slow:
     atomic_fetch_sub_explicit(slot, 1, memory_order_release);
     return 0;
+}
+
+int ooc_mem_fast_enter(const ooc_access_t *a, CUstream s) {
+    if (a->overflow)
+        return 0;
+    _Atomic unsigned long *slot = fp_my_slot();
+    atomic_fetch_add(slot, 1);
+    if (atomic_load(&fp_writer) || !atomic_load_explicit(&fp_on, memory_order_relaxed) ||
+        ooc_record_on() || !fast_chunks(a, s)) {
+        atomic_fetch_sub_explicit(slot, 1, memory_order_release);
+        return 0;
+    }
+    return 1;
+}
+
+static int fast_chunks(const ooc_access_t *a, CUstream s) {
+    if (M.safe && (fp_stream = fast_stream(s)) < 0)
+        return 0;
+    for (unsigned i = 0; i < a->n; i++) {
+        uintptr_t lo = a->refs[i].lo, hi = a->refs[i].hi;
+        uint64_t idx = (lo - M.va_base) >> M.shift, next = 0;
+        if (lo - M.va_base >= M.va_size)
+            return 0;
+        if (hi == lo) {
+            if (fast_extent(idx, s, &next) == FX_COLD)
+                return 0;
+            /* At a chunk's start, a word may also be the end pointer of a buffer before it. */
+            if (idx > 0 && ((lo - M.va_base) & (M.chunk - 1)) == 0 &&
+                fast_extent(idx - 1, s, &next) == FX_COLD)
+                return 0;
+            continue;
+        }
+        if (hi - 1 - M.va_base >= M.va_size)
+            return 0; /* past the reservation: the locked path sorts it out */
+        for (uint64_t last = (hi - 1 - M.va_base) >> M.shift; idx <= last; idx = next)
+            if (fast_extent(idx, s, &next) != FX_OK)
+                return 0;
+    }
+    return 1;
 }
 
 void ooc_mem_fast_end(int issued) {

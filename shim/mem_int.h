@@ -114,6 +114,18 @@ typedef struct chunk {
     unsigned nfence;
     int fenced;
     uint64_t when; /* the op serial when it began to die or retire */
+    /* Read by the replay's fast path (fastpath.c); last, so that the fields the demand fast
+     * path reads stay on as few cache lines as before. A large buffer's chunk: the buffer's
+     * serial number and size in bytes, set once the buffer is made (before the chunk can be
+     * hot) and never changed (a freed buffer's chunks are deleted); 0 for a slab chunk. */
+    _Atomic uint64_t own_id;
+    _Atomic uint64_t own_bytes;
+    /* A slab chunk: a number never given to another chunk (0 for a large buffer's), and one
+     * bit per SLAB_ALIGN bytes, set at the first byte of each buffer freed in it. A buffer
+     * listed with this stamp (ooc_opbuf_t.stamp) whose bit is clear is live: slab space is
+     * never handed out twice. Freed with the chunk (chunk_free). */
+    _Atomic uint64_t stamp;
+    _Atomic uint64_t *gone;
 } chunk_t;
 
 /* A host slot that a copy still writes or reads: back to the pool once `ev` has completed. */
@@ -201,6 +213,7 @@ struct mem_state {
     ooc_opbuf_t *op_bufs;
     size_t nopb, cap_opb;
     uint64_t next_id;
+    uint64_t next_stamp; /* the last slab chunk's stamp */
     /* Replay: pooled events, side streams, retiring chunks, host slots in flight, the worker. */
     evref_t *ev_free;
     evref_t **ev_all;
@@ -253,14 +266,19 @@ static inline void raise_to(_Atomic uint64_t *cell, uint64_t v) {
 #ifdef OOC_CHECKS
 void chunk_check(const chunk_t *c);
 void mem_check(void);
+void fast_buffers_check(const ooc_access_t *a); /* fastpath.c */
 #else
 static inline void chunk_check(const chunk_t *c) {
     (void)c;
 }
 static inline void mem_check(void) {}
+static inline void fast_buffers_check(const ooc_access_t *a) {
+    (void)a;
+}
 #endif
 /* fastpath.c */
 void quiesce(void);
+void chunk_free(chunk_t *c); /* the memory of a deleted chunk */
 void mem_unlock(void);
 void mem_wait(pthread_cond_t *cv);
 void mem_lock_take(void);

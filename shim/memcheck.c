@@ -50,6 +50,12 @@ void chunk_check(const chunk_t *c) {
     CHECK(!c->dying || c->ext_n == 0, c);
     CHECK(c->nusers <= MAX_USERS && c->nfence <= MAX_USERS, c);
     CHECK(!c->slab || !c->owner, c);
+    /* A slab chunk has a stamp (fastpath.c). */
+    CHECK(!c->slab || (c->stamp != 0 && c->gone != NULL), c);
+    /* A hot chunk lists its buffer for the fast path: a large buffer's serial and size. */
+    CHECK(!c->hot || (c->owner ? c->own_id == c->owner->id && c->own_bytes == c->owner->size
+                               : c->own_id == 0),
+          c);
 }
 
 void mem_check(void) {

@@ -66,6 +66,24 @@ static CUresult locked_begin(const ooc_access_t *a, CUstream s) {
     return r;
 }
 
+/* A replayed op on the fast path: its chunks hot, and the plan's next op with nothing to do
+ * around it, on buffers the plan bound already (ooc_replay_fast). 1 when the caller may issue
+ * it, then end with ooc_mem_fast_end. */
+static int replay_fast(const ooc_access_t *a, CUstream s) {
+    ooc_opbuf_t cand[16], b[16];
+    size_t nc = 0, nb = 0;
+    uint32_t pos = 0;
+    if (!ooc_mem_fast_enter(a, s))
+        return 0;
+    if (ooc_replay_fast_next(cand, 16, &nc, &pos) && ooc_mem_fast_list(a, cand, nc, b, 16, &nb) &&
+        ooc_replay_fast(a, b, nb, pos)) {
+        ooc_stats_add(OOC_STAT_fast_ops, 1);
+        return 1;
+    }
+    ooc_mem_fast_end(0);
+    return 0;
+}
+
 /* Is this op logged? A recording with enough iterations is finished first. */
 static int will_record(void) {
     if (!ooc_record_on())
@@ -95,7 +113,7 @@ CUresult ooc_op_begin(ooc_live_op_t *op, const ooc_access_t *a, CUstream stream,
     if (OOC_UNLIKELY(atomic_load_explicit(&ooc_shadow_held, memory_order_relaxed)))
         ooc_shadow_forget(a); /* what it may write is no longer what the host wrote */
     op->rec = will_record();
-    if (!op->rec && ooc_mem_fast_begin(a, s)) {
+    if (!op->rec && (ooc_mem_fast_begin(a, s) || (ooc_replay_on() && replay_fast(a, s)))) {
         op->fast = 1;
         return CUDA_SUCCESS;
     }

@@ -27,7 +27,13 @@
  * have them all resident fails with CUDA_ERROR_OUT_OF_MEMORY rather than read lost bytes.
  *
  * Locking: rp_lock guards P and Q. ooc_replay_op_begin, _end and _op_ready run under the
- * residency lock (order: residency lock, rp_lock, the recorder's lock). */
+ * residency lock (order: residency lock, rp_lock, the recorder's lock). ooc_replay_fast_next and
+ * ooc_replay_fast read P
+ * with neither, inside the fast path's reader section (fastpath.c): so whatever changes what it
+ * reads does so in a writer section (ooc_mem_l_quiesce, or ooc_mem_quiesce after the replay was
+ * switched off), except P.pos, which fast-path ops move on with a compare-and-swap, P.marked,
+ * set by the marker with an atomic store, and P.rc.n, which ooc_replay_before_free only lowers;
+ * those three are read with atomic loads. */
 #include "shim.h"
 
 #include <stdio.h>
@@ -52,7 +58,8 @@ typedef struct rp_op {
 
 typedef struct bind {
     uintptr_t addr;
-    uint64_t id; /* 0: not bound */
+    uint64_t id;    /* 0: not bound */
+    uint64_t stamp; /* its slab chunk's stamp when bound (ooc_opbuf_t) */
 } bind_t;
 
 /* A dropped buffer and how to rebuild it: its producers' launches as issued this iteration, and
@@ -237,6 +244,18 @@ static int same_op(uint32_t i, const ooc_access_t *a) {
         }
         return 1;
     }
+    return o->bytes == a->bytes && a->name && strcmp(a->name, o->name) == 0;
+}
+
+/* same_op for the fast path: reads the plan, never changes it (a kernel seen under another
+ * CUfunction than the one remembered takes the locked path, which remembers it). */
+static int same_op_fast(uint32_t i, const ooc_access_t *a) {
+    const rp_op_t *o = &P.ops[i];
+    if (!o->shape_ok || o->kind != a->kind)
+        return 0;
+    if (a->kind == OOC_OP_KERNEL)
+        return o->fn && o->fn == a->fn && !memcmp(o->grid, a->grid, sizeof o->grid) &&
+               !memcmp(o->block, a->block, sizeof o->block);
     return o->bytes == a->bytes && a->name && strcmp(a->name, o->name) == 0;
 }
 
@@ -517,7 +536,7 @@ static void new_iteration(void) {
     P.prev_last = 0;
     for (uint32_t b = 0; b < P.p->nbufs; b++)
         if (!P.p->bufs[b].persistent)
-            P.bind[b] = (bind_t){0, 0};
+            P.bind[b] = (bind_t){0, 0, 0};
 }
 
 /* The iteration changed shape persistently: record and plan it again. */
@@ -566,6 +585,7 @@ static void op_begin(const ooc_access_t *a, const ooc_opbuf_t *b, size_t nb, CUs
         pthread_mutex_unlock(&rp_lock);
         return;
     }
+    ooc_mem_l_quiesce(); /* no fast-path op reads P until the residency lock is released */
     /* Whatever the op is, a dropped buffer it touches, or whose producers read what it touches,
      * is settled first (ooc_replay_settle_all's op settles one in any case). */
     if (P.rc.n && ooc_internal_op == OOC_OWN_SETTLE)
@@ -615,7 +635,7 @@ static void op_begin(const ooc_access_t *a, const ooc_opbuf_t *b, size_t nb, CUs
     }
     const ooc_op_t *o = &P.p->ops[i];
     for (uint32_t r = 0; r < o->nref; r++)
-        P.bind[P.p->refs[o->ref_off + r].buf] = (bind_t){b[r].addr, b[r].id};
+        P.bind[P.p->refs[o->ref_off + r].buf] = (bind_t){b[r].addr, b[r].id, b[r].stamp};
     rp_op_t *ro = &P.ops[i];
     if (ro->is_via) {
         ro->saved_iter = 0;
@@ -642,6 +662,41 @@ static void op_begin(const ooc_access_t *a, const ooc_opbuf_t *b, size_t nb, CUs
     pthread_mutex_unlock(&rp_lock);
 }
 
+int ooc_replay_fast_next(ooc_opbuf_t *cand, size_t cap, size_t *nc, uint32_t *pos) {
+    if (ooc_internal_op || !ooc_replay_on() || P.diverged ||
+        __atomic_load_n(&P.marked, __ATOMIC_RELAXED) ||
+        __atomic_load_n(&P.rc.n, __ATOMIC_RELAXED) ||
+        atomic_load_explicit(&ooc_replay_rebuilds, memory_order_relaxed))
+        return 0;
+    uint32_t i = __atomic_load_n(&P.pos, __ATOMIC_RELAXED);
+    /* The iteration's first op (new_iteration) and ops the plan acts around: the locked path. */
+    if (i == 0 || i >= P.n || P.ops[i].nact || P.ops[i].is_via)
+        return 0;
+    const ooc_op_t *o = &P.p->ops[i];
+    if (o->nref > cap)
+        return 0;
+    for (uint32_t r = 0; r < o->nref; r++) {
+        int32_t pid = P.p->refs[o->ref_off + r].buf;
+        const bind_t *x = &P.bind[pid];
+        if (!x->id)
+            return 0; /* the locked path binds it */
+        cand[r] = (ooc_opbuf_t){
+            .id = x->id, .addr = x->addr, .bytes = P.p->bufs[pid].bytes, .stamp = x->stamp};
+    }
+    *nc = o->nref;
+    *pos = i;
+    return 1;
+}
+
+int ooc_replay_fast(const ooc_access_t *a, const ooc_opbuf_t *b, size_t nb, uint32_t pos) {
+    if (!same_op_fast(pos, a) || !same_bufs(pos, b, nb, 1, NULL, 0))
+        return 0;
+    if (!__atomic_compare_exchange_n(&P.pos, &pos, pos + 1, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        return 0; /* another thread's op took this place */
+    ooc_stats_add(OOC_STAT_planned_ops, 1);
+    return 1;
+}
+
 int ooc_replay_op_begin(const ooc_access_t *a, const ooc_opbuf_t *b, size_t nb, CUstream s) {
     op_begin(a, b, nb, s);
     int due = rerecord_due; /* set and cleared under the residency lock */
@@ -658,6 +713,8 @@ void ooc_replay_op_end(CUstream s) {
         return;
     }
     const rp_op_t *ro = &P.ops[P.cur];
+    if (ro->nact)
+        ooc_mem_l_quiesce(); /* a drop adds a recipe, which fast-path ops look for */
     for (uint32_t k = ro->act_off; k < ro->act_off + ro->nact; k++) {
         const ooc_action_t *act = &P.pl->acts[k];
         const bind_t *x = &P.bind[act->buf];
@@ -675,7 +732,7 @@ void ooc_replay_op_end(CUstream s) {
 void ooc_replay_mark(void) {
     pthread_mutex_lock(&rp_lock);
     if (ooc_replay_on())
-        P.marked = 1;
+        __atomic_store_n(&P.marked, 1, __ATOMIC_RELAXED); /* read by ooc_replay_fast */
     pthread_mutex_unlock(&rp_lock);
 }
 
@@ -731,6 +788,8 @@ int ooc_replay_give_up_l(void) {
 }
 
 void ooc_replay_stop(void) {
+    atomic_store(&ooc_rp_on, 0);
+    ooc_mem_quiesce(); /* no fast-path op is still reading P */
     pthread_mutex_lock(&rp_lock);
     clear();
     recipes_clear(&Q);
@@ -747,6 +806,8 @@ void ooc_replay_go(ooc_profile_t *p, ooc_plan_t *pl, uint32_t pos) {
         ooc_plan_free(pl);
         return;
     }
+    atomic_store(&ooc_rp_on, 0); /* a plan before this one: no fast-path op reads it now */
+    ooc_mem_quiesce();
     pthread_mutex_lock(&rp_lock);
     if (start(p, pl, pos) != 0)
         OOC_LOG_E("no replay: out of memory");

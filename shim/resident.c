@@ -219,7 +219,13 @@ static int opbuf_add(buf_t *b, uintptr_t lo, uintptr_t hi, unsigned use) {
         M.cap_opb = nc;
     }
     b->opmark = M.serial;
-    M.op_bufs[M.nopb++] = (ooc_opbuf_t){.id = b->id, .addr = b->addr, .bytes = b->size, .use = use};
+    uint64_t stamp = 0; /* a small buffer's: its slab chunk's (fastpath.c) */
+    if (b->small) {
+        chunk_t *c = chunk_find((b->addr - M.va_base) >> M.shift);
+        stamp = c ? atomic_load_explicit(&c->stamp, memory_order_relaxed) : 0;
+    }
+    M.op_bufs[M.nopb++] =
+        (ooc_opbuf_t){.id = b->id, .addr = b->addr, .bytes = b->size, .use = use, .stamp = stamp};
     return 0;
 }
 
@@ -342,6 +348,8 @@ CUresult ooc_mem_op_pin(const ooc_access_t *a, int *listed) {
         }
         op_hits[i].base = hit;
     }
+    if (list)
+        fast_buffers_check(a); /* OOC_CHECKS builds: the fast path would list the same */
     if (M.nop > M.budget_chunks) {
         log_oom(M.nop);
         return CUDA_ERROR_OUT_OF_MEMORY;

@@ -195,7 +195,8 @@ typedef struct ooc_opbuf {
     uint64_t id; /* the buffer's serial number (never reused) */
     uintptr_t addr;
     uint64_t bytes;
-    unsigned use; /* OOC_USE_*; W only when the op covers the whole buffer */
+    unsigned use;   /* OOC_USE_*; W only when the op covers the whole buffer */
+    uint64_t stamp; /* a small buffer's slab chunk's stamp when listed (fastpath.c); else 0 */
 } ooc_opbuf_t;
 
 /* Sets up the pool. `safe_loc`, when not NULL, is the host location of host-located VMM memory:
@@ -321,6 +322,17 @@ void ooc_mem_end(const ooc_access_t *a, CUstream s, int issued);
  * thread, with nothing in between that could wait for the residency lock. On 0 the caller takes
  * the locked path (ooc_mem_begin). Thread-safe; takes no lock. */
 int ooc_mem_fast_begin(const ooc_access_t *a, CUstream s);
+/* The same in three steps, for a replayed op that replay.c matches to the plan without the lock:
+ * ooc_mem_fast_enter checks the chunks as ooc_mem_fast_begin does, but while replay is on (never
+ * while recording) and without counting the op; on 1 the caller is in the fast path's reader
+ * section and ends it with ooc_mem_fast_end in any case (issued 0 when the op then takes the
+ * locked path). Inside it, ooc_mem_fast_list lists in v[*n] (at most cap) the buffers that
+ * ooc_mem_op_buffers would list for the op, from the chunks alone and from cand[nc], buffers
+ * listed earlier (with their stamps) that may still be live: 0 when it cannot tell (a slab
+ * address in none of them, more than cap). */
+int ooc_mem_fast_enter(const ooc_access_t *a, CUstream s);
+int ooc_mem_fast_list(const ooc_access_t *a, const ooc_opbuf_t *cand, size_t nc, ooc_opbuf_t *v,
+                      size_t cap, size_t *n);
 void ooc_mem_fast_end(int issued);
 /* Enables the fast path once the device is set up (and recording started, if it is). */
 void ooc_mem_fast_enable(void);
@@ -548,6 +560,14 @@ void ooc_replay_go(ooc_profile_t *p, ooc_plan_t *pl, uint32_t pos);
 enum { OOC_REPLAY_RERECORD = 1 };
 int ooc_replay_op_begin(const ooc_access_t *a, const ooc_opbuf_t *b, size_t nb, CUstream s);
 void ooc_replay_op_end(CUstream s);
+/* The lock-free match, inside the fast path's reader section (ooc_mem_fast_enter):
+ * ooc_replay_fast_next returns 1 when the plan's next op (*pos) has no action of the plan before
+ * or after it, no rebuild is pending, and the plan bound every buffer it references already;
+ * those buffers go to cand[*nc] (at most cap) for ooc_mem_fast_list. ooc_replay_fast then
+ * returns 1 when the op, with buffers b[nb], is that op: the plan moves on past it and the
+ * caller issues it. On 0 from either, the op takes the locked path (ooc_replay_op_begin). */
+int ooc_replay_fast_next(ooc_opbuf_t *cand, size_t cap, size_t *nc, uint32_t *pos);
+int ooc_replay_fast(const ooc_access_t *a, const ooc_opbuf_t *b, size_t nb, uint32_t pos);
 /* After ooc_mem_begin returned r for an op, before the op is issued (residency lock held):
  * issues, on the op's stream, the producers of the dropped buffers that ooc_replay_op_begin
  * queued to be rebuilt before it. Returns r, or the error of a producer's launch (the op is then

@@ -129,7 +129,7 @@ void chunk_delete(chunk_t *c) {
         return;
     }
     quiesce();
-    free(c);
+    chunk_free(c);
 }
 
 /* Unmaps a resident chunk whose users have completed; its physical chunk returns to the pool. */
