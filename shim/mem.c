@@ -125,7 +125,7 @@ void ooc_mem_shutdown(void) {
         ev_drop(c->in_ev);
         ev_drop(c->out_ev);
         c->in_ev = c->out_ev = NULL;
-        if (c->state == C_RESIDENT && unmap_chunk(c) != CUDA_SUCCESS) {
+        if (c->state == C_RESIDENT && unmap_chunk(c) != CUDA_SUCCESS && c->phys) {
             /* After a sticky device error nothing can be unmapped; free our side anyway. */
             ooc_real.cuMemRelease(c->phys->h);
             free(c->phys);

@@ -107,7 +107,11 @@ typedef struct chunk {
     evref_t *in_ev;  /* a planned swap-in's copy: ops using the chunk wait for it on their stream */
     evref_t *out_ev; /* retiring: a planned swap-out's copy was issued; unmapped once it is done */
     int queued;      /* a planned swap-in is queued for the worker */
-    int discard;     /* recompute: evicted without a copy (replay rebuilds its bytes) */
+    /* Retiring, its physical chunk taken by a planned swap-in issued at once (transfer.c's
+     * swapin_now): still mapped here until its copy out is done, but no longer its memory
+     * (phys is NULL, and it is not counted resident). */
+    int stolen;
+    int discard; /* recompute: evicted without a copy (replay rebuilds its bytes) */
     /* Dying: events after the work of every stream that may still use it (fenced = 1), so its
      * memory can be taken back when they are done, without waiting for anything later. */
     evref_t *fence[MAX_USERS];
@@ -320,6 +324,7 @@ void alias_chunk(chunk_t *c);
 CUresult unmap_failed_copy_in(chunk_t *c);
 CUresult unalias_chunk(chunk_t *c);
 CUresult map_chunk(chunk_t *c);
+CUresult map_phys(chunk_t *c, phys_t *p);
 /* warm.c */
 int warm_free(uint64_t first, uint64_t n, CUstream fs);
 warm_t *warm_take(uint64_t n);
@@ -329,6 +334,9 @@ CUresult warm_release(uint64_t want);
 void warm_shutdown(void);
 /* retire.c */
 void retire_cancel(chunk_t *c);
+void retire_settle(chunk_t *c);
+phys_t *retire_steal(chunk_t **from);
+void retire_unsteal(phys_t *p, chunk_t *from);
 unsigned retire_poll(int block);
 void settle_in(chunk_t *c);
 void chunk_release(chunk_t *c, CUstream free_stream);
@@ -349,6 +357,7 @@ buf_t *query_next(query_walk_t *w); /* NULL at the end */
 void buf_span(const buf_t *b, uint64_t *c0, uint64_t *c1);
 /* resident.c */
 int any_discard(void);
+CUresult phys_new(void);
 CUresult need_phys(uint64_t want);
 /* transfer.c */
 buf_t *plan_buf(uintptr_t addr, uint64_t id);

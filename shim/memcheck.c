@@ -35,7 +35,10 @@ static void check_failed(const char *what, const chunk_t *c) {
 void chunk_check(const chunk_t *c) {
     CHECK(c->state == C_EMPTY || c->state == C_RESIDENT || c->state == C_SWAPPED, c);
     /* Resident exactly when it holds a physical chunk of the pool. */
-    CHECK((c->state == C_RESIDENT) == (c->phys != NULL), c);
+    CHECK((c->state == C_RESIDENT) == (c->phys != NULL || c->stolen), c);
+    /* Stolen: resident without memory of its own, until its copy out is done and it is unmapped
+     * (retiring, or dying if freed meanwhile). */
+    CHECK(!c->stolen || (c->state == C_RESIDENT && c->phys == NULL && (c->out_ev || c->dying)), c);
     /* Safe mode: a host alias is the swapped chunk's host slot, mapped at its address. */
     CHECK(!c->aliased || (c->state == C_SWAPPED && c->host != NULL && M.safe), c);
     /* Retiring: still resident, its host slot receiving the planned swap-out's copy. */
@@ -64,7 +67,7 @@ void mem_check(void) {
     uint64_t resident = 0;
     for (const chunk_t *c = M.chunks; c; c = c->hh.next) {
         chunk_check(c);
-        resident += c->state == C_RESIDENT;
+        resident += c->state == C_RESIDENT && !c->stolen;
         /* The table holds it at its index (chunk_find reads the table): one chunk per index,
          * and chunk_delete's clearing of its entry leaves no deleted chunk there. */
         CHECK(!M.table || (c->idx < M.va.chunks &&

@@ -77,36 +77,47 @@ static CUresult evict(chunk_t **victims, unsigned nv) {
     return CUDA_SUCCESS;
 }
 
-/* Makes a physical chunk available: a new one while under budget, else a dying chunk's, else
- * by swapping out least recently used chunks (up to `want` at once). */
-CUresult need_phys(uint64_t want) {
-    if (M.phys_free)
+/* A new physical chunk on the free list while under budget: CUDA_ERROR_OUT_OF_MEMORY at the
+ * budget, or when the device has no more (the budget is then lowered to what was made). */
+CUresult phys_new(void) {
+    if (M.phys_made >= M.budget_chunks)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = M.dev;
+    phys_t *p = calloc(1, sizeof *p);
+    if (!p)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = ooc_real.cuMemCreate(&p->h, M.chunk, &prop, 0);
+    if (r == CUDA_SUCCESS) {
+        p->next = M.phys_free;
+        M.phys_free = p;
+        M.phys_made++;
         return CUDA_SUCCESS;
-    if (M.phys_made < M.budget_chunks) {
-        CUmemAllocationProp prop;
-        memset(&prop, 0, sizeof prop);
-        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-        prop.location.id = M.dev;
-        phys_t *p = calloc(1, sizeof *p);
-        if (!p)
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        CUresult r = ooc_real.cuMemCreate(&p->h, M.chunk, &prop, 0);
-        if (r == CUDA_SUCCESS) {
-            p->next = M.phys_free;
-            M.phys_free = p;
-            M.phys_made++;
-            return CUDA_SUCCESS;
-        }
-        free(p);
-        if (r != CUDA_ERROR_OUT_OF_MEMORY)
-            return r;
+    }
+    free(p);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) {
         /* The device has less than the budget: live with what we have. */
         OOC_LOG_W("the device ran out of memory at %llu chunks, below the budget of %llu; "
                   "using that as the budget",
                   (unsigned long long)M.phys_made, (unsigned long long)M.budget_chunks);
         M.budget_chunks = M.phys_made;
         M.budget_bytes = M.phys_made * M.chunk + M.external_bytes;
+    }
+    return r;
+}
+
+/* Makes a physical chunk available: a new one while under budget, else a dying chunk's, else
+ * by swapping out least recently used chunks (up to `want` at once). */
+CUresult need_phys(uint64_t want) {
+    if (M.phys_free)
+        return CUDA_SUCCESS;
+    if (M.phys_made < M.budget_chunks) {
+        CUresult r = phys_new();
+        if (r != CUDA_ERROR_OUT_OF_MEMORY)
+            return r;
     }
     /* Chunks whose bytes the plan gave up (dropped, to be rebuilt by recompute): the plan counts
      * their memory as free from the drop on, so they go first, without a copy. */
@@ -380,10 +391,15 @@ CUresult ooc_mem_op_resident(CUstream s) {
     for (size_t i = 0; i < M.nop; i++) {
         chunk_t *c = M.op_chunks[i];
         if (c->out_ev) {
-            OOC_LOG_D("op %llu: uses chunk %llu before its swap-out finished",
-                      (unsigned long long)M.serial, (unsigned long long)c->idx);
-            retire_cancel(c); /* used again before its swap-out finished */
-            lru_push(c);
+            OOC_LOG_D("op %llu: uses chunk %llu before its swap-out finished%s",
+                      (unsigned long long)M.serial, (unsigned long long)c->idx,
+                      c->stolen ? " (its memory taken by a swap-in: waits for the copy)" : "");
+            if (c->stolen) {
+                retire_settle(c); /* now swapped: brought back below */
+            } else {
+                retire_cancel(c); /* used again before its swap-out finished */
+                lru_push(c);
+            }
         }
         c->queued = 0; /* queued by this op's own actions: bring it in now */
         c->discard = 0;
@@ -476,11 +492,35 @@ static CUresult make_resident(uint64_t missing) {
         chunk_t *c = M.op_chunks[i];
         if (c->state == C_RESIDENT)
             continue;
-        r = need_phys(missing);
-        if (r == CUDA_ERROR_OUT_OF_MEMORY)
-            log_oom(M.nop);
-        if (r == CUDA_SUCCESS)
-            r = map_chunk(c);
+        /* Under replay, at the budget, the memory a planned swap-out is vacating is taken at
+         * once (outside safe mode): the op's stream, or the copy in, waits for that copy out on
+         * the device, rather than the host for it here (need_phys). */
+        chunk_t *from = NULL;
+        phys_t *p = !M.phys_free && M.phys_made >= M.budget_chunks ? retire_steal(&from) : NULL;
+        if (p && (r = map_phys(c, p)) != CUDA_SUCCESS) {
+            retire_unsteal(p, from);
+            p = NULL;
+        }
+        if (p && c->state == C_EMPTY) { /* nothing to copy in: the op waits for the copy out */
+            ev_drop(c->in_ev);
+            from->out_ev->refs++;
+            c->in_ev = from->out_ev;
+        } else if (p) {
+            r = ooc_real.cuStreamWaitEvent(M.swap, from->out_ev->e, 0);
+        } else {
+            r = need_phys(missing);
+            if (r == CUDA_ERROR_OUT_OF_MEMORY)
+                log_oom(M.nop);
+            if (r == CUDA_SUCCESS)
+                r = map_chunk(c);
+        }
+        if (r != CUDA_SUCCESS && p) {
+            /* The wait could not be queued: the memory goes back, unused. */
+            if (vmm_unmap(chunk_addr(c)) == CUDA_SUCCESS) {
+                c->phys = NULL;
+                retire_unsteal(p, from);
+            }
+        }
         if (r != CUDA_SUCCESS) {
             if (swapped_in)
                 swapins_issued();
@@ -489,7 +529,10 @@ static CUresult make_resident(uint64_t missing) {
         if (c->state == C_SWAPPED) {
             r = copy_in(c, M.swap);
             if (r != CUDA_SUCCESS) {
-                /* Keep the host copy; give the physical chunk back (nothing used it yet). */
+                /* Keep the host copy; give the physical chunk back (nothing used it yet), once
+                 * the copy out of the chunk it was taken from no longer reads it. */
+                if (p)
+                    sync_event(from->out_ev->e);
                 (void)unmap_failed_copy_in(c);
                 if (swapped_in)
                     swapins_issued();

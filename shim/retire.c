@@ -48,6 +48,47 @@ void retire_cancel(chunk_t *c) {
     ooc_stats_add(OOC_STAT_swap_cancels, 1);
 }
 
+/* Outside safe mode: the physical chunk of the oldest retiring chunk that may give it (not used
+ * by the current op, whose swap-out it is about to cancel, nor held by a library call), taken
+ * while its copy out still runs. The retiring chunk (*from) is marked stolen: its address stays
+ * mapped to the memory until its copy out is done (the worker unmaps it then), and whatever is
+ * written to the memory must follow that copy on the device (its out_ev). The memory stays
+ * counted resident, now as the taker's. NULL when none may. In safe mode a retiring chunk's
+ * address must keep its bytes until its host alias replaces them, for an access the shim cannot
+ * see. */
+phys_t *retire_steal(chunk_t **from) {
+    *from = NULL;
+    if (M.safe)
+        return NULL;
+    for (size_t i = 0; i < M.nret; i++) {
+        chunk_t *r = M.ret[i];
+        if (r->phys && r->pin != M.serial && !r->hold) {
+            phys_t *p = r->phys;
+            r->phys = NULL;
+            r->stolen = 1;
+            *from = r;
+            return p;
+        }
+    }
+    return NULL;
+}
+
+/* Gives back a physical chunk retire_steal took, unused. */
+void retire_unsteal(phys_t *p, chunk_t *from) {
+    from->phys = p;
+    from->stolen = 0;
+}
+
+/* A retiring chunk whose memory a planned swap-in took (stolen) is used again: its bytes are on
+ * their way to its host slot, and its address still shows the other chunk's. The host waits for
+ * the copy and finishes it (and the older ones): c is then swapped, and demand residency brings
+ * it back. */
+void retire_settle(chunk_t *c) {
+    while (c->out_ev && M.nret)
+        if (!retire_poll(1))
+            break;
+}
+
 /* The swap-out copy of c is done: its physical chunk returns to the pool and, in safe mode, its
  * host copy is mapped at its address. Every user of c was waited for by the copy (a later user
  * would have cancelled the swap-out); in safe mode the streams that may reach it unseen are
@@ -59,6 +100,15 @@ static CUresult retire_finish(chunk_t *c) {
     c->out_ev = NULL;
     if (r == CUDA_SUCCESS)
         r = unmap_chunk(c); /* keeps c->host: the finished copy is now the chunk's bytes */
+    if (r != CUDA_SUCCESS && c->stolen) {
+        /* Still mapped, but to memory another chunk holds now: the host copy is its data. Its
+         * address stays mapped (a later map there fails: demand residency reports it). */
+        OOC_LOG_E("the swapped-out chunk at %#llx could not be unmapped (%s)",
+                  (unsigned long long)chunk_addr(c), ooc_real_errname(r));
+        c->stolen = 0;
+        c->state = C_SWAPPED;
+        return r;
+    }
     if (r != CUDA_SUCCESS) {
         /* Still mapped, bytes current: it stays resident; the finished host copy is dropped. */
         host_slot_put(c->host);

@@ -48,6 +48,7 @@
     X(planned_ops, COUNTER, COUNT, "operations run as planned")                                    \
     X(divergences, COUNTER, COUNT, "divergences from the plan")                                    \
     X(prefetches, COUNTER, COUNT, "planned swap-ins issued ahead (chunks)")                        \
+    X(prefetch_stolen, COUNTER, COUNT, "of them into memory being vacated (chunks)")               \
     X(prefetch_late, COUNTER, COUNT, "planned swap-ins an op waited for (chunks)")                 \
     X(prefetch_no_memory, COUNTER, COUNT, "planned swap-ins with no memory coming")                \
     X(planned_swap_outs, COUNTER, COUNT, "planned swap-outs (buffers)")                            \

@@ -125,6 +125,82 @@ unsigned ooc_mem_l_swapout(uintptr_t addr, uint64_t id, CUstream s) {
     return (unsigned)done;
 }
 
+/* Gives back p, taken for a swap-in that was not issued: to the retiring chunk it was taken
+ * from, or to the free list. */
+static void phys_back(phys_t *p, chunk_t *from) {
+    if (from) {
+        retire_unsteal(p, from);
+        return;
+    }
+    p->next = M.phys_free;
+    M.phys_free = p;
+    M.resident--;
+    ooc_stats_gauge_sub(OOC_STAT_resident_bytes, M.chunk);
+}
+
+/* A planned swap-in of the swapped chunk c issued now by the host, in stream order: the chunk is
+ * mapped at once (to memory a swap-out may still be copying out of, through the other chunk's
+ * address: a physical chunk may be mapped at two addresses), its copy in is queued on the
+ * host-to-device stream after that swap-out's event, and the ops that use c wait for the copy
+ * on their streams (in_ev). Nothing waits on the host; the worker unmaps the vacated address
+ * once its copy is done. Safe mode is left to the worker: there the chunk's address shows its
+ * host copy (aliased), and removing that alias waits for the streams that may reach it unseen.
+ * 1 when issued; 0 when it was not (no memory now, or a failure): the caller queues it. */
+static int swapin_now(chunk_t *c) {
+    if (M.safe || c->state != C_SWAPPED || c->aliased || !c->host || c->out_ev)
+        return 0;
+    chunk_t *from = NULL;
+    phys_t *p = NULL;
+    if (!M.phys_free)
+        (void)phys_new(); /* while under budget */
+    if (M.phys_free) {
+        p = M.phys_free;
+        M.phys_free = p->next;
+        M.resident++;
+        ooc_stats_gauge_add(OOC_STAT_resident_bytes, M.chunk);
+    } else if (!(p = retire_steal(&from))) {
+        return 0;
+    }
+    CUresult r = from ? ooc_real.cuStreamWaitEvent(M.h2d, from->out_ev->e, 0) : CUDA_SUCCESS;
+    if (r == CUDA_SUCCESS)
+        r = map_phys(c, p);
+    if (r != CUDA_SUCCESS) {
+        phys_back(p, from);
+        return 0;
+    }
+    evref_t *v = ev_take();
+    r = v ? copy_in(c, M.h2d) : CUDA_ERROR_OUT_OF_MEMORY;
+    if (r == CUDA_SUCCESS)
+        r = ooc_real.cuEventRecord(v->e, M.h2d);
+    if (r != CUDA_SUCCESS) {
+        /* The host copy stays the data; the memory goes back once nothing can write it. */
+        ev_drop(v);
+        sync_stream(M.h2d);
+        if (vmm_unmap(chunk_addr(c)) == CUDA_SUCCESS) {
+            c->phys = NULL;
+            phys_back(p, from);
+            return 0;
+        }
+        /* Still mapped: it keeps the memory, and its host copy (unqueued: demand residency). */
+        OOC_LOG_E("a planned swap-in failed and its chunk at %#llx could not be unmapped",
+                  (unsigned long long)chunk_addr(c));
+    }
+    c->state = C_RESIDENT;
+    c->queued = 0;
+    if (r == CUDA_SUCCESS) {
+        c->in_ev = v;
+        limbo_put(c->host, v);
+        c->host = NULL;
+        ooc_stats_add(OOC_STAT_swap_ins, 1);
+        ooc_stats_add(OOC_STAT_swap_in_bytes, M.chunk);
+        ooc_stats_add(OOC_STAT_prefetches, 1);
+        if (from)
+            ooc_stats_add(OOC_STAT_prefetch_stolen, 1);
+    }
+    lru_push(c);
+    return 1;
+}
+
 unsigned ooc_mem_l_prefetch(uintptr_t addr, uint64_t id, CUstream s) {
     buf_t *b = plan_buf(addr, id);
     if (!b || !M.worker_on)
@@ -137,6 +213,8 @@ unsigned ooc_mem_l_prefetch(uintptr_t addr, uint64_t id, CUstream s) {
         /* A chunk whose swap-out is still under way is queued too: whether its copy is done is
          * decided when the device reaches this point (the worker), not now, when the host,
          * which runs ahead, looks. */
+        if (c->state == C_SWAPPED && !c->queued && swapin_now(c))
+            continue;
         if ((c->out_ev || c->state == C_SWAPPED) && !c->queued) {
             cool(c); /* it is not hot (not resident, or retiring): this only keeps it so */
             c->queued = 1;

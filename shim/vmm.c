@@ -132,7 +132,8 @@ void chunk_delete(chunk_t *c) {
     chunk_free(c);
 }
 
-/* Unmaps a resident chunk whose users have completed; its physical chunk returns to the pool. */
+/* Unmaps a resident chunk whose users have completed; its physical chunk returns to the pool
+ * (a stolen chunk's is another chunk's by now, and was counted there). */
 CUresult unmap_chunk(chunk_t *c) {
     cool(c);
     if (M.safe)
@@ -140,16 +141,19 @@ CUresult unmap_chunk(chunk_t *c) {
     CUresult r = vmm_unmap(chunk_addr(c));
     if (r != CUDA_SUCCESS)
         return r;
-    c->phys->next = M.phys_free;
-    M.phys_free = c->phys;
+    if (!c->stolen) {
+        c->phys->next = M.phys_free;
+        M.phys_free = c->phys;
+        M.resident--;
+        ooc_stats_gauge_sub(OOC_STAT_resident_bytes, M.chunk);
+    }
     c->phys = NULL;
+    c->stolen = 0;
     c->state = C_SWAPPED;
     c->nusers = 0;
     c->users_unknown = 0;
     ev_drop(c->in_ev);
     c->in_ev = NULL;
-    M.resident--;
-    ooc_stats_gauge_sub(OOC_STAT_resident_bytes, M.chunk);
     return CUDA_SUCCESS;
 }
 
@@ -203,18 +207,26 @@ CUresult unalias_chunk(chunk_t *c) {
  * fast-path op may be issued between the mapping and the end of this hold of mem_lock (an op
  * issued meanwhile could reach c unseen, and an error path unmaps c at once). */
 CUresult map_chunk(chunk_t *c) {
+    CUresult r = map_phys(c, M.phys_free);
+    if (r != CUDA_SUCCESS)
+        return r;
+    M.phys_free = c->phys->next;
+    M.resident++;
+    ooc_stats_gauge_add(OOC_STAT_resident_bytes, M.chunk);
+    return CUDA_SUCCESS;
+}
+
+/* Maps the physical chunk p at c with read-write access (as map_chunk, which takes p from the
+ * free list; a stolen chunk's memory is counted resident already). */
+CUresult map_phys(chunk_t *c, phys_t *p) {
     if (M.safe)
         quiesce();
-    phys_t *p = M.phys_free;
     CUresult r = vmm_map_rw(chunk_addr(c), p->h);
     if (r != CUDA_SUCCESS)
         return r;
-    M.phys_free = p->next;
     c->phys = p;
     c->since = M.serial;
     c->discard = 0;
-    M.resident++;
-    ooc_stats_gauge_add(OOC_STAT_resident_bytes, M.chunk);
     return CUDA_SUCCESS;
 }
 

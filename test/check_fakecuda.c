@@ -709,6 +709,60 @@ START_TEST(test_non_strict_mode_counts_and_faults_the_queued_kernel) {
 }
 END_TEST
 
+/* One physical chunk mapped at two addresses (the shim gives the memory a swap-out is vacating to
+ * a swap-in at once): a copy into it through one address while a kernel that no event orders
+ * before it still runs on it through the other is counted (fatal in strict mode); the same with
+ * an event between them is not, nor are two streams on the same address (not this check's). */
+START_TEST(test_one_chunk_at_two_addresses_needs_an_order) {
+    static const char *const env[] = {"FAKECUDA_SCHED", "threaded", "FAKECUDA_STRICT", "0", NULL};
+    open_device(env);
+    CUfunction fill = get_kernel("fill");
+    CUstream a, b;
+    OK(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
+    OK(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
+    CUmemAllocationProp prop = dev_prop();
+    CUdeviceptr va;
+    CUmemGenericAllocationHandle h;
+    OK(cuMemAddressReserve(&va, 4u << 20, 0, 0, 0));
+    OK(cuMemCreate(&h, 2u << 20, &prop, 0));
+    OK(cuMemMap(va, 2u << 20, 0, h, 0));
+    OK(cuMemMap(va + (2u << 20), 2u << 20, 0, h, 0));
+    set_rw(va, 4u << 20);
+    float host[16] = {0};
+    fakecuda_stats_t st;
+    /* Unordered: the copy starts while the kernel (200 ms) runs. */
+    launch_fill(fill, va, 1.0f, 16, 200000, a);
+    usleep(20000);
+    OK(cuMemcpyHtoDAsync(va + (2u << 20), host, sizeof host, b));
+    OK(cuCtxSynchronize());
+    fakecuda_get_stats(&st);
+    ck_assert_uint_eq(st.strict_violations, 1);
+    /* Ordered by an event: none. */
+    CUevent e;
+    OK(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+    launch_fill(fill, va, 1.0f, 16, 100000, a);
+    OK(cuEventRecord(e, a));
+    OK(cuStreamWaitEvent(b, e, 0));
+    OK(cuMemcpyHtoDAsync(va + (2u << 20), host, sizeof host, b));
+    OK(cuCtxSynchronize());
+    fakecuda_get_stats(&st);
+    ck_assert_uint_eq(st.strict_violations, 1);
+    /* The same address from two streams: a race of the program's, not an alias. */
+    launch_fill(fill, va, 2.0f, 16, 100000, a);
+    usleep(20000);
+    OK(cuMemcpyHtoDAsync(va, host, sizeof host, b));
+    OK(cuCtxSynchronize());
+    fakecuda_get_stats(&st);
+    ck_assert_uint_eq(st.strict_violations, 1);
+    OK(cuEventDestroy(e));
+    OK(cuStreamDestroy(a));
+    OK(cuStreamDestroy(b));
+    OK(cuMemUnmap(va, 4u << 20));
+    OK(cuMemRelease(h));
+    OK(cuMemAddressFree(va, 4u << 20));
+}
+END_TEST
+
 /* ---- kernels ------------------------------------------------------------------------------------
  */
 
@@ -2362,6 +2416,7 @@ Suite *suite_fakecuda(void) {
     tcase_add_test(t, test_batch_3d_copy_strides_and_refusals);
     tcase_add_test_raise_signal(t, test_strict_mode_aborts_on_unmap_under_queued_work, SIGABRT);
     tcase_add_test(t, test_non_strict_mode_counts_and_faults_the_queued_kernel);
+    tcase_add_test(t, test_one_chunk_at_two_addresses_needs_an_order);
     tcase_add_test(t, test_param_layout_follows_the_abi);
     tcase_add_test(t, test_launch_with_extra_buffer_and_library_kernel);
     tcase_add_test(t, test_fault_injection_fails_the_nth_call);

@@ -41,7 +41,7 @@ typedef struct cfg {
 static tu_result_t oracle(const cfg_t *c) {
     static const char *const env[] = {"FAKECUDA_SCHED=inline", NULL};
     tu_result_t r = run(c->name, c->args, 0, env);
-    ck_assert_msg(r.status == 0, "oracle %s failed: %s", c->name, r.err);
+    ck_assert_msg(r.status == 0, "oracle %s failed: %s", c->name, tu_tail(r.err, 2000));
     ck_assert_str_ne(r.checksum, "");
     return r;
 }
@@ -90,10 +90,10 @@ static tu_result_t check_auto(const cfg_t *c, const char *const *more) {
     env[n] = NULL;
     tu_result_t r = run(c->name, c->args, 1, env);
     ck_assert_msg(r.status == 0, "%s at 1/%u (%s, seed %u): status %d\n%s", c->name, c->div,
-                  c->sched, c->seed, r.status, r.err);
+                  c->sched, c->seed, r.status, tu_tail(r.err, 2000));
     ck_assert_msg(strcmp(r.checksum, ref.checksum) == 0,
                   "%s at 1/%u (%s, seed %u): checksum %s, oracle %s\n%s", c->name, c->div, c->sched,
-                  c->seed, r.checksum, ref.checksum, r.err);
+                  c->seed, r.checksum, ref.checksum, tu_tail(r.err, 2000));
     tu_result_free(&ref);
     char cmd[160];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
@@ -104,7 +104,7 @@ static tu_result_t check_auto(const cfg_t *c, const char *const *more) {
 /* The run replayed a plan: it was made, ops ran as planned, transfers went ahead of use. */
 static void assert_replayed(const cfg_t *c, const tu_result_t *r) {
     ck_assert_msg(strstr(r->err, "ooc-shim: plan (auto)") != NULL, "%s: no plan line:\n%s", c->name,
-                  r->err);
+                  tu_tail(r->err, 2000));
     long long planned = tu_stat_row(r->err, "operations run as planned");
     long long outs = tu_stat_row(r->err, "planned swap-outs (buffers)");
     /* The worker issues every planned swap-in, ahead of the op or while the op waits for it. */
@@ -112,14 +112,14 @@ static void assert_replayed(const cfg_t *c, const tu_result_t *r) {
     ck_assert_msg(planned > 0 && outs > 0 && ins > 0,
                   "%s: the plan was not followed (planned ops %lld, planned swap-outs %lld, "
                   "planned swap-ins %lld)\n%s",
-                  c->name, planned, outs, ins, r->err);
+                  c->name, planned, outs, ins, tu_tail(r->err, 2000));
     /* Iterations run whole under the plan; the program's waits in them are part of all. */
     long long iters = tu_stat_row(r->err, "whole iterations replayed");
     long long blocked = tu_stat_row(r->err, "host time blocked in the shim");
     long long replaying = tu_stat_row(r->err, "of it in whole replayed iterations");
     ck_assert_msg(iters >= 1 && blocked >= replaying && replaying >= 0,
                   "%s: iterations replayed %lld, blocked %lld ms, of it replaying %lld ms\n%s",
-                  c->name, iters, blocked, replaying, r->err);
+                  c->name, iters, blocked, replaying, tu_tail(r->err, 2000));
 }
 
 /* Ten iterations: the warm-up, three recorded, six or so replayed. */
@@ -140,7 +140,7 @@ START_TEST(test_auto_replays_every_workload_at_quarter_budget) {
             assert_replayed(&cs[i], &r);
             /* A clean run diverges at most once: at its end, when the program stops iterating. */
             ck_assert_msg(tu_stat_row(r.err, "divergences from the plan") <= 1,
-                          "%s: divergences in a clean run\n%s", cs[i].name, r.err);
+                          "%s: divergences in a clean run\n%s", cs[i].name, tu_tail(r.err, 2000));
             ck_assert_int_eq(tu_stat_row(r.err, "re-recordings after divergence"), 0);
             tu_result_free(&r);
         }
@@ -156,12 +156,21 @@ START_TEST(test_auto_replays_large_at_eighth_budget) {
         c.sched = scheds[s];
         tu_result_t r = check_auto(&c, NULL);
         assert_replayed(&c, &r);
+        /* Safe mode: a retiring chunk keeps its memory until its host alias replaces it. */
+        ck_assert_int_eq(tu_stat_row(r.err, "of them into memory being vacated (chunks)"), 0);
         tu_result_free(&r);
     }
     c.sched = "threaded";
     c.safe_off = 1; /* pinned host slots, no host alias */
     tu_result_t r = check_auto(&c, NULL);
     assert_replayed(&c, &r);
+    /* Outside safe mode planned swap-ins are issued by the host at once, in stream order, many
+     * into memory a planned swap-out is vacating (its copy out first, on the device). How often
+     * an op still waits for one depends on the load: that is make bench's to measure. */
+    long long ins = tu_stat_row(r.err, "planned swap-ins issued ahead (chunks)");
+    long long stolen = tu_stat_row(r.err, "of them into memory being vacated (chunks)");
+    ck_assert_msg(stolen > 0 && stolen <= ins, "planned swap-ins %lld, into vacated memory %lld",
+                  ins, stolen);
     tu_result_free(&r);
 }
 END_TEST
@@ -192,7 +201,7 @@ START_TEST(test_auto_short_last_batch) {
     tu_result_t r = check_auto(&c, NULL);
     assert_replayed(&c, &r);
     ck_assert_msg(tu_stat_row(r.err, "divergences from the plan") >= 1,
-                  "the short last batch was not seen as a divergence\n%s", r.err);
+                  "the short last batch was not seen as a divergence\n%s", tu_tail(r.err, 2000));
     tu_result_free(&r);
 }
 END_TEST
@@ -207,12 +216,14 @@ START_TEST(test_auto_rerecords_after_a_shape_change) {
     c.sched = "threaded";
     tu_result_t r = check_auto(&c, NULL);
     ck_assert_msg(tu_stat_row(r.err, "re-recordings after divergence") == 1, "no re-recording:\n%s",
-                  r.err);
-    ck_assert_msg(count_of(r.err, "ooc-shim: plan (auto)") == 2, "not planned twice:\n%s", r.err);
-    ck_assert_msg(count_of(r.err, "profile recorded") == 2, "not recorded twice:\n%s", r.err);
+                  tu_tail(r.err, 2000));
+    ck_assert_msg(count_of(r.err, "ooc-shim: plan (auto)") == 2, "not planned twice:\n%s",
+                  tu_tail(r.err, 2000));
+    ck_assert_msg(count_of(r.err, "profile recorded") == 2, "not recorded twice:\n%s",
+                  tu_tail(r.err, 2000));
     /* 18 iterations: the first plan runs 3 or so, the second 4 or so (118 ops each). */
     ck_assert_msg(tu_stat_row(r.err, "operations run as planned") > 118 * 5,
-                  "the plans were not followed\n%s", r.err);
+                  "the plans were not followed\n%s", tu_tail(r.err, 2000));
     tu_result_free(&r);
 }
 END_TEST
@@ -259,10 +270,11 @@ START_TEST(test_saved_plan_replays_and_a_wrong_plan_stays_correct) {
     const char *const saved[] = {env_plan, NULL};
     r = check_auto(&c, saved);
     ck_assert_msg(strstr(r.err, "profile recorded") == NULL, "recorded despite OOC_PLAN:\n%s",
-                  r.err);
+                  tu_tail(r.err, 2000));
     ck_assert_ptr_nonnull(strstr(r.err, "from "));
     long long planned = tu_stat_row(r.err, "operations run as planned");
-    ck_assert_msg(planned > 500, "the saved plan was not followed (%lld ops)\n%s", planned, r.err);
+    ck_assert_msg(planned > 500, "the saved plan was not followed (%lld ops)\n%s", planned,
+                  tu_tail(r.err, 2000));
     tu_result_free(&r);
 
     /* The same profile, with every action in the wrong place. */
@@ -273,7 +285,8 @@ START_TEST(test_saved_plan_replays_and_a_wrong_plan_stays_correct) {
     snprintf(env_bad, sizeof env_bad, "OOC_PLAN=%s", bad);
     const char *const wrong[] = {env_bad, NULL};
     r = check_auto(&c, wrong);
-    ck_assert_msg(tu_stat_row(r.err, "operations run as planned") > 500, "not replayed\n%s", r.err);
+    ck_assert_msg(tu_stat_row(r.err, "operations run as planned") > 500, "not replayed\n%s",
+                  tu_tail(r.err, 2000));
     tu_result_free(&r);
 
     /* A plan made with other chunks (OOC_CHUNK=auto follows the budget) stops start-up, naming
@@ -283,14 +296,17 @@ START_TEST(test_saved_plan_replays_and_a_wrong_plan_stays_correct) {
                                  "OOC_BUDGET=48M", "OOC_CHUNK=4M",  NULL};
     r = run("workloads/large", args, 1, other);
     ck_assert_int_eq(r.status, 1);
-    ck_assert_msg(strstr(r.err, "set OOC_CHUNK=2M, as when it was made") != NULL, "%s", r.err);
+    ck_assert_msg(strstr(r.err, "set OOC_CHUNK=2M, as when it was made") != NULL, "%s",
+                  tu_tail(r.err, 2000));
     tu_result_free(&r);
     /* Under a budget whose own auto chunk is 4 MiB, OOC_CHUNK=auto adopts the plan's. */
     const char *const adopt[] = {env_plan,        "OOC_MODE=auto", "FAKECUDA_MEM_BYTES=2G",
                                  "OOC_BUDGET=1G", "OOC_STATS=1",   NULL};
     r = run("workloads/large", args, 1, adopt);
-    ck_assert_msg(r.status == 0 && strstr(r.err, "chunk 2 MiB") != NULL, "%s", r.err);
-    ck_assert_msg(tu_stat_row(r.err, "operations run as planned") > 100, "not replayed\n%s", r.err);
+    ck_assert_msg(r.status == 0 && strstr(r.err, "chunk 2 MiB") != NULL, "%s",
+                  tu_tail(r.err, 2000));
+    ck_assert_msg(tu_stat_row(r.err, "operations run as planned") > 100, "not replayed\n%s",
+                  tu_tail(r.err, 2000));
     tu_result_free(&r);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     ck_assert_int_eq(system(cmd), 0);
@@ -303,7 +319,8 @@ START_TEST(test_unusable_plan_stops_start_up) {
                                       "FAKECUDA_MEM_BYTES=64M", "OOC_BUDGET=32M", NULL};
     tu_result_t r = run("workloads/mlp", args, 1, env);
     ck_assert_int_eq(r.status, 1);
-    ck_assert_msg(strstr(r.err, "OOC_PLAN=/nonexistent/ooc/plan.tsv") != NULL, "%s", r.err);
+    ck_assert_msg(strstr(r.err, "OOC_PLAN=/nonexistent/ooc/plan.tsv") != NULL, "%s",
+                  tu_tail(r.err, 2000));
     ck_assert_int_eq(count_of(r.err, "stopping"), 1);
     tu_result_free(&r);
 }

@@ -156,9 +156,9 @@ static void account(fc_op_t *op, const copy_one_t *c) {
     op->model_ns += ns;
     /* Strict mode watches every device address range, host-located mappings included. */
     if (c->dside == SIDE_DEVICE)
-        fc_op_ref(op, c->dst, c->dst + c->n);
+        fc_op_ref(op, c->dst, c->dst + c->n, 1);
     if (c->sside == SIDE_DEVICE)
-        fc_op_ref(op, c->src, c->src + c->n);
+        fc_op_ref(op, c->src, c->src + c->n, 0);
 }
 
 /* Queues `count` prepared copies as one op on the stream; waits for it when `wait` is set or a
@@ -770,7 +770,7 @@ static int clone_set(fc_op_t *dst, const fc_op_t *src) {
     *q = *(const set_payload_t *)src->payload;
     dst->payload = q;
     for (unsigned i = 0; i < src->nrefs; i++)
-        fc_op_ref(dst, src->refs[i].lo, src->refs[i].hi);
+        fc_op_ref(dst, src->refs[i].lo, src->refs[i].hi, src->refs[i].write);
     return 0;
 }
 
@@ -802,7 +802,7 @@ static CUresult set_op(const char *what, CUdeviceptr dst, size_t pitch, uint32_t
     }
     op->engine = FC_ENG_COMPUTE;
     op->model_ns = (double)span / g_fc.cfg.hbm_gbps + g_fc.cfg.launch_us * 1000.0;
-    fc_op_ref(op, (uintptr_t)dst, (uintptr_t)dst + span);
+    fc_op_ref(op, (uintptr_t)dst, (uintptr_t)dst + span, 1);
     op->n_memsets = 1;
     op->clone = clone_set;
     *out = op;

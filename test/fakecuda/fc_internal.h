@@ -98,7 +98,17 @@ typedef struct fc_dep {
 
 typedef struct fc_ref {
     uintptr_t lo, hi;
+    int write; /* the op may write the range (a kernel's ranges are all taken to be written) */
 } fc_ref_t;
+
+/* A reference's part in a VMM mapping, as physical memory: handle h's bytes [lo, hi), reached at
+ * address va (strict mode's check of one physical chunk used through two addresses). */
+typedef struct fc_pref {
+    const struct fc_handle *h;
+    uint64_t lo, hi;
+    uintptr_t va;
+    int write;
+} fc_pref_t;
 
 struct fc_op {
     fc_op_t *next;
@@ -108,6 +118,11 @@ struct fc_op {
     unsigned ndeps, cap_deps;
     fc_ref_t *refs;
     unsigned nrefs, cap_refs;
+    /* Threaded: the physical parts of refs, found when the op starts, and whether it is running
+     * (set and cleared under g_fc.lock). */
+    fc_pref_t *prefs;
+    unsigned nprefs;
+    int running;
     fc_engine_t engine;
     double model_ns; /* timing model: time the op occupies its engine */
     /* Executes the op; returns 0 or a CUresult to make sticky. Runs without locks held. */
@@ -294,7 +309,8 @@ FC_HIDDEN int fc_mem_extent(uintptr_t p, uintptr_t *lo, uintptr_t *hi);
 FC_HIDDEN fc_stream_t *fc_stream_resolve(CUstream h, int ptds);
 FC_HIDDEN fc_op_t *fc_op_new(const char *what, CUresult (*run)(fc_op_t *), void *payload,
                              void (*dispose)(fc_op_t *));
-FC_HIDDEN void fc_op_ref(fc_op_t *op, uintptr_t lo, uintptr_t hi);
+FC_HIDDEN void fc_op_ref(fc_op_t *op, uintptr_t lo, uintptr_t hi, int write);
+FC_HIDDEN unsigned fc_mem_phys(const fc_ref_t *r, fc_pref_t **out, unsigned *n, unsigned *cap);
 FC_HIDDEN void fc_op_free(fc_op_t *op);
 /* Makes op wait until stream s has completed sequence number seq. Returns 0 or -1 (no memory). */
 FC_HIDDEN int fc_op_after(fc_op_t *op, fc_stream_t *s, uint64_t seq);

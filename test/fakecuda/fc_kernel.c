@@ -495,7 +495,7 @@ static void launch_refs(fc_op_t *op, const launch_payload_t *lp) {
         uintptr_t lo, hi;
         memcpy(&w, lp->buf + off, 8);
         if (w && fc_mem_extent((uintptr_t)w, &lo, &hi) == 0)
-            fc_op_ref(op, lo, hi);
+            fc_op_ref(op, lo, hi, 1);
     }
 }
 

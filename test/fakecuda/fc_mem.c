@@ -139,6 +139,37 @@ int fc_mem_is_pinned_host(uintptr_t p) {
     return host;
 }
 
+/* Appends the parts of reference r that lie in VMM mappings, as physical memory, to the array
+ * *out (n used, cap allocated; grown as needed). Returns how many it appended (best effort: 0
+ * when out of memory). */
+unsigned fc_mem_phys(const fc_ref_t *r, fc_pref_t **out, unsigned *n, unsigned *cap) {
+    unsigned added = 0;
+    pthread_rwlock_rdlock(&g_fc.mem_lock);
+    ssize_t i = find_le(g_fc.ranges, g_fc.nranges, r->lo);
+    if (i < 0)
+        i = 0;
+    for (size_t j = (size_t)i; j < g_fc.nranges && g_fc.ranges[j].base < r->hi; j++) {
+        const fc_range_t *g = &g_fc.ranges[j];
+        uintptr_t lo = r->lo > g->base ? r->lo : g->base;
+        uintptr_t hi = r->hi < g->base + g->size ? r->hi : g->base + g->size;
+        if (g->kind != FC_R_MAP || lo >= hi)
+            continue;
+        if (*n == *cap) {
+            unsigned nc = *cap ? *cap * 2 : 4;
+            fc_pref_t *p = realloc(*out, nc * sizeof *p);
+            if (!p)
+                break;
+            *out = p;
+            *cap = nc;
+        }
+        uint64_t off = g->map_offset + (lo - g->base);
+        (*out)[(*n)++] = (fc_pref_t){g->h, off, off + (hi - lo), lo, r->write};
+        added++;
+    }
+    pthread_rwlock_unlock(&g_fc.mem_lock);
+    return added;
+}
+
 int fc_mem_extent(uintptr_t p, uintptr_t *lo, uintptr_t *hi) {
     pthread_rwlock_rdlock(&g_fc.mem_lock);
     fc_range_t *r = find_range(p);

@@ -111,7 +111,7 @@ static int clone_memop(fc_op_t *dst, const fc_op_t *src) {
     memcpy(q, p, bytes);
     dst->payload = q;
     for (unsigned i = 0; i < src->nrefs; i++)
-        fc_op_ref(dst, src->refs[i].lo, src->refs[i].hi);
+        fc_op_ref(dst, src->refs[i].lo, src->refs[i].hi, src->refs[i].write);
     return 0;
 }
 
@@ -165,7 +165,7 @@ static CUresult submit(memop_payload_t *p, const char *what, CUstream h, int ptd
     }
     for (unsigned i = 0; i < p->count; i++)
         if (p->m[i].addr)
-            fc_op_ref(op, p->m[i].addr, p->m[i].addr + (is_64(p->m[i].type) ? 8 : 4));
+            fc_op_ref(op, p->m[i].addr, p->m[i].addr + (is_64(p->m[i].type) ? 8 : 4), 1);
     op->clone = clone_memop;
     return fc_submit(s, op, NULL);
 }

@@ -46,6 +46,7 @@ void fc_op_free(fc_op_t *op) {
         op->dispose(op);
     free(op->deps);
     free(op->refs);
+    free(op->prefs);
     free(op);
 }
 
@@ -53,7 +54,7 @@ static void op_free(fc_op_t *op) {
     fc_op_free(op);
 }
 
-void fc_op_ref(fc_op_t *op, uintptr_t lo, uintptr_t hi) {
+void fc_op_ref(fc_op_t *op, uintptr_t lo, uintptr_t hi, int write) {
     if (op->nrefs == op->cap_refs) {
         unsigned nc = op->cap_refs ? op->cap_refs * 2 : 4;
         fc_ref_t *n = realloc(op->refs, nc * sizeof *n);
@@ -64,6 +65,7 @@ void fc_op_ref(fc_op_t *op, uintptr_t lo, uintptr_t hi) {
     }
     op->refs[op->nrefs].lo = lo;
     op->refs[op->nrefs].hi = hi;
+    op->refs[op->nrefs].write = write;
     op->nrefs++;
 }
 
@@ -131,6 +133,50 @@ static CUresult execute(fc_op_t *op) {
     return r;
 }
 
+/* Strict mode, threaded: op starts on stream s. A physical chunk mapped at two addresses (the
+ * shim gives the memory a swap-out is vacating to a swap-in at once) may be written through one
+ * while another op reads or writes it through the other only when the two are ordered (events,
+ * streams); two such ops running at once are not, and on a GPU the bytes would be wrong. Such a
+ * pair is reported (and fatal in strict mode) rather than left to corrupt data by chance.
+ * Finds op's physical parts without g_fc.lock, then takes it. */
+static void start_op(fc_stream_t *s, fc_op_t *op) {
+    unsigned cap = 0;
+    op->nprefs = 0;
+    for (unsigned i = 0; i < op->nrefs; i++)
+        fc_mem_phys(&op->refs[i], &op->prefs, &op->nprefs, &cap);
+    const char *other = NULL;
+    uintptr_t va1 = 0, va2 = 0;
+    pthread_mutex_lock(&g_fc.lock);
+    for (fc_stream_t *t = g_fc.all_streams; t && !other; t = t->all_next) {
+        const fc_op_t *o = t->head;
+        if (t == s || !o || !o->running)
+            continue;
+        for (unsigned i = 0; i < op->nprefs && !other; i++) {
+            const fc_pref_t *a = &op->prefs[i];
+            for (unsigned j = 0; j < o->nprefs && !other; j++) {
+                const fc_pref_t *b = &o->prefs[j];
+                if (a->h == b->h && a->lo < b->hi && b->lo < a->hi && (a->write || b->write) &&
+                    a->va - a->lo != b->va - b->lo) {
+                    other = o->what ? o->what : "an op";
+                    va1 = a->va;
+                    va2 = b->va;
+                }
+            }
+        }
+    }
+    op->running = 1;
+    pthread_mutex_unlock(&g_fc.lock);
+    if (other) {
+        fc_warn("strict: %s starts at %#lx while %s, with no order between them, still runs on "
+                "the same physical memory through another address (%#lx)",
+                op->what ? op->what : "an op", (unsigned long)va1, other, (unsigned long)va2);
+        FC_STAT(strict_violations, 1);
+        if (g_fc.cfg.strict)
+            fc_fatal("strict mode: two unordered ops on one physical chunk through two addresses "
+                     "(FAKECUDA_STRICT=0 only counts it)");
+    }
+}
+
 static int deps_done(const fc_op_t *op) {
     for (unsigned i = 0; i < op->ndeps; i++)
         if (op->deps[i].s->completed < op->deps[i].seq)
@@ -164,8 +210,10 @@ static void *worker(void *arg) {
         pthread_mutex_unlock(&g_fc.lock);
         if (g_fc.cfg.jitter_us)
             sleep_ns((splitmix(&rng) % ((uint64_t)g_fc.cfg.jitter_us + 1)) * 1000ull);
+        start_op(s, op);
         CUresult r = atomic_load(&g_fc.sticky) != CUDA_SUCCESS ? CUDA_SUCCESS : execute(op);
         pthread_mutex_lock(&g_fc.lock);
+        op->running = 0;
         complete_head(s, op, r);
         pthread_mutex_unlock(&g_fc.lock);
         op_free(op);
