@@ -10,8 +10,10 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -182,6 +184,115 @@ START_TEST(test_new_device_memory_is_poisoned) {
 }
 END_TEST
 
+/* Module nn's gemm_f32 as plain loops: what the kernel computed before it was blocked and
+ * vectorised (a dot product over p in order when B is transposed; otherwise each row of C starts
+ * at beta * C, or 0, and accumulates alpha * op(A)(i, p) * B[p][j], p in order). */
+static void ref_gemm(int ta, int tb, int m, int n, int k, float alpha, const float *A, int lda,
+                     const float *B, int ldb, float beta, float *C, int ldc) {
+    for (int i = 0; i < m; i++) {
+        float *c = C + (size_t)i * ldc;
+        if (tb) {
+            for (int j = 0; j < n; j++) {
+                float acc = 0.0f;
+                for (int p = 0; p < k; p++)
+                    acc += (ta ? A[(size_t)p * lda + i] : A[(size_t)i * lda + p]) *
+                           B[(size_t)j * ldb + p];
+                c[j] = beta == 0.0f ? alpha * acc : alpha * acc + beta * c[j];
+            }
+        } else {
+            for (int j = 0; j < n; j++)
+                c[j] = beta == 0.0f ? 0.0f : beta * c[j];
+            for (int p = 0; p < k; p++) {
+                float a = alpha * (ta ? A[(size_t)p * lda + i] : A[(size_t)i * lda + p]);
+                for (int j = 0; j < n; j++)
+                    c[j] += a * B[(size_t)p * ldb + j];
+            }
+        }
+    }
+}
+
+/* The simulated GEMM is blocked and vectorised for the simulator's own speed, across output
+ * elements only: every element keeps its operations and their order, so the bits equal the plain
+ * loops' (workloads compare checksums across configurations). Shapes around the block sizes
+ * (4-wide vectors, 8 rows, 32-row blocks), both transposes, beta 0 and not, k = 0, signed zeros. */
+START_TEST(test_nn_gemm_equals_the_plain_loops_bit_for_bit) {
+    open_device(inline_);
+    CUmodule mod;
+    CUfunction f;
+    OK(cuModuleLoadData(&mod, FAKECUDA_IMAGE_PREFIX "nn"));
+    OK(cuModuleGetFunction(&f, mod, "gemm_f32"));
+    static const int ms[] = {1, 5, 9, 33}, ns[] = {1, 3, 8, 37}, ks[] = {0, 1, 6, 13};
+    enum { LD_PAD = 3, MAXD = 40, MAXE = MAXD * (MAXD + LD_PAD) };
+    float *A = malloc(MAXE * sizeof *A), *B = malloc(MAXE * sizeof *B);
+    float *C0 = malloc(MAXE * sizeof *C0), *C = malloc(MAXE * sizeof *C),
+          *R = malloc(MAXE * sizeof *R);
+    ck_assert(A && B && C0 && C && R);
+    uint32_t x = 12345;
+    for (int i = 0; i < MAXE; i++) {
+        x = x * 1664525u + 1013904223u;
+        A[i] = (float)((int)(x >> 8) % 2001 - 1000) / 997.0f;
+        x = x * 1664525u + 1013904223u;
+        B[i] = (x >> 28) == 0 ? -0.0f : (float)((int)(x >> 8) % 2001 - 1000) / 991.0f;
+        C0[i] = (float)(i % 17) - 8.5f;
+    }
+    CUdeviceptr dA, dB, dC;
+    OK(cuMemAlloc(&dA, MAXE * sizeof(float)));
+    OK(cuMemAlloc(&dB, MAXE * sizeof(float)));
+    OK(cuMemAlloc(&dC, MAXE * sizeof(float)));
+    OK(cuMemcpyHtoD(dA, A, MAXE * sizeof(float)));
+    OK(cuMemcpyHtoD(dB, B, MAXE * sizeof(float)));
+    int cases = 0;
+    for (int mi = 0; mi < 4; mi++)
+        for (int ni = 0; ni < 4; ni++)
+            for (int ki = 0; ki < 4; ki++)
+                for (int t = 0; t < 8; t++) {
+                    int m = ms[mi], n = ns[ni], k = ks[ki], ta = t & 1, tb = (t >> 1) & 1;
+                    float alpha = t & 4 ? -0.75f : 1.0f, beta = t & 4 ? 0.5f : 0.0f;
+                    int lda = (ta ? m : k) + LD_PAD, ldb = (tb ? k : n) + LD_PAD, ldc = n + LD_PAD;
+                    memcpy(R, C0, MAXE * sizeof *R);
+                    ref_gemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, R, ldc);
+                    OK(cuMemcpyHtoD(dC, C0, MAXE * sizeof(float)));
+                    void *args[] = {&ta,  &tb, &m,   &n,    &k,  &alpha, &dA,
+                                    &lda, &dB, &ldb, &beta, &dC, &ldc};
+                    OK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+                    OK(cuMemcpyDtoH(C, dC, MAXE * sizeof(float)));
+                    ck_assert_msg(memcmp(C, R, MAXE * sizeof *C) == 0,
+                                  "gemm m %d n %d k %d ta %d tb %d alpha %g beta %g differs from "
+                                  "the plain loops",
+                                  m, n, k, ta, tb, (double)alpha, (double)beta);
+                    cases++;
+                }
+    ck_assert_int_eq(cases, 512);
+    free(A);
+    free(B);
+    free(C0);
+    free(C);
+    free(R);
+}
+END_TEST
+
+/* A freed allocation's host mapping is kept for the next one of its size (the simulator's own
+ * cost): the new allocation is poisoned again, and the freed one is gone for copies and kernels. */
+START_TEST(test_reused_device_memory_is_poisoned_again) {
+    open_device(inline_);
+    CUfunction fill = get_kernel("fill");
+    CUdeviceptr a, b;
+    unsigned char host[4096];
+    OK(cuMemAlloc(&a, 1u << 20));
+    OK(cuMemsetD8(a, 7, 1u << 20));
+    OK(cuMemFree(a));
+    ck_assert_int_eq(cuMemcpyDtoH(host, a, 16), CUDA_ERROR_INVALID_VALUE); /* gone */
+    OK(cuMemAlloc(&b, 1u << 20));
+    ck_assert_uint_eq(b, a); /* the freed mapping, kept */
+    OK(cuMemcpyDtoH(host, b + (1u << 20) - sizeof host, sizeof host));
+    for (size_t i = 0; i < sizeof host; i++)
+        ck_assert_uint_eq(host[i], 0xff);
+    OK(cuMemFree(b));
+    launch_fill(fill, b, 1.0f, 4, 0, NULL); /* a kernel on freed memory: an illegal address */
+    ck_assert_int_eq(cuCtxSynchronize(), CUDA_ERROR_ILLEGAL_ADDRESS);
+}
+END_TEST
+
 START_TEST(test_copy_past_allocation_end_is_invalid) {
     open_device(inline_);
     CUdeviceptr a;
@@ -298,6 +409,86 @@ START_TEST(test_vmm_map_access_unmap_roundtrip) {
     ck_assert_uint_eq(st.mappings_live, 0);
     ck_assert_uint_eq(st.reservations_live, 0);
     ck_assert_uint_eq(st.device_used_bytes, 0);
+}
+END_TEST
+
+/* Lines of /proc/self/maps that map the simulated device's physical memory (memfds). */
+static int vmm_host_mappings(void) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    ck_assert_ptr_nonnull(f);
+    char line[512];
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, "fakecuda-vmm") != NULL;
+    fclose(f);
+    return n;
+}
+
+/* cuMemUnmap moves the host mapping aside with its page tables and a later cuMemMap of the same
+ * handle moves it back (the simulator's own cost): the bytes follow the handle wherever it is
+ * mapped, at one address or two at once, the unmapped address faults (the test after this one),
+ * and nothing is left mapped once the handle is released. */
+START_TEST(test_a_remapped_handle_keeps_its_bytes) {
+    open_device(inline_);
+    CUmemAllocationProp prop = dev_prop();
+    size_t g = 2u << 20;
+    CUdeviceptr va;
+    OK(cuMemAddressReserve(&va, 4 * g, 0, 0, 0));
+    int before = vmm_host_mappings();
+    CUmemGenericAllocationHandle h;
+    OK(cuMemCreate(&h, g, &prop, 0));
+    unsigned char *pat = malloc(g), *out = malloc(g);
+    ck_assert_ptr_nonnull(pat);
+    ck_assert_ptr_nonnull(out);
+    for (size_t i = 0; i < g; i++)
+        pat[i] = (unsigned char)(i * 31 + 7);
+    OK(cuMemMap(va, g, 0, h, 0));
+    set_rw(va, g);
+    OK(cuMemcpyHtoD(va, pat, g));
+    for (int round = 0; round < 6; round++) {
+        CUdeviceptr at = va + (CUdeviceptr)(round % 3) * g,
+                    was = round ? va + ((round - 1) % 3) * g : va;
+        OK(cuMemUnmap(was, g));
+        ck_assert_int_eq(cuMemcpyDtoH(out, was, 16), CUDA_ERROR_INVALID_VALUE);
+        OK(cuMemMap(at, g, 0, h, 0));
+        /* Mapped, no access yet: refused, though the host mapping is kept writable. */
+        ck_assert_int_eq(cuMemcpyDtoH(out, at, 16), CUDA_ERROR_INVALID_VALUE);
+        set_rw(at, g);
+        memset(out, 0, g);
+        OK(cuMemcpyDtoH(out, at, g));
+        ck_assert_mem_eq(out, pat, g);
+    }
+    /* Mapped at two addresses at once (one moved back, one made afresh): one memory. */
+    CUdeviceptr at = va + 2 * g, second = va + 3 * g; /* round 5 left it at va + 2g */
+    OK(cuMemMap(second, g, 0, h, 0));
+    set_rw(second, g);
+    pat[5] ^= 0xff;
+    OK(cuMemcpyHtoD(second, pat, 16));
+    OK(cuMemcpyDtoH(out, at, g));
+    ck_assert_mem_eq(out, pat, g);
+    OK(cuMemUnmap(at, g));
+    OK(cuMemUnmap(second, g));
+    OK(cuMemMap(va, g, 0, h, 0));
+    set_rw(va, g);
+    OK(cuMemcpyDtoH(out, va, g));
+    ck_assert_mem_eq(out, pat, g);
+    OK(cuMemUnmap(va, g));
+    OK(cuMemRelease(h)); /* unmapped: the memory goes, with the mappings kept aside */
+    ck_assert_int_eq(vmm_host_mappings(), before);
+    fakecuda_stats_t st;
+    fakecuda_get_stats(&st);
+    /* Every map after the first moved a kept mapping back (Linux 5.13 and later: this project's
+     * machines; an older kernel maps afresh, and this count stays 0). */
+    struct utsname u;
+    int major = 0, minor = 0;
+    if (uname(&u) == 0 && sscanf(u.release, "%d.%d", &major, &minor) == 2 &&
+        (major > 5 || (major == 5 && minor >= 13)))
+        ck_assert_uint_eq(st.maps_moved, 7);
+    ck_assert_uint_eq(st.vmm_handles_live, 0);
+    ck_assert_uint_eq(st.mappings_live, 0);
+    OK(cuMemAddressFree(va, 4 * g));
+    free(pat);
+    free(out);
 }
 END_TEST
 
@@ -2398,10 +2589,13 @@ Suite *suite_fakecuda(void) {
     tcase_add_test(t, test_error_names);
     tcase_add_test(t, test_alloc_beyond_capacity_is_oom);
     tcase_add_test(t, test_new_device_memory_is_poisoned);
+    tcase_add_test(t, test_reused_device_memory_is_poisoned_again);
+    tcase_add_test(t, test_nn_gemm_equals_the_plain_loops_bit_for_bit);
     tcase_add_test(t, test_copy_past_allocation_end_is_invalid);
     tcase_add_test(t, test_kernel_past_allocation_end_is_sticky_illegal_address);
     tcase_add_test(t, test_pointer_attributes_and_ranges);
     tcase_add_test(t, test_vmm_map_access_unmap_roundtrip);
+    tcase_add_test(t, test_a_remapped_handle_keeps_its_bytes);
     tcase_add_test_raise_signal(t, test_touching_an_unmapped_range_faults, SIGSEGV);
     tcase_add_test(t, test_vmm_capacity_and_host_location);
     tcase_add_test(t, test_host_vmm_can_be_switched_off);

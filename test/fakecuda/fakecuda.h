@@ -108,6 +108,9 @@ typedef struct fakecuda_stats {
     uint64_t graphs_live, graph_execs_live;
     uint64_t graph_launches; /* cuGraphLaunch calls that queued their graph */
     uint64_t ops_captured;   /* kernels, copies, sets and host functions added to captures */
+    /* cuMemMap calls that moved back a host mapping cuMemUnmap had moved aside (the simulator's
+     * own cost: no fresh page tables; fc_mem.c). */
+    uint64_t maps_moved;
 } fakecuda_stats_t;
 
 FAKECUDA_API void fakecuda_get_stats(fakecuda_stats_t *out);

@@ -450,6 +450,7 @@ static void write_stats(void) {
     ROW(graph_execs_live);
     ROW(graph_launches);
     ROW(ops_captured);
+    ROW(maps_moved);
 #undef ROW
     int n = atomic_load(&nslots);
     for (int i = 0; i < n; i++)

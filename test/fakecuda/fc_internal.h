@@ -69,6 +69,13 @@ typedef struct fc_handle {
     CUmemAllocationProp prop;
     int user_refs; /* cuMemCreate + cuMemRetainAllocationHandle - cuMemRelease */
     int maps;      /* live mappings */
+    /* Host mappings of it that cuMemUnmap moved aside, page tables kept, for a later cuMemMap of
+     * the same part to move back (fc_mem.c); guarded by g_fc.mem_lock. */
+    struct {
+        uintptr_t addr;
+        size_t offset, size;
+    } park[2];
+    int npark;
 } fc_handle_t;
 
 typedef struct fc_range {

@@ -5,8 +5,10 @@
  * Device memory is host memory at the same address (unified addressing). Every range a kernel or
  * copy may touch is in one sorted table (g_fc.ranges): plain allocations, VMM mappings and pinned
  * host memory. VMM reservations are PROT_NONE mmaps; a physical handle is a memfd; cuMemMap maps
- * it with MAP_FIXED and no access; cuMemSetAccess mprotects; cuMemUnmap puts a PROT_NONE
- * placeholder back (never a hole), so touching an unmapped range faults as on a GPU.
+ * it with MAP_FIXED (readable and writable on the host; the access a kernel or copy may use is the
+ * table's, which cuMemSetAccess sets); cuMemUnmap puts a PROT_NONE placeholder back (never a
+ * hole), so touching an unmapped range faults as on a GPU. See "Host page tables" below for why
+ * mappings are moved rather than made afresh.
  *
  * Locking: the tables are guarded by g_fc.mem_lock; capacity accounting by g_fc.stats_lock
  * (through fc_reserve_capacity). */
@@ -209,14 +211,80 @@ static size_t page_round(size_t n) {
 
 /* Allocates `size` bytes of simulated device memory; the range is exactly `size` long, so an
  * access past the end is illegal even inside the last page. */
+/* Freed allocations' host mappings, kept for the next allocation of the same page-rounded size
+ * (newest first) rather than unmapped: a fresh mapping costs a page fault per page at its first
+ * touch (the poison fill, or the first kernel), which on a 2-core machine is much of the
+ * simulator's own time in a training loop that frees and allocates the same sizes every
+ * iteration. Under a hypervisor with shadow page tables the first write to each page after any
+ * change of its mapping costs about a microsecond even when populated, so a kept mapping keeps
+ * its protection too: the host could still touch freed device memory, as it can touch live
+ * device memory here (unified addresses), but kernels and copies are checked against the range
+ * table, where it is gone. Its bytes are not cleared: a reused allocation is poisoned again
+ * (FAKECUDA_POISON) or holds the old bytes, as a GPU's recycled memory does. At most KEEP_MAX
+ * mappings and KEEP_BYTES bytes; the oldest is unmapped first. Guarded by keep_lock. */
+#define KEEP_MAX   64
+#define KEEP_BYTES (512ull << 20)
+static struct {
+    void *p;
+    size_t bytes;
+} keep[KEEP_MAX];
+static size_t nkeep, keep_bytes;
+static pthread_mutex_t keep_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* A kept mapping of exactly `bytes` (page-rounded), or NULL. */
+static void *keep_take(size_t bytes) {
+    void *p = NULL;
+    pthread_mutex_lock(&keep_lock);
+    for (size_t i = nkeep; i-- > 0;) {
+        if (keep[i].bytes != bytes)
+            continue;
+        p = keep[i].p;
+        memmove(&keep[i], &keep[i + 1], (nkeep - i - 1) * sizeof keep[0]);
+        nkeep--;
+        keep_bytes -= bytes;
+        break;
+    }
+    pthread_mutex_unlock(&keep_lock);
+    return p;
+}
+
+/* Keeps the freed mapping [p, p + bytes) for reuse, or unmaps it (and the oldest ones, to make
+ * room). */
+static void keep_put(void *p, size_t bytes) {
+    void *drop[KEEP_MAX];
+    size_t ndrop = 0, dbytes[KEEP_MAX];
+    int kept = 0;
+    if (bytes <= KEEP_BYTES) {
+        pthread_mutex_lock(&keep_lock);
+        while (nkeep && (nkeep == KEEP_MAX || keep_bytes + bytes > KEEP_BYTES)) {
+            drop[ndrop] = keep[0].p;
+            dbytes[ndrop++] = keep[0].bytes;
+            keep_bytes -= keep[0].bytes;
+            memmove(&keep[0], &keep[1], (--nkeep) * sizeof keep[0]);
+        }
+        keep[nkeep].p = p;
+        keep[nkeep++].bytes = bytes;
+        keep_bytes += bytes;
+        kept = 1;
+        pthread_mutex_unlock(&keep_lock);
+    }
+    if (!kept)
+        munmap(p, bytes);
+    for (size_t i = 0; i < ndrop; i++)
+        munmap(drop[i], dbytes[i]);
+}
+
 static CUresult alloc_device(CUdeviceptr *out, size_t size) {
     if (!out || size == 0)
         return CUDA_ERROR_INVALID_VALUE;
     uint64_t acct = (size + 511) & ~(uint64_t)511;
     if (reserve_capacity(acct) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    void *p =
-        mmap(NULL, page_round(size), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void *p = keep_take(page_round(size));
+    if (!p) /* populated at once when it is about to be filled anyway: one call, not a fault a page
+             */
+        p = mmap(NULL, page_round(size), PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | (g_fc.cfg.poison ? MAP_POPULATE : 0), -1, 0);
     if (p == MAP_FAILED) {
         release_capacity(acct);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -257,7 +325,7 @@ static CUresult free_device(uintptr_t p, int async) {
     fc_range_t r = g_fc.ranges[i];
     remove_at(g_fc.ranges, &g_fc.nranges, (size_t)i);
     pthread_rwlock_unlock(&g_fc.mem_lock);
-    munmap((void *)r.base, page_round(r.size));
+    keep_put((void *)r.base, page_round(r.size));
     release_capacity(r.acct_bytes);
     FC_STAT(allocs_live, -1);
     FC_STAT(alloc_bytes_live, -(int64_t)r.size);
@@ -744,6 +812,8 @@ static fc_handle_t *handle_of(CUmemGenericAllocationHandle h) {
 }
 
 static void handle_destroy(fc_handle_t *h) {
+    for (int i = 0; i < h->npark; i++)
+        munmap((void *)h->park[i].addr, h->park[i].size);
     close(h->fd);
     if (location_is_host(&h->prop.location)) {
         FC_STAT(vmm_host_bytes_live, -(int64_t)h->size);
@@ -902,6 +972,64 @@ static int in_reservation(uintptr_t p, size_t size) {
     return i >= 0 && p + size <= g_fc.resv[i].base + g_fc.resv[i].size && p + size > p;
 }
 
+/* Host page tables. The simulated device's memory is host memory at the same address, so every
+ * cuMemMap is a host mapping of the handle's memfd, and a fresh one costs a fault per page at its
+ * first touch. Under a hypervisor that shadows page tables (this project's development and CI
+ * machines) that is about 5 us per 4 KiB page even when populated: 2.8 ms of host time to map a
+ * 2 MiB chunk and copy into it, where the timing model charges 0.6 ms for the copy at 3.3 GB/s.
+ * The shim remaps chunks all the time, so the simulator, not the model, would set the pace.
+ * Hence: a mapping is made readable and writable, and populated, at once (which access a kernel
+ * or copy may use is the range table's, checked at every access, not the host's protection); and
+ * cuMemUnmap moves the host mapping aside with its page tables (mremap with MREMAP_DONTUNMAP,
+ * Linux 5.13, then a PROT_NONE placeholder over the address: never a hole another mmap could
+ * take), where a later cuMemMap of the same part of the handle moves it back (mremap onto the
+ * placeholder): 0.2 ms instead of 2.8. At most two parked per handle; a kernel without
+ * MREMAP_DONTUNMAP for shared memory maps afresh each time, as before. */
+#ifndef MREMAP_DONTUNMAP
+#define MREMAP_DONTUNMAP 4
+#endif
+static int park_broken; /* the kernel refused MREMAP_DONTUNMAP once: no parking */
+
+/* Moves a parked mapping of h's [offset, offset + size) onto the placeholder at p. 1 when done,
+ * 0 when none was parked (or the move failed, and the parked mapping was dropped). Caller holds
+ * mem_lock (write). */
+static int park_take(fc_handle_t *h, uintptr_t p, size_t size, size_t offset) {
+    for (int i = 0; i < h->npark; i++) {
+        if (h->park[i].offset != offset || h->park[i].size != size)
+            continue;
+        void *from = (void *)h->park[i].addr;
+        h->park[i] = h->park[--h->npark];
+        if (mremap(from, size, size, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)p) != MAP_FAILED) {
+            FC_STAT(maps_moved, 1);
+            return 1;
+        }
+        munmap(from, size);
+        return 0;
+    }
+    return 0;
+}
+
+/* Moves the host mapping of range r (about to be unmapped) aside, page tables kept, leaving an
+ * empty mapping at its address for the placeholder to replace. Caller holds mem_lock (write). */
+static void park_put(const fc_range_t *r) {
+    fc_handle_t *h = r->h;
+    if (park_broken || h->npark == (int)(sizeof h->park / sizeof h->park[0]))
+        return;
+    void *to = mmap(NULL, r->size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (to == MAP_FAILED)
+        return;
+    if (mremap((void *)r->base, r->size, r->size, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP,
+               to) == MAP_FAILED) {
+        if (errno == EINVAL)
+            park_broken = 1;
+        munmap(to, r->size);
+        return;
+    }
+    h->park[h->npark].addr = (uintptr_t)to;
+    h->park[h->npark].offset = r->map_offset;
+    h->park[h->npark++].size = r->size;
+}
+
 static CUresult fc_mem_map(CUdeviceptr ptr, size_t size, size_t offset,
                            CUmemGenericAllocationHandle hh, unsigned long long flags) {
     FC_ENTER("cuMemMap");
@@ -921,7 +1049,10 @@ static CUresult fc_mem_map(CUdeviceptr ptr, size_t size, size_t offset,
             rc = CUDA_ERROR_INVALID_VALUE; /* already mapped */
     }
     if (rc == CUDA_SUCCESS) {
-        void *m = mmap((void *)p, size, PROT_NONE, MAP_SHARED | MAP_FIXED, h->fd, (off_t)offset);
+        void *m = park_take(h, p, size, offset)
+                      ? (void *)p
+                      : mmap((void *)p, size, PROT_READ | PROT_WRITE,
+                             MAP_SHARED | MAP_FIXED | MAP_POPULATE, h->fd, (off_t)offset);
         if (m == MAP_FAILED) {
             rc = CUDA_ERROR_OUT_OF_MEMORY;
         } else {
@@ -1017,6 +1148,8 @@ static CUresult fc_mem_unmap(CUdeviceptr ptr, size_t size) {
         fc_handle_t *h = g_fc.ranges[first + k].h;
         if (--h->maps == 0 && h->user_refs == 0 && ndead < 64)
             dead[ndead++] = h;
+        else
+            park_put(&g_fc.ranges[first + k]);
     }
     memmove(&g_fc.ranges[first], &g_fc.ranges[first + count],
             (g_fc.nranges - first - count) * sizeof(fc_range_t));
@@ -1059,15 +1192,10 @@ static CUresult fc_mem_set_access(CUdeviceptr ptr, size_t size, const CUmemAcces
             return CUDA_ERROR_INVALID_VALUE;
         }
     }
-    int prot = acc == FC_ACC_RW ? PROT_READ | PROT_WRITE : acc == FC_ACC_READ ? PROT_READ : 0;
     pthread_rwlock_wrlock(&g_fc.mem_lock);
     if (whole_mappings(p, size, &first, &n) != 0) {
         pthread_rwlock_unlock(&g_fc.mem_lock);
         return CUDA_ERROR_INVALID_VALUE;
-    }
-    if (mprotect((void *)p, size, prot) != 0) {
-        pthread_rwlock_unlock(&g_fc.mem_lock);
-        return CUDA_ERROR_UNKNOWN;
     }
     for (size_t k = 0; k < n; k++)
         g_fc.ranges[first + k].access = acc;

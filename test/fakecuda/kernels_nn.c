@@ -11,6 +11,8 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define P_PTR sizeof(CUdeviceptr)
 #define P_INT sizeof(int)
@@ -74,6 +76,125 @@ static uint64_t extent(int rows, int cols, int ld) {
     return rows == 0 || cols == 0 ? 0 : (uint64_t)(rows - 1) * (uint64_t)ld + (uint64_t)cols;
 }
 
+/* Four floats at once (GCC's vector extension: one SSE operation). Each lane is
+ * its own IEEE multiply or add, the same as the scalar loop's for that element: the GEMMs below
+ * vectorise across output elements, never across the terms of one sum, so every element is
+ * computed with the same operations in the same order as the plain loops would, and the bits do
+ * not change (the project compiles as ISO C: no contraction into fused multiply-adds). */
+typedef float v4f __attribute__((vector_size(16)));
+
+static v4f ld4(const float *p) {
+    v4f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static void st4(float *p, v4f v) {
+    memcpy(p, &v, sizeof v);
+}
+
+/* c[j] = c0[j] + a * b[j] for j < n, where c0[j] is c[j] (first == 0), or beta * c[j], or 0 when
+ * beta is 0 (first == 1: the first term of the sum). */
+static void axpy(float *c, float a, const float *b, int n, int first, float beta) {
+    v4f z = {0}, a4 = z + a, be = z + beta;
+    int j = 0;
+    if (!first) {
+        for (; j + 4 <= n; j += 4)
+            st4(c + j, ld4(c + j) + a4 * ld4(b + j));
+        for (; j < n; j++)
+            c[j] += a * b[j];
+    } else if (beta == 0.0f) {
+        for (; j + 4 <= n; j += 4)
+            st4(c + j, z + a4 * ld4(b + j));
+        for (; j < n; j++)
+            c[j] = 0.0f + a * b[j];
+    } else {
+        for (; j + 4 <= n; j += 4)
+            st4(c + j, be * ld4(c + j) + a4 * ld4(b + j));
+        for (; j < n; j++)
+            c[j] = beta * c[j] + a * b[j];
+    }
+}
+
+/* Rows of C computed together, so that B streams through the cache once per block of rows
+ * rather than once per row: about 128 KiB of C. */
+#define GEMM_ROWS 32
+
+/* op(B)(p, j) = B[p][j]: each row of C accumulates rows of B scaled by op(A)(i, p), p in order
+ * (the first term fused with the start value: beta * C, or 0). */
+static void gemm_rows_of_b(int ta, int m, int n, int k, float alpha, const float *A, size_t lda,
+                           const float *B, size_t ldb, float beta, float *C, size_t ldc) {
+    int rows = n >= 4096 ? 8 : GEMM_ROWS;
+    for (int i0 = 0; i0 < m; i0 += rows) {
+        int i1 = i0 + rows < m ? i0 + rows : m;
+        if (k == 0)
+            for (int i = i0; i < i1; i++) {
+                float *c = C + (size_t)i * ldc;
+                for (int j = 0; j < n; j++)
+                    c[j] = beta == 0.0f ? 0.0f : beta * c[j];
+            }
+        for (int p = 0; p < k; p++) {
+            const float *b = B + (size_t)p * ldb;
+            for (int i = i0; i < i1; i++) {
+                float a =
+                    alpha * (ta ? A[(size_t)p * lda + (size_t)i] : A[(size_t)i * lda + (size_t)p]);
+                axpy(C + (size_t)i * ldc, a, b, n, p == 0, beta);
+            }
+        }
+    }
+}
+
+/* The dot products of eight rows of op(A), laid out p-major (at[p][r]: rows beyond the matrix
+ * are zeros), with rows j0 and j0 + 1 of B (the second only when two): sums[t][r]. Four
+ * independent accumulators, each summing its terms with p in order. */
+static void dots8(const float *at, int k, const float *b0, const float *b1, float sums[2][8]) {
+    v4f z = {0}, s00 = z, s01 = z, s10 = z, s11 = z;
+    for (int p = 0; p < k; p++) {
+        v4f lo = ld4(at + 8 * (size_t)p), hi = ld4(at + 8 * (size_t)p + 4);
+        s00 += lo * b0[p];
+        s01 += hi * b0[p];
+        s10 += lo * b1[p];
+        s11 += hi * b1[p];
+    }
+    memcpy(&sums[0][0], &s00, sizeof s00);
+    memcpy(&sums[0][4], &s01, sizeof s01);
+    memcpy(&sums[1][0], &s10, sizeof s10);
+    memcpy(&sums[1][4], &s11, sizeof s11);
+}
+
+/* op(B)(p, j) = B[j][p]: each C element is a dot product over p, in order, of a row of op(A) and
+ * a row of B, computed eight rows of op(A) and two rows of B at a time. Returns -1 out of host
+ * memory. */
+static int gemm_dots(int ta, int m, int n, int k, float alpha, const float *A, size_t lda,
+                     const float *B, size_t ldb, float beta, float *C, size_t ldc) {
+    float *at = malloc((size_t)(k ? k : 1) * 8 * sizeof *at);
+    if (!at)
+        return -1;
+    for (int i0 = 0; i0 < m; i0 += 8) {
+        int nr = m - i0 < 8 ? m - i0 : 8;
+        for (int p = 0; p < k; p++)
+            for (int r = 0; r < 8; r++) {
+                size_t i = (size_t)(i0 + r);
+                at[(size_t)p * 8 + (size_t)r] = r >= nr ? 0.0f
+                                                : ta    ? A[(size_t)p * lda + i]
+                                                        : A[i * lda + (size_t)p];
+            }
+        for (int j = 0; j < n; j += 2) {
+            int nj = n - j < 2 ? 1 : 2;
+            const float *b0 = B + (size_t)j * ldb;
+            float sums[2][8];
+            dots8(at, k, b0, nj == 2 ? b0 + ldb : b0, sums);
+            for (int t = 0; t < nj; t++)
+                for (int r = 0; r < nr; r++) {
+                    float *c = C + (size_t)(i0 + r) * ldc + (size_t)(j + t);
+                    *c = beta == 0.0f ? alpha * sums[t][r] : alpha * sums[t][r] + beta * *c;
+                }
+        }
+    }
+    free(at);
+    return 0;
+}
+
 /* gemm_f32(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc): C = alpha*op(A)*op(B) + beta*C
  * with op(A) m x k and op(B) k x n, row-major. A is stored m x k (ta = 0) or k x m (ta != 0); B
  * is stored k x n (tb = 0) or n x k (tb != 0). As in BLAS, beta == 0 means C is not read (so
@@ -101,32 +222,11 @@ static int k_gemm(fakecuda_launch_t *l) {
     float *C = fview(l, cp, extent(m, n, ldc), 1);
     if (!C)
         return -1;
-    for (int i = 0; i < m; i++) {
-        float *c = C + (size_t)i * (size_t)ldc;
-        if (tb) {
-            /* op(B)(p, j) = B[j][p]: each C element is a dot product of two contiguous rows. */
-            for (int j = 0; j < n; j++) {
-                const float *b = B + (size_t)j * (size_t)ldb;
-                float acc = 0.0f;
-                for (int p = 0; p < k; p++) {
-                    float a = ta ? A[(size_t)p * (size_t)lda + (size_t)i]
-                                 : A[(size_t)i * (size_t)lda + (size_t)p];
-                    acc += a * b[p];
-                }
-                c[j] = beta == 0.0f ? alpha * acc : alpha * acc + beta * c[j];
-            }
-        } else {
-            /* op(B)(p, j) = B[p][j]: accumulate rows of B into the row of C. */
-            for (int j = 0; j < n; j++)
-                c[j] = beta == 0.0f ? 0.0f : beta * c[j];
-            for (int p = 0; p < k; p++) {
-                float a = alpha * (ta ? A[(size_t)p * (size_t)lda + (size_t)i]
-                                      : A[(size_t)i * (size_t)lda + (size_t)p]);
-                const float *b = B + (size_t)p * (size_t)ldb;
-                for (int j = 0; j < n; j++)
-                    c[j] += a * b[j];
-            }
-        }
+    if (tb) {
+        if (gemm_dots(ta, m, n, k, alpha, A, (size_t)lda, B, (size_t)ldb, beta, C, (size_t)ldc))
+            return -1;
+    } else {
+        gemm_rows_of_b(ta, m, n, k, alpha, A, (size_t)lda, B, (size_t)ldb, beta, C, (size_t)ldc);
     }
     fakecuda_work(l, 2.0 * m * n * (double)k,
                   4.0 * ((double)m * k + (double)k * n + 2.0 * (double)m * n));
