@@ -478,10 +478,11 @@ START_TEST(test_a_remapped_handle_keeps_its_bytes) {
     fakecuda_stats_t st;
     fakecuda_get_stats(&st);
     /* Every map after the first moved a kept mapping back (Linux 5.13 and later: this project's
-     * machines; an older kernel maps afresh, and this count stays 0). */
+     * machines; an older kernel, or valgrind, which refuses MREMAP_DONTUNMAP, maps afresh, and
+     * this count stays 0: the bytes are checked above either way). */
     struct utsname u;
     int major = 0, minor = 0;
-    if (uname(&u) == 0 && sscanf(u.release, "%d.%d", &major, &minor) == 2 &&
+    if (!tu_under_valgrind() && uname(&u) == 0 && sscanf(u.release, "%d.%d", &major, &minor) == 2 &&
         (major > 5 || (major == 5 && minor >= 13)))
         ck_assert_uint_eq(st.maps_moved, 7);
     ck_assert_uint_eq(st.vmm_handles_live, 0);
