@@ -209,14 +209,12 @@ static size_t page_round(size_t n) {
 /* ---- cuMemAlloc and friends
  * ---------------------------------------------------------------------- */
 
-/* Allocates `size` bytes of simulated device memory; the range is exactly `size` long, so an
- * access past the end is illegal even inside the last page. */
 /* Freed allocations' host mappings, kept for the next allocation of the same page-rounded size
  * (newest first) rather than unmapped: a fresh mapping costs a page fault per page at its first
  * touch (the poison fill, or the first kernel), which on a 2-core machine is much of the
  * simulator's own time in a training loop that frees and allocates the same sizes every
  * iteration. Under a hypervisor with shadow page tables the first write to each page after any
- * change of its mapping costs about a microsecond even when populated, so a kept mapping keeps
+ * change of its mapping costs 1 to 5 us even when populated, so a kept mapping keeps
  * its protection too: the host could still touch freed device memory, as it can touch live
  * device memory here (unified addresses), but kernels and copies are checked against the range
  * table, where it is gone. Its bytes are not cleared: a reused allocation is poisoned again
@@ -274,6 +272,8 @@ static void keep_put(void *p, size_t bytes) {
         munmap(drop[i], dbytes[i]);
 }
 
+/* Allocates `size` bytes of simulated device memory; the range is exactly `size` long, so an
+ * access past the end is illegal even inside the last page. */
 static CUresult alloc_device(CUdeviceptr *out, size_t size) {
     if (!out || size == 0)
         return CUDA_ERROR_INVALID_VALUE;
@@ -281,8 +281,7 @@ static CUresult alloc_device(CUdeviceptr *out, size_t size) {
     if (reserve_capacity(acct) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     void *p = keep_take(page_round(size));
-    if (!p) /* populated at once when it is about to be filled anyway: one call, not a fault a page
-             */
+    if (!p) /* populated in one call when the poison fill will touch every page anyway */
         p = mmap(NULL, page_round(size), PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | (g_fc.cfg.poison ? MAP_POPULATE : 0), -1, 0);
     if (p == MAP_FAILED) {
