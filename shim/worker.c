@@ -10,18 +10,18 @@
 
 #include <stdio.h>
 
-/* The worker, holding mem_lock: waits without the lock for `v` (may be NULL) and, when `c` is
- * not NULL in safe mode, for the work issued so far on the streams that may reach c unseen, so
- * that the wait_chunks that follows under the lock has little left to wait for. The lock is
- * released meanwhile: c may be gone on return. */
-static void worker_wait(evref_t *v, chunk_t *c) {
+/* The worker, holding mem_lock: waits without the lock for `v` (may be NULL) and, in safe mode,
+ * for the work issued so far on the streams that may reach the chunks `cs[0, n)` unseen, so that
+ * the wait_chunks that follows under the lock has little left to wait for. The lock is released
+ * meanwhile: the chunks may be gone on return. */
+static void worker_wait(evref_t *v, chunk_t *const *cs, size_t n) {
     CUstream users[MAX_USERS + MAX_STREAMS];
     unsigned nu = 0;
     evref_t *pre[MAX_USERS + MAX_STREAMS];
     unsigned npre = 0;
     if (v)
         v->refs++;
-    if (c && M.safe && !gather_streams(&c, 1, users, &nu)) {
+    if (n && M.safe && !gather_streams(cs, n, users, &nu)) {
         for (unsigned u = 0; u < nu; u++) {
             evref_t *e = ev_take();
             if (e && ooc_real.cuEventRecord(e->e, users[u]) == CUDA_SUCCESS)
@@ -41,9 +41,12 @@ static void worker_wait(evref_t *v, chunk_t *c) {
     ev_drop(v);
 }
 
-/* The worker: waits for the oldest swap-out's copy, then finishes what is done. */
-static void worker_wait_retiree(void) {
-    worker_wait(M.ret[0]->out_ev, M.ret[0]);
+/* The worker: waits for the oldest swap-out's copy, then finishes what is done. In safe mode
+ * the wait also covers the streams that may reach `c` (may be NULL) unseen: the chunk that needs
+ * the memory, whose alias goes next, so that one wait serves both remaps. */
+static void worker_wait_retiree(chunk_t *c) {
+    chunk_t *cs[2] = {M.ret[0], c};
+    worker_wait(M.ret[0]->out_ev, cs, c ? 2 : 1);
     retire_poll(0);
 }
 
@@ -53,7 +56,11 @@ static void worker_wait_retiree(void) {
  * finish, and when none is under way it leaves the rest to demand residency rather than evict
  * what the plan keeps. Caller holds mem_lock; it is released while waiting. */
 static void worker_swapin(job_t j) {
-    uint64_t drained = UINT64_MAX; /* the chunk whose streams were waited for without the lock */
+    /* Safe mode: the chunk whose streams were waited for without the lock, and whether the
+     * streams were waited for under the lock since it was last let go (the program could issue
+     * nothing since: the next chunk's alias needs no other wait). */
+    uint64_t drained = UINT64_MAX;
+    int quiet = 0;
     for (;;) {
         buf_t *b = plan_buf(j.addr, j.id);
         if (!b)
@@ -74,7 +81,8 @@ static void worker_swapin(job_t j) {
              * retirees), and brings it in below. Keeping it mapped instead would hold memory
              * that the plan gives to other buffers until then. */
             if (!ev_done(c->out_ev)) {
-                worker_wait(c->out_ev, NULL);
+                worker_wait(c->out_ev, NULL, 0);
+                quiet = 0;
                 continue; /* the lock was released: look again */
             }
             retire_poll(0);
@@ -86,7 +94,9 @@ static void worker_swapin(job_t j) {
         if (!M.phys_free && M.phys_made >= M.budget_chunks && !M.ndying && !warm_ready() &&
             !any_discard()) {
             if (M.nret) {
-                worker_wait_retiree();
+                worker_wait_retiree(M.safe && c->aliased ? c : NULL);
+                drained = c->idx; /* c's streams were waited for with the retiree's */
+                quiet = 0;
                 continue;
             }
             unqueue_buffer(b);
@@ -111,14 +121,16 @@ static void worker_swapin(job_t j) {
                       (unsigned long long)M.resident);
             return;
         }
-        if (M.safe && c->aliased && drained != c->idx) {
+        if (M.safe && c->aliased && drained != c->idx && !quiet) {
             drained = c->idx;
-            worker_wait(NULL, c); /* then look again: the lock was released */
+            worker_wait(NULL, &c, 1); /* then look again: the lock was released */
             continue;
         }
         CUresult r = need_phys(1); /* a new physical chunk while under budget */
-        if (r == CUDA_SUCCESS && M.safe && c->aliased && (r = wait_chunks(&c, 1)) == CUDA_SUCCESS)
+        if (r == CUDA_SUCCESS && M.safe && c->aliased && (r = wait_chunks(&c, 1)) == CUDA_SUCCESS) {
+            quiet = 1;
             r = unalias_chunk(c);
+        }
         if (r == CUDA_SUCCESS)
             r = map_chunk(c);
         if (r != CUDA_SUCCESS) {
@@ -167,7 +179,7 @@ static void *worker_main(void *arg) {
             if (--M.njobs == 0)
                 M.job_head = 0;
             if (j.gate) {
-                worker_wait(j.gate, NULL); /* the plan's point, in device time */
+                worker_wait(j.gate, NULL, 0); /* the plan's point, in device time */
                 ev_drop(j.gate);
             }
             worker_swapin(j);
@@ -178,7 +190,7 @@ static void *worker_main(void *arg) {
             limbo_poll();
         if (M.nret) {
             if (!retire_poll(0))
-                worker_wait_retiree();
+                worker_wait_retiree(NULL);
             continue;
         }
         mem_wait(&M.work_cv);
