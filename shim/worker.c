@@ -56,11 +56,10 @@ static void worker_wait_retiree(chunk_t *c) {
  * finish, and when none is under way it leaves the rest to demand residency rather than evict
  * what the plan keeps. Caller holds mem_lock; it is released while waiting. */
 static void worker_swapin(job_t j) {
-    /* Safe mode: the chunk whose streams were waited for without the lock, and whether the
-     * streams were waited for under the lock since it was last let go (the program could issue
-     * nothing since: the next chunk's alias needs no other wait). */
-    uint64_t drained = UINT64_MAX;
-    int quiet = 0;
+    /* Safe mode: whether the streams that may reach the chunk were waited for since the program
+     * could last issue work unseen (a wait that covered them, or the lock held since a locked
+     * wait): the wait without the lock before removing its alias would add nothing. */
+    int waited = 0;
     for (;;) {
         buf_t *b = plan_buf(j.addr, j.id);
         if (!b)
@@ -82,7 +81,7 @@ static void worker_swapin(job_t j) {
              * that the plan gives to other buffers until then. */
             if (!ev_done(c->out_ev)) {
                 worker_wait(c->out_ev, NULL, 0);
-                quiet = 0;
+                waited = 0;
                 continue; /* the lock was released: look again */
             }
             retire_poll(0);
@@ -95,8 +94,7 @@ static void worker_swapin(job_t j) {
             !any_discard()) {
             if (M.nret) {
                 worker_wait_retiree(M.safe && c->aliased ? c : NULL);
-                drained = c->idx; /* c's streams were waited for with the retiree's */
-                quiet = 0;
+                waited = 1; /* c's streams were waited for with the retiree's */
                 continue;
             }
             unqueue_buffer(b);
@@ -121,14 +119,14 @@ static void worker_swapin(job_t j) {
                       (unsigned long long)M.resident);
             return;
         }
-        if (M.safe && c->aliased && drained != c->idx && !quiet) {
-            drained = c->idx;
+        if (M.safe && c->aliased && !waited) {
+            waited = 1;
             worker_wait(NULL, &c, 1); /* then look again: the lock was released */
             continue;
         }
         CUresult r = need_phys(1); /* a new physical chunk while under budget */
         if (r == CUDA_SUCCESS && M.safe && c->aliased && (r = wait_chunks(&c, 1)) == CUDA_SUCCESS) {
-            quiet = 1;
+            waited = 1; /* the lock stays held until the next chunk */
             r = unalias_chunk(c);
         }
         if (r == CUDA_SUCCESS)
