@@ -229,6 +229,8 @@ struct mem_state {
     size_t nlimbo, cap_limbo;
     job_t *jobs; /* a ring */
     size_t job_head, njobs, cap_jobs;
+    job_t job_cur; /* the job the worker took off the ring, while job_busy */
+    int job_busy;
     pthread_t worker;
     int worker_on, worker_stop;
     pthread_cond_t work_cv;
@@ -364,5 +366,6 @@ buf_t *plan_buf(uintptr_t addr, uint64_t id);
 chunk_t *plan_chunk(const buf_t *b, uint64_t i);
 uint64_t buf_chunks(const buf_t *b);
 void unqueue_buffer(const buf_t *b);
+int job_queued(job_t j);
 
 #endif

@@ -37,6 +37,8 @@ void unqueue_buffer(const buf_t *b) {
     }
 }
 
+static int serve_queued(void);
+
 unsigned ooc_mem_l_swapout(uintptr_t addr, uint64_t id, CUstream s) {
     buf_t *b = plan_buf(addr, id);
     if (!b || !M.worker_on)
@@ -117,6 +119,7 @@ unsigned ooc_mem_l_swapout(uintptr_t addr, uint64_t id, CUstream s) {
     }
     ev_drop(out);
     if (done) {
+        serve_queued(); /* the queued swap-ins take the memory being vacated, in order */
         ooc_stats_add(OOC_STAT_swap_outs, done);
         ooc_stats_add(OOC_STAT_swap_out_bytes, done * M.chunk);
         ooc_stats_add(OOC_STAT_planned_swap_outs, 1);
@@ -201,10 +204,56 @@ static int swapin_now(chunk_t *c) {
     return 1;
 }
 
+/* Whether job j's buffer still has chunks queued. */
+int job_queued(job_t j) {
+    buf_t *b = plan_buf(j.addr, j.id);
+    for (uint64_t i = 0, n = b ? buf_chunks(b) : 0; i < n; i++) {
+        chunk_t *c = plan_chunk(b, i);
+        if (c && c->queued)
+            return 1;
+    }
+    return 0;
+}
+
+/* The queued swap-ins of job j's buffer that swapin_now can issue; 1 when one could not be
+ * (no memory now). A chunk whose own swap-out still runs is left to the worker. */
+static int serve_job(job_t j) {
+    buf_t *b = plan_buf(j.addr, j.id);
+    for (uint64_t i = 0, n = b ? buf_chunks(b) : 0; i < n; i++) {
+        chunk_t *c = plan_chunk(b, i);
+        if (c && c->queued && !c->out_ev && c->state == C_SWAPPED && !swapin_now(c))
+            return 1;
+    }
+    return 0;
+}
+
+/* Outside safe mode: the queued planned swap-ins issued now, in the plan's order (the worker's
+ * current job first, then the ring), as far as memory goes: memory being vacated goes to the
+ * swap-in planned first, as the plan has it, rather than to a later one that happens to be
+ * issued when the memory is there. Called when memory may have come (a planned swap-out was
+ * issued) and before a later swap-in is issued. 1 when a queued swap-in
+ * is still waiting for memory. */
+static int serve_queued(void) {
+    if (M.safe || !M.worker_on || (!M.job_busy && !M.njobs))
+        return 0;
+    if (M.job_busy && serve_job(M.job_cur))
+        return 1;
+    for (size_t k = 0; k < M.njobs; k++)
+        if (serve_job(M.jobs[M.job_head + k]))
+            return 1;
+    return 0;
+}
+
 unsigned ooc_mem_l_prefetch(uintptr_t addr, uint64_t id, CUstream s) {
     buf_t *b = plan_buf(addr, id);
     if (!b || !M.worker_on)
         return 0;
+    /* Outside safe mode, swap-outs whose copies are done (the program may have synchronised):
+     * finished first, so that their chunks are swapped and their memory free, rather than left
+     * to the worker. (In safe mode finishing one waits for the streams: the worker's to do.) */
+    if (M.nret && !M.safe)
+        retire_poll(0);
+    int waiting = serve_queued();
     unsigned q = 0;
     for (uint64_t i = 0, n = buf_chunks(b); i < n; i++) {
         chunk_t *c = plan_chunk(b, i);
@@ -213,8 +262,11 @@ unsigned ooc_mem_l_prefetch(uintptr_t addr, uint64_t id, CUstream s) {
         /* A chunk whose swap-out is still under way is queued too: whether its copy is done is
          * decided when the device reaches this point (the worker), not now, when the host,
          * which runs ahead, looks. */
-        if (c->state == C_SWAPPED && !c->queued && swapin_now(c))
-            continue;
+        if (c->state == C_SWAPPED && !c->queued && !waiting) {
+            if (swapin_now(c))
+                continue;
+            waiting = 1; /* the rest of the buffer waits its turn too */
+        }
         if ((c->out_ev || c->state == C_SWAPPED) && !c->queued) {
             cool(c); /* it is not hot (not resident, or retiring): this only keeps it so */
             c->queued = 1;

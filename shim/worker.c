@@ -176,11 +176,13 @@ static void *worker_main(void *arg) {
             job_t j = M.jobs[M.job_head++];
             if (--M.njobs == 0)
                 M.job_head = 0;
-            if (j.gate) {
+            M.job_cur = j;
+            M.job_busy = 1;
+            if (j.gate && job_queued(j))
                 worker_wait(j.gate, NULL, 0); /* the plan's point, in device time */
-                ev_drop(j.gate);
-            }
+            ev_drop(j.gate);
             worker_swapin(j);
+            M.job_busy = 0;
             pthread_cond_broadcast(&M.done_cv);
             continue;
         }

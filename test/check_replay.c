@@ -313,6 +313,106 @@ START_TEST(test_saved_plan_replays_and_a_wrong_plan_stays_correct) {
 }
 END_TEST
 
+/* test/progs/orderprog (see its header) under the shim, outside safe mode, two chunks of
+ * 64 KiB for its four buffers, plus `more` (NULL-terminated). */
+static tu_result_t run_orderprog(const char *iters, const char *const *more) {
+    const char *args[] = {"--iters", iters, NULL};
+    const char *env[24] = {"FAKECUDA_HOST_VMM=0", "FAKECUDA_GRANULARITY=64K",
+                           "OOC_CHUNK=64K",       "FAKECUDA_MEM_BYTES=131072",
+                           "OOC_BUDGET=131072",   "OOC_MODE=auto",
+                           "OOC_STATS=1"};
+    size_t n = 7;
+    for (; more && *more && n < 23; more++)
+        env[n++] = *more;
+    env[n] = NULL;
+    tu_result_t r = tu_run_prog("test/progs/orderprog", args, 1, env, 120);
+    ck_assert_msg(r.status == 0 && strstr(r.out, "orderprog: ok") != NULL, "status %d\n%s\n%s",
+                  r.status, r.out, tu_tail(r.err, 2000));
+    return r;
+}
+
+/* The buffer that op `op`'s first reference names in the profile's ops.tsv (-1: none). */
+static long op_buffer(const char *ops_tsv, int op) {
+    FILE *f = fopen(ops_tsv, "r");
+    ck_assert_ptr_nonnull(f);
+    char line[512];
+    long buf = -1;
+    while (fgets(line, sizeof line, f)) {
+        char *tab = strrchr(line, '\t');
+        if (line[0] == '#' || !tab || atoi(line) != op || line[0] < '0' || line[0] > '9')
+            continue;
+        buf = strtol(tab + 1, NULL, 10);
+        break;
+    }
+    fclose(f);
+    return buf;
+}
+
+/* Memory goes to the planned swap-ins in the plan's order. orderprog's iteration is memset A,
+ * memset B, mix A, mix X, mix Y (A and B new, X and Y persistent, one chunk each); the plan,
+ * written here, at two chunks: X and Y start on the host; X is swapped in before op 2, into the
+ * memory that A's swap-out after op 2 frees; Y before op 3, into B's, swapped out after op 3.
+ * The link is slowed to 10 ms per chunk, so the host runs far ahead within an iteration (the
+ * program synchronises at its end). Y found no memory when the host reached it and waits in the
+ * queue; B's swap-out then hands B's memory to it at once, ordered after B's copy out on the
+ * device, so mix Y never waits on the host. (X still does, for the worker: A's memory is not
+ * taken while the op that used A last is the current one.) With the queued swap-ins left to the
+ * worker (the code before this test), every swap-in was waited for on the host (16 of 16 chunks
+ * in 10 iterations) and none went into vacated memory; with it, 8 and 8. */
+START_TEST(test_memory_goes_to_planned_swap_ins_in_plan_order) {
+    char dir[64], pdir[96], ops[128], plan[128], env_plan[160];
+    snprintf(dir, sizeof dir, "/tmp/ooc-order-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(pdir, sizeof pdir, "OOC_PROFILE_DIR=%s", dir);
+    const char *const rec[] = {pdir, NULL};
+    tu_result_t r = run_orderprog("40", rec);
+    tu_result_free(&r);
+    snprintf(ops, sizeof ops, "%s/ops.tsv", dir);
+    long a = op_buffer(ops, 0), b = op_buffer(ops, 1), x = op_buffer(ops, 3), y = op_buffer(ops, 4);
+    ck_assert_msg(a >= 0 && b >= 0 && x >= 0 && y >= 0 && op_buffer(ops, 5) < 0,
+                  "unexpected profile: A %ld, B %ld, X %ld, Y %ld", a, b, x, y);
+    snprintf(plan, sizeof plan, "%s/hand.tsv", dir);
+    FILE *f = fopen(plan, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "#ooc-plan\t1\tpolicy=hand\tbudget_bytes=131072\tchunk_bytes=65536\tnops=5\t"
+               "nbufs=4\ntype\top\tbuffer\taction\tvia\n");
+    long bufs[4] = {a, b, x, y};
+    for (int i = 0; i < 4; i++)
+        fprintf(f, "buffer\t-\t%ld\tswap\t-\n", bufs[i]);
+    fprintf(f,
+            "start\t-\t%ld\thost\t-\nstart\t-\t%ld\thost\t-\n"
+            "before\t2\t%ld\tswapin\t-\nafter\t2\t%ld\tswapout\t-\n"
+            "before\t3\t%ld\tswapin\t-\nbefore\t3\t%ld\twait\t-\n"
+            "after\t3\t%ld\tswapout\t-\nafter\t3\t%ld\tswapout\t-\n"
+            "before\t4\t%ld\twait\t-\nafter\t4\t%ld\tswapout\t-\n",
+            x, y, x, a, y, x, b, x, y, y);
+    ck_assert_int_eq(fclose(f), 0);
+    snprintf(env_plan, sizeof env_plan, "OOC_PLAN=%s", plan);
+    const char *const replay[] = {env_plan,
+                                  "FAKECUDA_SCHED=threaded",
+                                  "FAKECUDA_TIMING=1",
+                                  "FAKECUDA_H2D_GBPS=0.0066",
+                                  "FAKECUDA_D2H_GBPS=0.0066",
+                                  "FAKECUDA_LAUNCH_US=5",
+                                  NULL};
+    r = run_orderprog("10", replay);
+    long long planned = tu_stat_row(r.err, "operations run as planned");
+    long long ahead = tu_stat_row(r.err, "planned swap-ins issued ahead (chunks)");
+    long long vacated = tu_stat_row(r.err, "of them into memory being vacated (chunks)");
+    long long waited = tu_stat_row(r.err, "planned swap-ins an op waited for (chunks)");
+    /* The first iteration diverges (the program's first copies come before it): at least eight
+     * iterations of five ops replayed, two swap-ins each. */
+    ck_assert_msg(planned >= 40 && ahead >= 16 && 2 * vacated >= ahead && 2 * waited <= ahead,
+                  "ops as planned %lld, swap-ins issued %lld, into vacated memory %lld, waited "
+                  "for %lld\n%s",
+                  planned, ahead, vacated, waited, tu_tail(r.err, 3000));
+    tu_result_free(&r);
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 START_TEST(test_unusable_plan_stops_start_up) {
     static const char *const args[] = {"--iters", "2", NULL};
     static const char *const env[] = {"OOC_PLAN=/nonexistent/ooc/plan.tsv", "OOC_MODE=auto",
@@ -427,6 +527,7 @@ Suite *suite_replay(void) {
     tcase_add_test(tc, test_auto_rerecords_after_a_shape_change);
     tcase_add_test(tc, test_saved_plan_replays_and_a_wrong_plan_stays_correct);
     tcase_add_test(tc, test_unusable_plan_stops_start_up);
+    tcase_add_test(tc, test_memory_goes_to_planned_swap_ins_in_plan_order);
     suite_add_tcase(s, tc);
     TCase *f = tcase_create("faults");
     tcase_set_timeout(f, tu_under_valgrind() ? 36000 : 900);
