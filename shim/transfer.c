@@ -248,11 +248,6 @@ unsigned ooc_mem_l_prefetch(uintptr_t addr, uint64_t id, CUstream s) {
     buf_t *b = plan_buf(addr, id);
     if (!b || !M.worker_on)
         return 0;
-    /* Outside safe mode, swap-outs whose copies are done (the program may have synchronised):
-     * finished first, so that their chunks are swapped and their memory free, rather than left
-     * to the worker. (In safe mode finishing one waits for the streams: the worker's to do.) */
-    if (M.nret && !M.safe)
-        retire_poll(0);
     int waiting = serve_queued();
     unsigned q = 0;
     for (uint64_t i = 0, n = buf_chunks(b); i < n; i++) {

@@ -406,6 +406,10 @@ START_TEST(test_memory_goes_to_planned_swap_ins_in_plan_order) {
                   "ops as planned %lld, swap-ins issued %lld, into vacated memory %lld, waited "
                   "for %lld\n%s",
                   planned, ahead, vacated, waited, tu_tail(r.err, 3000));
+    fprintf(stderr,
+            "plan order: %lld swap-ins issued ahead, %lld of them into vacated memory, %lld waited "
+            "for\n",
+            ahead, vacated, waited);
     tu_result_free(&r);
     char cmd[160];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
