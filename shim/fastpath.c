@@ -92,10 +92,6 @@ void mem_on_worker(void) {
     on_worker = 1;
 }
 
-int mem_is_worker(void) {
-    return on_worker;
-}
-
 static uint64_t clock_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -408,7 +404,7 @@ int ooc_mem_fast_enter(const ooc_access_t *a, CUstream s) {
 }
 
 static int fast_chunks(const ooc_access_t *a, CUstream s) {
-    if (M.safe && ((fp_stream = fast_stream(s)) < 0 || atomic_load(&M.fill_on)))
+    if (M.safe && (fp_stream = fast_stream(s)) < 0)
         return 0;
     for (unsigned i = 0; i < a->n; i++) {
         uintptr_t lo = a->refs[i].lo, hi = a->refs[i].hi;

@@ -86,18 +86,15 @@ static void worker_swapin(job_t j) {
             }
             retire_poll(0);
         }
-        if (c->state != C_SWAPPED || c->stage) {
+        if (c->state != C_SWAPPED) {
             c->queued = 0;
             continue;
         }
-        /* Safe mode: an aliased chunk is staged (stage.c): copied in beside its alias, with no
-         * wait for the streams; it moves at its first use. */
-        int stage = M.safe && M.stage && c->aliased;
         if (!M.phys_free && M.phys_made >= M.budget_chunks && !M.ndying && !warm_ready() &&
             !any_discard()) {
             if (M.nret) {
-                worker_wait_retiree(M.safe && c->aliased && !stage ? c : NULL);
-                waited = !stage; /* c's streams were waited for with the retiree's */
+                worker_wait_retiree(M.safe && c->aliased ? c : NULL);
+                waited = 1; /* c's streams were waited for with the retiree's */
                 continue;
             }
             unqueue_buffer(b);
@@ -121,20 +118,6 @@ static void worker_swapin(job_t j) {
                       (unsigned long long)M.serial, (unsigned long long)j.id,
                       (unsigned long long)M.resident);
             return;
-        }
-        if (stage) {
-            CUresult r = need_phys(1);
-            if (r == CUDA_SUCCESS && !c->stage && c->state == C_SWAPPED &&
-                stage_in(c) == CUDA_SUCCESS) {
-                c->queued = 0;
-                ooc_stats_add(OOC_STAT_prefetches, 1);
-                continue;
-            }
-            if (r != CUDA_SUCCESS) {
-                c->queued = 0;
-                continue;
-            }
-            /* Not staged (no spare address, or a copy refused): in at its address below. */
         }
         if (M.safe && c->aliased && !waited) {
             waited = 1;
@@ -170,8 +153,6 @@ static void worker_swapin(job_t j) {
         c->state = C_RESIDENT;
         c->queued = 0;
         if (v) {
-            if (M.safe)
-                fill_set(0, v);
             c->in_ev = v;
             limbo_put(c->host, v);
         } else {
