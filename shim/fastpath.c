@@ -404,7 +404,7 @@ int ooc_mem_fast_enter(const ooc_access_t *a, CUstream s) {
 }
 
 static int fast_chunks(const ooc_access_t *a, CUstream s) {
-    if (M.safe && (fp_stream = fast_stream(s)) < 0)
+    if (M.safe && ((fp_stream = fast_stream(s)) < 0 || atomic_load(&M.fill_on)))
         return 0;
     for (unsigned i = 0; i < a->n; i++) {
         uintptr_t lo = a->refs[i].lo, hi = a->refs[i].hi;

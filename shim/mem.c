@@ -119,6 +119,7 @@ void ooc_mem_shutdown(void) {
     }
     for (unsigned i = 0; i < 8; i++)
         ev_drop(M.fcache[i].v);
+    fill_drop();
     warm_shutdown();
     chunk_t *c, *tmp;
     HASH_ITER(hh, M.chunks, c, tmp) {

@@ -207,6 +207,11 @@ struct mem_state {
     unsigned fc_next;
     uint64_t fc_epoch;    /* advances whenever work is issued on a stream the shim follows */
     _Atomic int fc_dirty; /* the fast path issued work since fc_epoch last advanced */
+    /* Safe mode: the last copy in on each copy stream (the worker's, demand residency's) into
+     * memory just mapped at an address any op may reach unseen; every op's stream waits for them
+     * until they have completed, and meanwhile no op takes the fast path (fill_on). */
+    evref_t *fill[2];
+    _Atomic int fill_on;
     /* The fast path: the chunk of every index of the reservation (NULL: none), and whether this
      * hold of mem_lock is in a writer section (see quiesce). */
     _Atomic(chunk_t *) *table;
@@ -313,6 +318,9 @@ void stream_issued(CUstream s);
 int gather_streams(chunk_t *const *cs, size_t n, CUstream *users, unsigned *nu_out);
 CUresult wait_chunks(chunk_t *const *cs, size_t n);
 evref_t *fence_ev(CUstream s);
+void fill_set(unsigned k, evref_t *v);
+CUresult fill_wait(CUstream s);
+void fill_drop(void);
 /* vmm.c */
 CUresult vmm_unmap(CUdeviceptr a);
 CUresult vmm_map_rw(CUdeviceptr a, CUmemGenericAllocationHandle h);

@@ -430,6 +430,8 @@ CUresult ooc_mem_op_resident(CUstream s) {
             rc = ooc_real.cuStreamWaitEvent(s, c->in_ev->e, 0);
         }
     }
+    if (M.safe && rc == CUDA_SUCCESS) /* and for memory being filled that it may reach unseen */
+        rc = fill_wait(s);
     return rc;
 }
 
@@ -478,6 +480,8 @@ static CUresult swapins_issued(void) {
         }
         c->host = NULL;
     }
+    if (v && M.safe)
+        fill_set(1, v);
     ev_drop(v);
     return CUDA_SUCCESS;
 }

@@ -161,3 +161,51 @@ evref_t *fence_ev(CUstream s) {
     v->refs++;
     return v;
 }
+
+/* ---- safe mode: memory being filled behind an address ---------------------------------------
+ *
+ * Once a swapped chunk's host alias is removed and device memory mapped at its address, its
+ * copy in fills that memory; an op that reached the address through a pointer the shim cannot
+ * see would read it half filled. Every op issued meanwhile, whatever it names, has its stream
+ * wait for the copies in (each copy stream runs them in order: its last event covers the ones
+ * before). */
+
+/* Safe mode: v (one reference taken) follows the last copy in issued on copy stream k (0: the
+ * worker's, 1: demand residency's). Caller holds mem_lock. */
+void fill_set(unsigned k, evref_t *v) {
+    quiesce(); /* no fast-path op passes fill_on unseen from here */
+    v->refs++;
+    ev_drop(M.fill[k]);
+    M.fill[k] = v;
+    atomic_store(&M.fill_on, 1);
+}
+
+/* Safe mode: the op about to be issued on s waits for the copies in that may still be filling
+ * memory at addresses it could reach unseen. Caller holds mem_lock. */
+CUresult fill_wait(CUstream s) {
+    CUresult r = CUDA_SUCCESS;
+    int pending = 0;
+    for (unsigned k = 0; k < 2 && r == CUDA_SUCCESS; k++) {
+        if (!M.fill[k])
+            continue;
+        if (ev_done(M.fill[k])) {
+            ev_drop(M.fill[k]);
+            M.fill[k] = NULL;
+        } else {
+            pending = 1;
+            r = ooc_real.cuStreamWaitEvent(s, M.fill[k]->e, 0);
+        }
+    }
+    if (!pending && atomic_load_explicit(&M.fill_on, memory_order_relaxed))
+        atomic_store(&M.fill_on, 0);
+    return r;
+}
+
+/* At shutdown. Caller holds mem_lock. */
+void fill_drop(void) {
+    for (unsigned k = 0; k < 2; k++) {
+        ev_drop(M.fill[k]);
+        M.fill[k] = NULL;
+    }
+    atomic_store(&M.fill_on, 0);
+}

@@ -153,6 +153,8 @@ static void worker_swapin(job_t j) {
         c->state = C_RESIDENT;
         c->queued = 0;
         if (v) {
+            if (M.safe)
+                fill_set(0, v);
             c->in_ev = v;
             limbo_put(c->host, v);
         } else {

@@ -417,6 +417,91 @@ START_TEST(test_memory_goes_to_planned_swap_ins_in_plan_order) {
 }
 END_TEST
 
+/* test/progs/hiddenprog (see its header) under the shim in safe mode, 64 KiB chunks, a budget
+ * of six chunks, with --write when `write`, plus `more` (NULL-terminated). */
+static tu_result_t run_hiddenprog(const char *iters, int write, const char *const *more) {
+    const char *args[] = {"--iters", iters, "--pause-ms", "30", write ? "--write" : NULL, NULL};
+    const char *env[24] = {"FAKECUDA_HOST_VMM=1", "FAKECUDA_GRANULARITY=64K",
+                           "OOC_CHUNK=64K",       "FAKECUDA_MEM_BYTES=393216",
+                           "OOC_BUDGET=393216",   "OOC_MODE=auto",
+                           "OOC_SAFE=on",         "OOC_STATS=1"};
+    size_t n = 8;
+    for (; more && *more && n < 23; more++)
+        env[n++] = *more;
+    env[n] = NULL;
+    return tu_run_prog("test/progs/hiddenprog", args, 1, env, 120);
+}
+
+/* hiddenprog (with --write when `write`) recorded, then replayed with a plan written here that
+ * swaps B out after op 1 and in before op 3, the simulated device threaded and strict, the link
+ * to the device slowed to 0.66 MB/s (a copy in of B's one chunk takes about 100 ms, the host's
+ * pause 30 ms). The program must print its right words, and the simulated device see no race. */
+static void hidden_case(int write) {
+    char dir[64], pdir[96], ops[128], bufs[128], plan[128], env_plan[160], line[512];
+    snprintf(dir, sizeof dir, "/tmp/ooc-hidden-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(pdir, sizeof pdir, "OOC_PROFILE_DIR=%s", dir);
+    const char *const rec[] = {pdir, NULL};
+    tu_result_t r = run_hiddenprog("12", write, rec);
+    ck_assert_msg(r.status == 0 && strstr(r.out, "hiddenprog: ok") != NULL, "status %d\n%s\n%s",
+                  r.status, r.out, tu_tail(r.err, 2000));
+    tu_result_free(&r);
+    snprintf(ops, sizeof ops, "%s/ops.tsv", dir);
+    long x = op_buffer(ops, 0), b = op_buffer(ops, 1);
+    ck_assert_msg(b >= 0 && x >= 0 && op_buffer(ops, 6) >= 0 && op_buffer(ops, 7) < 0,
+                  "unexpected profile: B %ld, X %ld", b, x);
+    snprintf(bufs, sizeof bufs, "%s/buffers.tsv", dir);
+    FILE *bf = fopen(bufs, "r");
+    ck_assert_ptr_nonnull(bf);
+    long nbufs = 0;
+    while (fgets(line, sizeof line, bf))
+        nbufs += line[0] >= '0' && line[0] <= '9';
+    fclose(bf);
+    snprintf(plan, sizeof plan, "%s/hand.tsv", dir);
+    FILE *f = fopen(plan, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f,
+            "#ooc-plan\t1\tpolicy=hand\tbudget_bytes=393216\tchunk_bytes=65536\tnops=7\t"
+            "nbufs=%ld\ntype\top\tbuffer\taction\tvia\n"
+            "buffer\t-\t%ld\tswap\t-\n"
+            "after\t1\t%ld\tswapout\t-\nbefore\t3\t%ld\tswapin\t-\nbefore\t6\t%ld\twait\t-\n",
+            nbufs, b, b, b, b);
+    ck_assert_int_eq(fclose(f), 0);
+    snprintf(env_plan, sizeof env_plan, "OOC_PLAN=%s", plan);
+    const char *const replay[] = {env_plan,
+                                  "FAKECUDA_SCHED=threaded",
+                                  "FAKECUDA_TIMING=1",
+                                  "FAKECUDA_H2D_GBPS=0.00066",
+                                  "FAKECUDA_D2H_GBPS=1",
+                                  "FAKECUDA_LAUNCH_US=5",
+                                  NULL};
+    r = run_hiddenprog("8", write, replay);
+    long long planned = tu_stat_row(r.err, "operations run as planned");
+    long long ahead = tu_stat_row(r.err, "planned swap-ins issued ahead (chunks)");
+    ck_assert_msg(r.status == 0 && strstr(r.out, "hiddenprog: ok") != NULL &&
+                      strstr(r.err, "strict") == NULL,
+                  "write %d: status %d\n%s\n%s", write, r.status, r.out, tu_tail(r.err, 3000));
+    ck_assert_msg(planned >= 35 && ahead >= 5, "ops as planned %lld, swap-ins issued %lld\n%s",
+                  planned, ahead, tu_tail(r.err, 3000));
+    tu_result_free(&r);
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+
+/* Safe mode: an op that reaches a buffer through a pointer in device memory, which the shim
+ * cannot see, gets its bytes around a planned swap-in, while the host is not ahead of the device
+ * (hiddenprog pauses it 30 ms after op 3: the device reaches the swap-in meanwhile). The worker
+ * moves B's address and starts the copy in before the host issues op 4: every op's stream then
+ * waits for that copy (fill_wait). Before fill_wait, op 4 ran at once and the simulated device
+ * aborted ("copy_indirect reads 65536 bytes at ... while memcpy DtoD async, with no order
+ * between them, writes them"). A write through the table in that window is kept (--write). */
+START_TEST(test_safe_mode_orders_hidden_reads_after_copy_in) {
+    hidden_case(0);
+    hidden_case(1);
+}
+END_TEST
+
 START_TEST(test_unusable_plan_stops_start_up) {
     static const char *const args[] = {"--iters", "2", NULL};
     static const char *const env[] = {"OOC_PLAN=/nonexistent/ooc/plan.tsv", "OOC_MODE=auto",
@@ -532,6 +617,7 @@ Suite *suite_replay(void) {
     tcase_add_test(tc, test_saved_plan_replays_and_a_wrong_plan_stays_correct);
     tcase_add_test(tc, test_unusable_plan_stops_start_up);
     tcase_add_test(tc, test_memory_goes_to_planned_swap_ins_in_plan_order);
+    tcase_add_test(tc, test_safe_mode_orders_hidden_reads_after_copy_in);
     suite_add_tcase(s, tc);
     TCase *f = tcase_create("faults");
     tcase_set_timeout(f, tu_under_valgrind() ? 36000 : 900);

@@ -352,6 +352,9 @@ FC_HIDDEN CUresult fc_sync_all(void);
 /* Strict mode: reports (and in strict mode aborts) when queued or running work references
  * [lo, hi). `what` names the operation ("cuMemUnmap"). Returns the number of conflicts. */
 FC_HIDDEN int fc_strict_check(uintptr_t lo, uintptr_t hi, const char *what);
+/* Strict mode, threaded: a kernel of op accesses [p, p + bytes) while an unordered copy or memset
+ * touches the same physical bytes (see fc_stream.c). */
+FC_HIDDEN void fc_strict_access(const fc_op_t *op, uintptr_t p, size_t bytes, int write);
 FC_HIDDEN void fc_streams_shutdown(void);
 FC_HIDDEN int fc_stream_valid(CUstream h);
 

@@ -458,6 +458,8 @@ FAKECUDA_API void *fakecuda_access(fakecuda_launch_t *l, CUdeviceptr p, size_t b
     if (fc_mem_check_loc((uintptr_t)p, bytes, write ? FC_ACC_RW : FC_ACC_READ, &host) == 0) {
         if (host)
             FC_STAT(kernel_host_accesses, 1);
+        if (g_fc.cfg.threaded && op->running)
+            fc_strict_access(op, (uintptr_t)p, bytes, write);
         return (void *)(uintptr_t)p;
     }
     if (!lp->illegal)

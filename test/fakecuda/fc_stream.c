@@ -177,6 +177,65 @@ static void start_op(fc_stream_t *s, fc_op_t *op) {
     }
 }
 
+/* Strict mode, threaded: a kernel that op runs is about to access [p, p + bytes) (`write`: to
+ * write it), through any pointer, its parameters' or one it read from memory. When a copy or a
+ * memset that is not ordered with it (it runs now, on another stream) writes those physical
+ * bytes, the kernel could read them half written on a GPU, or its own write be overwritten: the
+ * race is reported (and fatal in strict mode). Not reported: a kernel writing bytes that such a
+ * copy reads (the copy's result may be thrown away, as the shim does with a swap-out that an op
+ * overtook); kernels' own references, which count as writes of whole allocations where this
+ * check wants what each op really touches. */
+/* Whether a copy or memset other than op runs now and writes physical bytes (caller holds
+ * g_fc.lock). */
+static int copy_writing(const fc_op_t *op) {
+    for (fc_stream_t *t = g_fc.all_streams; t; t = t->all_next) {
+        const fc_op_t *o = t->head;
+        if (!o || o == op || !o->running || o->n_kernels)
+            continue;
+        for (unsigned j = 0; j < o->nprefs; j++)
+            if (o->prefs[j].write)
+                return 1;
+    }
+    return 0;
+}
+
+void fc_strict_access(const fc_op_t *op, uintptr_t p, size_t bytes, int write) {
+    pthread_mutex_lock(&g_fc.lock);
+    int any = copy_writing(op); /* most accesses: none, and no translation below */
+    pthread_mutex_unlock(&g_fc.lock);
+    if (!any)
+        return;
+    fc_pref_t *parts = NULL;
+    unsigned n = 0, cap = 0;
+    fc_ref_t r = {p, p + bytes, write};
+    fc_mem_phys(&r, &parts, &n, &cap);
+    const char *other = NULL;
+    pthread_mutex_lock(&g_fc.lock);
+    for (fc_stream_t *t = g_fc.all_streams; t && !other && n; t = t->all_next) {
+        const fc_op_t *o = t->head;
+        if (!o || o == op || !o->running || o->n_kernels)
+            continue;
+        for (unsigned i = 0; i < n && !other; i++) {
+            for (unsigned j = 0; j < o->nprefs && !other; j++) {
+                const fc_pref_t *b = &o->prefs[j];
+                if (parts[i].h == b->h && parts[i].lo < b->hi && b->lo < parts[i].hi && b->write)
+                    other = o->what ? o->what : "an op";
+            }
+        }
+    }
+    pthread_mutex_unlock(&g_fc.lock);
+    free(parts);
+    if (!other)
+        return;
+    fc_warn("strict: %s %s %zu bytes at %#lx while %s, with no order between them, writes them",
+            op->what ? op->what : "a kernel", write ? "writes" : "reads", bytes, (unsigned long)p,
+            other);
+    FC_STAT(strict_violations, 1);
+    if (g_fc.cfg.strict)
+        fc_fatal("strict mode: a kernel and a copy or memset touch the same bytes at once, "
+                 "unordered (FAKECUDA_STRICT=0 only counts it)");
+}
+
 static int deps_done(const fc_op_t *op) {
     for (unsigned i = 0; i < op->ndeps; i++)
         if (op->deps[i].s->completed < op->deps[i].seq)
