@@ -92,6 +92,10 @@ void mem_on_worker(void) {
     on_worker = 1;
 }
 
+int mem_is_worker(void) {
+    return on_worker;
+}
+
 static uint64_t clock_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

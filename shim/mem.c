@@ -36,6 +36,12 @@ void ooc_mem_set_reuse(int on) {
     mem_unlock();
 }
 
+void ooc_mem_set_stage(int on) {
+    mem_lock_take();
+    M.stage = on;
+    mem_unlock();
+}
+
 int ooc_mem_init(uint64_t budget_bytes, uint64_t chunk_bytes, CUdevice dev, CUcontext ctx,
                  const CUmemLocation *safe_loc) {
     M.ctx = ctx;
@@ -120,6 +126,7 @@ void ooc_mem_shutdown(void) {
     for (unsigned i = 0; i < 8; i++)
         ev_drop(M.fcache[i].v);
     fill_drop();
+    stage_drop_all();
     warm_shutdown();
     chunk_t *c, *tmp;
     HASH_ITER(hh, M.chunks, c, tmp) {
@@ -169,6 +176,7 @@ void ooc_mem_shutdown(void) {
     ooc_real.cuMemAddressFree((CUdeviceptr)M.va_base, M.va_size);
     va_space_free(&M.va);
     free(M.dying);
+    free(M.staged);
     free(M.op_chunks);
     free(M.op_bufs);
     ooc_real.cuCtxSetCurrent(prev);
@@ -200,6 +208,7 @@ void ooc_mem_report_fault(CUresult r) {
             len += (size_t)snprintf(list + len, sizeof list - len, "%s%#llx (%zu bytes)",
                                     len ? ", " : "", (unsigned long long)b->addr, b->size);
     }
+    int staging = M.safe && M.stage;
     mem_unlock();
     OOC_LOG_E("the device reported an illegal address. A kernel probably reached a buffer the "
               "shim had swapped out through a pointer it could not see (one stored in device "
@@ -207,6 +216,11 @@ void ooc_mem_report_fault(CUresult r) {
               "alias, or never used by an operation the shim saw)%s%s",
               M.safe ? "is on, so the fault is not one of those" : "is off", n, n ? ": " : "",
               list);
+    if (staging)
+        OOC_LOG_E("safe mode, OOC_SAFE_STAGE=1: a buffer whose planned swap-in has started is "
+                  "read-only at its address until the next operation that names it, so that a "
+                  "write through such a pointer faults rather than be lost; OOC_SAFE_STAGE=0 "
+                  "keeps such writes (its swap-ins no longer overlap the compute)");
 }
 
 void ooc_mem_geometry(uint64_t *chunk_bytes, uint64_t *budget_bytes) {

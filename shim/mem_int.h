@@ -112,6 +112,12 @@ typedef struct chunk {
      * (phys is NULL, and it is not counted resident). */
     int stolen;
     int discard; /* recompute: evicted without a copy (replay rebuilds its bytes) */
+    /* Safe mode: a planned swap-in staged beside the host alias (stage.c): its physical chunk
+     * (counted resident), mapped at spare address index stage_idx, and the copy's event. */
+    phys_t *stage;
+    uint64_t stage_idx;
+    evref_t *stage_ev;
+    int stage_ro; /* its alias was made read-only meanwhile: a write there faults, not lost */
     /* Dying: events after the work of every stream that may still use it (fenced = 1), so its
      * memory can be taken back when they are done, without waiting for anything later. */
     evref_t *fence[MAX_USERS];
@@ -179,6 +185,7 @@ struct mem_state {
     size_t nwarm, cap_warm;
     uint64_t warm_chunks; /* physical chunks held mapped by warm runs (not in `resident`) */
     int reuse;            /* OOC_REUSE: keep freed buffers' chunks mapped in warm runs */
+    int stage;            /* OOC_SAFE_STAGE: stage safe mode's planned swap-ins */
     CUstream join;        /* warm.c joins several streams' events on it (created when needed) */
     hslot_t *host_free;
     hslot_t **host_blocks; /* arrays of HOST_BLOCK_CHUNKS slots */
@@ -212,6 +219,8 @@ struct mem_state {
      * until they have completed, and meanwhile no op takes the fast path (fill_on). */
     evref_t *fill[2];
     _Atomic int fill_on;
+    chunk_t **staged; /* safe mode: staged swap-ins, oldest first (stage.c) */
+    size_t nstaged, cap_staged;
     /* The fast path: the chunk of every index of the reservation (NULL: none), and whether this
      * hold of mem_lock is in a writer section (see quiesce). */
     _Atomic(chunk_t *) *table;
@@ -294,6 +303,7 @@ void mem_unlock(void);
 void mem_wait(pthread_cond_t *cv);
 void mem_lock_take(void);
 void mem_on_worker(void);
+int mem_is_worker(void); /* on the replay worker's thread */
 uint64_t wait_begin(void);
 void wait_end(uint64_t t0);
 CUresult sync_event(CUevent e);
@@ -308,9 +318,16 @@ hslot_t *host_slot(void);
 void host_slot_put(hslot_t *s);
 CUresult copy_out(chunk_t *c, CUstream st);
 CUresult copy_in(chunk_t *c, CUstream st);
+CUresult copy_in_at(chunk_t *c, CUdeviceptr dst, CUstream st);
 void host_blocks_free(void);
 void limbo_put(hslot_t *s, evref_t *ev);
 void limbo_poll(void);
+/* stage.c */
+CUresult stage_in(chunk_t *c);
+CUresult stage_adopt(chunk_t *c);
+void stage_drop(chunk_t *c);
+int stage_reclaim(void);
+void stage_drop_all(void);
 /* streams.c */
 void add_user(CUstream *users, unsigned *n, int *unknown, CUstream s);
 void chunk_add_user(chunk_t *c, CUstream s);
@@ -324,6 +341,7 @@ void fill_drop(void);
 /* vmm.c */
 CUresult vmm_unmap(CUdeviceptr a);
 CUresult vmm_map_rw(CUdeviceptr a, CUmemGenericAllocationHandle h);
+CUresult vmm_protect(CUdeviceptr a, int ro);
 int va_take(uint64_t count, uint64_t *first);
 void va_give(uint64_t first, uint64_t count);
 chunk_t *chunk_new(uint64_t idx, uint64_t first, uint64_t n);

@@ -41,6 +41,12 @@ void chunk_check(const chunk_t *c) {
     CHECK(!c->stolen || (c->state == C_RESIDENT && c->phys == NULL && (c->out_ev || c->dying)), c);
     /* Safe mode: a host alias is the swapped chunk's host slot, mapped at its address. */
     CHECK(!c->aliased || (c->state == C_SWAPPED && c->host != NULL && M.safe), c);
+    /* Staged (safe mode): swapped, its host slot still its data, not dying, its copy followed
+     * by an event (stage.c). */
+    CHECK(!c->stage || (c->state == C_SWAPPED && c->host != NULL && c->stage_ev != NULL &&
+                        !c->dying && M.safe),
+          c);
+    CHECK(!c->stage_ro || c->stage, c);
     /* Retiring: still resident, its host slot receiving the planned swap-out's copy. */
     CHECK(!c->out_ev || (c->state == C_RESIDENT && c->host != NULL), c);
     /* Hot: what the fast path relies on (set_hot's conditions). */
@@ -67,7 +73,7 @@ void mem_check(void) {
     uint64_t resident = 0;
     for (const chunk_t *c = M.chunks; c; c = c->hh.next) {
         chunk_check(c);
-        resident += c->state == C_RESIDENT && !c->stolen;
+        resident += (c->state == C_RESIDENT && !c->stolen) + (c->stage != NULL);
         /* The table holds it at its index (chunk_find reads the table): one chunk per index,
          * and chunk_delete's clearing of its entry leaves no deleted chunk there. */
         CHECK(!M.table || (c->idx < M.va.chunks &&

@@ -127,6 +127,17 @@ static const ooc_option_desc_t table[] = {
             "is slow but correct; auto: on when the device supports host-located VMM memory.",
      .offset = OFF(safe),
      .choices = safe_words},
+    {.name = "OOC_SAFE_STAGE",
+     .type = OOC_OPT_BOOL,
+     .def = "0",
+     .accepted = "0 or 1",
+     .doc = "Safe mode, planned swap-ins: 1: copied in beside the buffer's host alias, which is "
+            "read-only meanwhile, and moved to its address at its next use, so the copy overlaps "
+            "the compute (a write through a pointer the shim cannot see into the buffer meanwhile "
+            "faults); 0: the address is moved first, after the device finishes the work issued "
+            "so far, and the copy in follows (such a write is kept, the copy does not overlap "
+            "the compute).",
+     .offset = OFF(safe_stage)},
     {.name = "OOC_REUSE",
      .type = OOC_OPT_BOOL,
      .def = "1",

@@ -158,10 +158,15 @@ CUresult copy_out(chunk_t *c, CUstream st) {
     return ooc_real.cuMemcpyDtoHAsync_v2(c->host->p, chunk_addr(c), M.chunk, st);
 }
 
-CUresult copy_in(chunk_t *c, CUstream st) {
+/* The copy of c's host slot to device address dst (c's own, or a staging address: stage.c). */
+CUresult copy_in_at(chunk_t *c, CUdeviceptr dst, CUstream st) {
     if (M.safe)
-        return ooc_real.cuMemcpyDtoDAsync_v2(chunk_addr(c), c->host->va, M.chunk, st);
-    return ooc_real.cuMemcpyHtoDAsync_v2(chunk_addr(c), c->host->p, M.chunk, st);
+        return ooc_real.cuMemcpyDtoDAsync_v2(dst, c->host->va, M.chunk, st);
+    return ooc_real.cuMemcpyHtoDAsync_v2(dst, c->host->p, M.chunk, st);
+}
+
+CUresult copy_in(chunk_t *c, CUstream st) {
+    return copy_in_at(c, chunk_addr(c), st);
 }
 
 /* Frees every host block; at shutdown, after every alias is unmapped. */

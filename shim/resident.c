@@ -155,6 +155,10 @@ CUresult need_phys(uint64_t want) {
     }
     if (M.phys_free)
         return CUDA_SUCCESS;
+    /* Safe mode: memory staged for a planned swap-in whose op has not come (its copy is wasted,
+     * the host copy stays the data). */
+    if (stage_reclaim())
+        return CUDA_SUCCESS;
     /* Swap out the least recently used chunks that the current op does not need. A chunk the
      * fast path used since it was placed in the list gets a second chance: it goes back to the
      * head (the walk meets it again last, untouched, unless used again meanwhile: bounded). See
@@ -496,6 +500,24 @@ static CUresult make_resident(uint64_t missing) {
         chunk_t *c = M.op_chunks[i];
         if (c->state == C_RESIDENT)
             continue;
+        if (c->stage) {
+            /* Safe mode: its planned swap-in copied it beside the alias (removed above). */
+            r = stage_adopt(c);
+            if (r == CUDA_SUCCESS) {
+                host_slot_put(c->host); /* the copy is done */
+                c->host = NULL;
+                c->state = C_RESIDENT;
+                lru_push(c);
+                missing--;
+                continue;
+            }
+            if (c->stage) { /* its spare address could not be unmapped */
+                if (swapped_in)
+                    swapins_issued();
+                return r;
+            }
+            r = CUDA_SUCCESS; /* not mapped here: its memory is free again, copied in below */
+        }
         /* Under replay, at the budget, the memory a planned swap-out is vacating is taken at
          * once (outside safe mode): the op's stream, or the copy in, waits for that copy out on
          * the device, rather than the host for it here (need_phys). */

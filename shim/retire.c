@@ -183,6 +183,8 @@ static int fence_done(const chunk_t *c) {
 /* A chunk that no live buffer uses any more: its memory goes back once its users are done. */
 void chunk_release(chunk_t *c, CUstream free_stream) {
     cool(c);
+    if (c->stage)
+        stage_drop(c); /* its op will not come */
     /* A parameter word pointing into it no longer references a buffer. (A fast-path op that
      * still reads the old extent finds the chunk cold and takes the locked path.) */
     atomic_store_explicit(&c->ext_n, 0, memory_order_relaxed);

@@ -206,6 +206,8 @@ int ooc_mem_init(uint64_t budget_bytes, uint64_t chunk_bytes, CUdevice dev, CUco
 void ooc_mem_shutdown(void);
 /* OOC_REUSE: 1 keeps a freed large buffer's chunks mapped for the next buffer of its size. */
 void ooc_mem_set_reuse(int on);
+/* OOC_SAFE_STAGE: safe mode's planned swap-ins staged beside the host alias (stage.c). */
+void ooc_mem_set_stage(int on);
 /* Safe mode: maps the new buffer at p at once (a no-op otherwise). */
 void ooc_mem_back_new(uintptr_t p);
 

@@ -56,6 +56,20 @@ CUresult vmm_map_rw(CUdeviceptr a, CUmemGenericAllocationHandle h) {
     return r;
 }
 
+/* Sets the chunk-sized mapping at a read-only for the device (`ro`) or read-write again. */
+CUresult vmm_protect(CUdeviceptr a, int ro) {
+    uint64_t t0 = vmm_now();
+    CUmemAccessDesc d;
+    memset(&d, 0, sizeof d);
+    d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    d.location.id = M.dev;
+    d.flags = ro ? CU_MEM_ACCESS_FLAGS_PROT_READ : CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    CUresult r = ooc_real.cuMemSetAccess(a, M.chunk, &d, 1);
+    ooc_stats_add(OOC_STAT_vmm_calls, 1);
+    ooc_stats_add(OOC_STAT_vmm_ns, vmm_now() - t0);
+    return r;
+}
+
 /* ---- VA runs (vaspace.c), with the address-space gauge ------------------------------------ */
 
 int va_take(uint64_t count, uint64_t *first) {

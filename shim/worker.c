@@ -86,15 +86,18 @@ static void worker_swapin(job_t j) {
             }
             retire_poll(0);
         }
-        if (c->state != C_SWAPPED) {
+        if (c->state != C_SWAPPED || c->stage) {
             c->queued = 0;
             continue;
         }
+        /* Safe mode: an aliased chunk is staged (stage.c): copied in beside its alias, with no
+         * wait for the streams; it moves at its first use. */
+        int stage = M.safe && M.stage && c->aliased;
         if (!M.phys_free && M.phys_made >= M.budget_chunks && !M.ndying && !warm_ready() &&
             !any_discard()) {
             if (M.nret) {
-                worker_wait_retiree(M.safe && c->aliased ? c : NULL);
-                waited = 1; /* c's streams were waited for with the retiree's */
+                worker_wait_retiree(M.safe && c->aliased && !stage ? c : NULL);
+                waited = !stage; /* c's streams were waited for with the retiree's */
                 continue;
             }
             unqueue_buffer(b);
@@ -119,12 +122,18 @@ static void worker_swapin(job_t j) {
                       (unsigned long long)M.resident);
             return;
         }
-        if (M.safe && c->aliased && !waited) {
+        if (M.safe && c->aliased && !waited && !stage) {
             waited = 1;
             worker_wait(NULL, &c, 1); /* then look again: the lock was released */
             continue;
         }
         CUresult r = need_phys(1); /* a new physical chunk while under budget */
+        if (r == CUDA_SUCCESS && stage && stage_in(c) == CUDA_SUCCESS) {
+            c->queued = 0;
+            ooc_stats_add(OOC_STAT_prefetches, 1);
+            continue;
+        }
+        /* (Not staged, e.g. no spare address: in at its own address, its streams waited for.) */
         if (r == CUDA_SUCCESS && M.safe && c->aliased && (r = wait_chunks(&c, 1)) == CUDA_SUCCESS) {
             waited = 1; /* the lock stays held until the next chunk */
             r = unalias_chunk(c);

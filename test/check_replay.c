@@ -435,8 +435,10 @@ static tu_result_t run_hiddenprog(const char *iters, int write, const char *cons
 /* hiddenprog (with --write when `write`) recorded, then replayed with a plan written here that
  * swaps B out after op 1 and in before op 3, the simulated device threaded and strict, the link
  * to the device slowed to 0.66 MB/s (a copy in of B's one chunk takes about 100 ms, the host's
- * pause 30 ms). The program must print its right words, and the simulated device see no race. */
-static void hidden_case(int write) {
+ * pause 30 ms), OOC_SAFE_STAGE=`stage`. Returns the replay's statistic `row`, or -1 when
+ * `may_fault` and the program stopped on the device's fault that the shim reported, naming the
+ * setting that keeps the write (a wrong word is never accepted). */
+static long long hidden_case(int write, const char *stage, const char *row, int may_fault) {
     char dir[64], pdir[96], ops[128], bufs[128], plan[128], env_plan[160], line[512];
     snprintf(dir, sizeof dir, "/tmp/ooc-hidden-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(dir));
@@ -468,7 +470,10 @@ static void hidden_case(int write) {
             nbufs, b, b, b, b);
     ck_assert_int_eq(fclose(f), 0);
     snprintf(env_plan, sizeof env_plan, "OOC_PLAN=%s", plan);
+    char env_stage[64];
+    snprintf(env_stage, sizeof env_stage, "OOC_SAFE_STAGE=%s", stage);
     const char *const replay[] = {env_plan,
+                                  env_stage,
                                   "FAKECUDA_SCHED=threaded",
                                   "FAKECUDA_TIMING=1",
                                   "FAKECUDA_H2D_GBPS=0.00066",
@@ -478,27 +483,47 @@ static void hidden_case(int write) {
     r = run_hiddenprog("8", write, replay);
     long long planned = tu_stat_row(r.err, "operations run as planned");
     long long ahead = tu_stat_row(r.err, "planned swap-ins issued ahead (chunks)");
-    ck_assert_msg(r.status == 0 && strstr(r.out, "hiddenprog: ok") != NULL &&
-                      strstr(r.err, "strict") == NULL,
-                  "write %d: status %d\n%s\n%s", write, r.status, r.out, tu_tail(r.err, 3000));
-    ck_assert_msg(planned >= 35 && ahead >= 5, "ops as planned %lld, swap-ins issued %lld\n%s",
-                  planned, ahead, tu_tail(r.err, 3000));
+    long long value = tu_stat_row(r.err, row);
+    if (may_fault && r.status == 2 && strstr(r.err, "CUDA_ERROR_ILLEGAL_ADDRESS") != NULL &&
+        strstr(r.err, "OOC_SAFE_STAGE=0 keeps such writes") != NULL &&
+        strstr(r.err, "expected") == NULL)
+        value = -1;
+    else
+        ck_assert_msg(r.status == 0 && strstr(r.out, "hiddenprog: ok") != NULL &&
+                          strstr(r.err, "strict") == NULL,
+                      "write %d, OOC_SAFE_STAGE=%s: status %d\n%s\n%s", write, stage, r.status,
+                      r.out, tu_tail(r.err, 3000));
+    ck_assert_msg(value < 0 || (planned >= 35 && ahead >= 5),
+                  "ops as planned %lld, swap-ins issued %lld\n%s", planned, ahead,
+                  tu_tail(r.err, 3000));
     tu_result_free(&r);
     char cmd[160];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     ck_assert_int_eq(system(cmd), 0);
+    return value;
 }
 
 /* Safe mode: an op that reaches a buffer through a pointer in device memory, which the shim
  * cannot see, gets its bytes around a planned swap-in, while the host is not ahead of the device
- * (hiddenprog pauses it 30 ms after op 3: the device reaches the swap-in meanwhile). The worker
- * moves B's address and starts the copy in before the host issues op 4: every op's stream then
- * waits for that copy (fill_wait). Before fill_wait, op 4 ran at once and the simulated device
- * aborted ("copy_indirect reads 65536 bytes at ... while memcpy DtoD async, with no order
- * between them, writes them"). A write through the table in that window is kept (--write). */
+ * (hiddenprog pauses it 30 ms after op 3: the device reaches the swap-in meanwhile). Staged
+ * (OOC_SAFE_STAGE=1), the copy in goes to memory at a spare address and the buffer's address
+ * shows its host copy until op 6 names it. Unstaged, the worker moves the address and starts the
+ * copy before the host issues op 4: every op's stream then waits for that copy (fill_wait).
+ * Before fill_wait, op 4 ran at once and the simulated device aborted ("copy_indirect reads
+ * 65536 bytes at ... while memcpy DtoD async, with no order between them, writes them"). And
+ * unstaged, a write through the table in that window is kept (--write); staged, it faults on
+ * the read-only alias and the shim says which setting keeps it, never a silent wrong word. */
 START_TEST(test_safe_mode_orders_hidden_reads_after_copy_in) {
-    hidden_case(0);
-    hidden_case(1);
+    static const char row[] = "safe mode: swap-ins staged beside the alias";
+    long long staged = hidden_case(0, "1", row, 0);
+    ck_assert_msg(staged >= 5, "staged %lld", staged);
+    ck_assert_int_eq(hidden_case(0, "0", row, 0), 0);
+    ck_assert_int_eq(hidden_case(1, "0", row, 0), 0);
+    /* Staged, the alias is read-only until op 6: the write faults, reported (it would otherwise
+     * be lost: the copy in read B already). It may also land before the copy starts, and count. */
+    long long w = hidden_case(1, "1", row, 1);
+    fprintf(stderr, "hidden write, staged: %s\n",
+            w < 0 ? "faulted, reported with OOC_SAFE_STAGE=0" : "landed before the copy in");
 }
 END_TEST
 

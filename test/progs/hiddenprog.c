@@ -13,7 +13,7 @@
  * fills it (a wrong read shows in A for good).
  *
  * With --write, op 4 is bump_indirect(T, D) instead: adds 1 to every word of B through T, then
- * D = B: a write the shim cannot see, which safe mode keeps.
+ * D = B: a write the shim cannot see, which safe mode keeps with OOC_SAFE_STAGE=0.
  *
  * Options: --iters N (default 12, at least 1), --pause-ms MS, --write. Output: "hiddenprog: ok"
  * when A, B and D hold the host model's words after the last iteration. Exit status: 0; 1 when a

@@ -1,0 +1,166 @@
+/* SPDX-License-Identifier: MIT */
+/* stage.c: safe mode's planned swap-ins, staged beside the host alias. The worker copies a
+ * swapped chunk's bytes into a physical chunk mapped at a spare address of the reservation while
+ * the chunk's own address stays mapped to its host copy: an access the shim cannot see reads the
+ * host copy, and no address of the program ever shows memory half filled, so the copy needs no
+ * wait for the streams and overlaps the compute. The first op that uses the chunk (make_resident,
+ * after the wait for the streams that removing an alias needs anyway) moves it: waits for the
+ * copy, maps the physical chunk at the chunk's address and unmaps the spare one.
+ *
+ * A write through the alias after the copy read it would be lost: the alias is read-only while the
+ * chunk is staged, so that such a write faults (reported by ooc_mem_report_fault, which names
+ * OOC_SAFE_STAGE=0, the setting that keeps such writes) rather than vanish.
+ *
+ * Invariants: a staged chunk is swapped and (normally) aliased, holds `stage` (counted resident,
+ * not in the LRU) and is in M.staged, oldest first; its copy is on the worker's host-to-device
+ * stream, followed by stage_ev. Its host slot stays its data until it moves. Locking: caller
+ * holds mem_lock. Callers: worker.c (stage_in), resident.c (stage_adopt, stage_reclaim),
+ * retire.c (chunk_release), mem.c (shutdown). */
+#include "mem_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static uintptr_t spare_addr(uint64_t idx) {
+    return M.va_base + ((uintptr_t)idx << M.shift);
+}
+
+static void staged_remove(chunk_t *c) {
+    for (size_t i = 0; i < M.nstaged; i++) {
+        if (M.staged[i] == c) {
+            memmove(&M.staged[i], &M.staged[i + 1], (M.nstaged - i - 1) * sizeof *M.staged);
+            M.nstaged--;
+            return;
+        }
+    }
+}
+
+/* Starts the copy of swapped chunk c into the free physical chunk at the head of M.phys_free
+ * (the caller made one: need_phys), mapped at a spare address. Returns CUDA_SUCCESS, or an error
+ * with nothing changed (the caller then swaps c in at its own address). */
+CUresult stage_in(chunk_t *c) {
+    uint64_t idx;
+    if (!c->host || !M.phys_free ||
+        grow(&M.staged, &M.cap_staged, M.nstaged + 1, sizeof *M.staged) != 0 ||
+        va_take(1, &idx) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    phys_t *p = M.phys_free;
+    CUresult r = vmm_map_rw(spare_addr(idx), p->h);
+    if (r != CUDA_SUCCESS) {
+        va_give(idx, 1);
+        return r;
+    }
+    evref_t *v = ev_take();
+    r = v ? copy_in_at(c, spare_addr(idx), M.h2d) : CUDA_ERROR_OUT_OF_MEMORY;
+    if (r == CUDA_SUCCESS)
+        r = ooc_real.cuEventRecord(v->e, M.h2d);
+    if (r != CUDA_SUCCESS) {
+        sync_stream(M.h2d); /* the copy may have been queued */
+        ev_drop(v);
+        if (vmm_unmap(spare_addr(idx)) == CUDA_SUCCESS)
+            va_give(idx, 1);
+        return r;
+    }
+    M.phys_free = p->next;
+    M.resident++;
+    ooc_stats_gauge_add(OOC_STAT_resident_bytes, M.chunk);
+    c->stage = p;
+    c->stage_idx = idx;
+    c->stage_ev = v;
+    /* From here a write through the alias would be lost (the copy read the bytes already): the
+     * alias becomes read-only, so that such a write faults instead, with a report naming
+     * OOC_SAFE_STAGE (ooc_mem_report_fault). Reads still get the host copy. */
+    c->stage_ro = vmm_protect(chunk_addr(c), 1) == CUDA_SUCCESS;
+    M.staged[M.nstaged++] = c;
+    ooc_stats_add(OOC_STAT_staged, 1);
+    ooc_stats_add(OOC_STAT_swap_ins, 1);
+    ooc_stats_add(OOC_STAT_swap_in_bytes, M.chunk);
+    return CUDA_SUCCESS;
+}
+
+/* Waits for c's staging copy and unmaps the spare address. Returns its physical chunk, or NULL
+ * when the address could not be unmapped (the chunk then stays staged). */
+static phys_t *stage_detach(chunk_t *c) {
+    sync_event(c->stage_ev->e);
+    if (vmm_unmap(spare_addr(c->stage_idx)) != CUDA_SUCCESS)
+        return NULL;
+    va_give(c->stage_idx, 1);
+    ev_drop(c->stage_ev);
+    c->stage_ev = NULL;
+    phys_t *p = c->stage;
+    c->stage = NULL;
+    staged_remove(c);
+    return p;
+}
+
+/* The first op that uses staged chunk c: its alias is gone (the caller waited for the streams
+ * and unaliased it); maps the staged memory at its address, resident. Returns CUDA_SUCCESS, or an
+ * error with c swapped and its memory back on the free list (demand residency then copies it
+ * in again). The host slot stays attached (the caller gives it back: nothing reads it now). */
+CUresult stage_adopt(chunk_t *c) {
+    phys_t *p = stage_detach(c);
+    if (!p)
+        return CUDA_ERROR_UNKNOWN;
+    c->stage_ro = 0; /* the read-only alias is gone */
+    CUresult r = map_phys(c, p);
+    if (r != CUDA_SUCCESS) {
+        p->next = M.phys_free;
+        M.phys_free = p;
+        M.resident--;
+        ooc_stats_gauge_sub(OOC_STAT_resident_bytes, M.chunk);
+    }
+    return r;
+}
+
+/* Gives c's staged memory back unused (its buffer is freed, the memory is needed elsewhere, or at
+ * shutdown): c stays swapped, its host copy the data. */
+void stage_drop(chunk_t *c) {
+    phys_t *p = stage_detach(c);
+    if (!p)
+        return;
+    if (c->stage_ro && c->aliased && vmm_protect(chunk_addr(c), 0) != CUDA_SUCCESS)
+        OOC_LOG_W("safe mode: the host alias at %#llx stays read-only", /* a write there faults */
+                  (unsigned long long)chunk_addr(c));
+    c->stage_ro = 0;
+    p->next = M.phys_free;
+    M.phys_free = p;
+    M.resident--;
+    ooc_stats_gauge_sub(OOC_STAT_resident_bytes, M.chunk);
+    ooc_stats_add(OOC_STAT_staged_dropped, 1);
+}
+
+/* Memory for demand residency when nothing else gives it: the newest staged chunk's (its op is
+ * the furthest away) that the current op does not use. Returns 1 when one was given back. Never
+ * for the worker, which stages in the plan's order: every staged chunk is needed before the one
+ * it is placing. */
+int stage_reclaim(void) {
+    if (mem_is_worker())
+        return 0;
+    for (size_t i = M.nstaged; i-- > 0;) {
+        if (M.staged[i]->pin == M.serial)
+            continue;
+        size_t n = M.nstaged;
+        stage_drop(M.staged[i]);
+        return M.nstaged < n;
+    }
+    return 0;
+}
+
+/* At shutdown: every staged chunk's memory back. */
+void stage_drop_all(void) {
+    while (M.nstaged) {
+        size_t n = M.nstaged;
+        stage_drop(M.staged[n - 1]);
+        if (M.nstaged == n) {
+            /* The spare address could not be unmapped (after a sticky device error nothing
+             * can be): free our side anyway, as ooc_mem_shutdown does for a resident chunk. */
+            chunk_t *c = M.staged[--M.nstaged];
+            ooc_real.cuMemRelease(c->stage->h);
+            free(c->stage);
+            ev_drop(c->stage_ev);
+            c->stage = NULL;
+            c->stage_ev = NULL;
+            c->stage_ro = 0;
+        }
+    }
+}
