@@ -383,6 +383,8 @@ static CUresult copy_access(ooc_access_t *a, const char *name, uintptr_t dst, ui
         ACCESS_OR_RETURN(copy_access(&a, #sym, (uintptr_t)dst, (uintptr_t)src, n));                \
         uintptr_t sb_[2];                                                                          \
         ooc_shadow_buffer(how, (uintptr_t)dst, (uintptr_t)src, n, sb_);                            \
+        if (how == OOC_SH_H2D)                                                                     \
+            ooc_mem_note_stored((uintptr_t)dst, (const void *)(uintptr_t)src, n);                  \
         RUN_OP(&a, NULL, ptds,                                                                     \
                ooc_shadow_after(how, ooc_real.sym(dst, src, n), (uintptr_t)dst, (uintptr_t)src, n, \
                                 sb_));                                                             \
@@ -409,6 +411,8 @@ SYNC_COPY(cuMemcpyDtoD_v2_ptds, PFN_cuMemcpyDtoD_v7000_ptds, 1, CUdeviceptr, CUd
         ACCESS_OR_RETURN(copy_access(&a, #sym, (uintptr_t)dst, (uintptr_t)src, n));                \
         uintptr_t sb_[2];                                                                          \
         ooc_shadow_buffer(how, (uintptr_t)dst, (uintptr_t)src, n, sb_);                            \
+        if (how == OOC_SH_H2D)                                                                     \
+            ooc_mem_note_stored((uintptr_t)dst, (const void *)(uintptr_t)src, n);                  \
         RUN_OP(&a, s, ptds,                                                                        \
                ooc_shadow_after(how, ooc_real.sym(dst, src, n, s), (uintptr_t)dst, (uintptr_t)src, \
                                 n, sb_));                                                          \

@@ -177,6 +177,7 @@ void ooc_mem_shutdown(void) {
     va_space_free(&M.va);
     free(M.dying);
     free(M.staged);
+    free(M.reached);
     free(M.op_chunks);
     free(M.op_bufs);
     ooc_real.cuCtxSetCurrent(prev);

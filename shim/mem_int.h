@@ -220,6 +220,10 @@ struct mem_state {
     evref_t *fill[2];
     _Atomic int fill_on;
     chunk_t **staged; /* safe mode: staged swap-ins, oldest first (stage.c) */
+    /* Staging: one byte per chunk index, 1 when a host-to-device copy stored an address in the
+     * buffer there (never staged; sticky: replay keeps addresses); reached_all: all are. */
+    unsigned char *reached;
+    int reached_all;
     size_t nstaged, cap_staged;
     /* The fast path: the chunk of every index of the reservation (NULL: none), and whether this
      * hold of mem_lock is in a writer section (see quiesce). */
@@ -328,6 +332,7 @@ CUresult stage_adopt(chunk_t *c);
 void stage_drop(chunk_t *c);
 int stage_reclaim(void);
 void stage_drop_all(void);
+int stage_allowed(const chunk_t *c);
 /* streams.c */
 void add_user(CUstream *users, unsigned *n, int *unknown, CUstream s);
 void chunk_add_user(chunk_t *c, CUstream s);

@@ -208,6 +208,10 @@ void ooc_mem_shutdown(void);
 void ooc_mem_set_reuse(int on);
 /* OOC_SAFE_STAGE: safe mode's planned swap-ins staged beside the host alias (stage.c). */
 void ooc_mem_set_stage(int on);
+/* OOC_SAFE_STAGE: a host-to-device copy of n bytes from src to dst is about to be issued: the
+ * buffers of ours whose addresses its words hold (a pointer table) are never staged (stage.c).
+ * Copies over OOC_SHADOW_MAX_BYTES are not scanned. Takes mem_lock when a word is ours. */
+void ooc_mem_note_stored(uintptr_t dst, const void *src, size_t n);
 /* Safe mode: maps the new buffer at p at once (a no-op otherwise). */
 void ooc_mem_back_new(uintptr_t p);
 

@@ -164,3 +164,54 @@ void stage_drop_all(void) {
         }
     }
 }
+
+/* ---- buffers reached through stored addresses ---------------------------------------------- */
+
+/* Whether c may be staged: not when a host-to-device copy stored the address of its buffer in
+ * device memory (a kernel may then write it through that pointer while it is staged, and fault).
+ */
+int stage_allowed(const chunk_t *c) {
+    return !M.reached_all && !(M.reached && M.reached[c->idx]);
+}
+
+/* Marks the chunks of the buffer that p lies in (if one of ours: a slab's chunk for a small one)
+ * as reached through memory, and gives back their staged memory (the alias becomes writable). */
+static void mark_reached(uintptr_t p) {
+    chunk_t *c = chunk_find((p - M.va_base) >> M.shift);
+    uint64_t first = c ? atomic_load(&c->ext_first) : 0, n = c ? atomic_load(&c->ext_n) : 0;
+    if (!n)
+        return;
+    if (!M.reached && !(M.reached = calloc(M.va.chunks, 1))) {
+        M.reached_all = 1; /* no room to tell buffers apart: stage none */
+        return;
+    }
+    for (uint64_t i = first; i < first + n && i < M.va.chunks; i++) {
+        if (M.reached[i])
+            continue;
+        M.reached[i] = 1;
+        ooc_stats_add(OOC_STAT_stage_reached, 1);
+        chunk_t *x = chunk_find(i);
+        if (x && x->stage)
+            stage_drop(x);
+    }
+}
+
+void ooc_mem_note_stored(uintptr_t dst, const void *src, size_t n) {
+    if (!M.safe || !M.stage || n > OOC_SHADOW_MAX_BYTES || !src)
+        return;
+    const unsigned char *bytes = src;
+    int locked = 0;
+    for (size_t o = (8 - dst % 8) % 8; o + 8 <= n; o += 8) {
+        uint64_t w;
+        memcpy(&w, bytes + o, sizeof w);
+        if (w < M.va_base || w - M.va_base >= M.va_size)
+            continue;
+        if (!locked) {
+            mem_lock_take();
+            locked = 1;
+        }
+        mark_reached((uintptr_t)w);
+    }
+    if (locked)
+        mem_unlock();
+}

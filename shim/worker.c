@@ -92,7 +92,7 @@ static void worker_swapin(job_t j) {
         }
         /* Safe mode: an aliased chunk is staged (stage.c): copied in beside its alias, with no
          * wait for the streams; it moves at its first use. */
-        int stage = M.safe && M.stage && c->aliased;
+        int stage = M.safe && M.stage && c->aliased && stage_allowed(c);
         if (!M.phys_free && M.phys_made >= M.budget_chunks && !M.ndying && !warm_ready() &&
             !any_discard()) {
             if (M.nret) {

@@ -72,6 +72,9 @@ static tu_result_t oracle(int table) {
 
 /* Runs xfmr (one block, or the stacked program when `blocks`) under the shim at num/den of its
  * footprint. With `stats`, the simulated driver writes its counters there (FAKECUDA_STATS). */
+/* An extra setting for the runs under the shim (NULL: none). */
+static const char *extra_env;
+
 static tu_result_t under_shim_frac(const tu_result_t *ref, int table, int blocks, const char *mode,
                                    const char *sched, unsigned seed, int safe, unsigned num,
                                    unsigned den, const char *stats) {
@@ -99,7 +102,8 @@ static tu_result_t under_shim_frac(const tu_result_t *ref, int table, int blocks
                          "OOC_STATS=1",
                          "OOC_CHUNK=64K",
                          "FAKECUDA_GRANULARITY=64K",
-                         stats ? st : NULL,
+                         stats ? st : extra_env,
+                         stats ? extra_env : NULL,
                          NULL};
     if (stats)
         snprintf(st, sizeof st, "FAKECUDA_STATS=%s", stats);
@@ -311,6 +315,36 @@ START_TEST(test_xfmr_blocks_threaded_match_oracle_at_a_quarter_and_an_eighth) {
 }
 END_TEST
 
+/* Safe mode, OOC_SAFE_STAGE=1: the grouped GEMM writes its outputs through the pointer table
+ * that xfmr copies to the device before each launch (cuMemcpyHtoDAsync); the shim reads the
+ * table's words and never stages those buffers, so no write lands on a read-only alias (this
+ * run faulted before it did), while the other planned swap-ins are staged. Threaded, at 1/8,
+ * auto. */
+START_TEST(test_xfmr_staged_swap_ins_keep_writes_through_the_table) {
+    tu_result_t ref = oracle_of(1, 1);
+    char stats[] = "/tmp/ooc-framework-stats-XXXXXX";
+    int fd = mkstemp(stats);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    extra_env = "OOC_SAFE_STAGE=1";
+    tu_result_t r = under_shim_frac(&ref, 1, 1, "auto", "threaded", 0, 1, 1, 8, stats);
+    extra_env = NULL;
+    ck_assert_msg(r.status == 0 && strcmp(r.checksum, ref.checksum) == 0,
+                  "xfmr --blocks %d at 1/8, staged: status %d, checksum %s, oracle %s\n%s", BLOCKS,
+                  r.status, r.checksum, ref.checksum, tu_tail(r.err, 3000));
+    ck_assert_int_eq(tu_fc_stat(stats, "illegal_accesses"), 0);
+    long long staged = tu_stat_row(r.err, "safe mode: swap-ins staged beside the alias");
+    long long kept = tu_stat_row(r.err, "chunks never staged: address stored by a copy");
+    fprintf(stderr, "xfmr staged: %lld swap-ins staged, %lld chunks kept from staging\n", staged,
+            kept);
+    ck_assert_msg(staged > 0 && kept > 0, "staged %lld, kept from staging %lld\n%s", staged, kept,
+                  tu_tail(r.err, 3000));
+    tu_result_free(&r);
+    tu_result_free(&ref);
+    unlink(stats);
+}
+END_TEST
+
 /* Fails the Nth call of `api` xfmr makes under the shim (auto, half its footprint, a plan
  * replayed after the first iteration), for every N up to 12 and then about 12 more spread over
  * the rest: each run ends with the oracle's checksum or a clean driver error (exit 2), and
@@ -394,6 +428,7 @@ Suite *suite_framework(void) {
     tcase_add_loop_test(tc, test_xfmr_blocks_inline_match_oracle_at_a_quarter_and_an_eighth, 0, 4);
     tcase_add_loop_test(tc, test_xfmr_blocks_threaded_match_oracle_at_a_quarter_and_an_eighth, 0,
                         12);
+    tcase_add_test(tc, test_xfmr_staged_swap_ins_keep_writes_through_the_table);
     suite_add_tcase(s, tc);
     tc = tcase_create("faults");
     tcase_set_timeout(tc, tu_under_valgrind() ? 36000 : 900);

@@ -417,10 +417,19 @@ START_TEST(test_memory_goes_to_planned_swap_ins_in_plan_order) {
 }
 END_TEST
 
+enum { HP_WRITE = 1, HP_DEVICE_TABLE = 2 };
+
 /* test/progs/hiddenprog (see its header) under the shim in safe mode, 64 KiB chunks, a budget
- * of six chunks, with --write when `write`, plus `more` (NULL-terminated). */
-static tu_result_t run_hiddenprog(const char *iters, int write, const char *const *more) {
-    const char *args[] = {"--iters", iters, "--pause-ms", "30", write ? "--write" : NULL, NULL};
+ * of six chunks, with --write and --device-table as `how` has them (HP_*), plus `more`
+ * (NULL-terminated). */
+static tu_result_t run_hiddenprog(const char *iters, int how, const char *const *more) {
+    const char *args[7] = {"--iters", iters, "--pause-ms", "30"};
+    size_t na = 4;
+    if (how & HP_WRITE)
+        args[na++] = "--write";
+    if (how & HP_DEVICE_TABLE)
+        args[na++] = "--device-table";
+    args[na] = NULL;
     const char *env[24] = {"FAKECUDA_HOST_VMM=1", "FAKECUDA_GRANULARITY=64K",
                            "OOC_CHUNK=64K",       "FAKECUDA_MEM_BYTES=393216",
                            "OOC_BUDGET=393216",   "OOC_MODE=auto",
@@ -432,19 +441,23 @@ static tu_result_t run_hiddenprog(const char *iters, int write, const char *cons
     return tu_run_prog("test/progs/hiddenprog", args, 1, env, 120);
 }
 
-/* hiddenprog (with --write when `write`) recorded, then replayed with a plan written here that
- * swaps B out after op 1 and in before op 3, the simulated device threaded and strict, the link
- * to the device slowed to 0.66 MB/s (a copy in of B's one chunk takes about 100 ms, the host's
- * pause 30 ms), OOC_SAFE_STAGE=`stage`. Returns the replay's statistic `row`, or -1 when
- * `may_fault` and the program stopped on the device's fault that the shim reported, naming the
+/* hiddenprog (with --write, --device-table as `how` has them) recorded, then replayed with a plan
+ * written here that swaps B out after op 1 and in before op 3, the simulated device threaded and
+ * strict, the link to the device slowed to 0.66 MB/s (a copy in of B's one chunk takes about 100
+ * ms, the host's pause 30 ms), OOC_SAFE_STAGE=`stage`. Returns the replay's statistic `row`, or -1
+ * when `may_fault` and the program stopped on the device's fault that the shim reported, naming the
  * setting that keeps the write (a wrong word is never accepted). */
-static long long hidden_case(int write, const char *stage, const char *row, int may_fault) {
+/* The last hidden_case's statistic "chunks never staged: address stored by a copy". */
+static long long hidden_reached;
+
+static long long hidden_case(int how, const char *stage, const char *row, int may_fault) {
+    int write = how & HP_WRITE;
     char dir[64], pdir[96], ops[128], bufs[128], plan[128], env_plan[160], line[512];
     snprintf(dir, sizeof dir, "/tmp/ooc-hidden-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(dir));
     snprintf(pdir, sizeof pdir, "OOC_PROFILE_DIR=%s", dir);
     const char *const rec[] = {pdir, NULL};
-    tu_result_t r = run_hiddenprog("12", write, rec);
+    tu_result_t r = run_hiddenprog("12", how, rec);
     ck_assert_msg(r.status == 0 && strstr(r.out, "hiddenprog: ok") != NULL, "status %d\n%s\n%s",
                   r.status, r.out, tu_tail(r.err, 2000));
     tu_result_free(&r);
@@ -480,10 +493,11 @@ static long long hidden_case(int write, const char *stage, const char *row, int 
                                   "FAKECUDA_D2H_GBPS=1",
                                   "FAKECUDA_LAUNCH_US=5",
                                   NULL};
-    r = run_hiddenprog("8", write, replay);
+    r = run_hiddenprog("8", how, replay);
     long long planned = tu_stat_row(r.err, "operations run as planned");
     long long ahead = tu_stat_row(r.err, "planned swap-ins issued ahead (chunks)");
     long long value = tu_stat_row(r.err, row);
+    hidden_reached = tu_stat_row(r.err, "chunks never staged: address stored by a copy");
     if (may_fault && r.status == 2 && strstr(r.err, "CUDA_ERROR_ILLEGAL_ADDRESS") != NULL &&
         strstr(r.err, "OOC_SAFE_STAGE=0 keeps such writes") != NULL &&
         strstr(r.err, "expected") == NULL)
@@ -515,15 +529,20 @@ static long long hidden_case(int write, const char *stage, const char *row, int 
  * the read-only alias and the shim says which setting keeps it, never a silent wrong word. */
 START_TEST(test_safe_mode_orders_hidden_reads_after_copy_in) {
     static const char row[] = "safe mode: swap-ins staged beside the alias";
-    long long staged = hidden_case(0, "1", row, 0);
+    /* T filled by a kernel: the shim cannot know B is reached through it. */
+    long long staged = hidden_case(HP_DEVICE_TABLE, "1", row, 0);
     ck_assert_msg(staged >= 5, "staged %lld", staged);
     ck_assert_int_eq(hidden_case(0, "0", row, 0), 0);
-    ck_assert_int_eq(hidden_case(1, "0", row, 0), 0);
+    ck_assert_int_eq(hidden_case(HP_WRITE, "0", row, 0), 0);
     /* Staged, the alias is read-only until op 6: the write faults, reported (it would otherwise
      * be lost: the copy in read B already). It may also land before the copy starts, and count. */
-    long long w = hidden_case(1, "1", row, 1);
+    long long w = hidden_case(HP_WRITE | HP_DEVICE_TABLE, "1", row, 1);
     fprintf(stderr, "hidden write, staged: %s\n",
             w < 0 ? "faulted, reported with OOC_SAFE_STAGE=0" : "landed before the copy in");
+    /* T written by cuMemcpyHtoD: the shim saw B's address stored, never stages B, and the write
+     * through T is kept. */
+    ck_assert_int_eq(hidden_case(HP_WRITE, "1", row, 0), 0);
+    ck_assert_int_ge(hidden_reached, 1);
 }
 END_TEST
 

@@ -13,12 +13,18 @@
  * fills it (a wrong read shows in A for good).
  *
  * With --write, op 4 is bump_indirect(T, D) instead: adds 1 to every word of B through T, then
- * D = B: a write the shim cannot see, which safe mode keeps with OOC_SAFE_STAGE=0.
+ * D = B: a write the shim cannot see, which safe mode keeps with OOC_SAFE_STAGE=0 (with 1 it
+ * faults, unless the shim saw B's address stored: see below).
  *
- * Options: --iters N (default 12, at least 1), --pause-ms MS, --write. Output: "hiddenprog: ok"
- * when A, B and D hold the host model's words after the last iteration. Exit status: 0; 1 when a
- * word is wrong (named on stderr); 2 when a driver call failed; 64 on a bad option. Linked with
- * -lcuda (the simulated driver). Run it with FAKECUDA_GRANULARITY=64K and OOC_CHUNK=64K. */
+ * T is written by cuMemcpyHtoD, whose bytes the shim reads (with OOC_SAFE_STAGE=1 it then never
+ * stages B); with --device-table, by a kernel (store_word) given B's address as an integer,
+ * which the shim cannot tell from a plain access to B.
+ *
+ * Options: --iters N (default 12, at least 1), --pause-ms MS, --write, --device-table. Output:
+ * "hiddenprog: ok" when A, B and D hold the host model's words after the last iteration. Exit
+ * status: 0; 1 when a word is wrong (named on stderr); 2 when a driver call failed; 64 on a bad
+ * option. Linked with -lcuda (the simulated driver). Run it with FAKECUDA_GRANULARITY=64K and
+ * OOC_CHUNK=64K. */
 #include "userprog.h" /* cuda.h, fakecuda.h, the mix kernel, UP_CHECK */
 
 #include <time.h>
@@ -56,10 +62,23 @@ static int k_bump_indirect(fakecuda_launch_t *l) {
     return 0;
 }
 
+/* store_word(p, v): the 64-bit word at p = v (a table filled on the device, as the shim cannot
+ * see: v is a plain integer to it). */
+static int k_store_word(fakecuda_launch_t *l) {
+    CUdeviceptr p = FAKECUDA_ARG(l, 0, CUdeviceptr);
+    uint64_t v = FAKECUDA_ARG(l, 1, uint64_t);
+    uint64_t *w = fakecuda_access(l, p, sizeof v, 1);
+    if (!w)
+        return -1;
+    *w = v;
+    return 0;
+}
+
 static const fakecuda_kernel_t kernels[] = {
     UP_MIX_KERNEL("hiddenprog"),
     {"hiddenprog", "copy_indirect", 3, {8, 8, 4}, k_copy_indirect},
     {"hiddenprog", "bump_indirect", 3, {8, 8, 4}, k_bump_indirect},
+    {"hiddenprog", "store_word", 2, {8, 8}, k_store_word},
 };
 
 static int check(CUdeviceptr p, const uint32_t *model, uint32_t *back, const char *what) {
@@ -75,7 +94,7 @@ static int check(CUdeviceptr p, const uint32_t *model, uint32_t *back, const cha
 }
 
 int main(int argc, char **argv) {
-    int iters = 12, pause_ms = 0, write = 0;
+    int iters = 12, pause_ms = 0, write = 0, device_table = 0;
     char *rest[4] = {argv[0]};
     int nrest = 1;
     for (int i = 1; i < argc; i++) {
@@ -89,24 +108,28 @@ int main(int argc, char **argv) {
             pause_ms = (int)v;
         } else if (strcmp(argv[i], "--write") == 0) {
             write = 1;
+        } else if (strcmp(argv[i], "--device-table") == 0) {
+            device_table = 1;
         } else if (nrest < 3) {
             rest[nrest++] = argv[i];
         } else {
-            fprintf(stderr, "usage: hiddenprog [--iters N] [--pause-ms MS] [--write]\n");
+            fprintf(stderr,
+                    "usage: hiddenprog [--iters N] [--pause-ms MS] [--write] [--device-table]\n");
             return 64;
         }
     }
     int rc = up_parse_iters(nrest, rest, "hiddenprog", 1, &iters);
     if (rc != 0)
         return rc;
-    if (fakecuda_register_kernels(kernels, 3) != 0)
+    if (fakecuda_register_kernels(kernels, 4) != 0)
         return 2;
     up_init_context();
     CUmodule mod;
-    CUfunction mix, copy;
+    CUfunction mix, copy, store;
     UP_CHECK(cuModuleLoadData(&mod, FAKECUDA_IMAGE_PREFIX "hiddenprog"));
     UP_CHECK(cuModuleGetFunction(&mix, mod, "mix"));
     UP_CHECK(cuModuleGetFunction(&copy, mod, write ? "bump_indirect" : "copy_indirect"));
+    UP_CHECK(cuModuleGetFunction(&store, mod, "store_word"));
     uint32_t *ma = malloc(WORDS * 4), *mb = malloc(WORDS * 4), *md = malloc(WORDS * 4),
              *back = malloc(WORDS * 4);
     if (!ma || !mb || !md || !back)
@@ -124,7 +147,13 @@ int main(int argc, char **argv) {
     UP_CHECK(cuMemcpyHtoD(a, ma, WORDS * 4));
     UP_CHECK(cuMemcpyHtoD(b, mb, WORDS * 4));
     UP_CHECK(cuMemcpyHtoD(d, md, WORDS * 4));
-    UP_CHECK(cuMemcpyHtoD(t, &b, sizeof b));
+    if (device_table) {
+        uint64_t bw = (uint64_t)b;
+        void *sargs[] = {&t, &bw};
+        UP_CHECK(cuLaunchKernel(store, 1, 1, 1, 1, 1, 1, 0, NULL, sargs, NULL));
+    } else {
+        UP_CHECK(cuMemcpyHtoD(t, &b, sizeof b));
+    }
     int n = (int)WORDS, bad;
     struct timespec pause = {pause_ms / 1000, (long)(pause_ms % 1000) * 1000000L};
     for (int it = 0; it < iters; it++) {
