@@ -53,7 +53,7 @@
     X(prefetch_no_memory, COUNTER, COUNT, "planned swap-ins with no memory coming")                \
     X(staged, COUNTER, COUNT, "safe mode: swap-ins staged beside the alias")                       \
     X(staged_dropped, COUNTER, COUNT, "of them given back before their op")                        \
-    X(stage_reached, COUNTER, COUNT, "chunks never staged: address stored by a copy")              \
+    X(stage_reached, COUNTER, COUNT, "chunks not staged: address stored by a copy")                \
     X(planned_swap_outs, COUNTER, COUNT, "planned swap-outs (buffers)")                            \
     X(swap_cancels, COUNTER, COUNT, "swap-outs cancelled: used again first")                       \
     X(warm_reuses, COUNTER, COUNT, "chunks reused mapped from freed buffers")                      \

@@ -334,7 +334,7 @@ START_TEST(test_xfmr_staged_swap_ins_keep_writes_through_the_table) {
                   r.status, r.checksum, ref.checksum, tu_tail(r.err, 3000));
     ck_assert_int_eq(tu_fc_stat(stats, "illegal_accesses"), 0);
     long long staged = tu_stat_row(r.err, "safe mode: swap-ins staged beside the alias");
-    long long kept = tu_stat_row(r.err, "chunks never staged: address stored by a copy");
+    long long kept = tu_stat_row(r.err, "chunks not staged: address stored by a copy");
     fprintf(stderr, "xfmr staged: %lld swap-ins staged, %lld chunks kept from staging\n", staged,
             kept);
     ck_assert_msg(staged > 0 && kept > 0, "staged %lld, kept from staging %lld\n%s", staged, kept,

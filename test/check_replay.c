@@ -447,7 +447,7 @@ static tu_result_t run_hiddenprog(const char *iters, int how, const char *const 
  * ms, the host's pause 30 ms), OOC_SAFE_STAGE=`stage`. Returns the replay's statistic `row`, or -1
  * when `may_fault` and the program stopped on the device's fault that the shim reported, naming the
  * setting that keeps the write (a wrong word is never accepted). */
-/* The last hidden_case's statistic "chunks never staged: address stored by a copy". */
+/* The last hidden_case's statistic "chunks not staged: address stored by a copy". */
 static long long hidden_reached;
 
 static long long hidden_case(int how, const char *stage, const char *row, int may_fault) {
@@ -497,7 +497,7 @@ static long long hidden_case(int how, const char *stage, const char *row, int ma
     long long planned = tu_stat_row(r.err, "operations run as planned");
     long long ahead = tu_stat_row(r.err, "planned swap-ins issued ahead (chunks)");
     long long value = tu_stat_row(r.err, row);
-    hidden_reached = tu_stat_row(r.err, "chunks never staged: address stored by a copy");
+    hidden_reached = tu_stat_row(r.err, "chunks not staged: address stored by a copy");
     if (may_fault && r.status == 2 && strstr(r.err, "CUDA_ERROR_ILLEGAL_ADDRESS") != NULL &&
         strstr(r.err, "OOC_SAFE_STAGE=0 keeps such writes") != NULL &&
         strstr(r.err, "expected") == NULL)
