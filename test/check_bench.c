@@ -117,12 +117,43 @@ START_TEST(test_bench_replay_failed_run_is_an_error) {
 }
 END_TEST
 
+/* `--safe staged` is safe mode with OOC_SAFE_STAGE=1 on the device with host-located memory, for
+ * the shim runs only: the variable reaches demand and auto (bench-replay clears OOC_* from its own
+ * environment, so this option is the only way to measure staging with it). */
+START_TEST(test_bench_replay_staged_sets_the_stage_variable) {
+    if (tu_under_valgrind())
+        return;
+    tu_proc_t pr =
+        bench_replay((const char *[]){"--workload", "mlp", "--rounds", "1", "--iters", "6",
+                                      "--kernels", "short", "--safe", "staged", NULL});
+    ck_assert_msg(pr.status == 0, "bench-replay failed (%d):\n%s\n%s", pr.status, pr.out, pr.err);
+    const char *demand_cmd = strstr(pr.out, "  demand:    env ");
+    const char *auto_cmd = strstr(pr.out, "  auto:      env ");
+    ck_assert_msg(demand_cmd && auto_cmd, "%s", pr.out);
+    const char *stage = strstr(pr.out, "OOC_SAFE_STAGE=1");
+    ck_assert_msg(stage && stage > demand_cmd, "no OOC_SAFE_STAGE=1 in the shim runs:\n%s", pr.out);
+    ck_assert_msg(strstr(auto_cmd, "OOC_SAFE_STAGE=1") && strstr(auto_cmd, "OOC_SAFE=on") &&
+                      strstr(auto_cmd, "FAKECUDA_HOST_VMM=1"),
+                  "auto is not staged safe mode:\n%s", pr.out);
+    ck_assert_msg(strstr(pr.out, "== short kernels, safe mode staged: ") &&
+                      strstr(pr.out, "checksums: all 3 runs printed "),
+                  "%s", pr.out);
+    tu_proc_free(&pr);
+    pr = bench_replay((const char *[]){"--safe", "sometimes", NULL});
+    ck_assert_msg(pr.status == 2 && strstr(pr.err, "--safe 'sometimes': expected a comma-separated "
+                                                   "list of on, staged, off"),
+                  "status %d:\n%s", pr.status, pr.err);
+    tu_proc_free(&pr);
+}
+END_TEST
+
 Suite *suite_bench(void) {
     Suite *s = suite_create("bench");
     TCase *tc = tcase_create("bench_replay");
     tcase_set_timeout(tc, 180);
     tcase_add_test(tc, test_bench_replay_quick_run_prints_the_table);
     tcase_add_test(tc, test_bench_replay_failed_run_is_an_error);
+    tcase_add_test(tc, test_bench_replay_staged_sets_the_stage_variable);
     suite_add_tcase(s, tc);
     return s;
 }
