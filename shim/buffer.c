@@ -115,7 +115,7 @@ static CUresult alloc_large(buf_t *b, size_t size) {
         ooc_stats_add(OOC_STAT_warm_reuses, count);
         free(w);
     }
-    b->addr = M.va_base + ((uintptr_t)first << M.shift);
+    b->addr = idx_addr(first);
     return CUDA_SUCCESS;
 }
 

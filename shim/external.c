@@ -24,8 +24,7 @@ static CUresult pool_shrink(void) {
         while (M.phys_free && M.phys_made > M.budget_chunks) {
             phys_t *p = M.phys_free;
             M.phys_free = p->next;
-            ooc_real.cuMemRelease(p->h);
-            free(p);
+            phys_release(p);
             M.phys_made--;
         }
     }

@@ -135,8 +135,7 @@ void ooc_mem_shutdown(void) {
         c->in_ev = c->out_ev = NULL;
         if (c->state == C_RESIDENT && unmap_chunk(c) != CUDA_SUCCESS && c->phys) {
             /* After a sticky device error nothing can be unmapped; free our side anyway. */
-            ooc_real.cuMemRelease(c->phys->h);
-            free(c->phys);
+            phys_release(c->phys);
         } else if (c->state != C_RESIDENT) {
             unalias_chunk(c);
         }
@@ -155,8 +154,7 @@ void ooc_mem_shutdown(void) {
     while (M.phys_free) {
         phys_t *p = M.phys_free;
         M.phys_free = p->next;
-        ooc_real.cuMemRelease(p->h);
-        free(p);
+        phys_release(p);
     }
     host_blocks_free();
     ooc_real.cuStreamDestroy_v2(M.swap);

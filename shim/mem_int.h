@@ -262,8 +262,13 @@ extern _Atomic int fp_on OOC_INTERNAL;
  * that another thread issues after that is refused by ooc_mem_begin (resident.c). */
 extern _Atomic int mem_closed OOC_INTERNAL;
 
+/* The address of chunk index idx in the reserved range. */
+static inline uintptr_t idx_addr(uint64_t idx) {
+    return M.va_base + ((uintptr_t)idx << M.shift);
+}
+
 static inline uintptr_t chunk_addr(const chunk_t *c) {
-    return M.va_base + ((uintptr_t)c->idx << M.shift);
+    return idx_addr(c->idx);
 }
 
 /* The LRU of resident live chunks (lru.c), most recent at the head: c at its hot end. */
@@ -358,6 +363,9 @@ CUresult unmap_failed_copy_in(chunk_t *c);
 CUresult unalias_chunk(chunk_t *c);
 CUresult map_chunk(chunk_t *c);
 CUresult map_phys(chunk_t *c, phys_t *p);
+phys_t *phys_pop(void);
+void phys_push(phys_t *p);
+void phys_release(phys_t *p);
 /* warm.c */
 int warm_free(uint64_t first, uint64_t n, CUstream fs);
 warm_t *warm_take(uint64_t n);

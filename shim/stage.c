@@ -21,10 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uintptr_t spare_addr(uint64_t idx) {
-    return M.va_base + ((uintptr_t)idx << M.shift);
-}
-
 static void staged_remove(chunk_t *c) {
     for (size_t i = 0; i < M.nstaged; i++) {
         if (M.staged[i] == c) {
@@ -45,25 +41,23 @@ CUresult stage_in(chunk_t *c) {
         va_take(1, &idx) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     phys_t *p = M.phys_free;
-    CUresult r = vmm_map_rw(spare_addr(idx), p->h);
+    CUresult r = vmm_map_rw(idx_addr(idx), p->h);
     if (r != CUDA_SUCCESS) {
         va_give(idx, 1);
         return r;
     }
     evref_t *v = ev_take();
-    r = v ? copy_in_at(c, spare_addr(idx), M.h2d) : CUDA_ERROR_OUT_OF_MEMORY;
+    r = v ? copy_in_at(c, idx_addr(idx), M.h2d) : CUDA_ERROR_OUT_OF_MEMORY;
     if (r == CUDA_SUCCESS)
         r = ooc_real.cuEventRecord(v->e, M.h2d);
     if (r != CUDA_SUCCESS) {
         sync_stream(M.h2d); /* the copy may have been queued */
         ev_drop(v);
-        if (vmm_unmap(spare_addr(idx)) == CUDA_SUCCESS)
+        if (vmm_unmap(idx_addr(idx)) == CUDA_SUCCESS)
             va_give(idx, 1);
         return r;
     }
-    M.phys_free = p->next;
-    M.resident++;
-    ooc_stats_gauge_add(OOC_STAT_resident_bytes, M.chunk);
+    (void)phys_pop(); /* p */
     c->stage = p;
     c->stage_idx = idx;
     c->stage_ev = v;
@@ -82,7 +76,7 @@ CUresult stage_in(chunk_t *c) {
  * when the address could not be unmapped (the chunk then stays staged). */
 static phys_t *stage_detach(chunk_t *c) {
     sync_event(c->stage_ev->e);
-    if (vmm_unmap(spare_addr(c->stage_idx)) != CUDA_SUCCESS)
+    if (vmm_unmap(idx_addr(c->stage_idx)) != CUDA_SUCCESS)
         return NULL;
     va_give(c->stage_idx, 1);
     ev_drop(c->stage_ev);
@@ -103,12 +97,8 @@ CUresult stage_adopt(chunk_t *c) {
         return CUDA_ERROR_UNKNOWN;
     c->stage_ro = 0; /* the read-only alias is gone */
     CUresult r = map_phys(c, p);
-    if (r != CUDA_SUCCESS) {
-        p->next = M.phys_free;
-        M.phys_free = p;
-        M.resident--;
-        ooc_stats_gauge_sub(OOC_STAT_resident_bytes, M.chunk);
-    }
+    if (r != CUDA_SUCCESS)
+        phys_push(p);
     return r;
 }
 
@@ -122,10 +112,7 @@ void stage_drop(chunk_t *c) {
         OOC_LOG_W("safe mode: the host alias at %#llx stays read-only", /* a write there faults */
                   (unsigned long long)chunk_addr(c));
     c->stage_ro = 0;
-    p->next = M.phys_free;
-    M.phys_free = p;
-    M.resident--;
-    ooc_stats_gauge_sub(OOC_STAT_resident_bytes, M.chunk);
+    phys_push(p);
     ooc_stats_add(OOC_STAT_staged_dropped, 1);
 }
 
@@ -155,8 +142,7 @@ void stage_drop_all(void) {
             /* The spare address could not be unmapped (after a sticky device error nothing
              * can be): free our side anyway, as ooc_mem_shutdown does for a resident chunk. */
             chunk_t *c = M.staged[--M.nstaged];
-            ooc_real.cuMemRelease(c->stage->h);
-            free(c->stage);
+            phys_release(c->stage);
             ev_drop(c->stage_ev);
             c->stage = NULL;
             c->stage_ev = NULL;

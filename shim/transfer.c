@@ -135,10 +135,7 @@ static void phys_back(phys_t *p, chunk_t *from) {
         retire_unsteal(p, from);
         return;
     }
-    p->next = M.phys_free;
-    M.phys_free = p;
-    M.resident--;
-    ooc_stats_gauge_sub(OOC_STAT_resident_bytes, M.chunk);
+    phys_push(p);
 }
 
 /* A planned swap-in of the swapped chunk c issued now by the host, in stream order: the chunk is
@@ -156,14 +153,10 @@ static int swapin_now(chunk_t *c) {
     phys_t *p = NULL;
     if (!M.phys_free)
         (void)phys_new(); /* while under budget */
-    if (M.phys_free) {
-        p = M.phys_free;
-        M.phys_free = p->next;
-        M.resident++;
-        ooc_stats_gauge_add(OOC_STAT_resident_bytes, M.chunk);
-    } else if (!(p = retire_steal(&from))) {
+    if (M.phys_free)
+        p = phys_pop();
+    else if (!(p = retire_steal(&from)))
         return 0;
-    }
     CUresult r = from ? ooc_real.cuStreamWaitEvent(M.h2d, from->out_ev->e, 0) : CUDA_SUCCESS;
     if (r == CUDA_SUCCESS)
         r = map_phys(c, p);

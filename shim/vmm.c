@@ -155,12 +155,8 @@ CUresult unmap_chunk(chunk_t *c) {
     CUresult r = vmm_unmap(chunk_addr(c));
     if (r != CUDA_SUCCESS)
         return r;
-    if (!c->stolen) {
-        c->phys->next = M.phys_free;
-        M.phys_free = c->phys;
-        M.resident--;
-        ooc_stats_gauge_sub(OOC_STAT_resident_bytes, M.chunk);
-    }
+    if (!c->stolen)
+        phys_push(c->phys);
     c->phys = NULL;
     c->stolen = 0;
     c->state = C_SWAPPED;
@@ -171,6 +167,31 @@ CUresult unmap_chunk(chunk_t *c) {
     return CUDA_SUCCESS;
 }
 
+/* Releases physical chunk p (on no list any more); the caller counts it (M.phys_made). */
+void phys_release(phys_t *p) {
+    ooc_real.cuMemRelease(p->h);
+    free(p);
+}
+
+/* Takes the physical chunk at the head of the free list (the caller checked that there is one):
+ * resident memory from here. */
+phys_t *phys_pop(void) {
+    phys_t *p = M.phys_free;
+    M.phys_free = p->next;
+    p->next = NULL;
+    M.resident++;
+    ooc_stats_gauge_add(OOC_STAT_resident_bytes, M.chunk);
+    return p;
+}
+
+/* Puts p back on the free list: no longer resident memory. */
+void phys_push(phys_t *p) {
+    p->next = M.phys_free;
+    M.phys_free = p;
+    M.resident--;
+    ooc_stats_gauge_sub(OOC_STAT_resident_bytes, M.chunk);
+}
+
 /* A copy into chunk c, freshly mapped for a swap-in, failed: unmaps it and gives its physical
  * chunk back (the host copy stays the data; nothing used the device copy), and in safe mode maps
  * the host copy there again. Returns the unmap's result; on failure c stays mapped. Caller holds
@@ -179,11 +200,8 @@ CUresult unmap_failed_copy_in(chunk_t *c) {
     CUresult r = vmm_unmap(chunk_addr(c));
     if (r != CUDA_SUCCESS)
         return r;
-    c->phys->next = M.phys_free;
-    M.phys_free = c->phys;
+    phys_push(c->phys);
     c->phys = NULL;
-    M.resident--;
-    ooc_stats_gauge_sub(OOC_STAT_resident_bytes, M.chunk);
     if (M.safe)
         alias_chunk(c);
     return CUDA_SUCCESS;
@@ -224,9 +242,7 @@ CUresult map_chunk(chunk_t *c) {
     CUresult r = map_phys(c, M.phys_free);
     if (r != CUDA_SUCCESS)
         return r;
-    M.phys_free = c->phys->next;
-    M.resident++;
-    ooc_stats_gauge_add(OOC_STAT_resident_bytes, M.chunk);
+    (void)phys_pop(); /* c->phys */
     return CUDA_SUCCESS;
 }
 

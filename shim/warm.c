@@ -65,7 +65,7 @@ static CUresult give_back_last(warm_t *w) {
         if (r != CUDA_SUCCESS)
             return r;
     }
-    CUresult r = vmm_unmap(M.va_base + ((uintptr_t)(w->first + w->n - 1) << M.shift));
+    CUresult r = vmm_unmap(idx_addr(w->first + w->n - 1));
     if (r != CUDA_SUCCESS)
         return r;
     ev_drop(c->ev);
@@ -86,10 +86,8 @@ static CUresult drop_run(warm_t *w, int quiet) {
         CUresult r = give_back_last(w);
         if (r != CUDA_SUCCESS) {
             if (!quiet)
-                OOC_LOG_W(
-                    "cuMemUnmap of a freed chunk at %#llx failed: %s",
-                    (unsigned long long)(M.va_base + ((uintptr_t)(w->first + w->n - 1) << M.shift)),
-                    ooc_real_errname(r));
+                OOC_LOG_W("cuMemUnmap of a freed chunk at %#llx failed: %s",
+                          (unsigned long long)idx_addr(w->first + w->n - 1), ooc_real_errname(r));
             return r;
         }
     }
@@ -262,10 +260,8 @@ CUresult warm_release(uint64_t want) {
     for (uint64_t k = 0; w->n && k < (want ? want : 1); k++) {
         CUresult r = give_back_last(w);
         if (r != CUDA_SUCCESS) {
-            OOC_LOG_W(
-                "cuMemUnmap of a freed chunk at %#llx failed: %s",
-                (unsigned long long)(M.va_base + ((uintptr_t)(w->first + w->n - 1) << M.shift)),
-                ooc_real_errname(r));
+            OOC_LOG_W("cuMemUnmap of a freed chunk at %#llx failed: %s",
+                      (unsigned long long)idx_addr(w->first + w->n - 1), ooc_real_errname(r));
             return r;
         }
     }
@@ -284,8 +280,7 @@ void warm_shutdown(void) {
             /* After a sticky device error nothing can be unmapped: free our side anyway. */
             for (uint64_t i = 0; i < w->n; i++) {
                 ev_drop(w->c[i].ev);
-                ooc_real.cuMemRelease(w->c[i].phys->h);
-                free(w->c[i].phys);
+                phys_release(w->c[i].phys);
                 M.phys_made--;
                 M.warm_chunks--;
             }
