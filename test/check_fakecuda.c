@@ -1321,6 +1321,55 @@ START_TEST(test_link_copy_is_timed_on_the_link_engine) {
 }
 END_TEST
 
+/* With the timing model, a kernel that reaches host-located memory (a safe-mode alias, a pointer
+ * stored in a table) crosses the link for those bytes: 1 MiB written at 0.01 GB/s takes the
+ * link's 105 ms, where the same kernel on device-located memory takes the device memory's. */
+START_TEST(test_kernel_access_to_host_located_memory_is_timed_at_the_link) {
+    static const char *const env[] = {"FAKECUDA_SCHED",
+                                      "threaded",
+                                      "FAKECUDA_TIMING",
+                                      "1",
+                                      "FAKECUDA_HBM_GBPS",
+                                      "1000",
+                                      "FAKECUDA_D2H_GBPS",
+                                      "0.01",
+                                      "FAKECUDA_H2D_GBPS",
+                                      "0.01",
+                                      NULL};
+    open_device(env);
+    CUfunction fill = get_kernel("fill");
+    size_t g = 2u << 20;
+    int n = (1 << 20) / (int)sizeof(float);
+    CUdeviceptr va;
+    OK(cuMemAddressReserve(&va, 2 * g, 0, 0, 0));
+    CUmemGenericAllocationHandle hh = map_located(va, g, CU_MEM_LOCATION_TYPE_HOST_NUMA);
+    CUmemGenericAllocationHandle hd = map_located(va + g, g, CU_MEM_LOCATION_TYPE_DEVICE);
+    fakecuda_stats_t a = stats_now();
+    uint64_t t0 = now_ns();
+    launch_fill(fill, va + g, 2.0f, n, 0, NULL);
+    OK(cuCtxSynchronize());
+    uint64_t dev_ms = (now_ns() - t0) / 1000000;
+    t0 = now_ns();
+    launch_fill(fill, va, 3.0f, n, 0, NULL);
+    OK(cuCtxSynchronize());
+    uint64_t host_ms = (now_ns() - t0) / 1000000;
+    fakecuda_stats_t b = stats_now();
+    ck_assert_msg(host_ms >= 90,
+                  "a kernel writing 1 MiB of host-located memory took %llu ms, not the link's 105",
+                  (unsigned long long)host_ms);
+    ck_assert_msg(dev_ms < 60, "the same kernel on device memory took %llu ms",
+                  (unsigned long long)dev_ms);
+    ck_assert_uint_eq(b.kernel_host_accesses - a.kernel_host_accesses, 1);
+    float x = 0;
+    OK(cuMemcpyDtoH(&x, va + sizeof(float) * (size_t)(n - 1), sizeof x));
+    ck_assert(x == 3.0f);
+    OK(cuMemUnmap(va, 2 * g));
+    OK(cuMemRelease(hh));
+    OK(cuMemRelease(hd));
+    OK(cuMemAddressFree(va, 2 * g));
+}
+END_TEST
+
 /* ---- stream capture and graphs --------------------------------------------------------------- */
 
 static void launch_add(CUfunction f, CUdeviceptr d, int n, CUstream s) {
@@ -2620,6 +2669,7 @@ Suite *suite_fakecuda(void) {
     tcase_add_test(t, test_inline_threads_share_the_legacy_stream_in_order);
     tcase_add_test(t, test_copy_to_host_located_memory_crosses_the_link);
     tcase_add_test(t, test_link_copy_is_timed_on_the_link_engine);
+    tcase_add_test(t, test_kernel_access_to_host_located_memory_is_timed_at_the_link);
     tcase_add_test(t, test_mapping_calls_cost_host_time_per_mapping);
     suite_add_tcase(s, t);
     TCase *g = tcase_create("graphs");

@@ -456,8 +456,13 @@ FAKECUDA_API void *fakecuda_access(fakecuda_launch_t *l, CUdeviceptr p, size_t b
     launch_payload_t *lp = op->payload;
     int host = 0;
     if (fc_mem_check_loc((uintptr_t)p, bytes, write ? FC_ACC_RW : FC_ACC_READ, &host) == 0) {
-        if (host)
+        if (host) {
+            /* Host-located memory is reached over the link, as on a GPU: the kernel holds the
+             * compute engine for the bytes' time at the link's rate as well (a write access at
+             * the device-to-host rate, a read at the host-to-device one). */
             FC_STAT(kernel_host_accesses, 1);
+            op->model_ns += (double)bytes / (write ? g_fc.cfg.d2h_gbps : g_fc.cfg.h2d_gbps);
+        }
         if (g_fc.cfg.threaded && op->running)
             fc_strict_access(op, (uintptr_t)p, bytes, write);
         return (void *)(uintptr_t)p;
