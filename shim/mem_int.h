@@ -249,6 +249,7 @@ struct mem_state {
     size_t job_head, njobs, cap_jobs;
     job_t job_cur; /* the job the worker took off the ring, while job_busy */
     int job_busy;
+    unsigned op_waiting; /* program threads waiting for a planned swap-in (ooc_mem_op_pin) */
     pthread_t worker;
     int worker_on, worker_stop;
     pthread_cond_t work_cv;

@@ -380,8 +380,11 @@ CUresult ooc_mem_op_pin(const ooc_access_t *a, int *listed) {
             OOC_LOG_D("op %llu: waits for %zu planned swap-ins (jobs queued %zu)",
                       (unsigned long long)M.serial, nq, (size_t)M.njobs);
             uint64_t t0 = now_ns();
+            M.op_waiting++;
+            pthread_cond_signal(&M.work_cv); /* a worker waiting for memory gives up now */
             while (any_queued(a))
                 mem_wait(&M.done_cv);
+            M.op_waiting--;
             ooc_stats_add(OOC_STAT_stall_ns, now_ns() - t0);
             mem_unlock();
             return ooc_mem_op_pin(a, listed); /* once: nothing is queued now */

@@ -100,6 +100,14 @@ static void worker_swapin(job_t j) {
                 waited = !stage; /* c's streams were waited for with the retiree's */
                 continue;
             }
+            if (!M.op_waiting && !M.worker_stop) {
+                /* Memory may still come before the op that needs it: the plan has the host
+                 * issue more swap-outs before that op (its memory may also go to c from there,
+                 * serve_queued). Wait for one, or for that op (which then waits for this). */
+                mem_wait(&M.work_cv);
+                waited = 0;
+                continue;
+            }
             unqueue_buffer(b);
             ooc_stats_add(OOC_STAT_prefetch_no_memory, 1);
             if (OOC_LOG_ENABLED(OOC_LOG_DEBUG)) {

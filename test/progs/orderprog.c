@@ -6,19 +6,41 @@
  * hand-written plan over it at a budget of two chunks, in which the memory that a swap-out frees
  * must go to the swap-in planned first (see the test).
  *
- * Options: --iters N (default 12, at least 1). Output: "orderprog: ok" when every word of X and
+ * Options: --iters N (default 12, at least 1); --pause-ms MS (default 0): the host sleeps that
+ * long after memset B (op 1), so that the device, and the shim's worker, catch up with it there.
+ * Output: "orderprog: ok" when every word of X and
  * Y is the host model's after the last iteration. Exit status: 0; 1 when a word is wrong (named
  * on stderr); 2 when a driver call failed; 64 on a bad option. Linked with -lcuda (the simulated
  * driver). Run it with FAKECUDA_GRANULARITY=64K and OOC_CHUNK=64K. */
 #include "userprog.h" /* cuda.h, fakecuda.h, the mix kernel, UP_CHECK */
+
+#include <time.h>
 
 #define WORDS ((size_t)16384) /* 64 KiB */
 
 static const fakecuda_kernel_t kernels[] = {UP_MIX_KERNEL("orderprog")};
 
 int main(int argc, char **argv) {
-    int iters = 12;
-    int rc = up_parse_iters(argc, argv, "orderprog", 1, &iters);
+    int iters = 12, pause_ms = 0;
+    char *rest[4] = {argv[0]};
+    int nrest = 1;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--pause-ms") == 0 && i + 1 < argc) {
+            char *end;
+            long v = strtol(argv[++i], &end, 10);
+            if (*end || v < 0 || v > 10000) {
+                fprintf(stderr, "orderprog: --pause-ms %s: expected 0 to 10000\n", argv[i]);
+                return 64;
+            }
+            pause_ms = (int)v;
+        } else if (nrest < 3) {
+            rest[nrest++] = argv[i];
+        } else {
+            fprintf(stderr, "usage: orderprog [--iters N] [--pause-ms MS]\n");
+            return 64;
+        }
+    }
+    int rc = up_parse_iters(nrest, rest, "orderprog", 1, &iters);
     if (rc != 0)
         return rc;
     if (fakecuda_register_kernels(kernels, 1) != 0)
@@ -41,12 +63,15 @@ int main(int argc, char **argv) {
         UP_CHECK(cuMemcpyHtoD(xy[b], model[b], WORDS * 4));
     }
     int n = (int)WORDS;
+    struct timespec pause = {pause_ms / 1000, (long)(pause_ms % 1000) * 1000000L};
     for (int it = 0; it < iters; it++) {
         CUdeviceptr a, b;
         UP_CHECK(cuMemAlloc(&a, WORDS * 4));
         UP_CHECK(cuMemAlloc(&b, WORDS * 4));
         UP_CHECK(cuMemsetD32(a, 1, WORDS));
         UP_CHECK(cuMemsetD32(b, 2, WORDS));
+        if (pause_ms)
+            nanosleep(&pause, NULL);
         UP_CHECK(up_mix(f, a, a, 3, n, NULL));
         for (int k = 0; k < 2; k++) {
             UP_CHECK(up_mix(f, xy[k], xy[k], 4u + (uint32_t)k, n, NULL));
