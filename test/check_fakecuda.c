@@ -1288,6 +1288,47 @@ START_TEST(test_mapping_calls_cost_host_time_per_mapping) {
 }
 END_TEST
 
+/* A completed op wakes the worker of the stream waiting for it, not every stream's: with six
+ * streams, each hop between two of them cost the simulator 100 us where a GPU takes a few. */
+START_TEST(test_a_completion_wakes_only_the_stream_waiting_for_it) {
+    open_device(threaded);
+    CUstream st[6];
+    CUevent ev[2];
+    CUdeviceptr p;
+    OK(cuMemAlloc(&p, 4096));
+    for (int i = 0; i < 6; i++) {
+        OK(cuStreamCreate(&st[i], CU_STREAM_NON_BLOCKING));
+        OK(cuMemsetD8Async(p, 0, 64, st[i])); /* every stream has its worker */
+        OK(cuStreamSynchronize(st[i]));
+    }
+    OK(cuEventCreate(&ev[0], CU_EVENT_DISABLE_TIMING));
+    OK(cuEventCreate(&ev[1], CU_EVENT_DISABLE_TIMING));
+    fakecuda_stats_t a = stats_now();
+    enum { HOPS = 200 };
+    for (int i = 0; i < HOPS / 2; i++) {
+        OK(cuMemsetD8Async(p, 1, 64, st[0]));
+        OK(cuEventRecord(ev[0], st[0]));
+        OK(cuStreamWaitEvent(st[1], ev[0], 0));
+        OK(cuMemsetD8Async(p, 2, 64, st[1]));
+        OK(cuEventRecord(ev[1], st[1]));
+        OK(cuStreamWaitEvent(st[0], ev[1], 0));
+    }
+    OK(cuCtxSynchronize());
+    fakecuda_stats_t b = stats_now();
+    uint64_t w = b.worker_wakeups - a.worker_wakeups;
+    ck_assert_msg(w <= 2 * HOPS, "%d hops between two of six streams woke their workers %llu times",
+                  HOPS, (unsigned long long)w);
+    unsigned char x = 0;
+    OK(cuMemcpyDtoH(&x, p, 1));
+    ck_assert_uint_eq(x, 2);
+    for (int i = 0; i < 6; i++)
+        OK(cuStreamDestroy(st[i]));
+    OK(cuEventDestroy(ev[0]));
+    OK(cuEventDestroy(ev[1]));
+    OK(cuMemFree(p));
+}
+END_TEST
+
 static void host_fn_slack(void *p) {
     *(int *)p = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
 }
@@ -2708,6 +2749,7 @@ Suite *suite_fakecuda(void) {
     tcase_add_test(t, test_kernel_access_to_host_located_memory_is_timed_at_the_link);
     tcase_add_test(t, test_mapping_calls_cost_host_time_per_mapping);
     tcase_add_test(t, test_timed_streams_sleep_without_timer_slack);
+    tcase_add_test(t, test_a_completion_wakes_only_the_stream_waiting_for_it);
     suite_add_tcase(s, t);
     TCase *g = tcase_create("graphs");
     tcase_set_timeout(g, 20);

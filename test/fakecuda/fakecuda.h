@@ -111,6 +111,9 @@ typedef struct fakecuda_stats {
     /* cuMemMap calls that moved back a host mapping cuMemUnmap had moved aside (the simulator's
      * own cost: no fresh page tables; fc_mem.c). */
     uint64_t maps_moved;
+    /* Threaded: the times a stream's worker thread was woken while waiting for work or for
+     * another stream's op (the simulator's own cost: only the stream an event concerns wakes). */
+    uint64_t worker_wakeups;
 } fakecuda_stats_t;
 
 FAKECUDA_API void fakecuda_get_stats(fakecuda_stats_t *out);

@@ -461,6 +461,7 @@ static void write_stats(void) {
     ROW(graph_launches);
     ROW(ops_captured);
     ROW(maps_moved);
+    ROW(worker_wakeups);
 #undef ROW
     int n = atomic_load(&nslots);
     for (int i = 0; i < n; i++)

@@ -183,6 +183,8 @@ struct CUstream_st {
     fc_op_t *head, *tail;
     pthread_t thread;
     int has_thread;
+    pthread_cond_t cv; /* threaded: its worker waits here, for work or for another stream */
+    int blocked;       /* its worker waits for an op of another stream (its head's deps) */
     struct CUstream_st *all_next; /* every stream ever created (freed at shutdown) */
 };
 
