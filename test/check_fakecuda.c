@@ -1329,6 +1329,57 @@ START_TEST(test_a_completion_wakes_only_the_stream_waiting_for_it) {
 }
 END_TEST
 
+/* FAKECUDA_TRACE writes, for each op, when it was queued and when it was ready (first in its
+ * stream with what it waits for done) beside its start and end, so that an idle engine can be
+ * told apart: the host had not issued the next op yet, or it waited for another stream, or
+ * the simulator was slow to start it. */
+START_TEST(test_trace_tells_when_an_op_was_queued_and_ready) {
+    char path[] = "/tmp/fakecuda-trace-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    const char *const env[] = {
+        "FAKECUDA_SCHED", "threaded", "FAKECUDA_TIMING", "1", "FAKECUDA_TRACE", path, NULL};
+    open_device(env);
+    CUfunction fill = get_kernel("fill");
+    CUstream a, b;
+    CUevent e;
+    CUdeviceptr p;
+    OK(cuMemAlloc(&p, 4096));
+    OK(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
+    OK(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
+    OK(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+    launch_fill(fill, p, 1.0f, 16, 20000, a); /* 20 ms */
+    OK(cuEventRecord(e, a));
+    OK(cuStreamWaitEvent(b, e, 0));
+    OK(cuMemsetD8Async(p, 7, 64, b));
+    OK(cuCtxSynchronize());
+    fakecuda_shutdown(); /* closes the trace */
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    char line[512], op[128];
+    unsigned long long s, t, q, r, fill_end = 0;
+    int rows = 0;
+    ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
+    ck_assert_str_eq(line, "engine\tstart_ns\tend_ns\top\tqueued_ns\tready_ns\n");
+    while (fgets(line, sizeof line, f)) {
+        ck_assert_int_eq(sscanf(line, "%*s %llu %llu %127[^\t] %llu %llu", &s, &t, op, &q, &r), 5);
+        ck_assert_msg(q <= r && r <= s && s <= t, "out of order: %s", line);
+        if (strstr(op, "fill"))
+            fill_end = t;
+        else if (strstr(op, "emset")) {
+            /* queued while the kernel ran; ready only once it had ended */
+            ck_assert_msg(fill_end && q < fill_end && r >= fill_end, "memset: %s (fill ended %llu)",
+                          line, fill_end);
+        }
+        rows++;
+    }
+    fclose(f);
+    unlink(path);
+    ck_assert_int_eq(rows, 2);
+}
+END_TEST
+
 static void host_fn_slack(void *p) {
     *(int *)p = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
 }
@@ -2750,6 +2801,7 @@ Suite *suite_fakecuda(void) {
     tcase_add_test(t, test_mapping_calls_cost_host_time_per_mapping);
     tcase_add_test(t, test_timed_streams_sleep_without_timer_slack);
     tcase_add_test(t, test_a_completion_wakes_only_the_stream_waiting_for_it);
+    tcase_add_test(t, test_trace_tells_when_an_op_was_queued_and_ready);
     suite_add_tcase(s, t);
     TCase *g = tcase_create("graphs");
     tcase_set_timeout(g, 20);

@@ -131,7 +131,9 @@ struct fc_op {
     unsigned nprefs;
     int running;
     fc_engine_t engine;
-    double model_ns; /* timing model: time the op occupies its engine */
+    double model_ns;              /* timing model: time the op occupies its engine */
+    uint64_t queued_ns, ready_ns; /* FAKECUDA_TRACE: when it was queued; when its stream's thread
+                                   * found it first in line with its dependencies done */
     /* Executes the op; returns 0 or a CUresult to make sticky. Runs without locks held. */
     CUresult (*run)(fc_op_t *op);
     void (*dispose)(fc_op_t *op); /* frees the payload; may be NULL */

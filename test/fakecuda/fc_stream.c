@@ -129,9 +129,11 @@ static CUresult execute(fc_op_t *op) {
         uint64_t t1 = fc_now_ns();
         pthread_mutex_lock(&g_fc.trace_lock);
         if (g_fc.trace)
-            fprintf(g_fc.trace, "%s\t%llu\t%llu\t%s\n", names[op->engine],
+            fprintf(g_fc.trace, "%s\t%llu\t%llu\t%s\t%llu\t%llu\n", names[op->engine],
                     (unsigned long long)(t0 - g_fc.trace_t0),
-                    (unsigned long long)(t1 - g_fc.trace_t0), op->what ? op->what : "-");
+                    (unsigned long long)(t1 - g_fc.trace_t0), op->what ? op->what : "-",
+                    (unsigned long long)((op->queued_ns ? op->queued_ns : t0) - g_fc.trace_t0),
+                    (unsigned long long)((op->ready_ns ? op->ready_ns : t0) - g_fc.trace_t0));
         pthread_mutex_unlock(&g_fc.trace_lock);
     }
     return r;
@@ -282,6 +284,8 @@ static void *worker(void *arg) {
             FC_STAT(worker_wakeups, 1);
         }
         s->blocked = 0;
+        if (g_fc.trace)
+            op->ready_ns = fc_now_ns();
         pthread_mutex_unlock(&g_fc.lock);
         if (g_fc.cfg.jitter_us)
             sleep_ns((splitmix(&rng) % ((uint64_t)g_fc.cfg.jitter_us + 1)) * 1000ull);
@@ -509,6 +513,8 @@ CUresult fc_submit(fc_stream_t *s, fc_op_t *op, uint64_t *seq_out) {
     }
     count_op(op);
     op->seq = ++s->submitted;
+    if (g_fc.trace)
+        op->queued_ns = fc_now_ns();
     if (op->on_submit)
         op->on_submit(op, s);
     if (s->tail)
