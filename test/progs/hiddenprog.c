@@ -99,13 +99,8 @@ int main(int argc, char **argv) {
     int nrest = 1;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--pause-ms") == 0 && i + 1 < argc) {
-            char *end;
-            long v = strtol(argv[++i], &end, 10);
-            if (*end || v < 0 || v > 10000) {
-                fprintf(stderr, "hiddenprog: --pause-ms %s: expected 0 to 10000\n", argv[i]);
+            if (up_parse_pause("hiddenprog", argv[++i], &pause_ms) != 0)
                 return 64;
-            }
-            pause_ms = (int)v;
         } else if (strcmp(argv[i], "--write") == 0) {
             write = 1;
         } else if (strcmp(argv[i], "--device-table") == 0) {
@@ -155,7 +150,6 @@ int main(int argc, char **argv) {
         UP_CHECK(cuMemcpyHtoD(t, &b, sizeof b));
     }
     int n = (int)WORDS, bad;
-    struct timespec pause = {pause_ms / 1000, (long)(pause_ms % 1000) * 1000000L};
     for (int it = 0; it < iters; it++) {
         CUdeviceptr x;
         UP_CHECK(cuMemAlloc(&x, WORDS * 4));
@@ -164,8 +158,7 @@ int main(int argc, char **argv) {
         up_model_mix(mb, mb, 1u + (uint32_t)it, WORDS);
         UP_CHECK(up_mix(mix, x, x, 2, n, NULL));
         UP_CHECK(up_mix(mix, x, x, 3, n, NULL));
-        if (pause_ms)
-            nanosleep(&pause, NULL);
+        up_pause(pause_ms);
         void *args[] = {&t, &d, &n};
         UP_CHECK(cuLaunchKernel(copy, 1, 1, 1, 32, 1, 1, 0, NULL, args, NULL));
         for (size_t i = 0; i < WORDS && write; i++)

@@ -26,13 +26,8 @@ int main(int argc, char **argv) {
     int nrest = 1;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--pause-ms") == 0 && i + 1 < argc) {
-            char *end;
-            long v = strtol(argv[++i], &end, 10);
-            if (*end || v < 0 || v > 10000) {
-                fprintf(stderr, "orderprog: --pause-ms %s: expected 0 to 10000\n", argv[i]);
+            if (up_parse_pause("orderprog", argv[++i], &pause_ms) != 0)
                 return 64;
-            }
-            pause_ms = (int)v;
         } else if (nrest < 3) {
             rest[nrest++] = argv[i];
         } else {
@@ -63,15 +58,13 @@ int main(int argc, char **argv) {
         UP_CHECK(cuMemcpyHtoD(xy[b], model[b], WORDS * 4));
     }
     int n = (int)WORDS;
-    struct timespec pause = {pause_ms / 1000, (long)(pause_ms % 1000) * 1000000L};
     for (int it = 0; it < iters; it++) {
         CUdeviceptr a, b;
         UP_CHECK(cuMemAlloc(&a, WORDS * 4));
         UP_CHECK(cuMemAlloc(&b, WORDS * 4));
         UP_CHECK(cuMemsetD32(a, 1, WORDS));
         UP_CHECK(cuMemsetD32(b, 2, WORDS));
-        if (pause_ms)
-            nanosleep(&pause, NULL);
+        up_pause(pause_ms);
         UP_CHECK(up_mix(f, a, a, 3, n, NULL));
         for (int k = 0; k < 2; k++) {
             UP_CHECK(up_mix(f, xy[k], xy[k], 4u + (uint32_t)k, n, NULL));

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fakecuda.h"
 
@@ -77,6 +78,26 @@ static inline int up_parse_iters(int argc, char **argv, const char *prog, int mi
         return 64;
     }
     return 0;
+}
+
+/* Reads the value of `--pause-ms` (0 to 10000) into *ms. Returns 0, or 64 after naming prog,
+ * the value and what is accepted. */
+static inline int up_parse_pause(const char *prog, const char *arg, int *ms) {
+    char *end;
+    long v = strtol(arg, &end, 10);
+    if (end == arg || *end || v < 0 || v > 10000) {
+        fprintf(stderr, "%s: --pause-ms %s: expected 0 to 10000\n", prog, arg);
+        return 64;
+    }
+    *ms = (int)v;
+    return 0;
+}
+
+/* Sleeps ms milliseconds on the host (none for 0): the host falls behind the device. */
+static inline void up_pause(int ms) {
+    struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    if (ms)
+        nanosleep(&t, NULL);
 }
 
 /* cuInit, then device 0's primary context made current; exits 2 on a driver error. */
