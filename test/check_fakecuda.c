@@ -1354,6 +1354,10 @@ START_TEST(test_trace_tells_when_an_op_was_queued_and_ready) {
     OK(cuStreamWaitEvent(b, e, 0));
     OK(cuMemsetD8Async(p, 7, 64, b));
     OK(cuCtxSynchronize());
+    OK(cuEventDestroy(e));
+    OK(cuStreamDestroy(a));
+    OK(cuStreamDestroy(b));
+    OK(cuMemFree(p));
     fakecuda_shutdown(); /* closes the trace */
     FILE *f = fopen(path, "r");
     ck_assert_ptr_nonnull(f);
