@@ -1362,25 +1362,78 @@ START_TEST(test_trace_tells_when_an_op_was_queued_and_ready) {
     FILE *f = fopen(path, "r");
     ck_assert_ptr_nonnull(f);
     char line[512], op[128];
-    unsigned long long s, t, q, r, fill_end = 0;
+    unsigned long long s, t, q, r, ran, fill_end = 0;
     int rows = 0;
     ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
-    ck_assert_str_eq(line, "engine\tstart_ns\tend_ns\top\tqueued_ns\tready_ns\n");
+    ck_assert_str_eq(line, "engine\tstart_ns\tend_ns\top\tqueued_ns\tready_ns\tran_ns\n");
     while (fgets(line, sizeof line, f)) {
-        ck_assert_int_eq(sscanf(line, "%*s %llu %llu %127[^\t] %llu %llu", &s, &t, op, &q, &r), 5);
-        ck_assert_msg(q <= r && r <= s && s <= t, "out of order: %s", line);
+        ck_assert_int_eq(
+            sscanf(line, "%*s %llu %llu %127[^\t] %llu %llu %llu", &s, &t, op, &q, &r, &ran), 6);
+        /* Start and end are modelled: never before it was queued, never after its thread ran it;
+         * its thread found it ready after it was queued. */
+        ck_assert_msg(q <= s && s <= t && s <= ran && q <= r, "out of order: %s", line);
         if (strstr(op, "fill"))
             fill_end = t;
         else if (strstr(op, "emset")) {
-            /* queued while the kernel ran; ready only once it had ended */
-            ck_assert_msg(fill_end && q < fill_end && r >= fill_end, "memset: %s (fill ended %llu)",
-                          line, fill_end);
+            /* queued while the kernel ran; ready, and started, only once it had ended */
+            ck_assert_msg(fill_end && q < fill_end && r >= fill_end && s >= fill_end,
+                          "memset: %s (fill ended %llu)", line, fill_end);
         }
         rows++;
     }
     fclose(f);
     unlink(path);
     ck_assert_int_eq(rows, 2);
+}
+END_TEST
+
+/* The modelled clock: ops queued back to back on one engine run back to back in modelled time,
+ * however late the simulator's threads get to them (here FAKECUDA_JITTER_US holds each op back
+ * by up to 0.9 ms before it runs): 20 copies of 1 MiB at 1 GB/s take 20 x 1.05 ms between two
+ * events, as on a device, where each op used to start when its thread got to it and the delays
+ * added up (about 30 ms). Nothing completes sooner than modelled. */
+START_TEST(test_late_threads_do_not_slow_the_modelled_device) {
+    static const char *const env[] = {"FAKECUDA_SCHED",
+                                      "threaded",
+                                      "FAKECUDA_TIMING",
+                                      "1",
+                                      "FAKECUDA_H2D_GBPS",
+                                      "1",
+                                      "FAKECUDA_JITTER_US",
+                                      "900",
+                                      NULL};
+    open_device(env);
+    size_t n = 1u << 20;
+    int copies = 20;
+    double want_ms = copies * (double)n / 1e6;
+    CUstream s;
+    CUdeviceptr d;
+    CUevent a, b;
+    void *h = NULL;
+    OK(cuMemAllocHost(&h, n)); /* pinned: a pageable copy is staged, and waits, at the call */
+    memset(h, 5, n);
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    OK(cuMemAlloc(&d, n));
+    OK(cuEventCreate(&a, 0));
+    OK(cuEventCreate(&b, 0));
+    uint64_t t0 = now_ns();
+    OK(cuEventRecord(a, s));
+    for (int i = 0; i < copies; i++)
+        OK(cuMemcpyHtoDAsync(d, h, n, s));
+    OK(cuEventRecord(b, s));
+    OK(cuEventSynchronize(b));
+    double host_ms = (double)(now_ns() - t0) / 1e6;
+    float ms = 0;
+    OK(cuEventElapsedTime(&ms, a, b));
+    ck_assert_msg(ms >= want_ms - 0.01 && ms < want_ms + 4.0,
+                  "20 copies of 1.05 ms took %.2f ms of modelled time (want %.2f)", ms, want_ms);
+    ck_assert_msg(host_ms >= want_ms, "the host saw them done after %.2f ms, before their %.2f",
+                  host_ms, want_ms);
+    OK(cuEventDestroy(a));
+    OK(cuEventDestroy(b));
+    OK(cuMemFree(d));
+    OK(cuStreamDestroy(s));
+    OK(cuMemFreeHost(h));
 }
 END_TEST
 
@@ -2804,6 +2857,7 @@ Suite *suite_fakecuda(void) {
     tcase_add_test(t, test_kernel_access_to_host_located_memory_is_timed_at_the_link);
     tcase_add_test(t, test_mapping_calls_cost_host_time_per_mapping);
     tcase_add_test(t, test_timed_streams_sleep_without_timer_slack);
+    tcase_add_test(t, test_late_threads_do_not_slow_the_modelled_device);
     tcase_add_test(t, test_a_completion_wakes_only_the_stream_waiting_for_it);
     tcase_add_test(t, test_trace_tells_when_an_op_was_queued_and_ready);
     suite_add_tcase(s, t);

@@ -221,7 +221,7 @@ static void config_load_once(void) {
         if (!g_fc.trace)
             fc_fatal("FAKECUDA_TRACE=%s: %s", c->trace_path, strerror(errno));
         g_fc.trace_t0 = fc_now_ns();
-        fprintf(g_fc.trace, "engine\tstart_ns\tend_ns\top\tqueued_ns\tready_ns\n");
+        fprintf(g_fc.trace, "engine\tstart_ns\tend_ns\top\tqueued_ns\tready_ns\tran_ns\n");
     }
     c->fail_spec = getenv("FAKECUDA_FAIL");
     const char *name = getenv("FAKECUDA_DEVICE_NAME");

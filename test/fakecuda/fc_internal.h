@@ -132,8 +132,13 @@ struct fc_op {
     int running;
     fc_engine_t engine;
     double model_ns;              /* timing model: time the op occupies its engine */
-    uint64_t queued_ns, ready_ns; /* FAKECUDA_TRACE: when it was queued; when its stream's thread
-                                   * found it first in line with its dependencies done */
+    uint64_t queued_ns, ready_ns; /* timing model and FAKECUDA_TRACE: when it was queued; (trace
+                                   * only) when its stream's thread found it first in line with its
+                                   * dependencies done */
+    /* Timing model: when a device would start the op (queued, its stream's previous op and the
+     * ops it waits for done, by their modelled ends) and end it (fc_stream.c, "the modelled
+     * clock"). */
+    uint64_t model_start_ns, model_end_ns;
     /* Executes the op; returns 0 or a CUresult to make sticky. Runs without locks held. */
     CUresult (*run)(fc_op_t *op);
     void (*dispose)(fc_op_t *op); /* frees the payload; may be NULL */
@@ -182,6 +187,7 @@ struct CUstream_st {
     int closing;           /* destroyed by the user; worker exits once drained */
     fc_capture_t *capture; /* non-NULL while the stream is capturing (guarded by g_fc.lock) */
     uint64_t submitted, completed;
+    uint64_t model_done_ns; /* timing model: the modelled end of its last completed op */
     fc_op_t *head, *tail;
     pthread_t thread;
     int has_thread;
@@ -223,9 +229,10 @@ typedef struct fc_global {
     uint64_t next_buffer_id;
     fc_stream_t *legacy;
     fc_stream_t *all_streams;
-    pthread_mutex_t engine[4]; /* timing model: one op per engine at a time */
-    atomic_int captures;       /* stream captures in progress (a cheap test for the rules) */
-    fakecuda_stats_t st;       /* guarded by stats_lock */
+    pthread_mutex_t engine[4];  /* timing model: one op per engine at a time */
+    uint64_t engine_free_ns[4]; /* the modelled end of each engine's last op (under engine[]) */
+    atomic_int captures;        /* stream captures in progress (a cheap test for the rules) */
+    fakecuda_stats_t st;        /* guarded by stats_lock */
     pthread_mutex_t stats_lock;
     FILE *trace; /* FAKECUDA_TRACE: one line per timed op; guarded by trace_lock */
     pthread_mutex_t trace_lock;

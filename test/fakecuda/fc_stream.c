@@ -113,27 +113,75 @@ static void sleep_ns(uint64_t ns) {
         ;
 }
 
-/* Runs op's body, holding its engine for at least the modelled time when timing is on. */
+/* Sleeps until fc_now_ns() reads at least `when`. */
+static void sleep_until(uint64_t when) {
+    struct timespec ts = {(time_t)(when / 1000000000ull), (long)(when % 1000000000ull)};
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) != 0)
+        ;
+}
+
+/* The modelled clock. A device starts an op when it was queued, its stream's previous op is done
+ * and the ops it waits for are done, and its engine is free; it ends the op its modelled time
+ * later. The simulator's threads reach each of those moments late (a thread woken on 2 busy
+ * cores runs 100-200 us after its time), and when every op started from the moment its thread
+ * ran, each op's lateness was added to the next: a 2 MiB copy modelled at 629 us held its engine
+ * 802 us (median over a replay's copies). So each op's start and end are computed from the
+ * modelled ends of what it waits for (model_start_ns, model_end_ns), and its thread sleeps until
+ * the modelled end: a late thread catches up on the ops queued behind, as a device would have run
+ * them. Nothing ends before its modelled end (the host sees an op complete no sooner), and an
+ * event's time is its modelled time (cuEventElapsedTime measures the modelled device). */
+
+/* op's modelled start but for its engine: the latest of when it was queued and the modelled ends
+ * of its stream's last op and of the ops it waits for. Caller holds g_fc.lock; op's dependencies
+ * are done (deps_done). A dependency's stream may have moved on since: its last modelled end is at
+ * least that of the op waited for, so the start is never earlier than a device's. */
+static void model_start(const fc_stream_t *s, fc_op_t *op) {
+    uint64_t t = op->queued_ns;
+    if (s->model_done_ns > t)
+        t = s->model_done_ns;
+    for (unsigned i = 0; i < op->ndeps; i++)
+        if (op->deps[i].s->model_done_ns > t)
+            t = op->deps[i].s->model_done_ns;
+    op->model_start_ns = t;
+}
+
+/* Runs op's body; with timing on, holds its engine until the op's modelled end. */
 static CUresult execute(fc_op_t *op) {
-    if (!g_fc.cfg.timing || op->engine == FC_ENG_NONE)
+    if (!g_fc.cfg.timing)
         return op->run(op);
+    if (op->engine == FC_ENG_NONE) {
+        /* No engine: the op takes what its body takes, from its modelled start. */
+        uint64_t t0 = fc_now_ns();
+        CUresult r = op->run(op);
+        op->model_end_ns = op->model_start_ns + (fc_now_ns() - t0);
+        return r;
+    }
     pthread_mutex_lock(&g_fc.engine[op->engine]);
     uint64_t t0 = fc_now_ns();
+    uint64_t start = op->model_start_ns;
+    if (g_fc.engine_free_ns[op->engine] > start)
+        start = g_fc.engine_free_ns[op->engine];
+    op->model_start_ns = start;
     CUresult r = op->run(op);
+    /* The longer of the modelled time (known after the body: a kernel's grows by what it reached
+     * across the link) and the body's own, both from the modelled start. */
     uint64_t spent = fc_now_ns() - t0;
-    if (op->model_ns > (double)spent)
-        sleep_ns((uint64_t)(op->model_ns - (double)spent));
+    uint64_t end = start + ((double)spent > op->model_ns ? spent : (uint64_t)op->model_ns);
+    if (fc_now_ns() < end)
+        sleep_until(end);
+    op->model_end_ns = end;
+    g_fc.engine_free_ns[op->engine] = end;
     pthread_mutex_unlock(&g_fc.engine[op->engine]);
     if (g_fc.trace) {
         static const char *const names[] = {"none", "compute", "h2d", "d2h"};
-        uint64_t t1 = fc_now_ns();
+        uint64_t z = g_fc.trace_t0;
         pthread_mutex_lock(&g_fc.trace_lock);
         if (g_fc.trace)
-            fprintf(g_fc.trace, "%s\t%llu\t%llu\t%s\t%llu\t%llu\n", names[op->engine],
-                    (unsigned long long)(t0 - g_fc.trace_t0),
-                    (unsigned long long)(t1 - g_fc.trace_t0), op->what ? op->what : "-",
-                    (unsigned long long)((op->queued_ns ? op->queued_ns : t0) - g_fc.trace_t0),
-                    (unsigned long long)((op->ready_ns ? op->ready_ns : t0) - g_fc.trace_t0));
+            fprintf(g_fc.trace, "%s\t%llu\t%llu\t%s\t%llu\t%llu\t%llu\n", names[op->engine],
+                    (unsigned long long)(start - z), (unsigned long long)(end - z),
+                    op->what ? op->what : "-", (unsigned long long)(op->queued_ns - z),
+                    (unsigned long long)((op->ready_ns ? op->ready_ns : t0) - z),
+                    (unsigned long long)(t0 - z));
         pthread_mutex_unlock(&g_fc.trace_lock);
     }
     return r;
@@ -257,6 +305,8 @@ static void complete_head(fc_stream_t *s, fc_op_t *op, CUresult r) {
     if (!s->head)
         s->tail = NULL;
     s->completed = op->seq;
+    if (op->model_end_ns > s->model_done_ns)
+        s->model_done_ns = op->model_end_ns;
     pthread_cond_broadcast(&g_fc.cv);
     for (fc_stream_t *t = g_fc.all_streams; t; t = t->all_next)
         if (t->blocked && deps_done(t->head))
@@ -286,6 +336,8 @@ static void *worker(void *arg) {
         s->blocked = 0;
         if (g_fc.trace)
             op->ready_ns = fc_now_ns();
+        if (g_fc.cfg.timing)
+            model_start(s, op);
         pthread_mutex_unlock(&g_fc.lock);
         if (g_fc.cfg.jitter_us)
             sleep_ns((splitmix(&rng) % ((uint64_t)g_fc.cfg.jitter_us + 1)) * 1000ull);
@@ -513,7 +565,7 @@ CUresult fc_submit(fc_stream_t *s, fc_op_t *op, uint64_t *seq_out) {
     }
     count_op(op);
     op->seq = ++s->submitted;
-    if (g_fc.trace)
+    if (g_fc.trace || g_fc.cfg.timing)
         op->queued_ns = fc_now_ns();
     if (op->on_submit)
         op->on_submit(op, s);
@@ -531,6 +583,8 @@ CUresult fc_submit(fc_stream_t *s, fc_op_t *op, uint64_t *seq_out) {
          * keeps the stream's order. The op stays queued while it runs, as in a worker. */
         while (s->head != op || !deps_done(op))
             pthread_cond_wait(&g_fc.cv, &g_fc.lock);
+        if (g_fc.cfg.timing)
+            model_start(s, op);
         pthread_mutex_unlock(&g_fc.lock);
         CUresult r = atomic_load(&g_fc.sticky) != CUDA_SUCCESS ? CUDA_SUCCESS : execute(op);
         pthread_mutex_lock(&g_fc.lock);
@@ -763,7 +817,8 @@ static void event_put(fc_event_t *e) {
 
 static CUresult run_event(fc_op_t *op) {
     fc_event_t *e = op->payload;
-    uint64_t now = fc_now_ns();
+    /* With the timing model, the event's time is the device's: its modelled start. */
+    uint64_t now = g_fc.cfg.timing ? op->model_start_ns : fc_now_ns();
     pthread_mutex_lock(&g_fc.lock);
     if (e->seq == op->seq && e->stream)
         e->t_ns = now;
