@@ -9,6 +9,7 @@
  * error that names the configuration and the round. Not run under valgrind (it would trace the
  * Python interpreter and every workload). */
 #include <check.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,6 +88,15 @@ START_TEST(test_bench_replay_quick_run_prints_the_table) {
         ck_assert_msg(strstr(pr.out, lines[k]) != NULL, "no '%s' in:\n%s", lines[k], pr.out);
     ck_assert_msg(strstr(pr.out, "within 15%: yes") || strstr(pr.out, "within 15%: NO"), "%s",
                   pr.out);
+    /* the replay's excess beyond the simulator's own pace: the quotient of the two ratios */
+    const char *bs = strstr(pr.out, "beyond the simulator: auto measured ");
+    double xa = 0, xp = 0, ex = 0;
+    ck_assert_msg(bs && sscanf(bs,
+                               "beyond the simulator: auto measured %lfx in core, its plan %lfx "
+                               "the profile's in-core sum: the replay's own excess %lfx",
+                               &xa, &xp, &ex) == 3,
+                  "no excess line in:\n%s", pr.out);
+    ck_assert_msg(xa > 0 && xp > 0 && fabs(ex - xa / xp) < 0.02, "%g / %g is not %g", xa, xp, ex);
     ck_assert_msg(strstr(pr.out, "replay: auto did not replay (the shim recorded then ran on "
                                  "demand)") ||
                       strstr(pr.out, "replay: auto replayed"),
