@@ -448,6 +448,34 @@ static int k_softmax_xent(fakecuda_launch_t *l) {
 
 /* sgd_momentum_f32(w, g, v, n, lr, momentum, weight_decay): v = momentum*v + g + wd*w;
  * w -= lr*v. v is the optimizer state, kept across iterations. */
+/* Whether [a, a + n) and [b, b + n) (floats) share a byte. */
+static int floats_overlap(const float *a, const float *b, uint64_t n) {
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b, len = (uintptr_t)n * sizeof(float);
+    return x < y + len && y < x + len;
+}
+
+/* One momentum SGD step, element by element: v = mom * v + g + wd * w, then w -= lr * v. Four
+ * elements at once (each lane the scalar loop's operations, in its order: the same bits) when
+ * the three arrays are apart; when any two overlap, the plain loop, whose element-by-element
+ * reads and writes are then what a GPU's threads would see. The plain loop was a quarter of the
+ * simulated device's CPU time in `large` in core with short kernels. */
+static void sgd_step(float *w, float *v, const float *g, uint64_t n, float lr, float mom,
+                     float wd) {
+    uint64_t i = 0;
+    if (!floats_overlap(w, v, n) && !floats_overlap(w, g, n) && !floats_overlap(v, g, n)) {
+        v4f z = {0}, lr4 = z + lr, mom4 = z + mom, wd4 = z + wd;
+        for (; i + 4 <= n; i += 4) {
+            v4f w4 = ld4(w + i), v4 = mom4 * ld4(v + i) + ld4(g + i) + wd4 * w4;
+            st4(v + i, v4);
+            st4(w + i, w4 - lr4 * v4);
+        }
+    }
+    for (; i < n; i++) {
+        v[i] = mom * v[i] + g[i] + wd * w[i];
+        w[i] -= lr * v[i];
+    }
+}
+
 static int k_sgd(fakecuda_launch_t *l) {
     CUdeviceptr wp = FAKECUDA_ARG(l, 0, CUdeviceptr), gp = FAKECUDA_ARG(l, 1, CUdeviceptr);
     CUdeviceptr vp = FAKECUDA_ARG(l, 2, CUdeviceptr);
@@ -460,10 +488,7 @@ static int k_sgd(fakecuda_launch_t *l) {
     const float *g = fview(l, gp, n, 0);
     if (!w || !v || !g)
         return -1;
-    for (uint64_t i = 0; i < n; i++) {
-        v[i] = mom * v[i] + g[i] + wd * w[i];
-        w[i] -= lr * v[i];
-    }
+    sgd_step(w, v, g, n, lr, mom, wd);
     fakecuda_work(l, 6.0 * (double)n, 20.0 * (double)n);
     return 0;
 }
