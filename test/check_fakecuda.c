@@ -82,12 +82,19 @@ static void open_device(const char *const *env) {
     OK(cuCtxSetCurrent(ctx));
 }
 
-static CUfunction get_kernel(const char *name) {
+/* Kernel `name` of the simulated device's module `module` (its image name). */
+static CUfunction module_kernel(const char *module, const char *name) {
+    char image[64];
+    snprintf(image, sizeof image, "%s%s", FAKECUDA_IMAGE_PREFIX, module);
     CUmodule m;
     CUfunction f;
-    OK(cuModuleLoadData(&m, FAKECUDA_IMAGE_PREFIX "fctest"));
+    OK(cuModuleLoadData(&m, image));
     OK(cuModuleGetFunction(&f, m, name));
     return f;
+}
+
+static CUfunction get_kernel(const char *name) {
+    return module_kernel("fctest", name);
 }
 
 static void launch_fill(CUfunction f, CUdeviceptr d, float v, int n, int us, CUstream s) {
@@ -218,10 +225,7 @@ static void ref_gemm(int ta, int tb, int m, int n, int k, float alpha, const flo
  * (4-wide vectors, 8 rows, 32-row blocks), both transposes, beta 0 and not, k = 0, signed zeros. */
 START_TEST(test_nn_gemm_equals_the_plain_loops_bit_for_bit) {
     open_device(inline_);
-    CUmodule mod;
-    CUfunction f;
-    OK(cuModuleLoadData(&mod, FAKECUDA_IMAGE_PREFIX "nn"));
-    OK(cuModuleGetFunction(&f, mod, "gemm_f32"));
+    CUfunction f = module_kernel("nn", "gemm_f32");
     static const int ms[] = {1, 5, 9, 33}, ns[] = {1, 3, 8, 37}, ks[] = {0, 1, 6, 13};
     enum { LD_PAD = 3, MAXD = 40, MAXE = MAXD * (MAXD + LD_PAD) };
     float *A = malloc(MAXE * sizeof *A), *B = malloc(MAXE * sizeof *B);
@@ -286,10 +290,7 @@ static void ref_sgd(float *w, float *v, const float *g, uint64_t n, float lr, fl
  * is the plain loop, whose element-by-element order a vectorised one would not keep. */
 START_TEST(test_nn_sgd_equals_the_plain_loop_bit_for_bit) {
     open_device(inline_);
-    CUmodule mod;
-    CUfunction f;
-    OK(cuModuleLoadData(&mod, FAKECUDA_IMAGE_PREFIX "nn"));
-    OK(cuModuleGetFunction(&f, mod, "sgd_momentum_f32"));
+    CUfunction f = module_kernel("nn", "sgd_momentum_f32");
     enum { N = 64, SPAN = 3 * N + 8 };
     size_t bytes = SPAN * sizeof(float);
     float *H = malloc(bytes), *R = malloc(bytes), *D = malloc(bytes);
