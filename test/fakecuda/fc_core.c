@@ -116,6 +116,12 @@ static uint64_t env_size(const char *name, uint64_t dflt) {
     return v;
 }
 
+void fc_sleep_ns(uint64_t ns) {
+    struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+    while (nanosleep(&ts, &ts) != 0)
+        ;
+}
+
 void fc_host_cost(double us) {
     if (!g_fc.cfg.timing || !(us > 0))
         return;
@@ -125,10 +131,7 @@ void fc_host_cost(double us) {
     int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
     if (slack > 1)
         (void)prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
-    uint64_t ns = (uint64_t)(us * 1000.0);
-    struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
-    while (nanosleep(&ts, &ts) != 0)
-        ;
+    fc_sleep_ns((uint64_t)(us * 1000.0));
     if (slack > 1)
         (void)prctl(PR_SET_TIMERSLACK, (unsigned long)slack, 0, 0, 0);
 }

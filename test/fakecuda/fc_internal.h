@@ -255,6 +255,8 @@ FC_HIDDEN void fc_config_load(void);
 FC_HIDDEN void fc_fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 FC_HIDDEN void fc_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 FC_HIDDEN uint64_t fc_now_ns(void);
+/* Sleeps `ns` nanoseconds (the calling thread's timer slack added), through signals. */
+FC_HIDDEN void fc_sleep_ns(uint64_t ns);
 /* The timing model's host cost of a driver call: the calling thread is held `us` microseconds
  * (a busy wait: sleeping would overshoot). No-op without the timing model. */
 enum {

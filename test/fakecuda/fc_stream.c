@@ -107,12 +107,6 @@ static uint64_t splitmix(uint64_t *x) {
     return z ^ (z >> 31);
 }
 
-static void sleep_ns(uint64_t ns) {
-    struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
-    while (nanosleep(&ts, &ts) != 0)
-        ;
-}
-
 /* Sleeps until fc_now_ns() reads at least `when`. */
 static void sleep_until(uint64_t when) {
     struct timespec ts = {(time_t)(when / 1000000000ull), (long)(when % 1000000000ull)};
@@ -340,7 +334,7 @@ static void *worker(void *arg) {
             model_start(s, op);
         pthread_mutex_unlock(&g_fc.lock);
         if (g_fc.cfg.jitter_us)
-            sleep_ns((splitmix(&rng) % ((uint64_t)g_fc.cfg.jitter_us + 1)) * 1000ull);
+            fc_sleep_ns((splitmix(&rng) % ((uint64_t)g_fc.cfg.jitter_us + 1)) * 1000ull);
         start_op(s, op);
         CUresult r = atomic_load(&g_fc.sticky) != CUDA_SUCCESS ? CUDA_SUCCESS : execute(op);
         pthread_mutex_lock(&g_fc.lock);
