@@ -257,8 +257,8 @@ FC_HIDDEN void fc_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)
 FC_HIDDEN uint64_t fc_now_ns(void);
 /* Sleeps `ns` nanoseconds (the calling thread's timer slack added), through signals. */
 FC_HIDDEN void fc_sleep_ns(uint64_t ns);
-/* The timing model's host cost of a driver call: the calling thread is held `us` microseconds
- * (a busy wait: sleeping would overshoot). No-op without the timing model. */
+/* The timing model's host cost of a driver call: the calling thread is held `us` microseconds,
+ * asleep with no timer slack (fc_core.c). No-op without the timing model. */
 enum {
     VMM_MAP,
     VMM_ACCESS,

@@ -159,9 +159,9 @@ static CUresult execute(fc_op_t *op) {
     CUresult r = op->run(op);
     /* The longer of the modelled time (known after the body: a kernel's grows by what it reached
      * across the link) and the body's own, both from the modelled start. */
-    uint64_t spent = fc_now_ns() - t0;
+    uint64_t now = fc_now_ns(), spent = now - t0;
     uint64_t end = start + ((double)spent > op->model_ns ? spent : (uint64_t)op->model_ns);
-    if (fc_now_ns() < end)
+    if (now < end)
         sleep_until(end);
     op->model_end_ns = end;
     g_fc.engine_free_ns[op->engine] = end;

@@ -446,8 +446,6 @@ static int k_softmax_xent(fakecuda_launch_t *l) {
     return 0;
 }
 
-/* sgd_momentum_f32(w, g, v, n, lr, momentum, weight_decay): v = momentum*v + g + wd*w;
- * w -= lr*v. v is the optimizer state, kept across iterations. */
 /* Whether [a, a + n) and [b, b + n) (floats) share a byte. */
 static int floats_overlap(const float *a, const float *b, uint64_t n) {
     uintptr_t x = (uintptr_t)a, y = (uintptr_t)b, len = (uintptr_t)n * sizeof(float);
@@ -476,6 +474,8 @@ static void sgd_step(float *w, float *v, const float *g, uint64_t n, float lr, f
     }
 }
 
+/* sgd_momentum_f32(w, g, v, n, lr, momentum, weight_decay): v = momentum*v + g + wd*w;
+ * w -= lr*v. v is the optimizer state, kept across iterations. */
 static int k_sgd(fakecuda_launch_t *l) {
     CUdeviceptr wp = FAKECUDA_ARG(l, 0, CUdeviceptr), gp = FAKECUDA_ARG(l, 1, CUdeviceptr);
     CUdeviceptr vp = FAKECUDA_ARG(l, 2, CUdeviceptr);
