@@ -7,9 +7,11 @@
  * 4; 1 runs them one after the other in this process). Each worker takes the next lane from a
  * queue: a lane is one suite, or suites that share something outside the process and so never
  * run beside each other (LANES below). A lane's output is printed whole once it ends, with its
- * time. A worker that dies leaves its lane counted as failed. */
+ * time. A worker that dies leaves its lane counted as failed. Each failure is written once more
+ * at the very end (file:line, test case, message), so that the tail of a long log names it. */
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,14 +80,32 @@ static int jobs(void) {
     return n < 1 ? 1 : n > 4 ? 4 : (int)n;
 }
 
-/* Runs the suites of lane l in this process; adds to *run and *failed. */
+/* The failures of every lane, a line each, appended by whichever process ran the lane (the file
+ * is opened O_APPEND before the workers fork, so their lines do not overwrite each other). */
+static int g_fails = -1;
+
+static void write_all(int fd, const void *p, size_t n);
+
+/* Runs the suites of lane l in this process; adds to *run and *failed, and writes a line for
+ * each failure to g_fails. */
 static void run_lane(const lane_t *l, int *run, int *failed) {
     SRunner *sr = srunner_create(suites[l->suite[0]].make());
     for (size_t i = 1; i < l->n; i++)
         srunner_add_suite(sr, suites[l->suite[i]].make());
     srunner_run_all(sr, CK_NORMAL);
+    int nf = srunner_ntests_failed(sr);
     *run += srunner_ntests_run(sr);
-    *failed += srunner_ntests_failed(sr);
+    *failed += nf;
+    TestResult **tr = nf > 0 ? srunner_failures(sr) : NULL;
+    for (int i = 0; tr && i < nf && g_fails >= 0; i++) {
+        char line[1024];
+        int n = snprintf(line, sizeof line, "runner: FAILED %s:%d [%s] %s: %s\n", tr_lfile(tr[i]),
+                         tr_lno(tr[i]), tr_tcname(tr[i]),
+                         tr_rtype(tr[i]) == CK_ERROR ? "error" : "failure", tr_msg(tr[i]));
+        if (n > 0)
+            write_all(g_fails, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+    }
+    free(tr);
     srunner_free(sr);
 }
 
@@ -242,8 +262,13 @@ static int run_parallel(lane_t *lanes, size_t nl, int nj, int *run, int *failed)
     while ((pid = wait(&st)) > 0 || errno == EINTR) {
         if (pid < 0 || (WIFEXITED(st) && WEXITSTATUS(st) == 0))
             continue;
-        printf("runner: worker %d ended with %s %d: counted as 1 failed\n", (int)pid,
-               WIFEXITED(st) ? "status" : "signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+        char line[160];
+        int n =
+            snprintf(line, sizeof line, "runner: worker %d ended with %s %d: counted as 1 failed\n",
+                     (int)pid, WIFEXITED(st) ? "status" : "signal",
+                     WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+        fputs(line, stdout);
+        write_all(g_fails, line, (size_t)n);
         *run += 1;
         *failed += 1;
     }
@@ -253,8 +278,11 @@ static int run_parallel(lane_t *lanes, size_t nl, int nj, int *run, int *failed)
         char name[512];
         lane_name(&lanes[i], name, sizeof name);
         dump(out[i]);
-        printf("runner: [%s] %s: counted as 1 failed\n", name,
-               state[i] ? "its worker died while running it" : "never ran");
+        char line[640];
+        int n = snprintf(line, sizeof line, "runner: [%s] %s: counted as 1 failed\n", name,
+                         state[i] ? "its worker died while running it" : "never ran");
+        fputs(line, stdout);
+        write_all(g_fails, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
         *run += 1;
         *failed += 1;
     }
@@ -282,6 +310,13 @@ int main(int argc, char **argv) {
     static lane_t lanes[NLANES_MAX];
     size_t nl = make_lanes(wanted, lanes);
     int nj = jobs(), run = 0, failed = 0;
+    char path[] = "/tmp/ooc-runner-fails-XXXXXX";
+    g_fails = mkstemp(path);
+    if (g_fails < 0 || fcntl(g_fails, F_SETFL, O_APPEND) != 0) {
+        perror("runner: mkstemp");
+        return 1;
+    }
+    unlink(path);
     double t = now_s();
     if (nj == 1 || nl == 1) {
         for (size_t i = 0; i < nl; i++)
@@ -291,6 +326,8 @@ int main(int argc, char **argv) {
     }
     if (nj > 1 && nl > 1)
         printf("runner: %.1f s in all\n", now_s() - t);
+    if (failed > 0)
+        dump(g_fails);
     printf("%d passed, %d failed\n", run - failed, failed);
     return failed == 0 && run > 0 ? 0 : 1;
 }
