@@ -1479,6 +1479,9 @@ START_TEST(test_late_threads_do_not_slow_the_modelled_device) {
     OK(cuMemAlloc(&d, n));
     OK(cuEventCreate(&a, 0));
     OK(cuEventCreate(&b, 0));
+    /* A 30 ms kernel first: the copies are all queued before the first can start, so that a host
+     * thread descheduled between two calls (4 test workers on 2 cores) cannot space them out. */
+    launch_fill(get_kernel("fill"), d, 1.0f, 16, 30000, s);
     uint64_t t0 = now_ns();
     OK(cuEventRecord(a, s));
     for (int i = 0; i < copies; i++)
