@@ -222,11 +222,12 @@ static void ref_gemm(int ta, int tb, int m, int n, int k, float alpha, const flo
 /* The simulated GEMM is blocked and vectorised for the simulator's own speed, across output
  * elements only: every element keeps its operations and their order, so the bits equal the plain
  * loops' (workloads compare checksums across configurations). Shapes around the block sizes
- * (4-wide vectors, 8 rows, 32-row blocks), both transposes, beta 0 and not, k = 0, signed zeros. */
+ * (4-wide vectors, 4 and 8 rows, 4 terms a pass, 32-row blocks), both transposes, beta 0 and not,
+ * k = 0, signed zeros. */
 START_TEST(test_nn_gemm_equals_the_plain_loops_bit_for_bit) {
     open_device(inline_);
     CUfunction f = module_kernel("nn", "gemm_f32");
-    static const int ms[] = {1, 5, 9, 33}, ns[] = {1, 3, 8, 37}, ks[] = {0, 1, 6, 13};
+    static const int ms[] = {1, 4, 5, 9, 33}, ns[] = {1, 3, 8, 37}, ks[] = {0, 1, 6, 13};
     enum { LD_PAD = 3, MAXD = 40, MAXE = MAXD * (MAXD + LD_PAD) };
     float *A = malloc(MAXE * sizeof *A), *B = malloc(MAXE * sizeof *B);
     float *C0 = malloc(MAXE * sizeof *C0), *C = malloc(MAXE * sizeof *C),
@@ -247,7 +248,7 @@ START_TEST(test_nn_gemm_equals_the_plain_loops_bit_for_bit) {
     OK(cuMemcpyHtoD(dA, A, MAXE * sizeof(float)));
     OK(cuMemcpyHtoD(dB, B, MAXE * sizeof(float)));
     int cases = 0;
-    for (int mi = 0; mi < 4; mi++)
+    for (int mi = 0; mi < 5; mi++)
         for (int ni = 0; ni < 4; ni++)
             for (int ki = 0; ki < 4; ki++)
                 for (int t = 0; t < 8; t++) {
@@ -267,7 +268,7 @@ START_TEST(test_nn_gemm_equals_the_plain_loops_bit_for_bit) {
                                   m, n, k, ta, tb, (double)alpha, (double)beta);
                     cases++;
                 }
-    ck_assert_int_eq(cases, 512);
+    ck_assert_int_eq(cases, 640);
     free(A);
     free(B);
     free(C0);

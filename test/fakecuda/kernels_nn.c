@@ -93,26 +93,55 @@ static void st4(float *p, v4f v) {
     memcpy(p, &v, sizeof v);
 }
 
-/* c[j] = c0[j] + a * b[j] for j < n, where c0[j] is c[j] (first == 0), or beta * c[j], or 0 when
- * beta is 0 (first == 1: the first term of the sum). */
-static void axpy(float *c, float a, const float *b, int n, int first, float beta) {
-    v4f z = {0}, a4 = z + a, be = z + beta;
-    int j = 0;
-    if (!first) {
-        for (; j + 4 <= n; j += 4)
-            st4(c + j, ld4(c + j) + a4 * ld4(b + j));
-        for (; j < n; j++)
-            c[j] += a * b[j];
-    } else if (beta == 0.0f) {
-        for (; j + 4 <= n; j += 4)
-            st4(c + j, z + a4 * ld4(b + j));
-        for (; j < n; j++)
-            c[j] = 0.0f + a * b[j];
+/* c[j] = (((c0[j] + a[0] * b[0][j]) + a[1] * b[1][j]) + ...) for the nt <= 4 terms and j < n,
+ * where c0[j] is c[j] (first == 0), or beta * c[j], or 0 when beta is 0 (first == 1: the first
+ * term of the sum). The same operations, in the same order, as nt passes adding one term each,
+ * but C is read and written once for up to four terms: the GEMMs below are bound by those loads
+ * and stores. */
+static void axpy_terms(float *c, const float *a, const float *const *b, int nt, int n, int first,
+                       float beta) {
+    v4f z = {0}, be = z + beta, a4[4] = {z, z, z, z};
+    for (int t = 0; t < nt; t++)
+        a4[t] = z + a[t];
+    int mode = !first ? 0 : beta == 0.0f ? 1 : 2, j = 0;
+/* The sum of element j's terms onto s, four lanes at once. */
+#define TERMS(s, j)                                                                                \
+    do {                                                                                           \
+        if (nt == 4) {                                                                             \
+            s = s + a4[0] * ld4(b[0] + (j));                                                       \
+            s = s + a4[1] * ld4(b[1] + (j));                                                       \
+            s = s + a4[2] * ld4(b[2] + (j));                                                       \
+            s = s + a4[3] * ld4(b[3] + (j));                                                       \
+        } else {                                                                                   \
+            for (int t = 0; t < nt; t++)                                                           \
+                s = s + a4[t] * ld4(b[t] + (j));                                                   \
+        }                                                                                          \
+    } while (0)
+    if (mode == 0) {
+        for (; j + 4 <= n; j += 4) {
+            v4f s = ld4(c + j);
+            TERMS(s, j);
+            st4(c + j, s);
+        }
+    } else if (mode == 1) {
+        for (; j + 4 <= n; j += 4) {
+            v4f s = z;
+            TERMS(s, j);
+            st4(c + j, s);
+        }
     } else {
-        for (; j + 4 <= n; j += 4)
-            st4(c + j, be * ld4(c + j) + a4 * ld4(b + j));
-        for (; j < n; j++)
-            c[j] = beta * c[j] + a * b[j];
+        for (; j + 4 <= n; j += 4) {
+            v4f s = be * ld4(c + j);
+            TERMS(s, j);
+            st4(c + j, s);
+        }
+    }
+#undef TERMS
+    for (; j < n; j++) {
+        float s = mode == 0 ? c[j] : mode == 1 ? 0.0f : beta * c[j];
+        for (int t = 0; t < nt; t++)
+            s = s + a[t] * b[t][j];
+        c[j] = s;
     }
 }
 
@@ -133,12 +162,18 @@ static void gemm_rows_of_b(int ta, int m, int n, int k, float alpha, const float
                 for (int j = 0; j < n; j++)
                     c[j] = beta == 0.0f ? 0.0f : beta * c[j];
             }
-        for (int p = 0; p < k; p++) {
-            const float *b = B + (size_t)p * ldb;
+        for (int p0 = 0; p0 < k; p0 += 4) {
+            int nt = k - p0 < 4 ? k - p0 : 4;
+            const float *b[4];
+            for (int t = 0; t < nt; t++)
+                b[t] = B + (size_t)(p0 + t) * ldb;
             for (int i = i0; i < i1; i++) {
-                float a =
-                    alpha * (ta ? A[(size_t)p * lda + (size_t)i] : A[(size_t)i * lda + (size_t)p]);
-                axpy(C + (size_t)i * ldc, a, b, n, p == 0, beta);
+                float a[4];
+                for (int t = 0; t < nt; t++) {
+                    size_t p = (size_t)(p0 + t);
+                    a[t] = alpha * (ta ? A[p * lda + (size_t)i] : A[(size_t)i * lda + p]);
+                }
+                axpy_terms(C + (size_t)i * ldc, a, b, nt, n, p0 == 0, beta);
             }
         }
     }
@@ -162,28 +197,53 @@ static void dots8(const float *at, int k, const float *b0, const float *b1, floa
     memcpy(&sums[1][4], &s11, sizeof s11);
 }
 
+/* For four rows of op(A) or fewer (a small batch), where eight would compute as many sums of
+ * zeros as sums that count: the dot products of four rows of op(A), laid out p-major four to a p
+ * (at[p][r]), with rows j0 .. j0 + 3 of B (b[t]; rows beyond B repeat the last): sums[t][r]. Four
+ * independent accumulators, as dots8 has, each summing its terms with p in order. */
+static void dots4(const float *at, int k, const float *const *b, float sums[4][8]) {
+    v4f z = {0}, s0 = z, s1 = z, s2 = z, s3 = z;
+    for (int p = 0; p < k; p++) {
+        v4f x = ld4(at + 4 * (size_t)p);
+        s0 += x * b[0][p];
+        s1 += x * b[1][p];
+        s2 += x * b[2][p];
+        s3 += x * b[3][p];
+    }
+    memcpy(&sums[0][0], &s0, sizeof s0);
+    memcpy(&sums[1][0], &s1, sizeof s1);
+    memcpy(&sums[2][0], &s2, sizeof s2);
+    memcpy(&sums[3][0], &s3, sizeof s3);
+}
+
 /* op(B)(p, j) = B[j][p]: each C element is a dot product over p, in order, of a row of op(A) and
- * a row of B, computed eight rows of op(A) and two rows of B at a time. Returns -1 out of host
- * memory. */
+ * a row of B, computed eight rows of op(A) (four where no more are left) and two rows of B at a
+ * time. Returns -1 out of host memory. */
 static int gemm_dots(int ta, int m, int n, int k, float alpha, const float *A, size_t lda,
                      const float *B, size_t ldb, float beta, float *C, size_t ldc) {
     float *at = malloc((size_t)(k ? k : 1) * 8 * sizeof *at);
     if (!at)
         return -1;
     for (int i0 = 0; i0 < m; i0 += 8) {
-        int nr = m - i0 < 8 ? m - i0 : 8;
+        int nr = m - i0 < 8 ? m - i0 : 8, w = nr <= 4 ? 4 : 8;
         for (int p = 0; p < k; p++)
-            for (int r = 0; r < 8; r++) {
+            for (int r = 0; r < w; r++) {
                 size_t i = (size_t)(i0 + r);
-                at[(size_t)p * 8 + (size_t)r] = r >= nr ? 0.0f
-                                                : ta    ? A[(size_t)p * lda + i]
-                                                        : A[i * lda + (size_t)p];
+                at[(size_t)p * (size_t)w + (size_t)r] = r >= nr ? 0.0f
+                                                        : ta    ? A[(size_t)p * lda + i]
+                                                                : A[i * lda + (size_t)p];
             }
-        for (int j = 0; j < n; j += 2) {
-            int nj = n - j < 2 ? 1 : 2;
-            const float *b0 = B + (size_t)j * ldb;
-            float sums[2][8];
-            dots8(at, k, b0, nj == 2 ? b0 + ldb : b0, sums);
+        int step = w == 4 ? 4 : 2;
+        for (int j = 0; j < n; j += step) {
+            int nj = n - j < step ? n - j : step;
+            const float *b[4];
+            for (int t = 0; t < 4; t++)
+                b[t] = B + (size_t)(j + (t < nj ? t : nj - 1)) * ldb;
+            float sums[4][8];
+            if (w == 4)
+                dots4(at, k, b, sums);
+            else
+                dots8(at, k, b[0], b[1], sums);
             for (int t = 0; t < nj; t++)
                 for (int r = 0; r < nr; r++) {
                     float *c = C + (size_t)(i0 + r) * ldc + (size_t)(j + t);
