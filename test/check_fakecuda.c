@@ -192,6 +192,50 @@ START_TEST(test_new_device_memory_is_poisoned) {
 }
 END_TEST
 
+/* The poison fill waits for a range's first access (a GPU's cuMemAlloc takes microseconds, not a
+ * pass over the bytes): whichever comes first, a kernel, a memset or a copy, finds the whole
+ * range poisoned before it writes, and no later access poisons it again. */
+START_TEST(test_poison_comes_before_the_first_access_and_never_after) {
+    open_device(threaded);
+    CUfunction fill = get_kernel("fill");
+    size_t n = 1u << 20;
+    unsigned char *host = malloc(n);
+    ck_assert_ptr_nonnull(host);
+    for (int first = 0; first < 3; first++) {
+        CUdeviceptr a;
+        OK(cuMemAlloc(&a, n));
+        unsigned char seven[100];
+        memset(seven, 7, sizeof seven);
+        if (first == 0)
+            launch_fill(fill, a + 4096, 2.0f, 16, 0, NULL);
+        else if (first == 1)
+            OK(cuMemsetD8(a + 8192, 7, sizeof seven));
+        else
+            OK(cuMemcpyHtoD(a + 8192, seven, sizeof seven));
+        /* then the other two */
+        if (first != 0)
+            launch_fill(fill, a + 4096, 2.0f, 16, 0, NULL);
+        if (first != 1)
+            OK(cuMemsetD8(a + 8192, 7, sizeof seven));
+        OK(cuCtxSynchronize());
+        OK(cuMemcpyDtoH(host, a, n));
+        for (size_t i = 0; i < n; i++) {
+            if (i >= 4096 && i < 4096 + 16 * sizeof(float)) {
+                float v;
+                memcpy(&v, host + (i & ~(size_t)3), sizeof v);
+                ck_assert_msg(v == 2.0f, "first access %d: float at %zu is %g", first, i, v);
+            } else {
+                unsigned want = i >= 8192 && i < 8192 + sizeof seven ? 7 : 0xff;
+                ck_assert_msg(host[i] == want, "first access %d: byte %zu is %#x, not %#x", first,
+                              i, host[i], want);
+            }
+        }
+        OK(cuMemFree(a));
+    }
+    free(host);
+}
+END_TEST
+
 /* Module nn's gemm_f32 as plain loops: what the kernel computed before it was blocked and
  * vectorised (a dot product over p in order when B is transposed; otherwise each row of C starts
  * at beta * C, or 0, and accumulates alpha * op(A)(i, p) * B[p][j], p in order). */
@@ -2892,6 +2936,7 @@ Suite *suite_fakecuda(void) {
     tcase_add_test(t, test_alloc_beyond_capacity_is_oom);
     tcase_add_test(t, test_new_device_memory_is_poisoned);
     tcase_add_test(t, test_reused_device_memory_is_poisoned_again);
+    tcase_add_test(t, test_poison_comes_before_the_first_access_and_never_after);
     tcase_add_test(t, test_nn_gemm_equals_the_plain_loops_bit_for_bit);
     tcase_add_test(t, test_nn_sgd_equals_the_plain_loop_bit_for_bit);
     tcase_add_test(t, test_copy_past_allocation_end_is_invalid);

@@ -90,6 +90,7 @@ typedef struct fc_range {
     fc_handle_t *h;    /* FC_R_MAP */
     size_t map_offset; /* FC_R_MAP */
     int async_pending; /* FC_R_ALLOC: a cuMemFreeAsync is queued */
+    int poison_due;    /* FC_R_ALLOC: 1 until its first access fills it with poison (fc_mem.c) */
 } fc_range_t;
 
 /* ---- streams, events and operations --------------------------------------------------------- */

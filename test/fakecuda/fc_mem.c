@@ -75,6 +75,26 @@ int fc_mem_check(uintptr_t p, size_t n, int access) {
     return fc_mem_check_loc(p, n, access, &host);
 }
 
+/* FAKECUDA_POISON: a new allocation reads as 0xff bytes (garbage, as a GPU's fresh memory holds,
+ * but the same every run), so that a read before a write shows. cuMemAlloc on a GPU takes
+ * microseconds whatever the size; filling the bytes there made the host thread, which the
+ * timing model does not charge for it, spend milliseconds on a training loop's per-iteration
+ * allocations (large: 52 MB of weight gradients each iteration). So the fill waits for the
+ * range's first access, which every copy, memset, stream memory operation and kernel makes
+ * through fc_mem_check_loc: the first to come fills the whole range, under poison_lock, before it
+ * reads or writes; the others wait for it. A freed range is never filled (cuMemFree needs the
+ * write lock, which the filler's read lock holds off). */
+static pthread_mutex_t poison_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void poison_now(fc_range_t *r) {
+    pthread_mutex_lock(&poison_lock);
+    if (__atomic_load_n(&r->poison_due, __ATOMIC_RELAXED)) {
+        memset((void *)r->base, 0xff, r->size);
+        __atomic_store_n(&r->poison_due, 0, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&poison_lock);
+}
+
 int fc_mem_check_loc(uintptr_t p, size_t n, int access, int *host_located) {
     int ok = 0;
     *host_located = 0;
@@ -89,11 +109,13 @@ int fc_mem_check_loc(uintptr_t p, size_t n, int access, int *host_located) {
     }
     uintptr_t cur = p;
     while (i >= 0 && (size_t)i < g_fc.nranges) {
-        const fc_range_t *r = &g_fc.ranges[i];
+        fc_range_t *r = &g_fc.ranges[i];
         if (cur < r->base || cur >= r->base + r->size)
             break;
         if (r->kind != FC_R_HOST && (r->access & access) != access)
             break;
+        if (__atomic_load_n(&r->poison_due, __ATOMIC_ACQUIRE))
+            poison_now(r);
         if (r->kind == FC_R_MAP && location_is_host(&r->h->prop.location))
             *host_located = 1;
         cur = r->base + r->size;
@@ -288,13 +310,12 @@ static CUresult alloc_device(CUdeviceptr *out, size_t size) {
         release_capacity(acct);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    if (g_fc.cfg.poison)
-        memset(p, 0xff, size);
     fc_range_t r = {.base = (uintptr_t)p,
                     .size = size,
                     .kind = FC_R_ALLOC,
                     .access = FC_ACC_RW,
-                    .acct_bytes = acct};
+                    .acct_bytes = acct,
+                    .poison_due = g_fc.cfg.poison}; /* filled at its first access */
     pthread_rwlock_wrlock(&g_fc.mem_lock);
     r.id = ++g_fc.next_buffer_id;
     r.ctx = fc_ctx_current();
