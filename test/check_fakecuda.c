@@ -1397,7 +1397,11 @@ START_TEST(test_mapping_calls_cost_host_time_per_mapping) {
 END_TEST
 
 /* A completed op wakes the worker of the stream waiting for it, not every stream's: with six
- * streams, each hop between two of them cost the simulator 100 us where a GPU takes a few. */
+ * streams, each hop between two of them cost the simulator 100 us where a GPU takes a few. A hop
+ * wakes its stream's worker at most twice (for the op the host queues, for the event it waits
+ * for) when the host and the workers interleave so, and a few more wake-ups come from a slow host
+ * (under the sanitizers CI saw 419 for 200 hops); waking all six workers at each completion made
+ * at least six per hop. */
 START_TEST(test_a_completion_wakes_only_the_stream_waiting_for_it) {
     open_device(threaded);
     CUstream st[6];
@@ -1424,7 +1428,7 @@ START_TEST(test_a_completion_wakes_only_the_stream_waiting_for_it) {
     OK(cuCtxSynchronize());
     fakecuda_stats_t b = stats_now();
     uint64_t w = b.worker_wakeups - a.worker_wakeups;
-    ck_assert_msg(w <= 2 * HOPS, "%d hops between two of six streams woke their workers %llu times",
+    ck_assert_msg(w <= 3 * HOPS, "%d hops between two of six streams woke their workers %llu times",
                   HOPS, (unsigned long long)w);
     unsigned char x = 0;
     OK(cuMemcpyDtoH(&x, p, 1));
