@@ -12,6 +12,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,7 +85,36 @@ static int jobs(void) {
  * is opened O_APPEND before the workers fork, so their lines do not overwrite each other). */
 static int g_fails = -1;
 
-static void write_all(int fd, const void *p, size_t n);
+static void write_all(int fd, const void *p, size_t n) {
+    const char *c = p;
+    while (n) {
+        ssize_t w = write(fd, c, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            _exit(3);
+        c += w;
+        n -= (size_t)w;
+    }
+}
+
+/* Formats a failure line and appends it to g_fails (to stdout as well when echo is set): every
+ * failure is listed once more at the end of the run. */
+static void note_failure(int echo, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note_failure(int echo, const char *fmt, ...) {
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (n <= 0)
+        return;
+    size_t len = (size_t)n < sizeof line ? (size_t)n : sizeof line - 1;
+    if (echo)
+        fputs(line, stdout);
+    if (g_fails >= 0)
+        write_all(g_fails, line, len);
+}
 
 /* Runs the suites of lane l in this process; adds to *run and *failed, and writes a line for
  * each failure to g_fails. */
@@ -97,14 +127,10 @@ static void run_lane(const lane_t *l, int *run, int *failed) {
     *run += srunner_ntests_run(sr);
     *failed += nf;
     TestResult **tr = nf > 0 ? srunner_failures(sr) : NULL;
-    for (int i = 0; tr && i < nf && g_fails >= 0; i++) {
-        char line[1024];
-        int n = snprintf(line, sizeof line, "runner: FAILED %s:%d [%s] %s: %s\n", tr_lfile(tr[i]),
-                         tr_lno(tr[i]), tr_tcname(tr[i]),
-                         tr_rtype(tr[i]) == CK_ERROR ? "error" : "failure", tr_msg(tr[i]));
-        if (n > 0)
-            write_all(g_fails, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
-    }
+    for (int i = 0; tr && i < nf; i++)
+        note_failure(0, "runner: FAILED %s:%d [%s] %s: %s\n", tr_lfile(tr[i]), tr_lno(tr[i]),
+                     tr_tcname(tr[i]), tr_rtype(tr[i]) == CK_ERROR ? "error" : "failure",
+                     tr_msg(tr[i]));
     free(tr);
     srunner_free(sr);
 }
@@ -146,19 +172,6 @@ static void lane_name(const lane_t *l, char *buf, size_t cap) {
     for (size_t i = 0; i < l->n; i++) {
         size_t u = strlen(buf);
         snprintf(buf + u, cap - u, "%s%s", i ? " " : "", suites[l->suite[i]].name);
-    }
-}
-
-static void write_all(int fd, const void *p, size_t n) {
-    const char *c = p;
-    while (n) {
-        ssize_t w = write(fd, c, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            _exit(3);
-        c += w;
-        n -= (size_t)w;
     }
 }
 
@@ -262,13 +275,9 @@ static int run_parallel(lane_t *lanes, size_t nl, int nj, int *run, int *failed)
     while ((pid = wait(&st)) > 0 || errno == EINTR) {
         if (pid < 0 || (WIFEXITED(st) && WEXITSTATUS(st) == 0))
             continue;
-        char line[160];
-        int n =
-            snprintf(line, sizeof line, "runner: worker %d ended with %s %d: counted as 1 failed\n",
-                     (int)pid, WIFEXITED(st) ? "status" : "signal",
+        note_failure(1, "runner: worker %d ended with %s %d: counted as 1 failed\n", (int)pid,
+                     WIFEXITED(st) ? "status" : "signal",
                      WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
-        fputs(line, stdout);
-        write_all(g_fails, line, (size_t)n);
         *run += 1;
         *failed += 1;
     }
@@ -278,11 +287,8 @@ static int run_parallel(lane_t *lanes, size_t nl, int nj, int *run, int *failed)
         char name[512];
         lane_name(&lanes[i], name, sizeof name);
         dump(out[i]);
-        char line[640];
-        int n = snprintf(line, sizeof line, "runner: [%s] %s: counted as 1 failed\n", name,
-                         state[i] ? "its worker died while running it" : "never ran");
-        fputs(line, stdout);
-        write_all(g_fails, line, (size_t)n < sizeof line ? (size_t)n : sizeof line - 1);
+        note_failure(1, "runner: [%s] %s: counted as 1 failed\n", name,
+                     state[i] ? "its worker died while running it" : "never ran");
         *run += 1;
         *failed += 1;
     }

@@ -93,6 +93,16 @@ static void st4(float *p, v4f v) {
     memcpy(p, &v, sizeof v);
 }
 
+/* s + a4[0] * b[0][j..j+3] + ... for the nt <= 4 terms, in that order, four lanes at once. */
+static inline v4f add_terms(v4f s, const v4f *a4, const float *const *b, int nt, int j) {
+    if (nt == 4)
+        return (((s + a4[0] * ld4(b[0] + j)) + a4[1] * ld4(b[1] + j)) + a4[2] * ld4(b[2] + j)) +
+               a4[3] * ld4(b[3] + j);
+    for (int t = 0; t < nt; t++)
+        s = s + a4[t] * ld4(b[t] + j);
+    return s;
+}
+
 /* c[j] = (((c0[j] + a[0] * b[0][j]) + a[1] * b[1][j]) + ...) for the nt <= 4 terms and j < n,
  * where c0[j] is c[j] (first == 0), or beta * c[j], or 0 when beta is 0 (first == 1: the first
  * term of the sum). The same operations, in the same order, as nt passes adding one term each,
@@ -104,39 +114,10 @@ static void axpy_terms(float *c, const float *a, const float *const *b, int nt, 
     for (int t = 0; t < nt; t++)
         a4[t] = z + a[t];
     int mode = !first ? 0 : beta == 0.0f ? 1 : 2, j = 0;
-/* The sum of element j's terms onto s, four lanes at once. */
-#define TERMS(s, j)                                                                                \
-    do {                                                                                           \
-        if (nt == 4) {                                                                             \
-            s = s + a4[0] * ld4(b[0] + (j));                                                       \
-            s = s + a4[1] * ld4(b[1] + (j));                                                       \
-            s = s + a4[2] * ld4(b[2] + (j));                                                       \
-            s = s + a4[3] * ld4(b[3] + (j));                                                       \
-        } else {                                                                                   \
-            for (int t = 0; t < nt; t++)                                                           \
-                s = s + a4[t] * ld4(b[t] + (j));                                                   \
-        }                                                                                          \
-    } while (0)
-    if (mode == 0) {
-        for (; j + 4 <= n; j += 4) {
-            v4f s = ld4(c + j);
-            TERMS(s, j);
-            st4(c + j, s);
-        }
-    } else if (mode == 1) {
-        for (; j + 4 <= n; j += 4) {
-            v4f s = z;
-            TERMS(s, j);
-            st4(c + j, s);
-        }
-    } else {
-        for (; j + 4 <= n; j += 4) {
-            v4f s = be * ld4(c + j);
-            TERMS(s, j);
-            st4(c + j, s);
-        }
+    for (; j + 4 <= n; j += 4) {
+        v4f s = mode == 0 ? ld4(c + j) : mode == 1 ? z : be * ld4(c + j);
+        st4(c + j, add_terms(s, a4, b, nt, j));
     }
-#undef TERMS
     for (; j < n; j++) {
         float s = mode == 0 ? c[j] : mode == 1 ? 0.0f : beta * c[j];
         for (int t = 0; t < nt; t++)
