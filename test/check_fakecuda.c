@@ -1349,6 +1349,50 @@ END_TEST
 /* With the timing model, the mapping calls cost host time per mapping, as measured on an H200
  * (FAKECUDA_VMM_US; here scaled up to be measurable): cuMemSetAccess and cuMemUnmap over a
  * range of two mappings cost two mappings' time, host-located memory its own figures. */
+/* A run of mapping calls holds its thread for the sum of their models, not for one sleep's
+ * lateness (20-25 us here) and the simulator's own mmap work (10-20 us) more per call: a device
+ * mapping's cycle of map, set access and unmap models 46 us and took 132 before. Batches of 40
+ * cycles; the best batch within 1.5x of the model (a loaded machine may delay any one), none
+ * below the model by more than the carry (0.1 ms). */
+START_TEST(test_mapping_calls_keep_their_model_over_a_run) {
+    static const char *const env[] = {"FAKECUDA_TIMING", "1", "FAKECUDA_VMM_US",
+                                      "1,27,18,27,59,33,469", NULL};
+    open_device(env);
+    size_t g = 2u << 20;
+    CUdeviceptr va;
+    OK(cuMemAddressReserve(&va, 2 * g, 0, 0, 0));
+    CUmemAllocationProp prop = dev_prop();
+    CUmemGenericAllocationHandle h[2];
+    OK(cuMemCreate(&h[0], g, &prop, 0));
+    OK(cuMemCreate(&h[1], g, &prop, 0));
+    const int batches = 5, cycles = 40;
+    const double model_us = cycles * (1.0 + 27.0 + 18.0);
+    double best = 1e30, worst = 0;
+    for (int b = 0; b < batches; b++) {
+        uint64_t t0 = now_ns();
+        for (int i = 0; i < cycles; i++) {
+            CUdeviceptr at = va + (size_t)(i & 1) * g;
+            OK(cuMemMap(at, g, 0, h[i & 1], 0));
+            set_rw(at, g);
+            OK(cuMemUnmap(at, g));
+        }
+        double us = (double)(now_ns() - t0) / 1000.0;
+        best = us < best ? us : best;
+        worst = us > worst ? us : worst;
+    }
+    ck_assert_msg(best >= model_us - 100.0,
+                  "%d cycles of map, set access and unmap (model %.0f us) took %.0f us", cycles,
+                  model_us, best);
+    ck_assert_msg(best <= 1.5 * model_us,
+                  "%d cycles of map, set access and unmap (model %.0f us) took %.0f us at best, "
+                  "%.0f at worst, of %d batches",
+                  cycles, model_us, best, worst, batches);
+    OK(cuMemRelease(h[0]));
+    OK(cuMemRelease(h[1]));
+    OK(cuMemAddressFree(va, 2 * g));
+}
+END_TEST
+
 START_TEST(test_mapping_calls_cost_host_time_per_mapping) {
     static const char *const env[] = {"FAKECUDA_TIMING", "1", "FAKECUDA_VMM_US",
                                       "0,20000,10000,5000,40000,0,0", NULL};
@@ -1378,7 +1422,9 @@ START_TEST(test_mapping_calls_cost_host_time_per_mapping) {
     t0 = now_ns();
     OK(cuMemUnmap(va, 2 * g));
     uint64_t unmap_ms = (now_ns() - t0) / 1000000;
-    ck_assert_msg(create_ms >= 10 && access_ms >= 40 && unmap_ms >= 20,
+    /* Each window may be short of its model by what the thread's earlier calls overran theirs
+     * (at most 0.1 ms, FC_HOST_EXCESS_MAX_NS): hence whole milliseconds one less. */
+    ck_assert_msg(create_ms >= 9 && access_ms >= 39 && unmap_ms >= 19,
                   "create 2 x 5 ms took %llu ms, set access on 2 mappings x 20 ms took %llu ms, "
                   "unmap 2 x 10 ms took %llu ms",
                   (unsigned long long)create_ms, (unsigned long long)access_ms,
@@ -1386,7 +1432,7 @@ START_TEST(test_mapping_calls_cost_host_time_per_mapping) {
     t0 = now_ns();
     CUmemGenericAllocationHandle hh = map_located(va + 2 * g, g, CU_MEM_LOCATION_TYPE_HOST_NUMA);
     uint64_t host_ms = (now_ns() - t0) / 1000000;
-    ck_assert_msg(host_ms >= 40, "host-located set access (40 ms) took %llu ms",
+    ck_assert_msg(host_ms >= 39, "host-located set access (40 ms) took %llu ms",
                   (unsigned long long)host_ms);
     OK(cuMemUnmap(va + 2 * g, g));
     OK(cuMemRelease(hh));
@@ -2973,6 +3019,7 @@ Suite *suite_fakecuda(void) {
     tcase_add_test(t, test_link_copy_is_timed_on_the_link_engine);
     tcase_add_test(t, test_kernel_access_to_host_located_memory_is_timed_at_the_link);
     tcase_add_test(t, test_mapping_calls_cost_host_time_per_mapping);
+    tcase_add_test(t, test_mapping_calls_keep_their_model_over_a_run);
     tcase_add_test(t, test_timed_streams_sleep_without_timer_slack);
     tcase_add_test(t, test_late_threads_do_not_slow_the_modelled_device);
     tcase_add_test(t, test_a_completion_wakes_only_the_stream_waiting_for_it);

@@ -258,8 +258,11 @@ FC_HIDDEN void fc_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)
 FC_HIDDEN uint64_t fc_now_ns(void);
 /* Sleeps `ns` nanoseconds (the calling thread's timer slack added), through signals. */
 FC_HIDDEN void fc_sleep_ns(uint64_t ns);
-/* The timing model's host cost of a driver call: the calling thread is held `us` microseconds,
- * asleep with no timer slack (fc_core.c). No-op without the timing model. */
+/* The timing model's host cost of a driver call that started at t0 (fc_now_ns()): the calling
+ * thread is held until t0 + `us` microseconds, asleep with no timer slack, less what its earlier
+ * calls overran their model by, at most FC_HOST_EXCESS_MAX_NS (fc_core.c). No-op without the
+ * timing model. */
+#define FC_HOST_EXCESS_MAX_NS 100000ull
 enum {
     VMM_MAP,
     VMM_ACCESS,
@@ -269,7 +272,7 @@ enum {
     VMM_HOST_UNMAP,
     VMM_HOST_CREATE
 };
-FC_HIDDEN void fc_host_cost(double us);
+FC_HIDDEN void fc_host_cost(uint64_t t0, double us);
 /* The cost of VMM call `kind` (VMM_*) on one mapping or handle of `size` bytes: FAKECUDA_VMM_US's
  * figure, which is for 2 MiB, plus a share per MiB beyond that (fc_mem.c). */
 FC_HIDDEN double fc_vmm_cost(int kind, size_t size);

@@ -849,6 +849,7 @@ static void handle_destroy(fc_handle_t *h) {
 static CUresult fc_mem_create(CUmemGenericAllocationHandle *out, size_t size,
                               const CUmemAllocationProp *prop, unsigned long long flags) {
     FC_ENTER("cuMemCreate");
+    uint64_t t0 = fc_now_ns();
     if (!out || !prop || size == 0 || size % g_fc.cfg.granularity || flags != 0 ||
         prop->type != CU_MEM_ALLOCATION_TYPE_PINNED)
         return CUDA_ERROR_INVALID_VALUE;
@@ -888,7 +889,7 @@ static CUresult fc_mem_create(CUmemGenericAllocationHandle *out, size_t size,
     else
         FC_STAT(vmm_device_bytes_live, size);
     *out = (CUmemGenericAllocationHandle)(uintptr_t)h;
-    fc_host_cost(fc_vmm_cost(host ? VMM_HOST_CREATE : VMM_CREATE, size));
+    fc_host_cost(t0, fc_vmm_cost(host ? VMM_HOST_CREATE : VMM_CREATE, size));
     return CUDA_SUCCESS;
 }
 FC_EXPORT(cuMemCreate, PFN_cuMemCreate_v10020, fc_mem_create);
@@ -1053,6 +1054,7 @@ static void park_put(const fc_range_t *r) {
 static CUresult fc_mem_map(CUdeviceptr ptr, size_t size, size_t offset,
                            CUmemGenericAllocationHandle hh, unsigned long long flags) {
     FC_ENTER("cuMemMap");
+    uint64_t t0 = fc_now_ns();
     uint64_t g = g_fc.cfg.granularity;
     uintptr_t p = (uintptr_t)ptr;
     if (size == 0 || p % g || size % g || offset % g || flags != 0)
@@ -1097,7 +1099,7 @@ static CUresult fc_mem_map(CUdeviceptr ptr, size_t size, size_t offset,
     if (rc == CUDA_SUCCESS) {
         FC_STAT(mappings_live, 1);
         FC_STAT(mapped_bytes_live, size);
-        fc_host_cost(fc_vmm_cost(VMM_MAP, size));
+        fc_host_cost(t0, fc_vmm_cost(VMM_MAP, size));
     }
     return rc;
 }
@@ -1150,6 +1152,7 @@ static double mappings_cost(size_t first, size_t count, int dev, int host) {
 
 static CUresult fc_mem_unmap(CUdeviceptr ptr, size_t size) {
     FC_ENTER("cuMemUnmap");
+    uint64_t t0 = fc_now_ns();
     uintptr_t p = (uintptr_t)ptr;
     size_t first, count;
     if (size == 0)
@@ -1182,7 +1185,7 @@ static CUresult fc_mem_unmap(CUdeviceptr ptr, size_t size) {
     FC_STAT(mapped_bytes_live, -(int64_t)size);
     for (size_t k = 0; k < ndead; k++)
         handle_destroy(dead[k]);
-    fc_host_cost(cost);
+    fc_host_cost(t0, cost);
     return CUDA_SUCCESS;
 }
 FC_EXPORT(cuMemUnmap, PFN_cuMemUnmap_v10020, fc_mem_unmap);
@@ -1190,6 +1193,7 @@ FC_EXPORT(cuMemUnmap, PFN_cuMemUnmap_v10020, fc_mem_unmap);
 static CUresult fc_mem_set_access(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
                                   size_t count) {
     FC_ENTER("cuMemSetAccess");
+    uint64_t t0 = fc_now_ns();
     uintptr_t p = (uintptr_t)ptr;
     size_t first, n;
     if (!desc || count == 0 || size == 0)
@@ -1221,7 +1225,7 @@ static CUresult fc_mem_set_access(CUdeviceptr ptr, size_t size, const CUmemAcces
         g_fc.ranges[first + k].access = acc;
     double cost = mappings_cost(first, n, VMM_ACCESS, VMM_HOST_ACCESS);
     pthread_rwlock_unlock(&g_fc.mem_lock);
-    fc_host_cost(cost);
+    fc_host_cost(t0, cost);
     return CUDA_SUCCESS;
 }
 FC_EXPORT(cuMemSetAccess, PFN_cuMemSetAccess_v10020, fc_mem_set_access);
