@@ -69,6 +69,10 @@ typedef struct ooc_profile {
     uint64_t chunk_bytes;               /* the model's chunk size */
     double h2d_bps, d2h_bps, bidir_bps; /* bytes per second; bidir is the sum of both directions */
     uint32_t iterations;
+    /* 1: a swap-in's copy runs alone on the device: the work issued before it completes first
+     * and nothing runs until it ends (safe mode without staging: its address maps the memory
+     * being filled, which any op may reach unseen). Optional meta key swapin_exclusive. */
+    uint8_t swapin_exclusive;
     uint32_t nops, nbufs, nrefs, nprods;
     ooc_op_t *ops;
     ooc_buffer_t *bufs;

@@ -367,12 +367,23 @@ static int parse_meta(ooc_profile_t *p, ooc_tsv_t *r, char *err, size_t errlen) 
     int rc = read_header(r, "meta", meta_cols, 2, err, errlen);
     if (rc)
         return rc;
-    int seen[NMETA] = {0};
+    int seen[NMETA] = {0}, seen_excl = 0;
     while ((rc = next_line(r, err, errlen)) == 1) {
         if (r->nf != 2) {
             ooc_msg_say(err, errlen, "%s:%u: field key: expected 2 fields, found %d", r->name,
                         r->line, r->nf);
             return OOC_EFORMAT;
+        }
+        if (field_is(r, 0, "swapin_exclusive")) { /* optional: 0 when absent */
+            if (seen_excl++) {
+                ooc_msg_say(err, errlen, "%s:%u: field swapin_exclusive: given twice", r->name,
+                            r->line);
+                return OOC_EFORMAT;
+            }
+            if (!field_is(r, 1, "0") && !field_is(r, 1, "1"))
+                return bad(r, 1, "swapin_exclusive", "is not 0 or 1", err, errlen);
+            p->swapin_exclusive = field_is(r, 1, "1");
+            continue;
         }
         int k = -1;
         for (int i = 0; i < NMETA; i++)
@@ -745,6 +756,8 @@ int ooc_profile_write(const ooc_profile_t *p, const char *dir, char *err, size_t
             (unsigned long long)p->chunk_bytes);
     fprintf(f, "h2d_bps\t%.17g\nd2h_bps\t%.17g\nbidir_bps\t%.17g\niterations\t%u\n", p->h2d_bps,
             p->d2h_bps, p->bidir_bps, p->iterations);
+    if (p->swapin_exclusive)
+        fprintf(f, "swapin_exclusive\t1\n");
     if ((rc = close_out(f, dir, "meta.tsv", err, errlen)))
         return rc;
 

@@ -10,7 +10,9 @@
  * recomputed, and released when a copy-out ends, on a drop, or when the program frees it; an
  * allocation that does not fit blocks its engine until enough is released. When no engine can
  * move, the plan is infeasible under the budget. Both directions share the bidirectional
- * bandwidth when they run together. Everything is deterministic. */
+ * bandwidth when they run together. With the profile's swapin_exclusive (safe mode without
+ * staging), a copy in starts only between compute items and the compute engine waits for it
+ * (shim/worker.c: the address maps the memory being filled). Everything is deterministic. */
 #include "ooc_planner.h"
 #include "grow.h"
 
@@ -51,6 +53,7 @@ typedef struct {
     int32_t busy_buf;
     double busy_end, idle_since;
     int32_t blocked_buf; /* waiting for this buffer's swap-in, -1 none */
+    int32_t fill_buf;    /* swapin_exclusive: the copy in running alone, -1 none */
     int blocked_mem;
     double block_start;
     int stop;
@@ -183,13 +186,34 @@ static int recompute_inputs(sim_t *s, const ooc_action_t *a, int32_t *missing) {
     return 1;
 }
 
-/* Advances the compute engine as far as it can at the current time. Returns 1 on progress. */
+/* Could the head of the host-to-device queue start now (issued, its own copy out done, memory
+ * for it)? */
+static int h2d_ready(const sim_t *s) {
+    const engine_t *e = &s->h2d;
+    if (e->active || e->n == 0)
+        return 0;
+    const xfer_t *x = &e->q[e->head];
+    return x->issue <= s->now && !s->d2h_pending[x->buf] && s->used + s->m->fp[x->buf] <= s->budget;
+}
+
+/* Advances the compute engine as far as it can at the current time. Returns 1 on progress. With
+ * swapin_exclusive, a copy in that can start goes first and the compute engine waits for it. */
 static int step_compute(sim_t *s) {
     const ooc_model_t *m = s->m;
     const ooc_profile_t *p = m->prof;
     const ooc_plan_t *pl = s->pl;
     if (s->busy || s->phase == 2 || s->stop)
         return 0;
+    if (p->swapin_exclusive) {
+        /* A copy in runs alone: nothing starts while one runs, nor while one could start. */
+        if (s->fill_buf >= 0 && s->st[s->fill_buf] == ST_IN) {
+            block(s, s->fill_buf, 0);
+            return 0;
+        }
+        s->fill_buf = -1;
+        if (h2d_ready(s))
+            return 0;
+    }
     /* before actions */
     while (s->ai < pl->nacts && pl->acts[s->ai].op == (int32_t)s->op &&
            pl->acts[s->ai].when == OOC_BEFORE) {
@@ -207,6 +231,10 @@ static int step_compute(sim_t *s) {
             }
             s->st[b] = ST_IN;
             s->waited[b] = 0; /* a use needs a wait first, however early the copy ends */
+            if (p->swapin_exclusive) {
+                s->ai++;
+                return 1; /* the copy may start before anything else (step_h2d) */
+            }
         } else if (a->kind == OOC_ACT_WAIT) {
             s->waited[b] = 1;
             if (s->st[b] == ST_IN) {
@@ -425,8 +453,12 @@ static int step_h2d(sim_t *s) {
     xfer_t *x = &e->q[e->head];
     if (x->issue > s->now || s->d2h_pending[x->buf])
         return 0;
+    if (s->m->prof->swapin_exclusive && s->busy)
+        return 0; /* after the running op: the copy runs alone */
     if (!map(s, x->buf))
         return 0;
+    if (s->m->prof->swapin_exclusive)
+        s->fill_buf = x->buf;
     e->active = 1;
     e->start = s->now;
     e->remaining = (double)s->m->prof->bufs[x->buf].bytes;
@@ -489,7 +521,12 @@ int ooc_sim_run(const ooc_model_t *m, const ooc_plan_t *pl, const ooc_sim_opts_t
     if (pl->nops != m->n || pl->nbufs != m->nb)
         return OOC_EINVAL;
     const ooc_profile_t *p = m->prof;
-    sim_t s = {.m = m, .pl = pl, .res = res, .budget = pl->budget_bytes, .blocked_buf = -1};
+    sim_t s = {.m = m,
+               .pl = pl,
+               .res = res,
+               .budget = pl->budget_bytes,
+               .blocked_buf = -1,
+               .fill_buf = -1};
     s.tr = opts ? opts->trace : NULL;
     size_t nb = m->nb ? m->nb : 1;
     uint8_t *flags = calloc(nb, 7);
@@ -634,7 +671,7 @@ int ooc_trace_check(const ooc_model_t *m, const ooc_plan_t *pl, const ooc_trace_
     int32_t *inuse = calloc(nb, sizeof *inuse), *lastw = malloc(nb * sizeof *lastw);
     int rc = 0;
     uint64_t used = 0;
-    int32_t running = -1;
+    int32_t running = -1, nin = 0;
     if (!mapped || !valid || !in_h2d || !in_d2h || !seen || !inuse || !lastw) {
         rc = OOC_ENOMEM;
         goto out;
@@ -684,11 +721,16 @@ int ooc_trace_check(const ooc_model_t *m, const ooc_plan_t *pl, const ooc_trace_
         case OOC_TR_H2D_START:
             if (!mapped[b])
                 FAIL("t=%.0f: swap-in of buffer %d into unmapped memory", e->t_ns, b);
+            if (p->swapin_exclusive && running >= 0)
+                FAIL("t=%.0f: swap-in of buffer %d starts while op %d runs (swapin_exclusive)",
+                     e->t_ns, b, running);
             in_h2d[b] = 1;
+            nin++;
             valid[b] = 0;
             break;
         case OOC_TR_H2D_END:
             in_h2d[b] = 0;
+            nin--;
             valid[b] = 1;
             break;
         case OOC_TR_D2H_START:
@@ -702,6 +744,9 @@ int ooc_trace_check(const ooc_model_t *m, const ooc_plan_t *pl, const ooc_trace_
         case OOC_TR_OP_START: {
             if (running >= 0)
                 FAIL("t=%.0f: two compute items overlap", e->t_ns);
+            if (p->swapin_exclusive && nin > 0)
+                FAIL("t=%.0f: op %d starts while a swap-in runs (swapin_exclusive)", e->t_ns,
+                     e->aux);
             running = e->aux;
             const ooc_op_t *o = &p->ops[e->aux];
             for (uint32_t k = 0; k < o->nref; k++) {

@@ -229,6 +229,13 @@ void ooc_mem_geometry(uint64_t *chunk_bytes, uint64_t *budget_bytes) {
     mem_unlock();
 }
 
+int ooc_mem_swapin_exclusive(void) {
+    mem_lock_take();
+    int x = M.safe && !M.stage;
+    mem_unlock();
+    return x;
+}
+
 void ooc_mem_info(uint64_t *budget, uint64_t *held) {
     mem_lock_take();
     *budget = M.budget_bytes;

@@ -673,6 +673,7 @@ static ooc_profile_t *finish(int at_exit, char *dir_out, uint32_t *pos_out) {
     }
     uint64_t chunk, budget;
     ooc_mem_geometry(&chunk, &budget);
+    p->swapin_exclusive = (uint8_t)ooc_mem_swapin_exclusive();
     /* Three copy sizes, the largest (one chunk: what a swap moves) last; meta.tsv takes it. */
     double bw[3][4];
     int nbw = 0;

@@ -208,6 +208,10 @@ void ooc_mem_shutdown(void);
 void ooc_mem_set_reuse(int on);
 /* OOC_SAFE_STAGE: safe mode's planned swap-ins staged beside the host alias (stage.c). */
 void ooc_mem_set_stage(int on);
+/* Safe mode without staging: does a planned swap-in's copy run alone on the device (the work
+ * issued before it waited for, every op after it waiting for the copy)? The profile says so to
+ * the planner (meta.tsv swapin_exclusive). */
+int ooc_mem_swapin_exclusive(void);
 /* OOC_SAFE_STAGE: a host-to-device copy of n bytes from src to dst is about to be issued: the
  * buffers of ours whose addresses its words hold (a pointer table) are never staged (stage.c).
  * Copies over OOC_SHADOW_MAX_BYTES are not scanned. Takes mem_lock when a word is ours. */

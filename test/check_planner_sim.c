@@ -87,6 +87,38 @@ START_TEST(test_swap_overlaps_compute_exactly) {
 }
 END_TEST
 
+/* Safe mode without staging (swapin_exclusive): a copy in starts only between ops and nothing
+ * runs until it ends. A is copied out during op 1 (1000 ns) and swapped in before op 2: at 2000
+ * ns, op 2 then waits for it (3000), and the iteration takes 5000 ns where the copy hid behind op
+ * 2 before. The trace checker refuses a trace that overlaps the two. */
+START_TEST(test_exclusive_swap_in_runs_alone) {
+    ooc_profile_t *p = tiny();
+    ooc_model_t *m;
+    ck_assert_int_eq(ooc_model_build(p, p->chunk_bytes, &m), 0);
+    ooc_plan_t *pl = swap_a(1 << 20, 2, 1);
+    ooc_trace_t tr = {0};
+    ooc_sim_opts_t o = {.trace = &tr, .want_op_stalls = 1};
+    ooc_sim_result_t r;
+    ck_assert_int_eq(ooc_sim_run(m, pl, &o, &r), 0);
+    ck_assert_uint_eq(r.time_ns, 4000);
+    ooc_sim_result_free(&r);
+    char err[512] = "";
+    p->swapin_exclusive = 1;
+    ck_assert_int_eq(ooc_trace_check(m, pl, &tr, err, sizeof err), OOC_EINFEASIBLE);
+    ck_assert_msg(strstr(err, "while a swap-in runs") || strstr(err, "starts while op"), "%s", err);
+    ooc_trace_free(&tr);
+    run_checked(m, pl, &r);
+    ck_assert_msg(r.feasible, "%s", r.viol_msg);
+    ck_assert_uint_eq(r.time_ns, 5000);
+    ck_assert_uint_eq(r.stall_ns, 1000);
+    ck_assert_uint_eq(r.op_stall_ns[2], 1000);
+    ooc_sim_result_free(&r);
+    ooc_plan_free(pl);
+    ooc_model_free(m);
+    ooc_profile_free(p);
+}
+END_TEST
+
 START_TEST(test_memory_waits_for_released_chunks) {
     ooc_profile_t *p = tiny();
     ooc_model_t *m;
@@ -778,6 +810,7 @@ START_TEST(test_random_profiles_keep_invariants) {
     uint64_t s = seed | 1;
     for (int iter = 0; iter < 150; iter++) {
         ooc_profile_t *p = random_profile(&s);
+        p->swapin_exclusive = (iter / 3) % 2; /* safe mode without staging, every other three */
         ooc_model_t *m;
         ck_assert_int_eq(ooc_model_build(p, p->chunk_bytes, &m), 0);
         uint64_t maxws = 0, total = 0;
@@ -883,6 +916,7 @@ Suite *suite_planner_sim(void) {
     tcase_set_timeout(tc, 30);
     tcase_add_test(tc, test_heavy_ops_follow_kinds_and_names);
     tcase_add_test(tc, test_swap_overlaps_compute_exactly);
+    tcase_add_test(tc, test_exclusive_swap_in_runs_alone);
     tcase_add_test(tc, test_memory_waits_for_released_chunks);
     tcase_add_test(tc, test_broken_plans_are_reported);
     tcase_add_test(tc, test_recompute_relaunches_producer);

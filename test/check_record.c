@@ -402,6 +402,46 @@ START_TEST(test_link_bandwidth_survives_a_slow_sample) {
 }
 END_TEST
 
+/* The profile tells the planner whether a planned swap-in's copy runs alone on the device (safe
+ * mode without staging: meta.tsv swapin_exclusive 1): so in safe mode, not with staging, not
+ * outside safe mode. */
+START_TEST(test_profile_says_whether_swap_ins_run_alone) {
+    static const struct {
+        const char *safe, *stage;
+        int want;
+    } cases[] = {{"OOC_SAFE=on", "OOC_SAFE_STAGE=0", 1},
+                 {"OOC_SAFE=on", "OOC_SAFE_STAGE=1", 0},
+                 {"OOC_SAFE=off", "OOC_SAFE_STAGE=0", 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char dir[64], dirv[96], prof[96], err[512];
+        snprintf(dir, sizeof dir, "/tmp/ooc-excl-XXXXXX");
+        ck_assert_ptr_nonnull(mkdtemp(dir));
+        snprintf(dirv, sizeof dirv, "OOC_PROFILE_DIR=%s/profile", dir);
+        static const char *const args[] = {"--iters", "4", NULL};
+        const char *const env[] = {dirv,
+                                   "OOC_MODE=record",
+                                   "OOC_PROFILE_ITERS=2",
+                                   "OOC_BUDGET=1G",
+                                   cases[i].safe,
+                                   cases[i].stage,
+                                   NULL};
+        tu_result_t r = tu_run_prog("workloads/mlp", args, 1, env, 120);
+        ck_assert_msg(r.status == 0, "%s %s: status %d\n%s", cases[i].safe, cases[i].stage,
+                      r.status, tu_tail(r.err, 2000));
+        snprintf(prof, sizeof prof, "%s/profile", dir);
+        ooc_profile_t *p = NULL;
+        ck_assert_msg(ooc_profile_read(prof, &p, err, sizeof err) == 0, "%s", err);
+        ck_assert_msg(p->swapin_exclusive == cases[i].want, "%s %s: swapin_exclusive %d",
+                      cases[i].safe, cases[i].stage, p->swapin_exclusive);
+        ooc_profile_free(p);
+        tu_result_free(&r);
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        ck_assert_int_eq(system(cmd), 0);
+    }
+}
+END_TEST
+
 /* The committed recorded profiles read back and validate (the format they were written in is
  * the one the planner reads today). */
 START_TEST(test_committed_recorded_profiles_read_back) {
@@ -430,6 +470,7 @@ Suite *suite_record(void) {
     tcase_add_test(t, test_record_survives_a_differing_first_iteration_and_short_last_batch);
     tcase_add_test(t, test_record_without_an_iteration_says_so);
     tcase_add_test(t, test_committed_recorded_profiles_read_back);
+    tcase_add_test(t, test_profile_says_whether_swap_ins_run_alone);
     tcase_add_test(t, test_link_bandwidth_survives_a_slow_sample);
     suite_add_tcase(s, t);
     return s;
