@@ -318,6 +318,9 @@ int main(int argc, char **argv) {
         printf(" (the op-to-op windows)\n");
     else
         printf(" (the compute time)\n");
+    if (p->swapin_exclusive)
+        printf("swap-ins run alone on the device: recorded in safe mode without staging "
+               "(meta.tsv swapin_exclusive 1)\n");
     int status = 1;
     if (incore) {
         ooc_timeline_t tl;
