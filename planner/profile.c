@@ -356,34 +356,24 @@ enum {
     M_H2D,
     M_D2H,
     M_BIDIR,
-    M_ITERS
+    M_ITERS,
+    M_EXCL /* optional, and the only one: 0 when absent */
 };
 static const char *const meta_keys[] = {
-    "format_version", "program", "device",  "device_mem_bytes", "budget_bytes",
-    "chunk_bytes",    "h2d_bps", "d2h_bps", "bidir_bps",        "iterations"};
+    "format_version", "program", "device",    "device_mem_bytes", "budget_bytes",    "chunk_bytes",
+    "h2d_bps",        "d2h_bps", "bidir_bps", "iterations",       "swapin_exclusive"};
 #define NMETA ((int)(sizeof meta_keys / sizeof meta_keys[0]))
 
 static int parse_meta(ooc_profile_t *p, ooc_tsv_t *r, char *err, size_t errlen) {
     int rc = read_header(r, "meta", meta_cols, 2, err, errlen);
     if (rc)
         return rc;
-    int seen[NMETA] = {0}, seen_excl = 0;
+    int seen[NMETA] = {0};
     while ((rc = next_line(r, err, errlen)) == 1) {
         if (r->nf != 2) {
             ooc_msg_say(err, errlen, "%s:%u: field key: expected 2 fields, found %d", r->name,
                         r->line, r->nf);
             return OOC_EFORMAT;
-        }
-        if (field_is(r, 0, "swapin_exclusive")) { /* optional: 0 when absent */
-            if (seen_excl++) {
-                ooc_msg_say(err, errlen, "%s:%u: field swapin_exclusive: given twice", r->name,
-                            r->line);
-                return OOC_EFORMAT;
-            }
-            if (!field_is(r, 1, "0") && !field_is(r, 1, "1"))
-                return bad(r, 1, "swapin_exclusive", "is not 0 or 1", err, errlen);
-            p->swapin_exclusive = field_is(r, 1, "1");
-            continue;
         }
         int k = -1;
         for (int i = 0; i < NMETA; i++)
@@ -403,6 +393,11 @@ static int parse_meta(ooc_profile_t *p, ooc_tsv_t *r, char *err, size_t errlen) 
         case M_VERSION:
             if (!field_is(r, 1, "1"))
                 return bad(r, 1, meta_keys[k], "is not a supported format version", err, errlen);
+            break;
+        case M_EXCL:
+            if (!field_is(r, 1, "0") && !field_is(r, 1, "1"))
+                return bad(r, 1, meta_keys[k], "is not 0 or 1", err, errlen);
+            p->swapin_exclusive = field_is(r, 1, "1");
             break;
         case M_PROGRAM:
         case M_DEVICE: {
@@ -450,7 +445,7 @@ static int parse_meta(ooc_profile_t *p, ooc_tsv_t *r, char *err, size_t errlen) 
     if (rc < 0)
         return rc;
     for (int i = 0; i < NMETA; i++)
-        if (!seen[i]) {
+        if (!seen[i] && i != M_EXCL) {
             ooc_msg_say(err, errlen, "%s: field %s: missing", r->name, meta_keys[i]);
             return OOC_EFORMAT;
         }

@@ -53,7 +53,6 @@ typedef struct {
     int32_t busy_buf;
     double busy_end, idle_since;
     int32_t blocked_buf; /* waiting for this buffer's swap-in, -1 none */
-    int32_t fill_buf;    /* swapin_exclusive: the copy in running alone, -1 none */
     int blocked_mem;
     double block_start;
     int stop;
@@ -206,12 +205,9 @@ static int step_compute(sim_t *s) {
         return 0;
     if (p->swapin_exclusive) {
         /* A copy in runs alone: nothing starts while one runs, nor while one could start. */
-        if (s->fill_buf >= 0 && s->st[s->fill_buf] == ST_IN) {
-            block(s, s->fill_buf, 0);
-            return 0;
-        }
-        s->fill_buf = -1;
-        if (h2d_ready(s))
+        if (s->h2d.active)
+            block(s, s->h2d.q[s->h2d.head].buf, 0);
+        if (s->h2d.active || h2d_ready(s))
             return 0;
     }
     /* before actions */
@@ -448,17 +444,11 @@ static double rate(const sim_t *s, int h2d) {
 
 static int step_h2d(sim_t *s) {
     engine_t *e = &s->h2d;
-    if (e->active || e->n == 0 || s->stop)
+    /* (swapin_exclusive: after the running op, since the copy runs alone) */
+    if (s->stop || !h2d_ready(s) || (s->m->prof->swapin_exclusive && s->busy))
         return 0;
     xfer_t *x = &e->q[e->head];
-    if (x->issue > s->now || s->d2h_pending[x->buf])
-        return 0;
-    if (s->m->prof->swapin_exclusive && s->busy)
-        return 0; /* after the running op: the copy runs alone */
-    if (!map(s, x->buf))
-        return 0;
-    if (s->m->prof->swapin_exclusive)
-        s->fill_buf = x->buf;
+    (void)map(s, x->buf); /* it fits: h2d_ready */
     e->active = 1;
     e->start = s->now;
     e->remaining = (double)s->m->prof->bufs[x->buf].bytes;
@@ -521,12 +511,7 @@ int ooc_sim_run(const ooc_model_t *m, const ooc_plan_t *pl, const ooc_sim_opts_t
     if (pl->nops != m->n || pl->nbufs != m->nb)
         return OOC_EINVAL;
     const ooc_profile_t *p = m->prof;
-    sim_t s = {.m = m,
-               .pl = pl,
-               .res = res,
-               .budget = pl->budget_bytes,
-               .blocked_buf = -1,
-               .fill_buf = -1};
+    sim_t s = {.m = m, .pl = pl, .res = res, .budget = pl->budget_bytes, .blocked_buf = -1};
     s.tr = opts ? opts->trace : NULL;
     size_t nb = m->nb ? m->nb : 1;
     uint8_t *flags = calloc(nb, 7);

@@ -1346,9 +1346,6 @@ START_TEST(test_copy_to_host_located_memory_crosses_the_link) {
 }
 END_TEST
 
-/* With the timing model, the mapping calls cost host time per mapping, as measured on an H200
- * (FAKECUDA_VMM_US; here scaled up to be measurable): cuMemSetAccess and cuMemUnmap over a
- * range of two mappings cost two mappings' time, host-located memory its own figures. */
 /* A run of mapping calls holds its thread for the sum of their models, not for one sleep's
  * lateness (20-25 us here) and the simulator's own mmap work (10-20 us) more per call: a device
  * mapping's cycle of map, set access and unmap models 46 us and took 132 before. Batches of 40
@@ -1393,6 +1390,9 @@ START_TEST(test_mapping_calls_keep_their_model_over_a_run) {
 }
 END_TEST
 
+/* With the timing model, the mapping calls cost host time per mapping, as measured on an H200
+ * (FAKECUDA_VMM_US; here scaled up to be measurable): cuMemSetAccess and cuMemUnmap over a
+ * range of two mappings cost two mappings' time, host-located memory its own figures. */
 START_TEST(test_mapping_calls_cost_host_time_per_mapping) {
     static const char *const env[] = {"FAKECUDA_TIMING", "1", "FAKECUDA_VMM_US",
                                       "0,20000,10000,5000,40000,0,0", NULL};
