@@ -114,14 +114,37 @@ void wait_end(uint64_t t0) {
     ooc_stats_add(OOC_STAT_blocked_ns, clock_ns() - t0);
 }
 
+/* Program threads waiting for mem_lock (mem_lock_take): the worker lets them go first. */
+static atomic_int lock_wanted;
+
 /* Takes mem_lock; the time spent waiting for it while another thread holds it counts as
  * blocked (not on the worker). Every taking of mem_lock goes through this. */
 void mem_lock_take(void) {
     if (pthread_mutex_trylock(&mem_lock) == 0)
         return;
     uint64_t t0 = wait_begin();
+    if (!on_worker)
+        atomic_fetch_add(&lock_wanted, 1);
     pthread_mutex_lock(&mem_lock);
+    if (!on_worker)
+        atomic_fetch_sub(&lock_wanted, 1);
     wait_end(t0);
+}
+
+/* The worker, holding mem_lock between two steps of its work: when a program thread waits for
+ * the lock, hands it over and takes it back after (a program thread that waits is a device that
+ * may run dry; the worker's steps are not urgent one by one). 1 when the lock was released:
+ * everything must be looked up again. */
+int mem_yield(void) {
+    if (!atomic_load_explicit(&lock_wanted, memory_order_relaxed))
+        return 0;
+    mem_unlock();
+    /* A mutex is not fair: without this the worker could take it back at once. Bounded, in case
+     * the waiter is not scheduled for a while. */
+    for (int i = 0; i < 1000 && atomic_load(&lock_wanted); i++)
+        sched_yield();
+    mem_lock_take();
+    return 1;
 }
 
 /* Every synchronisation of the memory layer goes through these three, so that the time a

@@ -250,6 +250,7 @@ struct mem_state {
     job_t job_cur; /* the job the worker took off the ring, while job_busy */
     int job_busy;
     unsigned op_waiting; /* program threads waiting for a planned swap-in (ooc_mem_op_pin) */
+    int worker_blocked;  /* the worker waits for the device, mem_lock released (worker_wait) */
     pthread_t worker;
     int worker_on, worker_stop;
     pthread_cond_t work_cv;
@@ -312,6 +313,7 @@ void chunk_free(chunk_t *c); /* the memory of a deleted chunk */
 void mem_unlock(void);
 void mem_wait(pthread_cond_t *cv);
 void mem_lock_take(void);
+int mem_yield(void);
 void mem_on_worker(void);
 int mem_is_worker(void); /* on the replay worker's thread */
 uint64_t wait_begin(void);
@@ -407,5 +409,8 @@ chunk_t *plan_chunk(const buf_t *b, uint64_t i);
 uint64_t buf_chunks(const buf_t *b);
 void unqueue_buffer(const buf_t *b);
 int job_queued(job_t j);
+long serve_queued(void);
+void serve_op_chunks(void);
+int host_serves(void);
 
 #endif

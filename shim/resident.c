@@ -370,8 +370,13 @@ CUresult ooc_mem_op_pin(const ooc_access_t *a, int *listed) {
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     /* Planned swap-ins of this op's chunks that the worker has not done yet: wait for it (the
-     * lock is released meanwhile, so everything is looked up again after). */
+     * lock is released meanwhile, so everything is looked up again after). First the host issues
+     * what it can in stream order: the memory that the previous op's planned swap-outs are
+     * vacating could not go to the queue while that op held it (retire_steal), and may now. */
     if (M.worker_on) {
+        if (M.nret && host_serves())
+            serve_queued();
+        serve_op_chunks();
         size_t nq = 0;
         for (size_t i = 0; i < M.nop; i++)
             nq += M.op_chunks[i]->queued != 0;

@@ -4,8 +4,10 @@
  *
  * Invariants: an action applies to the buffer at addr only while it is still serial `id` and
  * owns whole chunks (small buffers are left to demand residency); a chunk queued for the worker
- * has a job that will clear `queued`, or is unqueued. Locking: replay.c calls these with
- * mem_lock held (inside ooc_mem_begin/ooc_mem_end). Callers: replay.c, worker.c. */
+ * has a job that will clear `queued`, or is unqueued; queued swap-ins get memory in the plan's
+ * order, except the chunks of the op being issued (serve_op_chunks). Locking: callers hold
+ * mem_lock (replay.c inside ooc_mem_begin/ooc_mem_end). Callers: replay.c, worker.c, resident.c
+ * (ooc_mem_op_pin). */
 #include "mem_int.h"
 
 #include <string.h>
@@ -36,8 +38,6 @@ void unqueue_buffer(const buf_t *b) {
             c->queued = 0;
     }
 }
-
-static int serve_queued(void);
 
 unsigned ooc_mem_l_swapout(uintptr_t addr, uint64_t id, CUstream s) {
     buf_t *b = plan_buf(addr, id);
@@ -119,7 +119,8 @@ unsigned ooc_mem_l_swapout(uintptr_t addr, uint64_t id, CUstream s) {
     }
     ev_drop(out);
     if (done) {
-        serve_queued(); /* the queued swap-ins take the memory being vacated, in order */
+        if (host_serves())
+            serve_queued(); /* the queued swap-ins take the memory being vacated, in order */
         ooc_stats_add(OOC_STAT_swap_outs, done);
         ooc_stats_add(OOC_STAT_swap_out_bytes, done * M.chunk);
         ooc_stats_add(OOC_STAT_planned_swap_outs, 1);
@@ -197,6 +198,27 @@ static int swapin_now(chunk_t *c) {
     return 1;
 }
 
+/* The queued chunks of the op being issued (M.op_chunks) that the host can bring in now in
+ * stream order (swapin_now), ahead of the swap-ins queued before them: the op needs them first,
+ * and waiting for the queue's turn would block the host. Outside safe mode. */
+void serve_op_chunks(void) {
+    if (M.safe)
+        return;
+    for (size_t i = 0; i < M.nop; i++) {
+        chunk_t *c = M.op_chunks[i];
+        if (c->queued && !c->out_ev && c->state == C_SWAPPED)
+            (void)swapin_now(c);
+    }
+}
+
+/* Whether the host issues queued swap-ins itself (serve_queued): only while the worker waits for
+ * the device. Otherwise the worker does, in its loop, so that their mapping calls (tens of
+ * microseconds each) are not made on the program's thread, which would then run less far ahead
+ * of the device. */
+int host_serves(void) {
+    return M.worker_blocked;
+}
+
 /* Whether job j's buffer still has chunks queued. */
 int job_queued(job_t j) {
     buf_t *b = plan_buf(j.addr, j.id);
@@ -208,13 +230,60 @@ int job_queued(job_t j) {
     return 0;
 }
 
-/* The queued swap-ins of job j's buffer that swapin_now can issue; 1 when one could not be
- * (no memory now). A chunk whose own swap-out still runs is left to the worker. */
-static int serve_job(job_t j) {
+/* A planned swap-in of c, whose own planned swap-out is still under way, issued now by the host
+ * (outside safe mode). While its memory is still its own (no later swap-in or new buffer took
+ * it), the swap-out is cancelled: the bytes are still there, and everything the host issued
+ * before this point, in the plan's order, found other memory. 1 when done (c is resident again);
+ * 0 when its memory went to another chunk: then c must wait for its copy out to end before it
+ * can be brought back (the worker does that), and the swap-ins planned after it wait their turn,
+ * as the plan's copy-in engine has them, rather than take the memory it will need. */
+static int reclaim_retiring(chunk_t *c) {
+    if (M.safe || !c->out_ev || c->stolen || !c->phys || c->hold)
+        return 0;
+    retire_cancel(c);
+    lru_push(c);
+    c->queued = 0;
+    ooc_stats_add(OOC_STAT_prefetches, 1);
+    return 1;
+}
+
+/* Memory a planned swap-in may take now: physical chunks free or not yet made under the budget,
+ * and retiring chunks whose memory nothing took yet (retire_steal). */
+static uint64_t spare_chunks(void) {
+    uint64_t n = M.phys_made < M.budget_chunks ? M.budget_chunks - M.phys_made : 0;
+    for (phys_t *p = M.phys_free; p; p = p->next)
+        n++;
+    for (size_t i = 0; i < M.nret; i++)
+        n += M.ret[i]->phys && M.ret[i]->pin != M.serial && !M.ret[i]->hold;
+    return n;
+}
+
+/* Issues the queued chunk c now if it can (outside safe mode), in the plan's order: `owed`
+ * counts the chunks queued before it that only the worker can bring back (their own swap-outs
+ * still run and their memory went elsewhere), which the memory that is there must still cover.
+ * 1 when c was issued (or needs nothing); 0 when it waits its turn. A chunk whose own swap-out
+ * runs is reclaimed or added to `owed` (and counts as waiting). */
+static int serve_chunk(chunk_t *c, uint64_t *owed) {
+    if (c->out_ev) {
+        if (reclaim_retiring(c))
+            return 1;
+        ++*owed;
+        return 0;
+    }
+    if (c->state != C_SWAPPED)
+        return 1;
+    if (*owed && spare_chunks() <= *owed)
+        return 0;
+    return swapin_now(c);
+}
+
+/* The queued swap-ins of job j's buffer that can be issued now; 1 when one could not be for
+ * want of memory (those after it wait their turn). */
+static int serve_job(job_t j, uint64_t *owed) {
     buf_t *b = plan_buf(j.addr, j.id);
     for (uint64_t i = 0, n = b ? buf_chunks(b) : 0; i < n; i++) {
         chunk_t *c = plan_chunk(b, i);
-        if (c && c->queued && !c->out_ev && c->state == C_SWAPPED && !swapin_now(c))
+        if (c && c->queued && !serve_chunk(c, owed) && !c->out_ev)
             return 1;
     }
     return 0;
@@ -223,37 +292,43 @@ static int serve_job(job_t j) {
 /* Outside safe mode: the queued planned swap-ins issued now, in the plan's order (the worker's
  * current job first, then the ring), as far as memory goes: memory being vacated goes to the
  * swap-in planned first, as the plan has it, rather than to a later one that happens to be
- * issued when the memory is there. Called when memory may have come (a planned swap-out was
- * issued) and before a later swap-in is issued. 1 when a queued swap-in
- * is still waiting for memory. */
-static int serve_queued(void) {
+ * issued when the memory is there. A chunk that only the worker can bring back (its own swap-out
+ * still runs, its memory taken) does not hold up those after it while memory for it remains.
+ * Called when memory may have come (a planned swap-out was issued, an op begins) and before a
+ * later swap-in is issued. -1 when a queued swap-in is still waiting for memory; else how many
+ * queued chunks are left to the worker (the memory they will need). */
+long serve_queued(void) {
+    uint64_t owed = 0;
     if (M.safe || !M.worker_on || (!M.job_busy && !M.njobs))
         return 0;
-    if (M.job_busy && serve_job(M.job_cur))
-        return 1;
+    if (M.job_busy && serve_job(M.job_cur, &owed))
+        return -1;
     for (size_t k = 0; k < M.njobs; k++)
-        if (serve_job(M.jobs[M.job_head + k]))
-            return 1;
-    return 0;
+        if (serve_job(M.jobs[M.job_head + k], &owed))
+            return -1;
+    return (long)owed;
 }
 
 unsigned ooc_mem_l_prefetch(uintptr_t addr, uint64_t id, CUstream s) {
     buf_t *b = plan_buf(addr, id);
     if (!b || !M.worker_on)
         return 0;
-    int waiting = serve_queued();
+    long left = host_serves() ? serve_queued() : -1; /* else the worker will, in order */
+    int waiting = left < 0;
+    uint64_t owed = left > 0 ? (uint64_t)left : 0;
     unsigned q = 0;
     for (uint64_t i = 0, n = buf_chunks(b); i < n; i++) {
         chunk_t *c = plan_chunk(b, i);
         if (!c)
             continue;
-        /* A chunk whose swap-out is still under way is queued too: whether its copy is done is
-         * decided when the device reaches this point (the worker), not now, when the host,
-         * which runs ahead, looks. */
-        if (c->state == C_SWAPPED && !c->queued && !waiting) {
-            if (swapin_now(c))
+        /* A chunk whose swap-out is still under way keeps its memory when nothing took it
+         * (reclaim_retiring); otherwise it is queued for the worker, which brings it back once
+         * the copy out is done (serve_chunk). */
+        if ((c->state == C_SWAPPED || c->out_ev) && !c->queued && !waiting) {
+            if (serve_chunk(c, &owed))
                 continue;
-            waiting = 1; /* the rest of the buffer waits its turn too */
+            if (!c->out_ev)
+                waiting = 1; /* the rest of the buffer waits its turn too */
         }
         if ((c->out_ev || c->state == C_SWAPPED) && !c->queued) {
             cool(c); /* it is not hot (not resident, or retiring): this only keeps it so */

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* worker.c: the replay worker thread, which performs the planned swap-ins queued by
- * transfer.c and finishes the planned swap-outs whose copies are done.
+ * transfer.c (outside safe mode in stream order, serve_queued, so that their mapping calls are
+ * not made on the program's thread) and finishes the planned swap-outs whose copies are done.
  *
- * Invariants: the worker holds mem_lock except while it waits for an event or on work_cv; after
- * each wait it looks everything up again. It never evicts what the plan keeps: a swap-in with no
+ * Invariants: the worker holds mem_lock except while it waits for an event, on work_cv, or lets
+ * a program thread that waits for the lock go first (mem_yield); after each of these it looks
+ * everything up again. It never evicts what the plan keeps: a swap-in with no
  * free memory coming is left to demand residency. Callers: replay.c (ooc_mem_replay_init);
  * mem.c stops it at shutdown. */
 #include "mem_int.h"
@@ -30,12 +32,14 @@ static void worker_wait(evref_t *v, chunk_t *const *cs, size_t n) {
                 ev_drop(e);
         }
     }
+    M.worker_blocked = 1; /* meanwhile the host issues what it can (host_serves) */
     mem_unlock();
     if (v)
         sync_event(v->e);
     for (unsigned i = 0; i < npre; i++)
         sync_event(pre[i]->e);
     mem_lock_take();
+    M.worker_blocked = 0;
     for (unsigned i = 0; i < npre; i++)
         ev_drop(pre[i]);
     ev_drop(v);
@@ -61,6 +65,11 @@ static void worker_swapin(job_t j) {
      * wait): the wait without the lock before removing its alias would add nothing. */
     int waited = 0;
     for (;;) {
+        /* (Not in safe mode: there each op the program issues meanwhile would have the next
+         * chunk's alias wait for its streams again.) */
+        if (!M.safe && mem_yield())
+            waited = 0;
+        serve_queued(); /* in stream order, what memory allows (outside safe mode) */
         buf_t *b = plan_buf(j.addr, j.id);
         if (!b)
             return;
@@ -191,6 +200,13 @@ static void *worker_main(void *arg) {
     mem_on_worker();
     mem_lock_take();
     while (!M.worker_stop) {
+        if (!M.safe && mem_yield())
+            continue; /* the lock was released: worker_stop may be set, the jobs changed */
+        if (!M.safe && (M.njobs || M.job_busy)) {
+            serve_queued();
+            if (M.op_waiting)
+                pthread_cond_broadcast(&M.done_cv);
+        }
         if (M.njobs) {
             job_t j = M.jobs[M.job_head++];
             if (--M.njobs == 0)
