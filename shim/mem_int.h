@@ -410,6 +410,7 @@ uint64_t buf_chunks(const buf_t *b);
 void unqueue_buffer(const buf_t *b);
 int job_queued(job_t j);
 long serve_queued(void);
+int serve_queued_some(unsigned max);
 void serve_op_chunks(void);
 int host_serves(void);
 

@@ -10,6 +10,7 @@
  * (ooc_mem_op_pin). */
 #include "mem_int.h"
 
+#include <limits.h>
 #include <string.h>
 
 /* ---- planned transfers (replay.c calls these with the residency lock held) ------------------ */
@@ -263,6 +264,8 @@ static uint64_t spare_chunks(void) {
  * still run and their memory went elsewhere), which the memory that is there must still cover.
  * 1 when c was issued (or needs nothing); 0 when it waits its turn. A chunk whose own swap-out
  * runs is reclaimed or added to `owed` (and counts as waiting). */
+static unsigned serve_budget = UINT_MAX; /* swap-ins serve_queued may still issue */
+
 static int serve_chunk(chunk_t *c, uint64_t *owed) {
     if (c->out_ev) {
         if (reclaim_retiring(c))
@@ -272,9 +275,10 @@ static int serve_chunk(chunk_t *c, uint64_t *owed) {
     }
     if (c->state != C_SWAPPED)
         return 1;
-    if (*owed && spare_chunks() <= *owed)
+    if (!serve_budget || (*owed && spare_chunks() <= *owed) || !swapin_now(c))
         return 0;
-    return swapin_now(c);
+    serve_budget--;
+    return 1;
 }
 
 /* The queued swap-ins of job j's buffer that can be issued now; 1 when one could not be for
@@ -297,7 +301,7 @@ static int serve_job(job_t j, uint64_t *owed) {
  * Called when memory may have come (a planned swap-out was issued, an op begins) and before a
  * later swap-in is issued. -1 when a queued swap-in is still waiting for memory; else how many
  * queued chunks are left to the worker (the memory they will need). */
-long serve_queued(void) {
+static long serve_all(void) {
     uint64_t owed = 0;
     if (M.safe || !M.worker_on || (!M.job_busy && !M.njobs))
         return 0;
@@ -307,6 +311,22 @@ long serve_queued(void) {
         if (serve_job(M.jobs[M.job_head + k], &owed))
             return -1;
     return (long)owed;
+}
+
+long serve_queued(void) {
+    serve_budget = UINT_MAX;
+    return serve_all();
+}
+
+/* As serve_queued, issuing at most `max` chunks (each a mapping of tens of microseconds, made
+ * while holding mem_lock): 1 when it stopped there, and more may be issued after the caller let
+ * a waiting program thread have the lock (the worker, mem_yield). */
+int serve_queued_some(unsigned max) {
+    serve_budget = max;
+    (void)serve_all();
+    int more = serve_budget == 0;
+    serve_budget = UINT_MAX;
+    return more;
 }
 
 unsigned ooc_mem_l_prefetch(uintptr_t addr, uint64_t id, CUstream s) {

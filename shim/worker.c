@@ -12,6 +12,10 @@
 
 #include <stdio.h>
 
+/* The swap-ins the worker issues in stream order between two chances for a program thread to
+ * take mem_lock (mem_yield): each is a map and a set-access call, about 50 us. */
+#define WORKER_SERVE_BATCH 2
+
 /* The worker, holding mem_lock: waits without the lock for `v` (may be NULL) and, in safe mode,
  * for the work issued so far on the streams that may reach the chunks `cs[0, n)` unseen, so that
  * the wait_chunks that follows under the lock has little left to wait for. The lock is released
@@ -69,7 +73,12 @@ static void worker_swapin(job_t j) {
          * chunk's alias wait for its streams again.) */
         if (!M.safe && mem_yield())
             waited = 0;
-        serve_queued(); /* in stream order, what memory allows (outside safe mode) */
+        /* In stream order, what memory allows (outside safe mode), a few at a time. */
+        if (!M.safe && serve_queued_some(WORKER_SERVE_BATCH)) {
+            if (M.op_waiting)
+                pthread_cond_broadcast(&M.done_cv);
+            continue;
+        }
         buf_t *b = plan_buf(j.addr, j.id);
         if (!b)
             return;
@@ -203,9 +212,11 @@ static void *worker_main(void *arg) {
         if (!M.safe && mem_yield())
             continue; /* the lock was released: worker_stop may be set, the jobs changed */
         if (!M.safe && (M.njobs || M.job_busy)) {
-            serve_queued();
+            int more = serve_queued_some(WORKER_SERVE_BATCH);
             if (M.op_waiting)
                 pthread_cond_broadcast(&M.done_cv);
+            if (more)
+                continue;
         }
         if (M.njobs) {
             job_t j = M.jobs[M.job_head++];
