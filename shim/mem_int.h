@@ -251,6 +251,7 @@ struct mem_state {
     int job_busy;
     unsigned op_waiting; /* program threads waiting for a planned swap-in (ooc_mem_op_pin) */
     int worker_blocked;  /* the worker waits for the device, mem_lock released (worker_wait) */
+    int op_done;         /* the op of M.serial was issued: its pins protect nothing now */
     pthread_t worker;
     int worker_on, worker_stop;
     pthread_cond_t work_cv;

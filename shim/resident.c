@@ -336,6 +336,7 @@ CUresult ooc_mem_op_pin(const ooc_access_t *a, int *listed) {
         return CUDA_ERROR_DEINITIALIZED; /* the process is exiting: the pool is gone */
     }
     M.serial++;
+    M.op_done = 0;
     M.nop = 0;
     M.nopb = 0;
     int list = ooc_record_on() || ooc_replay_on();
@@ -611,6 +612,7 @@ void ooc_mem_op_issued(CUstream s, int issued) {
         }
         stream_issued(s);
         M.fc_epoch++;
+        M.op_done = 1; /* the plan's swap-outs after it may hand its memory on at once */
     }
 }
 

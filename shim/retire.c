@@ -49,7 +49,8 @@ void retire_cancel(chunk_t *c) {
 }
 
 /* Outside safe mode: the physical chunk of the oldest retiring chunk that may give it (not used
- * by the current op, whose swap-out it is about to cancel, nor held by a library call), taken
+ * by the current op before it is issued, which would cancel that swap-out, nor held by a library
+ * call; once the op is issued, the plan's swap-outs after it hand its chunks on at once), taken
  * while its copy out still runs. The retiring chunk (*from) is marked stolen: its address stays
  * mapped to the memory until its copy out is done (the worker unmaps it then), and whatever is
  * written to the memory must follow that copy on the device (its out_ev). The memory stays
@@ -62,7 +63,7 @@ phys_t *retire_steal(chunk_t **from) {
         return NULL;
     for (size_t i = 0; i < M.nret; i++) {
         chunk_t *r = M.ret[i];
-        if (r->phys && r->pin != M.serial && !r->hold) {
+        if (r->phys && (r->pin != M.serial || M.op_done) && !r->hold) {
             phys_t *p = r->phys;
             r->phys = NULL;
             r->stolen = 1;

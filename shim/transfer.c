@@ -255,7 +255,7 @@ static uint64_t spare_chunks(void) {
     for (phys_t *p = M.phys_free; p; p = p->next)
         n++;
     for (size_t i = 0; i < M.nret; i++)
-        n += M.ret[i]->phys && M.ret[i]->pin != M.serial && !M.ret[i]->hold;
+        n += M.ret[i]->phys && (M.ret[i]->pin != M.serial || M.op_done) && !M.ret[i]->hold;
     return n;
 }
 
