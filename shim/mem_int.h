@@ -367,6 +367,7 @@ CUresult unmap_failed_copy_in(chunk_t *c);
 CUresult unalias_chunk(chunk_t *c);
 CUresult map_chunk(chunk_t *c);
 CUresult map_phys(chunk_t *c, phys_t *p);
+CUresult phys_new(void);
 phys_t *phys_pop(void);
 void phys_push(phys_t *p);
 void phys_release(phys_t *p);
@@ -402,7 +403,6 @@ buf_t *query_next(query_walk_t *w); /* NULL at the end */
 void buf_span(const buf_t *b, uint64_t *c0, uint64_t *c1);
 /* resident.c */
 int any_discard(void);
-CUresult phys_new(void);
 CUresult need_phys(uint64_t want);
 /* transfer.c */
 buf_t *plan_buf(uintptr_t addr, uint64_t id);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* vmm.c: the address space and the chunk table: VA runs with a quarantine, chunk objects,
- * mapping and unmapping them, safe-mode host aliases.
+ * mapping and unmapping them, safe-mode host aliases, the pool of physical chunks.
  *
  * Invariants: buffers never move; a freed run goes through a quarantine of QUARANTINE_RUNS runs
  * before reuse (a use after free faults), and leaves it coalesced with its free neighbours. A
@@ -165,6 +165,38 @@ CUresult unmap_chunk(chunk_t *c) {
     ev_drop(c->in_ev);
     c->in_ev = NULL;
     return CUDA_SUCCESS;
+}
+
+/* A new physical chunk on the free list while under budget: CUDA_ERROR_OUT_OF_MEMORY at the
+ * budget, or when the device has no more (the budget is then lowered to what was made). */
+CUresult phys_new(void) {
+    if (M.phys_made >= M.budget_chunks)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = M.dev;
+    phys_t *p = calloc(1, sizeof *p);
+    if (!p)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = ooc_real.cuMemCreate(&p->h, M.chunk, &prop, 0);
+    if (r == CUDA_SUCCESS) {
+        p->next = M.phys_free;
+        M.phys_free = p;
+        M.phys_made++;
+        return CUDA_SUCCESS;
+    }
+    free(p);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) {
+        /* The device has less than the budget: live with what we have. */
+        OOC_LOG_W("the device ran out of memory at %llu chunks, below the budget of %llu; "
+                  "using that as the budget",
+                  (unsigned long long)M.phys_made, (unsigned long long)M.budget_chunks);
+        M.budget_chunks = M.phys_made;
+        M.budget_bytes = M.phys_made * M.chunk + M.external_bytes;
+    }
+    return r;
 }
 
 /* Releases physical chunk p (on no list any more); the caller counts it (M.phys_made). */
