@@ -381,6 +381,7 @@ void warm_shutdown(void);
 /* retire.c */
 void retire_cancel(chunk_t *c);
 void retire_settle(chunk_t *c);
+int retire_may_give(const chunk_t *r);
 phys_t *retire_steal(chunk_t **from);
 void retire_unsteal(phys_t *p, chunk_t *from);
 unsigned retire_poll(int block);

@@ -48,6 +48,12 @@ void retire_cancel(chunk_t *c) {
     ooc_stats_add(OOC_STAT_swap_cancels, 1);
 }
 
+/* Whether the retiring chunk r may give its physical chunk to another (retire_steal): it still
+ * has it, the current op does not use it or was issued already, and no library call holds it. */
+int retire_may_give(const chunk_t *r) {
+    return r->phys && (r->pin != M.serial || M.op_done) && !r->hold;
+}
+
 /* Outside safe mode: the physical chunk of the oldest retiring chunk that may give it (not used
  * by the current op before it is issued, which would cancel that swap-out, nor held by a library
  * call; once the op is issued, the plan's swap-outs after it hand its chunks on at once), taken
@@ -63,7 +69,7 @@ phys_t *retire_steal(chunk_t **from) {
         return NULL;
     for (size_t i = 0; i < M.nret; i++) {
         chunk_t *r = M.ret[i];
-        if (r->phys && (r->pin != M.serial || M.op_done) && !r->hold) {
+        if (retire_may_give(r)) {
             phys_t *p = r->phys;
             r->phys = NULL;
             r->stolen = 1;

@@ -203,13 +203,9 @@ static int swapin_now(chunk_t *c) {
  * stream order (swapin_now), ahead of the swap-ins queued before them: the op needs them first,
  * and waiting for the queue's turn would block the host. Outside safe mode. */
 void serve_op_chunks(void) {
-    if (M.safe)
-        return;
-    for (size_t i = 0; i < M.nop; i++) {
-        chunk_t *c = M.op_chunks[i];
-        if (c->queued && !c->out_ev && c->state == C_SWAPPED)
-            (void)swapin_now(c);
-    }
+    for (size_t i = 0; i < M.nop; i++)
+        if (M.op_chunks[i]->queued)
+            (void)swapin_now(M.op_chunks[i]); /* which refuses in safe mode, and what it cannot */
 }
 
 /* Whether the host issues queued swap-ins itself (serve_queued): only while the worker waits for
@@ -255,39 +251,43 @@ static uint64_t spare_chunks(void) {
     for (phys_t *p = M.phys_free; p; p = p->next)
         n++;
     for (size_t i = 0; i < M.nret; i++)
-        n += M.ret[i]->phys && (M.ret[i]->pin != M.serial || M.op_done) && !M.ret[i]->hold;
+        n += retire_may_give(M.ret[i]);
     return n;
 }
 
-/* Issues the queued chunk c now if it can (outside safe mode), in the plan's order: `owed`
- * counts the chunks queued before it that only the worker can bring back (their own swap-outs
- * still run and their memory went elsewhere), which the memory that is there must still cover.
- * 1 when c was issued (or needs nothing); 0 when it waits its turn. A chunk whose own swap-out
- * runs is reclaimed or added to `owed` (and counts as waiting). */
-static unsigned serve_budget = UINT_MAX; /* swap-ins serve_queued may still issue */
+/* One pass of serve_queued over the queue: the chunks queued before the current one that only
+ * the worker can bring back (their own swap-outs still run and their memory went elsewhere),
+ * which the memory that is there must still cover; and how many more swap-ins it may issue. */
+typedef struct {
+    uint64_t owed;
+    unsigned left;
+} serve_t;
 
-static int serve_chunk(chunk_t *c, uint64_t *owed) {
+/* Issues the queued chunk c now if it can (outside safe mode), in the plan's order (sv). 1 when
+ * c was issued (or needs nothing); 0 when it waits its turn. A chunk whose own swap-out runs is
+ * reclaimed or added to sv->owed (and counts as waiting). */
+static int serve_chunk(chunk_t *c, serve_t *sv) {
     if (c->out_ev) {
         if (reclaim_retiring(c))
             return 1;
-        ++*owed;
+        sv->owed++;
         return 0;
     }
     if (c->state != C_SWAPPED)
         return 1;
-    if (!serve_budget || (*owed && spare_chunks() <= *owed) || !swapin_now(c))
+    if (!sv->left || (sv->owed && spare_chunks() <= sv->owed) || !swapin_now(c))
         return 0;
-    serve_budget--;
+    sv->left--;
     return 1;
 }
 
 /* The queued swap-ins of job j's buffer that can be issued now; 1 when one could not be for
  * want of memory (those after it wait their turn). */
-static int serve_job(job_t j, uint64_t *owed) {
+static int serve_job(job_t j, serve_t *sv) {
     buf_t *b = plan_buf(j.addr, j.id);
     for (uint64_t i = 0, n = b ? buf_chunks(b) : 0; i < n; i++) {
         chunk_t *c = plan_chunk(b, i);
-        if (c && c->queued && !serve_chunk(c, owed) && !c->out_ev)
+        if (c && c->queued && !serve_chunk(c, sv) && !c->out_ev)
             return 1;
     }
     return 0;
@@ -301,32 +301,29 @@ static int serve_job(job_t j, uint64_t *owed) {
  * Called when memory may have come (a planned swap-out was issued, an op begins) and before a
  * later swap-in is issued. -1 when a queued swap-in is still waiting for memory; else how many
  * queued chunks are left to the worker (the memory they will need). */
-static long serve_all(void) {
-    uint64_t owed = 0;
+static long serve_all(serve_t *sv) {
     if (M.safe || !M.worker_on || (!M.job_busy && !M.njobs))
         return 0;
-    if (M.job_busy && serve_job(M.job_cur, &owed))
+    if (M.job_busy && serve_job(M.job_cur, sv))
         return -1;
     for (size_t k = 0; k < M.njobs; k++)
-        if (serve_job(M.jobs[M.job_head + k], &owed))
+        if (serve_job(M.jobs[M.job_head + k], sv))
             return -1;
-    return (long)owed;
+    return (long)sv->owed;
 }
 
 long serve_queued(void) {
-    serve_budget = UINT_MAX;
-    return serve_all();
+    serve_t sv = {0, UINT_MAX};
+    return serve_all(&sv);
 }
 
 /* As serve_queued, issuing at most `max` chunks (each a mapping of tens of microseconds, made
  * while holding mem_lock): 1 when it stopped there, and more may be issued after the caller let
  * a waiting program thread have the lock (the worker, mem_yield). */
 int serve_queued_some(unsigned max) {
-    serve_budget = max;
-    (void)serve_all();
-    int more = serve_budget == 0;
-    serve_budget = UINT_MAX;
-    return more;
+    serve_t sv = {0, max};
+    (void)serve_all(&sv);
+    return sv.left == 0;
 }
 
 unsigned ooc_mem_l_prefetch(uintptr_t addr, uint64_t id, CUstream s) {
@@ -335,7 +332,7 @@ unsigned ooc_mem_l_prefetch(uintptr_t addr, uint64_t id, CUstream s) {
         return 0;
     long left = host_serves() ? serve_queued() : -1; /* else the worker will, in order */
     int waiting = left < 0;
-    uint64_t owed = left > 0 ? (uint64_t)left : 0;
+    serve_t sv = {left > 0 ? (uint64_t)left : 0, UINT_MAX};
     unsigned q = 0;
     for (uint64_t i = 0, n = buf_chunks(b); i < n; i++) {
         chunk_t *c = plan_chunk(b, i);
@@ -345,7 +342,7 @@ unsigned ooc_mem_l_prefetch(uintptr_t addr, uint64_t id, CUstream s) {
          * (reclaim_retiring); otherwise it is queued for the worker, which brings it back once
          * the copy out is done (serve_chunk). */
         if ((c->state == C_SWAPPED || c->out_ev) && !c->queued && !waiting) {
-            if (serve_chunk(c, &owed))
+            if (serve_chunk(c, &sv))
                 continue;
             if (!c->out_ev)
                 waiting = 1; /* the rest of the buffer waits its turn too */

@@ -58,6 +58,25 @@ static void worker_wait_retiree(chunk_t *c) {
     retire_poll(0);
 }
 
+/* The worker, outside safe mode, between two steps of its work: lets a program thread that waits
+ * for mem_lock have it first (mem_yield), then issues a few queued swap-ins in stream order
+ * (serve_queued_some) and wakes an op that waits for them. 1 when the caller must look everything
+ * up again and come back: the lock was released, or more may be issued. (Not in safe mode: there
+ * each op the program issues meanwhile would have the next alias removal wait for its streams
+ * again, and swap-ins are not issued in stream order.) */
+static int worker_serve(void) {
+    if (M.safe)
+        return 0;
+    if (mem_yield())
+        return 1;
+    if (!M.njobs && !M.job_busy)
+        return 0;
+    int more = serve_queued_some(WORKER_SERVE_BATCH);
+    if (M.op_waiting)
+        pthread_cond_broadcast(&M.done_cv);
+    return more;
+}
+
 /* The worker: the swap-in of one queued buffer, chunk by chunk, each copy on the host-to-device
  * stream followed by its own event (ops that use the chunk wait for it on their streams). A
  * chunk needs a free physical chunk: when there is none it waits for planned swap-outs to
@@ -69,16 +88,8 @@ static void worker_swapin(job_t j) {
      * wait): the wait without the lock before removing its alias would add nothing. */
     int waited = 0;
     for (;;) {
-        /* (Not in safe mode: there each op the program issues meanwhile would have the next
-         * chunk's alias wait for its streams again.) */
-        if (!M.safe && mem_yield())
-            waited = 0;
-        /* In stream order, what memory allows (outside safe mode), a few at a time. */
-        if (!M.safe && serve_queued_some(WORKER_SERVE_BATCH)) {
-            if (M.op_waiting)
-                pthread_cond_broadcast(&M.done_cv);
-            continue;
-        }
+        if (worker_serve())
+            continue; /* look again */
         buf_t *b = plan_buf(j.addr, j.id);
         if (!b)
             return;
@@ -209,15 +220,8 @@ static void *worker_main(void *arg) {
     mem_on_worker();
     mem_lock_take();
     while (!M.worker_stop) {
-        if (!M.safe && mem_yield())
-            continue; /* the lock was released: worker_stop may be set, the jobs changed */
-        if (!M.safe && (M.njobs || M.job_busy)) {
-            int more = serve_queued_some(WORKER_SERVE_BATCH);
-            if (M.op_waiting)
-                pthread_cond_broadcast(&M.done_cv);
-            if (more)
-                continue;
-        }
+        if (worker_serve())
+            continue; /* worker_stop may be set, the jobs changed */
         if (M.njobs) {
             job_t j = M.jobs[M.job_head++];
             if (--M.njobs == 0)

@@ -404,8 +404,24 @@ static void order_cleanup(const char *dir) {
     ck_assert_int_eq(system(cmd), 0);
 }
 
+/* Replays the hand plan `acts` (order_plan) over 10 iterations of orderprog on the threaded
+ * simulated device with the link slowed to 10 ms per chunk, so that the host runs far ahead of
+ * the device within an iteration. */
+static tu_result_t order_replay_slow_link(const char *dir, const long bufs[4], const char *acts) {
+    char env_plan[160];
+    order_plan(dir, bufs, acts, env_plan);
+    const char *const replay[] = {env_plan,
+                                  "FAKECUDA_SCHED=threaded",
+                                  "FAKECUDA_TIMING=1",
+                                  "FAKECUDA_H2D_GBPS=0.0066",
+                                  "FAKECUDA_D2H_GBPS=0.0066",
+                                  "FAKECUDA_LAUNCH_US=5",
+                                  NULL};
+    return run_orderprog("10", NULL, replay);
+}
+
 START_TEST(test_memory_goes_to_planned_swap_ins_in_plan_order) {
-    char dir[64], env_plan[160], acts[512];
+    char dir[64], acts[512];
     long bufs[4], a, b, x, y;
     order_record(dir, bufs);
     a = bufs[0], b = bufs[1], x = bufs[2], y = bufs[3];
@@ -415,15 +431,7 @@ START_TEST(test_memory_goes_to_planned_swap_ins_in_plan_order) {
              "after\t3\t%ld\tswapout\t-\nafter\t3\t%ld\tswapout\t-\n"
              "before\t4\t%ld\twait\t-\nafter\t4\t%ld\tswapout\t-\n",
              x, a, y, x, b, x, y, y);
-    order_plan(dir, bufs, acts, env_plan);
-    const char *const replay[] = {env_plan,
-                                  "FAKECUDA_SCHED=threaded",
-                                  "FAKECUDA_TIMING=1",
-                                  "FAKECUDA_H2D_GBPS=0.0066",
-                                  "FAKECUDA_D2H_GBPS=0.0066",
-                                  "FAKECUDA_LAUNCH_US=5",
-                                  NULL};
-    tu_result_t r = run_orderprog("10", NULL, replay);
+    tu_result_t r = order_replay_slow_link(dir, bufs, acts);
     long long planned = tu_stat_row(r.err, "operations run as planned");
     long long ahead = tu_stat_row(r.err, "planned swap-ins issued ahead (chunks)");
     long long vacated = tu_stat_row(r.err, "of them into memory being vacated (chunks)");
@@ -451,7 +459,7 @@ END_TEST
  * on the host for the copy out and then copied X in again: three chunks in per iteration, none
  * cancelled. Now one cancel per replayed iteration and two chunks in; the data stays right. */
 START_TEST(test_swap_in_of_a_chunk_still_copying_out_keeps_it) {
-    char dir[64], env_plan[160], acts[640];
+    char dir[64], acts[640];
     long bufs[4], a, b, x, y;
     order_record(dir, bufs);
     a = bufs[0], b = bufs[1], x = bufs[2], y = bufs[3];
@@ -462,15 +470,7 @@ START_TEST(test_swap_in_of_a_chunk_still_copying_out_keeps_it) {
              "before\t4\t%ld\tswapin\t-\nbefore\t4\t%ld\twait\t-\n"
              "after\t4\t%ld\tswapout\t-\nafter\t4\t%ld\tswapout\t-\n",
              x, a, y, x, b, x, x, y, x, y);
-    order_plan(dir, bufs, acts, env_plan);
-    const char *const replay[] = {env_plan,
-                                  "FAKECUDA_SCHED=threaded",
-                                  "FAKECUDA_TIMING=1",
-                                  "FAKECUDA_H2D_GBPS=0.0066",
-                                  "FAKECUDA_D2H_GBPS=0.0066",
-                                  "FAKECUDA_LAUNCH_US=5",
-                                  NULL};
-    tu_result_t r = run_orderprog("10", NULL, replay);
+    tu_result_t r = order_replay_slow_link(dir, bufs, acts);
     long long planned = tu_stat_row(r.err, "operations run as planned");
     long long cancels = tu_stat_row(r.err, "swap-outs cancelled: used again first");
     long long ahead = tu_stat_row(r.err, "planned swap-ins issued ahead (chunks)");
