@@ -321,6 +321,11 @@ int main(int argc, char **argv) {
     if (p->swapin_exclusive)
         printf("swap-ins run alone on the device: recorded in safe mode without staging "
                "(meta.tsv swapin_exclusive 1)\n");
+    if (p->swapin_vmm_ns || p->swapout_vmm_ns)
+        printf("mapping calls per chunk: %.1f us to swap in, %.1f us after a swap-out%s\n",
+               (double)p->swapin_vmm_ns / 1e3, (double)p->swapout_vmm_ns / 1e3,
+               p->swapout_exclusive ? ", while nothing computes (meta.tsv swapout_exclusive 1)"
+                                    : "");
     int status = 1;
     if (incore) {
         ooc_timeline_t tl;

@@ -73,6 +73,16 @@ typedef struct ooc_profile {
      * and nothing runs until it ends (safe mode without staging: its address maps the memory
      * being filled, which any op may reach unseen). Optional meta key swapin_exclusive. */
     uint8_t swapin_exclusive;
+    /* 1: a swap-out's mapping calls (below) run while nothing computes: the device drains first
+     * and no op is issued meanwhile (safe mode: the chunk's address gets its host copy, which any
+     * op may reach unseen). Optional meta key swapout_exclusive. */
+    uint8_t swapout_exclusive;
+    /* Host time of the driver's mapping calls per chunk (ns): those that bring a swapped chunk
+     * back (map and set access; in safe mode also the unmap of its host alias) and those that
+     * follow its copy out (unmap; in safe mode also mapping the host alias). One worker thread
+     * makes them all, one after another. Optional meta keys swapin_vmm_ns and swapout_vmm_ns:
+     * 0 when absent. */
+    uint64_t swapin_vmm_ns, swapout_vmm_ns;
     uint32_t nops, nbufs, nrefs, nprods;
     ooc_op_t *ops;
     ooc_buffer_t *bufs;

@@ -357,11 +357,15 @@ enum {
     M_D2H,
     M_BIDIR,
     M_ITERS,
-    M_EXCL /* optional, and the only one: 0 when absent */
+    M_EXCL, /* optional from here on: 0 when absent */
+    M_VMM_IN,
+    M_VMM_OUT,
+    M_OUT_EXCL
 };
 static const char *const meta_keys[] = {
-    "format_version", "program", "device",    "device_mem_bytes", "budget_bytes",    "chunk_bytes",
-    "h2d_bps",        "d2h_bps", "bidir_bps", "iterations",       "swapin_exclusive"};
+    "format_version",   "program",       "device",         "device_mem_bytes", "budget_bytes",
+    "chunk_bytes",      "h2d_bps",       "d2h_bps",        "bidir_bps",        "iterations",
+    "swapin_exclusive", "swapin_vmm_ns", "swapout_vmm_ns", "swapout_exclusive"};
 #define NMETA ((int)(sizeof meta_keys / sizeof meta_keys[0]))
 
 static int parse_meta(ooc_profile_t *p, ooc_tsv_t *r, char *err, size_t errlen) {
@@ -395,9 +399,10 @@ static int parse_meta(ooc_profile_t *p, ooc_tsv_t *r, char *err, size_t errlen) 
                 return bad(r, 1, meta_keys[k], "is not a supported format version", err, errlen);
             break;
         case M_EXCL:
+        case M_OUT_EXCL:
             if (!field_is(r, 1, "0") && !field_is(r, 1, "1"))
                 return bad(r, 1, meta_keys[k], "is not 0 or 1", err, errlen);
-            p->swapin_exclusive = field_is(r, 1, "1");
+            *(k == M_EXCL ? &p->swapin_exclusive : &p->swapout_exclusive) = field_is(r, 1, "1");
             break;
         case M_PROGRAM:
         case M_DEVICE: {
@@ -415,6 +420,8 @@ static int parse_meta(ooc_profile_t *p, ooc_tsv_t *r, char *err, size_t errlen) 
         case M_BUDGET:
         case M_CHUNK:
         case M_ITERS:
+        case M_VMM_IN:
+        case M_VMM_OUT:
             if (parse_u64(r->f[1], r->flen[1], &u))
                 return bad(r, 1, meta_keys[k], "is not an unsigned integer", err, errlen);
             if (k == M_DEVMEM)
@@ -425,6 +432,10 @@ static int parse_meta(ooc_profile_t *p, ooc_tsv_t *r, char *err, size_t errlen) 
                 if (u == 0 || (u & (u - 1)))
                     return bad(r, 1, meta_keys[k], "is not a power of two", err, errlen);
                 p->chunk_bytes = u;
+            } else if (k == M_VMM_IN || k == M_VMM_OUT) {
+                if (u > 60000000000ull)
+                    return bad(r, 1, meta_keys[k], "is above a minute per chunk", err, errlen);
+                *(k == M_VMM_IN ? &p->swapin_vmm_ns : &p->swapout_vmm_ns) = u;
             } else {
                 if (u > UINT32_MAX)
                     return bad(r, 1, meta_keys[k], "is too large", err, errlen);
@@ -445,7 +456,7 @@ static int parse_meta(ooc_profile_t *p, ooc_tsv_t *r, char *err, size_t errlen) 
     if (rc < 0)
         return rc;
     for (int i = 0; i < NMETA; i++)
-        if (!seen[i] && i != M_EXCL) {
+        if (!seen[i] && i < M_EXCL) {
             ooc_msg_say(err, errlen, "%s: field %s: missing", r->name, meta_keys[i]);
             return OOC_EFORMAT;
         }
@@ -753,6 +764,11 @@ int ooc_profile_write(const ooc_profile_t *p, const char *dir, char *err, size_t
             p->d2h_bps, p->bidir_bps, p->iterations);
     if (p->swapin_exclusive)
         fprintf(f, "swapin_exclusive\t1\n");
+    if (p->swapout_exclusive)
+        fprintf(f, "swapout_exclusive\t1\n");
+    if (p->swapin_vmm_ns || p->swapout_vmm_ns)
+        fprintf(f, "swapin_vmm_ns\t%llu\nswapout_vmm_ns\t%llu\n",
+                (unsigned long long)p->swapin_vmm_ns, (unsigned long long)p->swapout_vmm_ns);
     if ((rc = close_out(f, dir, "meta.tsv", err, errlen)))
         return rc;
 

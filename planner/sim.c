@@ -12,7 +12,17 @@
  * move, the plan is infeasible under the budget. Both directions share the bidirectional
  * bandwidth when they run together. With the profile's swapin_exclusive (safe mode without
  * staging), a copy in starts only between compute items and the compute engine waits for it
- * (shim/worker.c: the address maps the memory being filled). Everything is deterministic. */
+ * (shim/worker.c: the address maps the memory being filled).
+ *
+ * The driver's mapping calls take host time (the profile's swapin_vmm_ns and swapout_vmm_ns
+ * per chunk), and one worker thread makes them all, one after another: the "map lane". A
+ * swap-in's chunks are mapped on the lane from the moment it is queued (into memory still being
+ * vacated, as the shim does), and its copy moves no byte before that is done; a swap-out's
+ * chunks are unmapped on the lane after its copy ends. In safe mode remapping a chunk waits for
+ * the device to drain (its host alias may be reached unseen), and no op is issued meanwhile:
+ * with swapin_exclusive a swap-in's mapping is part of its exclusive copy; with
+ * swapout_exclusive a swap-out's starts at the next gap between compute items, which waits for
+ * it. Everything is deterministic. */
 #include "ooc_planner.h"
 #include "grow.h"
 
@@ -26,6 +36,7 @@ enum { ST_NONE = 0, ST_RES, ST_IN, ST_OUTQ, ST_HOST };
 typedef struct {
     int32_t buf;
     double issue;
+    double mapped; /* its chunks' mapping calls end (the map lane) */
 } xfer_t;
 
 typedef struct {
@@ -33,6 +44,7 @@ typedef struct {
     size_t head, n, cap;
     int active; /* head is running */
     double remaining, start;
+    double hold; /* the running head moves no byte before this (its mapping calls) */
 } engine_t;
 
 typedef struct {
@@ -44,6 +56,10 @@ typedef struct {
     uint64_t used, budget;
     uint8_t *st, *host_valid, *waited, *d2h_pending, *free_after_d2h, *ever, *dropped;
     engine_t h2d, d2h;
+    double lane; /* the map lane (the worker's mapping calls) is busy until then */
+    /* swapout_exclusive: swap-outs' mapping calls waiting for a gap between compute items, and
+     * the end of those running (nothing computes before) */
+    double excl_pending, excl_end;
     /* compute engine */
     uint32_t op;     /* current op */
     uint32_t ai;     /* next action index */
@@ -104,7 +120,7 @@ void ooc_sim_result_free(ooc_sim_result_t *r) {
     r->h2d_wait_ns = r->d2h_delay_ns = NULL;
 }
 
-static int push(engine_t *e, int32_t buf, double issue) {
+static int push(engine_t *e, int32_t buf, double issue, double mapped) {
     if (e->head + e->n == e->cap) {
         if (e->head > 0) {
             memmove(e->q, e->q + e->head, e->n * sizeof *e->q);
@@ -113,8 +129,21 @@ static int push(engine_t *e, int32_t buf, double issue) {
         if (ooc_grow(&e->q, &e->cap, e->n + 1, sizeof *e->q, 64))
             return OOC_ENOMEM;
     }
-    e->q[e->head + e->n++] = (xfer_t){buf, issue};
+    e->q[e->head + e->n++] = (xfer_t){buf, issue, mapped};
     return 0;
+}
+
+/* Puts `ns` of mapping calls on the map lane, after its earlier work and not before now: when
+ * they end. */
+static double lane_take(sim_t *s, double ns) {
+    s->lane = (s->lane > s->now ? s->lane : s->now) + ns;
+    return s->lane;
+}
+
+/* The host time of the mapping calls for buffer b's chunks, `per_chunk` ns each; a buffer that
+ * shares a chunk (at most chunk/8 bytes, shim/buffer.c) is charged its share. */
+static double vmm_ns(const sim_t *s, int32_t b, uint64_t per_chunk) {
+    return (double)s->m->fp[b] / (double)s->m->chunk_bytes * (double)per_chunk;
 }
 
 static int map(sim_t *s, int32_t b) {
@@ -201,7 +230,13 @@ static int step_compute(sim_t *s) {
     const ooc_model_t *m = s->m;
     const ooc_profile_t *p = m->prof;
     const ooc_plan_t *pl = s->pl;
-    if (s->busy || s->phase == 2 || s->stop)
+    if (s->busy || s->stop)
+        return 0;
+    if (s->excl_pending > 0) {
+        s->excl_end = lane_take(s, s->excl_pending);
+        s->excl_pending = 0;
+    }
+    if (s->phase == 2 || s->now < s->excl_end)
         return 0;
     if (p->swapin_exclusive) {
         /* A copy in runs alone: nothing starts while one runs, nor while one could start. */
@@ -221,7 +256,10 @@ static int step_compute(sim_t *s) {
                         "swap-in of buffer %d before op %d, but it is not swapped out", b, a->op);
                 return 0;
             }
-            if (push(&s->h2d, b, s->now)) {
+            double mapped = p->swapin_exclusive
+                                ? 0 /* the lane takes it when the copy starts (step_h2d) */
+                                : lane_take(s, vmm_ns(s, b, p->swapin_vmm_ns));
+            if (push(&s->h2d, b, s->now, mapped)) {
                 violate(s, OOC_ENOMEM, a->op, b, "out of memory");
                 return 0;
             }
@@ -409,7 +447,7 @@ static void end_compute(sim_t *s) {
             unmap(s, b); /* the host copy is current: nothing to copy */
             s->st[b] = ST_HOST;
         } else {
-            if (push(&s->d2h, b, s->now)) {
+            if (push(&s->d2h, b, s->now, 0)) {
                 violate(s, OOC_ENOMEM, a->op, b, "out of memory");
                 return;
             }
@@ -434,10 +472,15 @@ static void end_compute(sim_t *s) {
     s->phase = s->op < m->n ? 0 : 2;
 }
 
+/* Is e's running transfer moving bytes (past its mapping calls)? */
+static int moving(const sim_t *s, const engine_t *e) {
+    return e->active && s->now >= e->hold;
+}
+
 static double rate(const sim_t *s, int h2d) {
     const ooc_profile_t *p = s->m->prof;
     double r = h2d ? p->h2d_bps : p->d2h_bps;
-    if (s->h2d.active && s->d2h.active && p->h2d_bps + p->d2h_bps > p->bidir_bps)
+    if (moving(s, &s->h2d) && moving(s, &s->d2h) && p->h2d_bps + p->d2h_bps > p->bidir_bps)
         r *= p->bidir_bps / (p->h2d_bps + p->d2h_bps);
     return r / 1e9; /* bytes per ns */
 }
@@ -451,6 +494,10 @@ static int step_h2d(sim_t *s) {
     (void)map(s, x->buf); /* it fits: h2d_ready */
     e->active = 1;
     e->start = s->now;
+    if (s->m->prof->swapin_exclusive)
+        e->hold = lane_take(s, vmm_ns(s, x->buf, s->m->prof->swapin_vmm_ns));
+    else
+        e->hold = x->mapped > s->now ? x->mapped : s->now;
     e->remaining = (double)s->m->prof->bufs[x->buf].bytes;
     s->res->h2d_bytes += s->m->prof->bufs[x->buf].bytes;
     trace(s, OOC_TR_H2D_START, (int32_t)s->op, x->buf, -1, s->m->prof->bufs[x->buf].bytes);
@@ -466,6 +513,7 @@ static int step_d2h(sim_t *s) {
         return 0;
     e->active = 1;
     e->start = s->now;
+    e->hold = s->now;
     e->remaining = (double)s->m->prof->bufs[x->buf].bytes;
     s->res->d2h_bytes += s->m->prof->bufs[x->buf].bytes;
     if (s->res->d2h_delay_ns)
@@ -493,6 +541,10 @@ static void end_d2h(sim_t *s) {
     e->active = 0;
     trace(s, OOC_TR_D2H_END, (int32_t)s->op, b, -1, s->m->prof->bufs[b].bytes);
     unmap(s, b);
+    if (s->m->prof->swapout_exclusive)
+        s->excl_pending += vmm_ns(s, b, s->m->prof->swapout_vmm_ns);
+    else
+        (void)lane_take(s, vmm_ns(s, b, s->m->prof->swapout_vmm_ns));
     s->d2h_pending[b] = 0;
     s->host_valid[b] = 1;
     if (s->free_after_d2h[b]) {
@@ -572,15 +624,19 @@ int ooc_sim_run(const ooc_model_t *m, const ooc_plan_t *pl, const ooc_sim_opts_t
             prog = step_compute(&s) | step_d2h(&s) | step_h2d(&s);
         if (s.stop)
             break;
-        if (s.phase == 2 && !s.busy && !s.h2d.n && !s.d2h.n)
+        if (s.phase == 2 && !s.busy && !s.h2d.n && !s.d2h.n && s.now >= s.excl_end)
             break;
         double next = INFINITY;
+        if (s.excl_end > s.now)
+            next = s.excl_end;
         if (s.busy)
             next = s.busy_end;
         double rh = rate(&s, 1), rd = rate(&s, 0);
-        if (s.h2d.active && s.now + s.h2d.remaining / rh < next)
+        if (s.h2d.active && !moving(&s, &s.h2d) && s.h2d.hold < next)
+            next = s.h2d.hold;
+        if (moving(&s, &s.h2d) && s.now + s.h2d.remaining / rh < next)
             next = s.now + s.h2d.remaining / rh;
-        if (s.d2h.active && s.now + s.d2h.remaining / rd < next)
+        if (moving(&s, &s.d2h) && s.now + s.d2h.remaining / rd < next)
             next = s.now + s.d2h.remaining / rd;
         if (next == INFINITY) {
             if (s.phase != 2 && s.blocked_buf < 0) {
@@ -598,7 +654,7 @@ int ooc_sim_run(const ooc_model_t *m, const ooc_plan_t *pl, const ooc_sim_opts_t
             break;
         }
         double dt = next - s.now;
-        int h_act = s.h2d.active, d_act = s.d2h.active;
+        int h_act = moving(&s, &s.h2d), d_act = moving(&s, &s.d2h);
         if (h_act)
             s.h2d.remaining -= dt * rh;
         if (d_act)

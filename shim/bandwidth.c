@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* bandwidth.c: the recorder's probe of host<->device bandwidth, measured with a scratch chunk
- * and two host slots of the pool.
+/* bandwidth.c: the recorder's probes, with a scratch chunk and host slots of the pool: the
+ * host<->device bandwidth, and the host time of the mapping calls that move a chunk.
  *
  * A plan is only as good as the link speed it was made for, and one timed batch can be slowed by
  * anything else using the device or the host at that moment. So each figure is the median of
@@ -13,6 +13,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* One timed batch: `reps` copies of `bytes` between slot s and the device chunk at dev, on
  * stream st, host-to-device when h2d. Caller holds mem_lock. */
@@ -143,5 +144,77 @@ CUresult ooc_mem_measure_bw(uint64_t bytes, double *h2d_bps, double *d2h_bps, do
     *h2d_bps = total / (med[0] * 1e-3);
     *d2h_bps = total / (med[1] * 1e-3);
     *bidir_bps = 2 * total / (med[2] * 1e-3);
+    return CUDA_SUCCESS;
+}
+
+/* ---- the host time of the mapping calls per chunk ------------------------------------------ */
+
+/* Untimed cycles first, then timed ones. Each figure is the mean over the timed cycles, not a
+ * median: a driver (the simulated one is) may hold one call longer and the next shorter, so that
+ * only a run of calls adds up to their cost. */
+#define VMM_WARMUP 3
+#define VMM_CYCLES 16
+
+static uint64_t vmm_clock(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+CUresult ooc_mem_measure_vmm(uint64_t *in_ns, uint64_t *out_ns) {
+    mem_lock_take();
+    CUresult r = need_phys(1);
+    uint64_t idx = 0;
+    int have_va = r == CUDA_SUCCESS && va_take(1, &idx) == 0;
+    chunk_t scratch;
+    memset(&scratch, 0, sizeof scratch);
+    scratch.idx = idx;
+    if (r == CUDA_SUCCESS && !have_va)
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    int mapped = r == CUDA_SUCCESS && (r = map_chunk(&scratch)) == CUDA_SUCCESS;
+    hslot_t *slot = mapped && M.safe ? host_slot() : NULL;
+    if (mapped && M.safe && !slot)
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    CUdeviceptr a = (CUdeviceptr)chunk_addr(&scratch);
+    uint64_t sum_in = 0, sum_out = 0;
+    int aliased = 0;
+    /* What replay does per chunk, with nothing to wait for: after a copy out, unmap (and in safe
+     * mode map the host copy there); for a swap-in, (unmap the alias and) map a device chunk. */
+    for (int i = 0; i < VMM_WARMUP + VMM_CYCLES && r == CUDA_SUCCESS; i++) {
+        uint64_t t0 = vmm_clock();
+        if ((r = vmm_unmap(a)) != CUDA_SUCCESS)
+            break;
+        mapped = 0;
+        if (M.safe && (r = vmm_map_rw(a, slot->h)) != CUDA_SUCCESS)
+            break;
+        aliased = M.safe;
+        uint64_t t1 = vmm_clock();
+        if (aliased && (r = vmm_unmap(a)) != CUDA_SUCCESS)
+            break;
+        aliased = 0;
+        if ((r = vmm_map_rw(a, scratch.phys->h)) != CUDA_SUCCESS)
+            break;
+        mapped = 1;
+        if (i >= VMM_WARMUP) {
+            sum_out += t1 - t0;
+            sum_in += vmm_clock() - t1;
+        }
+    }
+    if (aliased)
+        (void)vmm_unmap(a);
+    host_slot_put(slot);
+    if (mapped) {
+        unmap_chunk(&scratch);
+    } else if (scratch.phys) {
+        phys_push(scratch.phys); /* unmapped by the loop */
+        scratch.phys = NULL;
+    }
+    if (have_va)
+        va_give(idx, 1);
+    mem_unlock();
+    if (r != CUDA_SUCCESS)
+        return r;
+    *in_ns = sum_in / VMM_CYCLES;
+    *out_ns = sum_out / VMM_CYCLES;
     return CUDA_SUCCESS;
 }

@@ -236,6 +236,13 @@ int ooc_mem_swapin_exclusive(void) {
     return x;
 }
 
+int ooc_mem_swapout_exclusive(void) {
+    mem_lock_take();
+    int x = M.safe;
+    mem_unlock();
+    return x;
+}
+
 void ooc_mem_info(uint64_t *budget, uint64_t *held) {
     mem_lock_take();
     *budget = M.budget_bytes;

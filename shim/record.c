@@ -674,6 +674,7 @@ static ooc_profile_t *finish(int at_exit, char *dir_out, uint32_t *pos_out) {
     uint64_t chunk, budget;
     ooc_mem_geometry(&chunk, &budget);
     p->swapin_exclusive = (uint8_t)ooc_mem_swapin_exclusive();
+    p->swapout_exclusive = (uint8_t)ooc_mem_swapout_exclusive();
     /* Three copy sizes, the largest (one chunk: what a swap moves) last; meta.tsv takes it. */
     double bw[3][4];
     int nbw = 0;
@@ -691,6 +692,13 @@ static ooc_profile_t *finish(int at_exit, char *dir_out, uint32_t *pos_out) {
         link_figures(p, bw, nbw);
     } else {
         OOC_LOG_W("the copy bandwidth could not be measured; the profile keeps the defaults");
+    }
+    uint64_t vmm_in, vmm_out;
+    if (ooc_mem_measure_vmm(&vmm_in, &vmm_out) == CUDA_SUCCESS) {
+        p->swapin_vmm_ns = vmm_in;
+        p->swapout_vmm_ns = vmm_out;
+    } else {
+        OOC_LOG_W("the mapping calls' time could not be measured; the plan counts none");
     }
     char prog[1024], dev[128] = "-", dir[OOC_PATH_MAX], err[256];
     program_line(prog, sizeof prog);

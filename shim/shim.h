@@ -212,6 +212,10 @@ void ooc_mem_set_stage(int on);
  * issued before it waited for, every op after it waiting for the copy)? The profile says so to
  * the planner (meta.tsv swapin_exclusive). */
 int ooc_mem_swapin_exclusive(void);
+/* Safe mode, staged or not: do a swap-out's mapping calls run while nothing computes (mapping the
+ * host copy at a chunk's address waits for the device to drain, under the lock)? meta.tsv
+ * swapout_exclusive. */
+int ooc_mem_swapout_exclusive(void);
 /* OOC_SAFE_STAGE: a host-to-device copy of n bytes from src to dst is about to be issued: the
  * buffers of ours whose addresses its words hold (a pointer table) are never staged (stage.c).
  * Copies over OOC_SHADOW_MAX_BYTES are not scanned. Takes mem_lock when a word is ours. */
@@ -374,6 +378,10 @@ void ooc_mem_info(uint64_t *budget, uint64_t *held);
  * physical chunk (swapping one out if the pool is full). Returns CUDA_SUCCESS or the driver's
  * error. Thread-safe. */
 CUresult ooc_mem_measure_bw(uint64_t bytes, double *h2d_bps, double *d2h_bps, double *bidir_bps);
+/* The host time of the driver's mapping calls per chunk (the mean of 16 cycles on a scratch
+ * chunk): *in_ns for those that bring a swapped chunk back (in safe mode with the unmap of its
+ * host alias), *out_ns for those after a copy out (in safe mode with mapping the alias). */
+CUresult ooc_mem_measure_vmm(uint64_t *in_ns, uint64_t *out_ns);
 
 /* The chunk size and the budget in force. */
 void ooc_mem_geometry(uint64_t *chunk_bytes, uint64_t *budget_bytes);

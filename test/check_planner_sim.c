@@ -119,6 +119,46 @@ START_TEST(test_exclusive_swap_in_runs_alone) {
 }
 END_TEST
 
+/* The driver's mapping calls take the worker's time (swapin_vmm_ns, swapout_vmm_ns per chunk),
+ * one after another. A (one 1 KiB chunk) is copied out during op 1 (1000-2000 ns), then swapped in
+ * before op 2; op 3 reads it. With 300 ns to unmap a chunk and 500 to map one: the unmap runs
+ * 2000-2300, the swap-in's mapping after it, 2300-2800, the copy 2800-3800, and op 3 waits for
+ * it (3800-4800) where it ran at 3000 without mapping costs. With the unmap alone, the mapping
+ * still waits for the lane: the copy runs 2300-3300. In safe mode without staging (exclusive)
+ * nothing computes while a chunk is remapped: op 2 waits for the unmap, the mapping and the copy
+ * (2800-3800, ops 2 and 3 after); with the unmap alone, op 2 waits for it and the copy (3300). */
+START_TEST(test_mapping_calls_take_the_worker_in_turn) {
+    static const struct {
+        uint64_t in, out;
+        int excl;
+        uint64_t time, stall;
+    } cases[] = {{0, 0, 0, 4000, 0},    {500, 300, 0, 4800, 800},  {0, 300, 0, 4300, 300},
+                 {0, 0, 1, 5000, 1000}, {500, 300, 1, 5800, 1800}, {0, 300, 1, 5300, 1300}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ooc_profile_t *p = tiny();
+        p->chunk_bytes = 1024; /* A and B take a chunk each */
+        p->swapin_vmm_ns = cases[i].in;
+        p->swapout_vmm_ns = cases[i].out;
+        p->swapin_exclusive = p->swapout_exclusive = (uint8_t)cases[i].excl;
+        ooc_model_t *m;
+        ck_assert_int_eq(ooc_model_build(p, p->chunk_bytes, &m), 0);
+        ooc_plan_t *pl = swap_a(1 << 20, 2, 1);
+        ooc_sim_result_t r;
+        run_checked(m, pl, &r);
+        ck_assert_msg(r.feasible, "%s", r.viol_msg);
+        ck_assert_msg(r.time_ns == cases[i].time && r.stall_ns == cases[i].stall,
+                      "case %zu: time %llu stall %llu, expected %llu and %llu", i,
+                      (unsigned long long)r.time_ns, (unsigned long long)r.stall_ns,
+                      (unsigned long long)cases[i].time, (unsigned long long)cases[i].stall);
+        ck_assert_uint_eq(r.h2d_bytes, 1000);
+        ooc_sim_result_free(&r);
+        ooc_plan_free(pl);
+        ooc_model_free(m);
+        ooc_profile_free(p);
+    }
+}
+END_TEST
+
 START_TEST(test_memory_waits_for_released_chunks) {
     ooc_profile_t *p = tiny();
     ooc_model_t *m;
@@ -917,6 +957,7 @@ Suite *suite_planner_sim(void) {
     tcase_add_test(tc, test_heavy_ops_follow_kinds_and_names);
     tcase_add_test(tc, test_swap_overlaps_compute_exactly);
     tcase_add_test(tc, test_exclusive_swap_in_runs_alone);
+    tcase_add_test(tc, test_mapping_calls_take_the_worker_in_turn);
     tcase_add_test(tc, test_memory_waits_for_released_chunks);
     tcase_add_test(tc, test_broken_plans_are_reported);
     tcase_add_test(tc, test_recompute_relaunches_producer);

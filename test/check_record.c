@@ -404,14 +404,16 @@ END_TEST
 
 /* The profile tells the planner whether a planned swap-in's copy runs alone on the device (safe
  * mode without staging: meta.tsv swapin_exclusive 1): so in safe mode, not with staging, not
- * outside safe mode. */
+ * outside safe mode; whether a swap-out's remapping does (safe mode, staged or not:
+ * swapout_exclusive 1); and the host time of the mapping calls per chunk, measured (a mapping
+ * takes some, even on the simulated device without its timing model). */
 START_TEST(test_profile_says_whether_swap_ins_run_alone) {
     static const struct {
         const char *safe, *stage;
-        int want;
-    } cases[] = {{"OOC_SAFE=on", "OOC_SAFE_STAGE=0", 1},
-                 {"OOC_SAFE=on", "OOC_SAFE_STAGE=1", 0},
-                 {"OOC_SAFE=off", "OOC_SAFE_STAGE=0", 0}};
+        int want, want_out;
+    } cases[] = {{"OOC_SAFE=on", "OOC_SAFE_STAGE=0", 1, 1},
+                 {"OOC_SAFE=on", "OOC_SAFE_STAGE=1", 0, 1},
+                 {"OOC_SAFE=off", "OOC_SAFE_STAGE=0", 0, 0}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char dir[64], dirv[96], prof[96], err[512];
         snprintf(dir, sizeof dir, "/tmp/ooc-excl-XXXXXX");
@@ -433,6 +435,13 @@ START_TEST(test_profile_says_whether_swap_ins_run_alone) {
         ck_assert_msg(ooc_profile_read(prof, &p, err, sizeof err) == 0, "%s", err);
         ck_assert_msg(p->swapin_exclusive == cases[i].want, "%s %s: swapin_exclusive %d",
                       cases[i].safe, cases[i].stage, p->swapin_exclusive);
+        ck_assert_msg(p->swapout_exclusive == cases[i].want_out, "%s %s: swapout_exclusive %d",
+                      cases[i].safe, cases[i].stage, p->swapout_exclusive);
+        ck_assert_msg(p->swapin_vmm_ns > 0 && p->swapout_vmm_ns > 0 &&
+                          p->swapin_vmm_ns < 10000000 && p->swapout_vmm_ns < 10000000,
+                      "%s %s: %llu and %llu ns of mapping calls per chunk", cases[i].safe,
+                      cases[i].stage, (unsigned long long)p->swapin_vmm_ns,
+                      (unsigned long long)p->swapout_vmm_ns);
         ooc_profile_free(p);
         tu_result_free(&r);
         char cmd[128];
