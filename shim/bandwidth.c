@@ -149,11 +149,17 @@ CUresult ooc_mem_measure_bw(uint64_t bytes, double *h2d_bps, double *d2h_bps, do
 
 /* ---- the host time of the mapping calls per chunk ------------------------------------------ */
 
-/* Untimed cycles first, then timed ones. Each figure is the mean over the timed cycles, not a
+/* Untimed cycles first, then timed ones. Each figure is a mean over the timed cycles, not a
  * median: a driver (the simulated one is) may hold one call longer and the next shorter, so that
- * only a run of calls adds up to their cost. */
+ * only a run of calls adds up to their cost. A cycle that took more than twice the median cycle
+ * (the thread preempted, another process's work) is left out of both means. */
 #define VMM_WARMUP 3
 #define VMM_CYCLES 16
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
 
 static uint64_t vmm_clock(void) {
     struct timespec ts;
@@ -176,7 +182,7 @@ CUresult ooc_mem_measure_vmm(uint64_t *in_ns, uint64_t *out_ns) {
     if (mapped && M.safe && !slot)
         r = CUDA_ERROR_OUT_OF_MEMORY;
     CUdeviceptr a = (CUdeviceptr)chunk_addr(&scratch);
-    uint64_t sum_in = 0, sum_out = 0;
+    uint64_t t_in[VMM_CYCLES], t_out[VMM_CYCLES];
     int aliased = 0;
     /* What replay does per chunk, with nothing to wait for: after a copy out, unmap (and in safe
      * mode map the host copy there); for a swap-in, (unmap the alias and) map a device chunk. */
@@ -196,8 +202,8 @@ CUresult ooc_mem_measure_vmm(uint64_t *in_ns, uint64_t *out_ns) {
             break;
         mapped = 1;
         if (i >= VMM_WARMUP) {
-            sum_out += t1 - t0;
-            sum_in += vmm_clock() - t1;
+            t_out[i - VMM_WARMUP] = t1 - t0;
+            t_in[i - VMM_WARMUP] = vmm_clock() - t1;
         }
     }
     if (aliased)
@@ -214,7 +220,18 @@ CUresult ooc_mem_measure_vmm(uint64_t *in_ns, uint64_t *out_ns) {
     mem_unlock();
     if (r != CUDA_SUCCESS)
         return r;
-    *in_ns = sum_in / VMM_CYCLES;
-    *out_ns = sum_out / VMM_CYCLES;
+    uint64_t total[VMM_CYCLES], sum_in = 0, sum_out = 0, n = 0;
+    for (int i = 0; i < VMM_CYCLES; i++)
+        total[i] = t_in[i] + t_out[i];
+    qsort(total, VMM_CYCLES, sizeof total[0], cmp_u64);
+    uint64_t cap = 2 * total[VMM_CYCLES / 2];
+    for (int i = 0; i < VMM_CYCLES; i++)
+        if (t_in[i] + t_out[i] <= cap) {
+            sum_in += t_in[i];
+            sum_out += t_out[i];
+            n++;
+        }
+    *in_ns = sum_in / n; /* the median cycle itself is never above the cap */
+    *out_ns = sum_out / n;
     return CUDA_SUCCESS;
 }

@@ -379,8 +379,9 @@ void ooc_mem_info(uint64_t *budget, uint64_t *held);
  * error. Thread-safe. */
 CUresult ooc_mem_measure_bw(uint64_t bytes, double *h2d_bps, double *d2h_bps, double *bidir_bps);
 /* The host time of the driver's mapping calls per chunk (the mean of 16 cycles on a scratch
- * chunk): *in_ns for those that bring a swapped chunk back (in safe mode with the unmap of its
- * host alias), *out_ns for those after a copy out (in safe mode with mapping the alias). */
+ * chunk, those over twice the median cycle left out): *in_ns for those that bring a swapped chunk
+ * back (in safe mode with the unmap of its host alias), *out_ns for those after a copy out (in safe
+ * mode with mapping the alias). */
 CUresult ooc_mem_measure_vmm(uint64_t *in_ns, uint64_t *out_ns);
 
 /* The chunk size and the budget in force. */
