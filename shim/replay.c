@@ -107,6 +107,7 @@ static struct {
     int said;              /* the first divergence was logged */
     uint64_t iter;         /* iterations started under this plan, from 1 */
     uint64_t blocked_mark; /* OOC_STAT_blocked_ns when the current iteration started */
+    uint64_t vmm_mark;     /* OOC_STAT_vmm_prog_ns then */
     int32_t *drop_rc; /* per action: for a drop, the recompute of the same buffer that follows */
     recipes_t rc;     /* dropped buffers waiting to be rebuilt */
 } P;
@@ -521,11 +522,14 @@ static void new_iteration(void) {
     /* The host time blocked in the iteration that ends here, when it ran whole under the plan
      * (the first one starts where the plan was made): on a GPU, time the device may idle. */
     uint64_t blocked = ooc_stats_get(OOC_STAT_blocked_ns);
+    uint64_t vmm = ooc_stats_get(OOC_STAT_vmm_prog_ns);
     if (P.iter >= 2) {
         ooc_stats_add(OOC_STAT_replay_blocked_ns, blocked - P.blocked_mark);
+        ooc_stats_add(OOC_STAT_replay_vmm_prog_ns, vmm - P.vmm_mark);
         ooc_stats_add(OOC_STAT_replay_iters, 1);
     }
     P.blocked_mark = blocked;
+    P.vmm_mark = vmm;
     P.iter++;
     if (P.pos == P.n && !P.iter_diverged)
         P.bad = 0;

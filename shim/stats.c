@@ -137,11 +137,19 @@ size_t ooc_stats_format(char *buf, size_t len) {
     else
         snprintf(v, sizeof v, "-");
     append(buf, len, &need, "  %-*s %*s\n", LABEL_W, "blocked per replayed iteration", VALUE_W, v);
+    /* The mapping calls the program's thread makes itself in such an iteration (the plan has the
+     * worker make them). */
+    if (iters > 0)
+        ooc_stats_fmt_ns(ooc_stats_get(OOC_STAT_replay_vmm_prog_ns) / iters, v, sizeof v);
+    else
+        snprintf(v, sizeof v, "-");
+    append(buf, len, &need, "  %-*s %*s\n", LABEL_W, "program's mapping per replayed iteration",
+           VALUE_W, v);
     return need;
 }
 
 int ooc_stats_print(int fd) {
-    char buf[4096];
+    char buf[8192];
     size_t n = ooc_stats_format(buf, sizeof buf);
     if (n >= sizeof buf)
         n = sizeof buf - 1;

@@ -59,6 +59,8 @@
     X(warm_reuses, COUNTER, COUNT, "chunks reused mapped from freed buffers")                      \
     X(vmm_calls, COUNTER, COUNT, "mapping calls (map, set access, unmap)")                         \
     X(vmm_ns, COUNTER, NS, "time in mapping calls")                                                \
+    X(vmm_prog_ns, COUNTER, NS, "of it on the program's threads")                                  \
+    X(replay_vmm_prog_ns, COUNTER, NS, "of that in whole replayed iterations")                     \
     X(event_queries, COUNTER, COUNT, "event queries")                                              \
     X(rerecords, COUNTER, COUNT, "re-recordings after divergence")                                 \
     X(lru_evictions, COUNTER, COUNT, "chunks evicted on demand (LRU)")                             \

@@ -24,12 +24,21 @@ static uint64_t vmm_now(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* Counts `calls` mapping calls that started at t0, and their time (also as the program's, off the
+ * replay worker: time the program's thread does not issue work). */
+static void vmm_count(unsigned calls, uint64_t t0) {
+    uint64_t dt = vmm_now() - t0;
+    ooc_stats_add(OOC_STAT_vmm_calls, calls);
+    ooc_stats_add(OOC_STAT_vmm_ns, dt);
+    if (!mem_is_worker())
+        ooc_stats_add(OOC_STAT_vmm_prog_ns, dt);
+}
+
 /* Unmaps the chunk-sized mapping at a. */
 CUresult vmm_unmap(CUdeviceptr a) {
     uint64_t t0 = vmm_now();
     CUresult r = ooc_real.cuMemUnmap(a, M.chunk);
-    ooc_stats_add(OOC_STAT_vmm_calls, 1);
-    ooc_stats_add(OOC_STAT_vmm_ns, vmm_now() - t0);
+    vmm_count(1, t0);
     return r;
 }
 
@@ -51,8 +60,7 @@ CUresult vmm_map_rw(CUdeviceptr a, CUmemGenericAllocationHandle h) {
             ooc_real.cuMemUnmap(a, M.chunk);
         }
     }
-    ooc_stats_add(OOC_STAT_vmm_calls, calls);
-    ooc_stats_add(OOC_STAT_vmm_ns, vmm_now() - t0);
+    vmm_count(calls, t0);
     return r;
 }
 
@@ -65,8 +73,7 @@ CUresult vmm_protect(CUdeviceptr a, int ro) {
     d.location.id = M.dev;
     d.flags = ro ? CU_MEM_ACCESS_FLAGS_PROT_READ : CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
     CUresult r = ooc_real.cuMemSetAccess(a, M.chunk, &d, 1);
-    ooc_stats_add(OOC_STAT_vmm_calls, 1);
-    ooc_stats_add(OOC_STAT_vmm_ns, vmm_now() - t0);
+    vmm_count(1, t0);
     return r;
 }
 
