@@ -329,6 +329,10 @@ void ev_drop(evref_t *v);
 int ev_done(evref_t *v);
 hslot_t *host_slot(void);
 void host_slot_put(hslot_t *s);
+/* The bytes of chunk c that a swap moves: up to its buffer's end (rounded up to a page) when one
+ * buffer owns it, else the whole chunk (a slab's, or one no buffer owns). The bytes past a
+ * buffer's end are nobody's: a swapped-in chunk's tail holds whatever its memory held. */
+uint64_t chunk_used(const chunk_t *c);
 CUresult copy_out(chunk_t *c, CUstream st);
 CUresult copy_in(chunk_t *c, CUstream st);
 CUresult copy_in_at(chunk_t *c, CUdeviceptr dst, CUstream st);

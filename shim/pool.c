@@ -151,18 +151,34 @@ void host_slot_put(hslot_t *s) {
     }
 }
 
-/* Copies a chunk between the device and its host slot on stream st (not waited for). */
+/* Rounding of chunk_used: a whole page past a buffer's last byte moves with it. */
+#define USED_ROUND 4096u
+
+uint64_t chunk_used(const chunk_t *c) {
+    const buf_t *b = c->owner;
+    uintptr_t a = chunk_addr(c);
+    if (!b || c->nbufs != 1 || b->addr > a || b->addr + b->size <= a)
+        return M.chunk;
+    uint64_t left = b->addr + b->size - a;
+    left = (left + USED_ROUND - 1) / USED_ROUND * USED_ROUND;
+    return left < M.chunk ? left : M.chunk;
+}
+
+/* Copies a chunk's bytes (chunk_used) between the device and its host slot on stream st (not
+ * waited for). */
 CUresult copy_out(chunk_t *c, CUstream st) {
+    uint64_t n = chunk_used(c);
     if (M.safe)
-        return ooc_real.cuMemcpyDtoDAsync_v2(c->host->va, chunk_addr(c), M.chunk, st);
-    return ooc_real.cuMemcpyDtoHAsync_v2(c->host->p, chunk_addr(c), M.chunk, st);
+        return ooc_real.cuMemcpyDtoDAsync_v2(c->host->va, chunk_addr(c), n, st);
+    return ooc_real.cuMemcpyDtoHAsync_v2(c->host->p, chunk_addr(c), n, st);
 }
 
 /* The copy of c's host slot to device address dst (c's own, or a staging address: stage.c). */
 CUresult copy_in_at(chunk_t *c, CUdeviceptr dst, CUstream st) {
+    uint64_t n = chunk_used(c);
     if (M.safe)
-        return ooc_real.cuMemcpyDtoDAsync_v2(dst, c->host->va, M.chunk, st);
-    return ooc_real.cuMemcpyHtoDAsync_v2(dst, c->host->p, M.chunk, st);
+        return ooc_real.cuMemcpyDtoDAsync_v2(dst, c->host->va, n, st);
+    return ooc_real.cuMemcpyHtoDAsync_v2(dst, c->host->p, n, st);
 }
 
 CUresult copy_in(chunk_t *c, CUstream st) {

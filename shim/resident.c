@@ -71,7 +71,7 @@ static CUresult evict(chunk_t **victims, unsigned nv) {
         if (M.safe)
             alias_chunk(victims[i]);
         ooc_stats_add(OOC_STAT_swap_outs, 1);
-        ooc_stats_add(OOC_STAT_swap_out_bytes, M.chunk);
+        ooc_stats_add(OOC_STAT_swap_out_bytes, chunk_used(victims[i]));
         ooc_stats_add(OOC_STAT_lru_evictions, 1);
     }
     return CUDA_SUCCESS;
@@ -543,7 +543,7 @@ static CUresult make_resident(uint64_t missing) {
             }
             swapped_in = 1;
             ooc_stats_add(OOC_STAT_swap_ins, 1);
-            ooc_stats_add(OOC_STAT_swap_in_bytes, M.chunk);
+            ooc_stats_add(OOC_STAT_swap_in_bytes, chunk_used(c));
         }
         c->state = C_RESIDENT;
         lru_push(c);

@@ -68,7 +68,7 @@ CUresult stage_in(chunk_t *c) {
     M.staged[M.nstaged++] = c;
     ooc_stats_add(OOC_STAT_staged, 1);
     ooc_stats_add(OOC_STAT_swap_ins, 1);
-    ooc_stats_add(OOC_STAT_swap_in_bytes, M.chunk);
+    ooc_stats_add(OOC_STAT_swap_in_bytes, chunk_used(c));
     return CUDA_SUCCESS;
 }
 

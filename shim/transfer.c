@@ -123,7 +123,8 @@ unsigned ooc_mem_l_swapout(uintptr_t addr, uint64_t id, CUstream s) {
         if (host_serves())
             serve_queued(); /* the queued swap-ins take the memory being vacated, in order */
         ooc_stats_add(OOC_STAT_swap_outs, done);
-        ooc_stats_add(OOC_STAT_swap_out_bytes, done * M.chunk);
+        for (uint64_t i = 0; i < done; i++)
+            ooc_stats_add(OOC_STAT_swap_out_bytes, chunk_used(M.op_tmp[i]));
         ooc_stats_add(OOC_STAT_planned_swap_outs, 1);
         pthread_cond_signal(&M.work_cv);
     }
@@ -190,7 +191,7 @@ static int swapin_now(chunk_t *c) {
         limbo_put(c->host, v);
         c->host = NULL;
         ooc_stats_add(OOC_STAT_swap_ins, 1);
-        ooc_stats_add(OOC_STAT_swap_in_bytes, M.chunk);
+        ooc_stats_add(OOC_STAT_swap_in_bytes, chunk_used(c));
         ooc_stats_add(OOC_STAT_prefetches, 1);
         if (from)
             ooc_stats_add(OOC_STAT_prefetch_stolen, 1);

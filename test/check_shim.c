@@ -502,6 +502,42 @@ START_TEST(test_freed_buffers_chunks_are_reused_mapped) {
 }
 END_TEST
 
+/* The value of a statistics row in MiB ("swapped out (device to host)   1.25 MiB"). */
+static double stat_mib(const char *text, const char *label) {
+    const char *p = strstr(text, label);
+    ck_assert_msg(p != NULL, "no statistics row \"%s\" in:\n%s", label, text);
+    return strtod(p + strlen(label), NULL);
+}
+
+/* A swap moves a chunk's bytes up to its buffer's end (rounded up to 4 KiB), not the whole chunk:
+ * churn's buffers end 48 KiB short of their last chunk (16 KiB of data there), at a budget of 4
+ * chunks for 13; every word read back must still be right (churn checks each), with safe mode on
+ * and off, and the bytes copied out lie between 16 and 64 KiB a chunk, well below whole chunks
+ * (the code before moved exactly 64 KiB a chunk). */
+START_TEST(test_swaps_move_a_buffers_bytes_not_its_last_chunks_tail) {
+    for (int safe = 0; safe < 2; safe++) {
+        const char *const args[] = {"--iters", "3", "--short", "49152", NULL};
+        const char *const env[] = {"FAKECUDA_GRANULARITY=64K",
+                                   "OOC_CHUNK=64K",
+                                   "OOC_MODE=demand",
+                                   "OOC_STATS=1",
+                                   "OOC_BUDGET=256K",
+                                   safe ? "FAKECUDA_HOST_VMM=1" : "FAKECUDA_HOST_VMM=0",
+                                   safe ? "OOC_SAFE=on" : "OOC_SAFE=off",
+                                   NULL};
+        tu_result_t p = tu_run_prog("test/progs/churn", args, 1, env, 120);
+        ck_assert_msg(p.status == 0 && strstr(p.out, "churn: ok"), "safe %d: status %d\n%s\n%s",
+                      safe, p.status, p.out, tu_tail(p.err, 3000));
+        long long outs = tu_stat_row(p.err, "swap-outs");
+        double bytes = stat_mib(p.err, "swapped out (device to host)") * 1048576.0;
+        ck_assert_msg(outs > 0, "safe %d: nothing swapped out:\n%s", safe, tu_tail(p.err, 3000));
+        ck_assert_msg(bytes >= (double)outs * 16384 * 0.99 && bytes <= (double)outs * 65536 * 0.85,
+                      "safe %d: %lld swap-outs moved %.0f bytes", safe, outs, bytes);
+        tu_result_free(&p);
+    }
+}
+END_TEST
+
 /* Freed buffers' mapped chunks give way before live data: sizes change every iteration, the
  * budget holds the largest iteration's buffers (17 chunks) and no more, and nothing live is ever
  * swapped out. A kept run serves a smaller buffer too (the rest stays kept) and neighbouring
@@ -622,6 +658,7 @@ Suite *suite_shim(void) {
     tcase_add_test(sf, test_programs_own_vmm_memory_counts_against_the_budget);
     tcase_add_test(sf, test_address_space_is_reused);
     tcase_add_test(sf, test_freed_buffers_chunks_are_reused_mapped);
+    tcase_add_test(sf, test_swaps_move_a_buffers_bytes_not_its_last_chunks_tail);
     tcase_add_test(sf, test_kept_chunks_go_back_before_live_data_is_evicted);
     tcase_add_test(sf, test_reused_memory_waits_for_the_work_that_still_reads_it);
     tcase_add_test(sf, test_host_memory_does_not_grow_with_iterations);

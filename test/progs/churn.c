@@ -16,7 +16,10 @@
  * must be X's, and Y must hold its fill. Run it with FAKECUDA_SCHED=threaded (the wait needs
  * another thread to end it).
  *
- * Options: --iters N (default 6), --bufs K (1..16, default 6), --vary, --overlap.
+ * --short B makes each buffer B bytes short of its whole chunks (default 64; a multiple of 4 below
+ * the chunk): its last chunk holds 64 KiB - B bytes of it.
+ *
+ * Options: --iters N (default 6), --bufs K (1..16, default 6), --vary, --short B, --overlap.
  * Output: one line per iteration, "iter I: maps M" (cuMemMap calls during the iteration, the
  * shim's included), then "churn: ok"; with --overlap, "overlap: sum S" and "churn: ok". Exit
  * status: 0 when every word is right; 1 when one is wrong (named on stderr); 2 when a driver call
@@ -127,6 +130,7 @@ static int overlap(void) {
 
 int main(int argc, char **argv) {
     int iters = 6, nbufs = 6, vary = 0, ovl = 0;
+    long shortfall = 64;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--iters") == 0 && i + 1 < argc)
             iters = atoi(argv[++i]);
@@ -136,12 +140,16 @@ int main(int argc, char **argv) {
             vary = 1;
         else if (strcmp(argv[i], "--overlap") == 0)
             ovl = 1;
+        else if (strcmp(argv[i], "--short") == 0 && i + 1 < argc)
+            shortfall = atol(argv[++i]);
         else {
-            fprintf(stderr, "usage: churn [--iters N] [--bufs K] [--vary] [--overlap]\n");
+            fprintf(stderr,
+                    "usage: churn [--iters N] [--bufs K] [--vary] [--short B] [--overlap]\n");
             return 64;
         }
     }
-    if (iters < 1 || nbufs < 1 || nbufs > MAX_BUFS) {
+    if (iters < 1 || nbufs < 1 || nbufs > MAX_BUFS || shortfall < 0 || shortfall % 4 ||
+        shortfall >= (long)CHUNK) {
         fprintf(stderr, "churn: bad option value\n");
         return 64;
     }
@@ -167,7 +175,7 @@ int main(int argc, char **argv) {
         size_t words[MAX_BUFS];
         for (int j = 0; j < nbufs; j++) {
             size_t chunks = (size_t)((vary ? it + j : j) % 4 + 1);
-            words[j] = (chunks * CHUNK - 64) / 4; /* a little less than whole chunks */
+            words[j] = (chunks * CHUNK - (size_t)shortfall) / 4; /* less than whole chunks */
             UP_CHECK(cuMemAlloc(&d[j], words[j] * 4));
             fill(d[j], (uint32_t)(it * 131 + j * 17), words[j], NULL);
         }
