@@ -22,7 +22,8 @@
  * the device to drain (its host alias may be reached unseen), and no op is issued meanwhile:
  * with swapin_exclusive a swap-in's mapping is part of its exclusive copy; with
  * swapout_exclusive a swap-out's starts at the next gap between compute items, which waits for
- * it. Everything is deterministic. */
+ * it, and so, with staging (swapout_exclusive without swapin_exclusive), does the remap at a
+ * swapped-in buffer's first use (its wait). Everything is deterministic. */
 #include "ooc_planner.h"
 #include "grow.h"
 
@@ -280,6 +281,13 @@ static int step_compute(sim_t *s) {
                         "wait for buffer %d before op %d, but no swap-in of it was started", b,
                         a->op);
                 return 0;
+            }
+            if (p->swapout_exclusive && !p->swapin_exclusive) {
+                /* Safe mode with staging: the copy went beside the host alias, and the first use
+                 * removes the alias and remaps the chunk while nothing computes. */
+                s->excl_pending += vmm_ns(s, b, p->swapin_vmm_ns);
+                s->ai++;
+                return 1;
             }
         } else if (a->kind == OOC_ACT_RECOMPUTE) {
             int ok = 1;
