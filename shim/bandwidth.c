@@ -13,7 +13,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* One timed batch: `reps` copies of `bytes` between slot s and the device chunk at dev, on
  * stream st, host-to-device when h2d. Caller holds mem_lock. */
@@ -29,6 +28,32 @@ static CUresult bw_copies(CUstream st, hslot_t *s, CUdeviceptr dev, uint64_t byt
                     : ooc_real.cuMemcpyDtoHAsync_v2(s->p, dev, bytes, st);
     }
     return r;
+}
+
+/* A probe's scratch chunk c: a chunk of address space with a physical chunk mapped there (one
+ * swapped out if the pool is full). Nothing is held on failure. Caller holds mem_lock. */
+static CUresult scratch_take(chunk_t *c) {
+    memset(c, 0, sizeof *c);
+    CUresult r = need_phys(1);
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (va_take(1, &c->idx) != 0)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if ((r = map_chunk(c)) != CUDA_SUCCESS)
+        va_give(c->idx, 1);
+    return r;
+}
+
+/* Gives back scratch chunk c, still `mapped` at its address or not (its physical chunk then
+ * goes back to the free list). Nothing may still run on it. Caller holds mem_lock. */
+static void scratch_give(chunk_t *c, int mapped) {
+    if (mapped) {
+        unmap_chunk(c);
+    } else if (c->phys) {
+        phys_push(c->phys);
+        c->phys = NULL;
+    }
+    va_give(c->idx, 1);
 }
 
 /* Samples per figure: the median of five survives two bad ones. */
@@ -92,15 +117,9 @@ CUresult ooc_mem_measure_bw(uint64_t bytes, double *h2d_bps, double *d2h_bps, do
      * engines and make the link look slower than it is. Once per profile. */
     ooc_real.cuCtxSynchronize();
     M.serial++;
-    CUresult r = need_phys(1);
-    uint64_t idx = 0;
-    int have_va = r == CUDA_SUCCESS && va_take(1, &idx) == 0;
     chunk_t scratch;
-    memset(&scratch, 0, sizeof scratch);
-    scratch.idx = idx;
-    if (r == CUDA_SUCCESS && !have_va)
-        r = CUDA_ERROR_OUT_OF_MEMORY;
-    int mapped = r == CUDA_SUCCESS && (r = map_chunk(&scratch)) == CUDA_SUCCESS;
+    CUresult r = scratch_take(&scratch);
+    int mapped = r == CUDA_SUCCESS;
     hslot_t *s1 = mapped ? host_slot() : NULL, *s2 = s1 ? host_slot() : NULL;
     CUstream st2 = NULL;
     CUevent ev[3] = {NULL, NULL, NULL};
@@ -126,9 +145,7 @@ CUresult ooc_mem_measure_bw(uint64_t bytes, double *h2d_bps, double *d2h_bps, do
     host_slot_put(s1);
     host_slot_put(s2);
     if (mapped)
-        unmap_chunk(&scratch);
-    if (have_va)
-        va_give(idx, 1);
+        scratch_give(&scratch, 1);
     mem_unlock();
     if (r != CUDA_SUCCESS)
         return r;
@@ -161,23 +178,11 @@ static int cmp_u64(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static uint64_t vmm_clock(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 CUresult ooc_mem_measure_vmm(uint64_t *in_ns, uint64_t *out_ns) {
     mem_lock_take();
-    CUresult r = need_phys(1);
-    uint64_t idx = 0;
-    int have_va = r == CUDA_SUCCESS && va_take(1, &idx) == 0;
     chunk_t scratch;
-    memset(&scratch, 0, sizeof scratch);
-    scratch.idx = idx;
-    if (r == CUDA_SUCCESS && !have_va)
-        r = CUDA_ERROR_OUT_OF_MEMORY;
-    int mapped = r == CUDA_SUCCESS && (r = map_chunk(&scratch)) == CUDA_SUCCESS;
+    CUresult r = scratch_take(&scratch);
+    int taken = r == CUDA_SUCCESS, mapped = taken;
     hslot_t *slot = mapped && M.safe ? host_slot() : NULL;
     if (mapped && M.safe && !slot)
         r = CUDA_ERROR_OUT_OF_MEMORY;
@@ -187,14 +192,14 @@ CUresult ooc_mem_measure_vmm(uint64_t *in_ns, uint64_t *out_ns) {
     /* What replay does per chunk, with nothing to wait for: after a copy out, unmap (and in safe
      * mode map the host copy there); for a swap-in, (unmap the alias and) map a device chunk. */
     for (int i = 0; i < VMM_WARMUP + VMM_CYCLES && r == CUDA_SUCCESS; i++) {
-        uint64_t t0 = vmm_clock();
+        uint64_t t0 = mem_clock_ns();
         if ((r = vmm_unmap(a)) != CUDA_SUCCESS)
             break;
         mapped = 0;
         if (M.safe && (r = vmm_map_rw(a, slot->h)) != CUDA_SUCCESS)
             break;
         aliased = M.safe;
-        uint64_t t1 = vmm_clock();
+        uint64_t t1 = mem_clock_ns();
         if (aliased && (r = vmm_unmap(a)) != CUDA_SUCCESS)
             break;
         aliased = 0;
@@ -203,20 +208,14 @@ CUresult ooc_mem_measure_vmm(uint64_t *in_ns, uint64_t *out_ns) {
         mapped = 1;
         if (i >= VMM_WARMUP) {
             t_out[i - VMM_WARMUP] = t1 - t0;
-            t_in[i - VMM_WARMUP] = vmm_clock() - t1;
+            t_in[i - VMM_WARMUP] = mem_clock_ns() - t1;
         }
     }
     if (aliased)
         (void)vmm_unmap(a);
     host_slot_put(slot);
-    if (mapped) {
-        unmap_chunk(&scratch);
-    } else if (scratch.phys) {
-        phys_push(scratch.phys); /* unmapped by the loop */
-        scratch.phys = NULL;
-    }
-    if (have_va)
-        va_give(idx, 1);
+    if (taken)
+        scratch_give(&scratch, mapped); /* the loop may have left it unmapped */
     mem_unlock();
     if (r != CUDA_SUCCESS)
         return r;

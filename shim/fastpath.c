@@ -96,7 +96,7 @@ int mem_is_worker(void) {
     return on_worker;
 }
 
-static uint64_t clock_ns(void) {
+uint64_t mem_clock_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
@@ -104,14 +104,14 @@ static uint64_t clock_ns(void) {
 
 /* Starts timing a wait of the calling thread: pass the result to wait_end when it is over. */
 uint64_t wait_begin(void) {
-    return on_worker ? 0 : clock_ns();
+    return on_worker ? 0 : mem_clock_ns();
 }
 
 /* Counts the wait that began at t0 (wait_begin) as blocked, unless on the worker. */
 void wait_end(uint64_t t0) {
     if (on_worker)
         return;
-    ooc_stats_add(OOC_STAT_blocked_ns, clock_ns() - t0);
+    ooc_stats_add(OOC_STAT_blocked_ns, mem_clock_ns() - t0);
 }
 
 /* Program threads waiting for mem_lock (mem_lock_take): the worker lets them go first. */

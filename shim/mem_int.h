@@ -316,7 +316,8 @@ void mem_wait(pthread_cond_t *cv);
 void mem_lock_take(void);
 int mem_yield(void);
 void mem_on_worker(void);
-int mem_is_worker(void); /* on the replay worker's thread */
+int mem_is_worker(void);     /* on the replay worker's thread */
+uint64_t mem_clock_ns(void); /* CLOCK_MONOTONIC, in ns */
 uint64_t wait_begin(void);
 void wait_end(uint64_t t0);
 CUresult sync_event(CUevent e);

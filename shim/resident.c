@@ -14,7 +14,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* Is some resident chunk's memory given up by the plan (need_phys takes it first)? */
 int any_discard(void) {
@@ -277,12 +276,6 @@ static void log_oom(uint64_t need) {
               (unsigned long long)M.budget_chunks, (unsigned long long)M.resident, nbufs);
 }
 
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static CUresult make_resident(uint64_t missing);
 
 /* Is a chunk that op `a` references queued for the worker? Caller holds mem_lock. */
@@ -353,13 +346,13 @@ CUresult ooc_mem_op_pin(const ooc_access_t *a, int *listed) {
             ooc_stats_add(OOC_STAT_prefetch_late, nq);
             OOC_LOG_D("op %llu: waits for %zu planned swap-ins (jobs queued %zu)",
                       (unsigned long long)M.serial, nq, (size_t)M.njobs);
-            uint64_t t0 = now_ns();
+            uint64_t t0 = mem_clock_ns();
             M.op_waiting++;
             pthread_cond_signal(&M.work_cv); /* a worker waiting for memory gives up now */
             while (any_queued(a))
                 mem_wait(&M.done_cv);
             M.op_waiting--;
-            ooc_stats_add(OOC_STAT_stall_ns, now_ns() - t0);
+            ooc_stats_add(OOC_STAT_stall_ns, mem_clock_ns() - t0);
             mem_unlock();
             return ooc_mem_op_pin(a, listed); /* once: nothing is queued now */
         }
@@ -395,9 +388,9 @@ CUresult ooc_mem_op_resident(CUstream s) {
                   (unsigned long long)M.resident, M.phys_free != NULL, (unsigned long long)M.nret,
                   (unsigned long long)M.ndying);
         ooc_stats_add(OOC_STAT_demand_ops, 1);
-        uint64_t t0 = now_ns();
+        uint64_t t0 = mem_clock_ns();
         rc = make_resident(missing);
-        ooc_stats_add(OOC_STAT_stall_ns, now_ns() - t0);
+        ooc_stats_add(OOC_STAT_stall_ns, mem_clock_ns() - t0);
     }
     /* Chunks a planned swap-in brought: the op's stream waits for their copies. */
     for (size_t i = 0; i < M.nop && rc == CUDA_SUCCESS; i++) {

@@ -12,22 +12,15 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 int oom_flag;
 
 /* ---- the driver's mapping calls, counted and timed (OOC_STATS) ------------------------------ */
 
-static uint64_t vmm_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* Counts `calls` mapping calls that started at t0, and their time (also as the program's, off the
  * replay worker: time the program's thread does not issue work). */
 static void vmm_count(unsigned calls, uint64_t t0) {
-    uint64_t dt = vmm_now() - t0;
+    uint64_t dt = mem_clock_ns() - t0;
     ooc_stats_add(OOC_STAT_vmm_calls, calls);
     ooc_stats_add(OOC_STAT_vmm_ns, dt);
     if (!mem_is_worker())
@@ -36,7 +29,7 @@ static void vmm_count(unsigned calls, uint64_t t0) {
 
 /* Unmaps the chunk-sized mapping at a. */
 CUresult vmm_unmap(CUdeviceptr a) {
-    uint64_t t0 = vmm_now();
+    uint64_t t0 = mem_clock_ns();
     CUresult r = ooc_real.cuMemUnmap(a, M.chunk);
     vmm_count(1, t0);
     return r;
@@ -44,7 +37,7 @@ CUresult vmm_unmap(CUdeviceptr a) {
 
 /* Maps h (one chunk) at a, read-write for the device; nothing stays mapped on failure. */
 CUresult vmm_map_rw(CUdeviceptr a, CUmemGenericAllocationHandle h) {
-    uint64_t t0 = vmm_now();
+    uint64_t t0 = mem_clock_ns();
     unsigned calls = 1;
     CUresult r = ooc_real.cuMemMap(a, M.chunk, 0, h, 0);
     if (r == CUDA_SUCCESS) {
@@ -66,7 +59,7 @@ CUresult vmm_map_rw(CUdeviceptr a, CUmemGenericAllocationHandle h) {
 
 /* Sets the chunk-sized mapping at a read-only for the device (`ro`) or read-write again. */
 CUresult vmm_protect(CUdeviceptr a, int ro) {
-    uint64_t t0 = vmm_now();
+    uint64_t t0 = mem_clock_ns();
     CUmemAccessDesc d;
     memset(&d, 0, sizeof d);
     d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
