@@ -83,6 +83,12 @@ typedef struct ooc_profile {
      * makes them all, one after another. Optional meta keys swapin_vmm_ns and swapout_vmm_ns:
      * 0 when absent. */
     uint64_t swapin_vmm_ns, swapout_vmm_ns;
+    /* Host time per chunk (ns) of the mapping calls the program's own thread makes for a buffer
+     * allocated during the iteration: map and set access before the op that first uses it (in
+     * safe mode at its allocation, which comes first), unmap after its free. The op waits for
+     * the program's thread to issue it. Optional meta keys map_vmm_ns and unmap_vmm_ns: 0 when
+     * absent. */
+    uint64_t map_vmm_ns, unmap_vmm_ns;
     uint32_t nops, nbufs, nrefs, nprods;
     ooc_op_t *ops;
     ooc_buffer_t *bufs;

@@ -360,12 +360,15 @@ enum {
     M_EXCL, /* optional from here on: 0 when absent */
     M_VMM_IN,
     M_VMM_OUT,
-    M_OUT_EXCL
+    M_OUT_EXCL,
+    M_VMM_MAP,
+    M_VMM_UNMAP
 };
 static const char *const meta_keys[] = {
-    "format_version",   "program",       "device",         "device_mem_bytes", "budget_bytes",
-    "chunk_bytes",      "h2d_bps",       "d2h_bps",        "bidir_bps",        "iterations",
-    "swapin_exclusive", "swapin_vmm_ns", "swapout_vmm_ns", "swapout_exclusive"};
+    "format_version", "program",           "device",           "device_mem_bytes",
+    "budget_bytes",   "chunk_bytes",       "h2d_bps",          "d2h_bps",
+    "bidir_bps",      "iterations",        "swapin_exclusive", "swapin_vmm_ns",
+    "swapout_vmm_ns", "swapout_exclusive", "map_vmm_ns",       "unmap_vmm_ns"};
 #define NMETA ((int)(sizeof meta_keys / sizeof meta_keys[0]))
 
 static int parse_meta(ooc_profile_t *p, ooc_tsv_t *r, char *err, size_t errlen) {
@@ -422,6 +425,8 @@ static int parse_meta(ooc_profile_t *p, ooc_tsv_t *r, char *err, size_t errlen) 
         case M_ITERS:
         case M_VMM_IN:
         case M_VMM_OUT:
+        case M_VMM_MAP:
+        case M_VMM_UNMAP:
             if (parse_u64(r->f[1], r->flen[1], &u))
                 return bad(r, 1, meta_keys[k], "is not an unsigned integer", err, errlen);
             if (k == M_DEVMEM)
@@ -432,10 +437,13 @@ static int parse_meta(ooc_profile_t *p, ooc_tsv_t *r, char *err, size_t errlen) 
                 if (u == 0 || (u & (u - 1)))
                     return bad(r, 1, meta_keys[k], "is not a power of two", err, errlen);
                 p->chunk_bytes = u;
-            } else if (k == M_VMM_IN || k == M_VMM_OUT) {
+            } else if (k == M_VMM_IN || k == M_VMM_OUT || k == M_VMM_MAP || k == M_VMM_UNMAP) {
                 if (u > 60000000000ull)
                     return bad(r, 1, meta_keys[k], "is above a minute per chunk", err, errlen);
-                *(k == M_VMM_IN ? &p->swapin_vmm_ns : &p->swapout_vmm_ns) = u;
+                *(k == M_VMM_IN    ? &p->swapin_vmm_ns
+                  : k == M_VMM_OUT ? &p->swapout_vmm_ns
+                  : k == M_VMM_MAP ? &p->map_vmm_ns
+                                   : &p->unmap_vmm_ns) = u;
             } else {
                 if (u > UINT32_MAX)
                     return bad(r, 1, meta_keys[k], "is too large", err, errlen);
@@ -769,6 +777,9 @@ int ooc_profile_write(const ooc_profile_t *p, const char *dir, char *err, size_t
     if (p->swapin_vmm_ns || p->swapout_vmm_ns)
         fprintf(f, "swapin_vmm_ns\t%llu\nswapout_vmm_ns\t%llu\n",
                 (unsigned long long)p->swapin_vmm_ns, (unsigned long long)p->swapout_vmm_ns);
+    if (p->map_vmm_ns || p->unmap_vmm_ns)
+        fprintf(f, "map_vmm_ns\t%llu\nunmap_vmm_ns\t%llu\n", (unsigned long long)p->map_vmm_ns,
+                (unsigned long long)p->unmap_vmm_ns);
     if ((rc = close_out(f, dir, "meta.tsv", err, errlen)))
         return rc;
 

@@ -23,7 +23,15 @@
  * with swapin_exclusive a swap-in's mapping is part of its exclusive copy; with
  * swapout_exclusive a swap-out's starts at the next gap between compute items, which waits for
  * it, and so, with staging (swapout_exclusive without swapin_exclusive), does the remap at a
- * swapped-in buffer's first use (its wait). Everything is deterministic. */
+ * swapped-in buffer's first use (its wait).
+ *
+ * The program's thread issues the ops in order, and makes mapping calls of its own for the
+ * buffers the program allocates during the iteration (the profile's map_vmm_ns per chunk before
+ * the op that first uses one, unmap_vmm_ns after its free, charged to the next op issued): an op
+ * starts no earlier than the host has issued it. The host may run ahead of the device, but it
+ * does not issue an op before that op's swap-ins were mapped (it waits for the worker), nor
+ * while an exclusive section holds the device. Launches themselves cost it nothing here.
+ * Everything is deterministic. */
 #include "ooc_planner.h"
 #include "grow.h"
 
@@ -55,9 +63,14 @@ typedef struct {
     ooc_trace_t *tr;
     double now;
     uint64_t used, budget;
-    uint8_t *st, *host_valid, *waited, *d2h_pending, *free_after_d2h, *ever, *dropped;
+    uint8_t *st, *host_valid, *waited, *d2h_pending, *free_after_d2h, *ever, *dropped, *charged;
     engine_t h2d, d2h;
     double lane; /* the map lane (the worker's mapping calls) is busy until then */
+    /* the program's thread: it has issued the ops before the current one by `host`; `issued`:
+     * the current op is issued at `issue_at`; `host_debt`: mapping calls it owes (frees) */
+    double host, issue_at, host_debt;
+    int issued;
+    double *mapped_at; /* when a buffer's latest swap-in was mapped */
     /* swapout_exclusive: swap-outs' mapping calls waiting for a gap between compute items, and
      * the end of those running (nothing computes before) */
     double excl_pending, excl_end;
@@ -236,6 +249,8 @@ static int step_compute(sim_t *s) {
     if (s->excl_pending > 0) {
         s->excl_end = lane_take(s, s->excl_pending);
         s->excl_pending = 0;
+        if (s->host < s->excl_end)
+            s->host = s->excl_end; /* no op is issued meanwhile */
     }
     if (s->phase == 2 || s->now < s->excl_end)
         return 0;
@@ -260,6 +275,7 @@ static int step_compute(sim_t *s) {
             double mapped = p->swapin_exclusive
                                 ? 0 /* the lane takes it when the copy starts (step_h2d) */
                                 : lane_take(s, vmm_ns(s, b, p->swapin_vmm_ns));
+            s->mapped_at[b] = mapped;
             if (push(&s->h2d, b, s->now, mapped)) {
                 violate(s, OOC_ENOMEM, a->op, b, "out of memory");
                 return 0;
@@ -393,6 +409,26 @@ static int step_compute(sim_t *s) {
             return 0;
         }
     }
+    if (!s->issued) {
+        /* The program's thread issues the op: after the mapping calls it owes and those for the
+         * op's new buffers, and not before the op's swap-ins were mapped. */
+        double t = s->host, cost = s->host_debt;
+        for (uint32_t k = 0; k < o->nref; k++) {
+            int32_t b = p->refs[o->ref_off + k].buf;
+            if (s->mapped_at[b] > t)
+                t = s->mapped_at[b];
+            if (s->st[b] == ST_NONE && !s->ever[b] && !s->charged[b]) {
+                s->charged[b] = 1; /* a buffer referenced twice is mapped once */
+                cost += vmm_ns(s, b, p->map_vmm_ns);
+            }
+        }
+        s->host = t + cost;
+        s->host_debt = 0;
+        s->issue_at = s->host;
+        s->issued = 1;
+    }
+    if (s->now < s->issue_at)
+        return 0; /* the host has not issued it yet */
     if (need) {
         if (s->used + need > s->budget) {
             block(s, -1, 1);
@@ -410,6 +446,7 @@ static int step_compute(sim_t *s) {
     trace(s, OOC_TR_OP_START, (int32_t)s->op, -1, (int32_t)s->op, 0);
     start_compute(s, (double)o->duration_ns, 0, -1);
     s->phase = 1;
+    s->issued = 0;
     return 1;
 }
 
@@ -469,6 +506,7 @@ static void end_compute(sim_t *s) {
         if (s->st[b] == ST_RES) {
             unmap(s, b);
             s->st[b] = ST_NONE;
+            s->host_debt += vmm_ns(s, b, p->unmap_vmm_ns);
         } else if (s->st[b] == ST_OUTQ) {
             s->free_after_d2h[b] = 1;
         } else if (s->st[b] == ST_HOST) {
@@ -503,7 +541,7 @@ static int step_h2d(sim_t *s) {
     e->active = 1;
     e->start = s->now;
     if (s->m->prof->swapin_exclusive)
-        e->hold = lane_take(s, vmm_ns(s, x->buf, s->m->prof->swapin_vmm_ns));
+        e->hold = s->mapped_at[x->buf] = lane_take(s, vmm_ns(s, x->buf, s->m->prof->swapin_vmm_ns));
     else
         e->hold = x->mapped > s->now ? x->mapped : s->now;
     e->remaining = (double)s->m->prof->bufs[x->buf].bytes;
@@ -574,9 +612,13 @@ int ooc_sim_run(const ooc_model_t *m, const ooc_plan_t *pl, const ooc_sim_opts_t
     sim_t s = {.m = m, .pl = pl, .res = res, .budget = pl->budget_bytes, .blocked_buf = -1};
     s.tr = opts ? opts->trace : NULL;
     size_t nb = m->nb ? m->nb : 1;
-    uint8_t *flags = calloc(nb, 7);
-    if (!flags)
+    uint8_t *flags = calloc(nb, 8);
+    s.mapped_at = calloc(nb, sizeof *s.mapped_at);
+    if (!flags || !s.mapped_at) {
+        free(flags);
+        free(s.mapped_at);
         return OOC_ENOMEM;
+    }
     s.st = flags;
     s.host_valid = flags + nb;
     s.waited = flags + 2 * nb;
@@ -584,6 +626,7 @@ int ooc_sim_run(const ooc_model_t *m, const ooc_plan_t *pl, const ooc_sim_opts_t
     s.free_after_d2h = flags + 4 * nb;
     s.ever = flags + 5 * nb;
     s.dropped = flags + 6 * nb;
+    s.charged = flags + 7 * nb;
     if (opts && opts->want_op_stalls)
         res->op_stall_ns = calloc(m->n ? m->n : 1, sizeof *res->op_stall_ns);
     if (opts && opts->want_attribution) {
@@ -593,6 +636,7 @@ int ooc_sim_run(const ooc_model_t *m, const ooc_plan_t *pl, const ooc_sim_opts_t
     if ((opts && opts->want_op_stalls && !res->op_stall_ns) ||
         (opts && opts->want_attribution && (!res->h2d_wait_ns || !res->d2h_delay_ns))) {
         free(flags);
+        free(s.mapped_at);
         ooc_sim_result_free(res);
         return OOC_ENOMEM;
     }
@@ -637,6 +681,8 @@ int ooc_sim_run(const ooc_model_t *m, const ooc_plan_t *pl, const ooc_sim_opts_t
         double next = INFINITY;
         if (s.excl_end > s.now)
             next = s.excl_end;
+        if (!s.busy && s.issued && s.issue_at > s.now && s.issue_at < next)
+            next = s.issue_at; /* the compute engine waits for the host to issue the op */
         if (s.busy)
             next = s.busy_end;
         double rh = rate(&s, 1), rd = rate(&s, 0);
@@ -704,6 +750,7 @@ int ooc_sim_run(const ooc_model_t *m, const ooc_plan_t *pl, const ooc_sim_opts_t
             res->n_keep++;
     }
     free(flags);
+    free(s.mapped_at);
     free(s.h2d.q);
     free(s.d2h.q);
     return 0;

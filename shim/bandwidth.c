@@ -169,7 +169,7 @@ CUresult ooc_mem_measure_bw(uint64_t bytes, double *h2d_bps, double *d2h_bps, do
 /* Untimed cycles first, then timed ones. Each figure is a mean over the timed cycles, not a
  * median: a driver (the simulated one is) may hold one call longer and the next shorter, so that
  * only a run of calls adds up to their cost. A cycle that took more than twice the median cycle
- * (the thread preempted, another process's work) is left out of both means. */
+ * (the thread preempted, another process's work) is left out of every mean. */
 #define VMM_WARMUP 3
 #define VMM_CYCLES 16
 
@@ -178,7 +178,7 @@ static int cmp_u64(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-CUresult ooc_mem_measure_vmm(uint64_t *in_ns, uint64_t *out_ns) {
+CUresult ooc_mem_measure_vmm(ooc_vmm_times_t *vmm) {
     mem_lock_take();
     chunk_t scratch;
     CUresult r = scratch_take(&scratch);
@@ -187,7 +187,7 @@ CUresult ooc_mem_measure_vmm(uint64_t *in_ns, uint64_t *out_ns) {
     if (mapped && M.safe && !slot)
         r = CUDA_ERROR_OUT_OF_MEMORY;
     CUdeviceptr a = (CUdeviceptr)chunk_addr(&scratch);
-    uint64_t t_in[VMM_CYCLES], t_out[VMM_CYCLES];
+    uint64_t t_in[VMM_CYCLES], t_out[VMM_CYCLES], t_map[VMM_CYCLES], t_unmap[VMM_CYCLES];
     int aliased = 0;
     /* What replay does per chunk, with nothing to wait for: after a copy out, unmap (and in safe
      * mode map the host copy there); for a swap-in, (unmap the alias and) map a device chunk. */
@@ -196,6 +196,7 @@ CUresult ooc_mem_measure_vmm(uint64_t *in_ns, uint64_t *out_ns) {
         if ((r = vmm_unmap(a)) != CUDA_SUCCESS)
             break;
         mapped = 0;
+        uint64_t tu = mem_clock_ns();
         if (M.safe && (r = vmm_map_rw(a, slot->h)) != CUDA_SUCCESS)
             break;
         aliased = M.safe;
@@ -203,12 +204,16 @@ CUresult ooc_mem_measure_vmm(uint64_t *in_ns, uint64_t *out_ns) {
         if (aliased && (r = vmm_unmap(a)) != CUDA_SUCCESS)
             break;
         aliased = 0;
+        uint64_t tm = mem_clock_ns();
         if ((r = vmm_map_rw(a, scratch.phys->h)) != CUDA_SUCCESS)
             break;
         mapped = 1;
         if (i >= VMM_WARMUP) {
+            uint64_t t2 = mem_clock_ns();
             t_out[i - VMM_WARMUP] = t1 - t0;
-            t_in[i - VMM_WARMUP] = mem_clock_ns() - t1;
+            t_in[i - VMM_WARMUP] = t2 - t1;
+            t_unmap[i - VMM_WARMUP] = tu - t0;
+            t_map[i - VMM_WARMUP] = t2 - tm;
         }
     }
     if (aliased)
@@ -219,7 +224,7 @@ CUresult ooc_mem_measure_vmm(uint64_t *in_ns, uint64_t *out_ns) {
     mem_unlock();
     if (r != CUDA_SUCCESS)
         return r;
-    uint64_t total[VMM_CYCLES], sum_in = 0, sum_out = 0, n = 0;
+    uint64_t total[VMM_CYCLES], sum_in = 0, sum_out = 0, sum_map = 0, sum_unmap = 0, n = 0;
     for (int i = 0; i < VMM_CYCLES; i++)
         total[i] = t_in[i] + t_out[i];
     qsort(total, VMM_CYCLES, sizeof total[0], cmp_u64);
@@ -228,9 +233,11 @@ CUresult ooc_mem_measure_vmm(uint64_t *in_ns, uint64_t *out_ns) {
         if (t_in[i] + t_out[i] <= cap) {
             sum_in += t_in[i];
             sum_out += t_out[i];
+            sum_map += t_map[i];
+            sum_unmap += t_unmap[i];
             n++;
         }
-    *in_ns = sum_in / n; /* the median cycle itself is never above the cap */
-    *out_ns = sum_out / n;
+    /* the median cycle itself is never above the cap: n >= 1 */
+    *vmm = (ooc_vmm_times_t){sum_in / n, sum_out / n, sum_map / n, sum_unmap / n};
     return CUDA_SUCCESS;
 }

@@ -693,10 +693,12 @@ static ooc_profile_t *finish(int at_exit, char *dir_out, uint32_t *pos_out) {
     } else {
         OOC_LOG_W("the copy bandwidth could not be measured; the profile keeps the defaults");
     }
-    uint64_t vmm_in, vmm_out;
-    if (ooc_mem_measure_vmm(&vmm_in, &vmm_out) == CUDA_SUCCESS) {
-        p->swapin_vmm_ns = vmm_in;
-        p->swapout_vmm_ns = vmm_out;
+    ooc_vmm_times_t vmm;
+    if (ooc_mem_measure_vmm(&vmm) == CUDA_SUCCESS) {
+        p->swapin_vmm_ns = vmm.in_ns;
+        p->swapout_vmm_ns = vmm.out_ns;
+        p->map_vmm_ns = vmm.map_ns;
+        p->unmap_vmm_ns = vmm.unmap_ns;
     } else {
         OOC_LOG_W("the mapping calls' time could not be measured; the plan counts none");
     }

@@ -379,10 +379,15 @@ void ooc_mem_info(uint64_t *budget, uint64_t *held);
  * error. Thread-safe. */
 CUresult ooc_mem_measure_bw(uint64_t bytes, double *h2d_bps, double *d2h_bps, double *bidir_bps);
 /* The host time of the driver's mapping calls per chunk (the mean of 16 cycles on a scratch
- * chunk, those over twice the median cycle left out): *in_ns for those that bring a swapped chunk
- * back (in safe mode with the unmap of its host alias), *out_ns for those after a copy out (in safe
- * mode with mapping the alias). */
-CUresult ooc_mem_measure_vmm(uint64_t *in_ns, uint64_t *out_ns);
+ * chunk, those over twice the median cycle left out): *vmm->in_ns for those that bring a swapped
+ * chunk back (in safe mode with the unmap of its host alias), *vmm->out_ns for those after a copy
+ * out (in safe mode with mapping the alias); of these, *vmm->map_ns for mapping a device chunk and
+ * setting its access, *vmm->unmap_ns for unmapping one (what a new buffer's first use and a free
+ * cost). */
+typedef struct ooc_vmm_times {
+    uint64_t in_ns, out_ns, map_ns, unmap_ns;
+} ooc_vmm_times_t;
+CUresult ooc_mem_measure_vmm(ooc_vmm_times_t *vmm);
 
 /* The chunk size and the budget in force. */
 void ooc_mem_geometry(uint64_t *chunk_bytes, uint64_t *budget_bytes);

@@ -163,6 +163,59 @@ START_TEST(test_mapping_calls_take_the_worker_in_turn) {
 }
 END_TEST
 
+/* The program's thread issues the ops and maps the buffers allocated during the iteration itself
+ * (map_vmm_ns per chunk before the first use, unmap_vmm_ns after the free, owed by the next op
+ * issued); an op starts no earlier than it is issued, and the host issues no op before the op's
+ * swap-ins were mapped. A and B are new (one 1 KiB chunk each), every op takes 1000 ns.
+ * - Both kept, 500 ns to map: op 0 is issued at 500 (A mapped) and runs 500-1500; op 1 is issued
+ *   at 1000 (B mapped) and the host stays ahead: 4500 ns, 500 of them stalled.
+ * - The same with 3000 ns to unmap: B's free after op 2 is owed by op 3, issued at 1000 + 3000
+ *   = 4000 where op 2 ended at 3500: 5000 ns, 1000 stalled.
+ * - A swapped out after op 0 and in before op 2 (300 ns to unmap after the copy out, 500 to map
+ *   for the swap-in), 1500 to unmap after a free: A's copy out runs 1500-2500, the worker
+ *   unmaps it 2500-2800 and maps the swap-in 2800-3300, the copy 3300-4300. The host issues op 3
+ *   (which reads A) only after 3300, then makes B's unmap: op 3 runs 4800-5800; without waiting
+ *   for the swap-in's mapping it would be issued at 2500 and run at the copy's end, 4300. */
+START_TEST(test_the_programs_thread_issues_each_op) {
+    static const struct {
+        uint64_t map, unmap, in, out;
+        int swap;
+        uint64_t time, stall;
+    } cases[] = {{500, 0, 0, 0, 0, 4500, 500},
+                 {500, 3000, 0, 0, 0, 5000, 1000},
+                 {500, 1500, 500, 300, 1, 5800, 1800},
+                 {0, 0, 500, 300, 1, 4800, 800}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ooc_profile_t *p = tiny();
+        p->chunk_bytes = 1024;
+        p->map_vmm_ns = cases[i].map;
+        p->unmap_vmm_ns = cases[i].unmap;
+        p->swapin_vmm_ns = cases[i].in;
+        p->swapout_vmm_ns = cases[i].out;
+        ooc_model_t *m;
+        ck_assert_int_eq(ooc_model_build(p, p->chunk_bytes, &m), 0);
+        ooc_plan_t *pl;
+        if (cases[i].swap) {
+            pl = swap_a(1 << 20, 2, 1);
+        } else {
+            pl = ooc_plan_new("keep", 4, 2, 1 << 20, 1 << 16);
+            ooc_plan_finalize(pl);
+        }
+        ooc_sim_result_t r;
+        run_checked(m, pl, &r);
+        ck_assert_msg(r.feasible, "%s", r.viol_msg);
+        ck_assert_msg(r.time_ns == cases[i].time && r.stall_ns == cases[i].stall,
+                      "case %zu: time %llu stall %llu, expected %llu and %llu", i,
+                      (unsigned long long)r.time_ns, (unsigned long long)r.stall_ns,
+                      (unsigned long long)cases[i].time, (unsigned long long)cases[i].stall);
+        ooc_sim_result_free(&r);
+        ooc_plan_free(pl);
+        ooc_model_free(m);
+        ooc_profile_free(p);
+    }
+}
+END_TEST
+
 START_TEST(test_memory_waits_for_released_chunks) {
     ooc_profile_t *p = tiny();
     ooc_model_t *m;
@@ -962,6 +1015,7 @@ Suite *suite_planner_sim(void) {
     tcase_add_test(tc, test_swap_overlaps_compute_exactly);
     tcase_add_test(tc, test_exclusive_swap_in_runs_alone);
     tcase_add_test(tc, test_mapping_calls_take_the_worker_in_turn);
+    tcase_add_test(tc, test_the_programs_thread_issues_each_op);
     tcase_add_test(tc, test_memory_waits_for_released_chunks);
     tcase_add_test(tc, test_broken_plans_are_reported);
     tcase_add_test(tc, test_recompute_relaunches_producer);

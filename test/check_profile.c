@@ -39,6 +39,8 @@ static void assert_same_profile(const ooc_profile_t *a, const ooc_profile_t *b) 
     ck_assert_uint_eq(a->swapout_exclusive, b->swapout_exclusive);
     ck_assert_uint_eq(a->swapin_vmm_ns, b->swapin_vmm_ns);
     ck_assert_uint_eq(a->swapout_vmm_ns, b->swapout_vmm_ns);
+    ck_assert_uint_eq(a->map_vmm_ns, b->map_vmm_ns);
+    ck_assert_uint_eq(a->unmap_vmm_ns, b->unmap_vmm_ns);
     ck_assert_uint_eq(a->nops, b->nops);
     ck_assert_uint_eq(a->nbufs, b->nbufs);
     for (uint32_t i = 0; i < a->nbufs; i++) {
@@ -121,7 +123,7 @@ START_TEST(test_built_profile_round_trips) {
     ck_assert_str_eq(b->ops[0].shape, "-");
     ck_assert_str_eq(b->bufs[1].site, "-");
     ck_assert_uint_eq(b->swapin_exclusive, 0); /* absent: 0 */
-    ck_assert_uint_eq(b->swapin_vmm_ns + b->swapout_vmm_ns, 0);
+    ck_assert_uint_eq(b->swapin_vmm_ns + b->swapout_vmm_ns + b->map_vmm_ns + b->unmap_vmm_ns, 0);
     for (uint32_t i = 0; i < a->nops; i++) {
         free(a->ops[i].name);
         a->ops[i].name = strdup("k name");
@@ -133,6 +135,8 @@ START_TEST(test_built_profile_round_trips) {
     a->swapout_exclusive = 1;
     a->swapin_vmm_ns = 61234;
     a->swapout_vmm_ns = 78;
+    a->map_vmm_ns = 4321;
+    a->unmap_vmm_ns = 9;
     ck_assert_msg(ooc_profile_write(a, d, err, sizeof err) == 0, "%s", err);
     ck_assert_msg(ooc_profile_read(d, &b, err, sizeof err) == 0, "%s", err);
     assert_same_profile(a, b);
@@ -198,6 +202,11 @@ static const struct {
      "field swapout_exclusive: 'yes' is not 0 or 1"},
     {0, "iterations\t1", "iterations\t1\nswapout_vmm_ns\t61000000000",
      "field swapout_vmm_ns: '61000000000' is above a minute per chunk"},
+    {0, "iterations\t1", "iterations\t1\nmap_vmm_ns\t2.5", "field map_vmm_ns"},
+    {0, "iterations\t1", "iterations\t1\nunmap_vmm_ns\t1\nunmap_vmm_ns\t1",
+     "field unmap_vmm_ns: given twice"},
+    {0, "iterations\t1", "iterations\t1\nunmap_vmm_ns\t60000000001",
+     "field unmap_vmm_ns: '60000000001' is above a minute per chunk"},
     {1, "\n1\t", "\n7\t", "buffers.tsv:4: field id"},
     {1, "id\tbytes", "id\tsize", "buffers.tsv:2: field columns"},
     {1, "\n0\t", "\n0\t-5\t", "buffers.tsv:3: field"},

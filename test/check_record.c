@@ -406,7 +406,8 @@ END_TEST
  * mode without staging: meta.tsv swapin_exclusive 1): so in safe mode, not with staging, not
  * outside safe mode; whether a swap-out's remapping does (safe mode, staged or not:
  * swapout_exclusive 1); and the host time of the mapping calls per chunk, measured (a mapping
- * takes some, even on the simulated device without its timing model). */
+ * takes some, even on the simulated device without its timing model), with the device chunk's
+ * own map and unmap among them (map_vmm_ns, unmap_vmm_ns). */
 START_TEST(test_profile_says_whether_swap_ins_run_alone) {
     static const struct {
         const char *safe, *stage;
@@ -442,6 +443,11 @@ START_TEST(test_profile_says_whether_swap_ins_run_alone) {
                       "%s %s: %llu and %llu ns of mapping calls per chunk", cases[i].safe,
                       cases[i].stage, (unsigned long long)p->swapin_vmm_ns,
                       (unsigned long long)p->swapout_vmm_ns);
+        /* the device chunk's own map and unmap: parts of those same cycles */
+        ck_assert_msg(p->map_vmm_ns > 0 && p->unmap_vmm_ns > 0 &&
+                          p->map_vmm_ns <= p->swapin_vmm_ns && p->unmap_vmm_ns <= p->swapout_vmm_ns,
+                      "%s %s: map %llu, unmap %llu ns per chunk", cases[i].safe, cases[i].stage,
+                      (unsigned long long)p->map_vmm_ns, (unsigned long long)p->unmap_vmm_ns);
         ooc_profile_free(p);
         tu_result_free(&r);
         char cmd[128];
