@@ -46,10 +46,6 @@ typedef struct {
     int32_t buf;
     double issue;
     double mapped; /* its chunks' mapping calls end (the map lane) */
-    /* issue_mem: 1 when it has its memory, 2 when it took memory a swap-out is vacating (mapped
-     * when its copy starts, once the swap-outs' stream has moved `after` bytes) */
-    uint8_t admitted;
-    uint64_t after;
 } xfer_t;
 
 typedef struct {
@@ -75,13 +71,6 @@ typedef struct {
     double host, issue_at, host_debt;
     int issued;
     double *mapped_at; /* when a buffer's latest swap-in was mapped */
-    /* issue_mem (outside safe mode): a swap-in takes its memory when the shim issues it, in the
-     * queue's order as memory comes, not when its copy starts; it may take memory a queued or
-     * running swap-out will vacate, and its copy then waits for that swap-out. The swap-outs'
-     * bytes are counted along their stream (pushed, done, claimed up to); `claimed`: bytes of
-     * such swap-ins not mapped yet. */
-    int issue_mem;
-    uint64_t claimed, out_pushed, out_done, claim_upto;
     /* swapout_exclusive: swap-outs' mapping calls waiting for a gap between compute items, and
      * the end of those running (nothing computes before) */
     double excl_pending, excl_end;
@@ -154,7 +143,7 @@ static int push(engine_t *e, int32_t buf, double issue, double mapped) {
         if (ooc_grow(&e->q, &e->cap, e->n + 1, sizeof *e->q, 64))
             return OOC_ENOMEM;
     }
-    e->q[e->head + e->n++] = (xfer_t){buf, issue, mapped, 0, 0};
+    e->q[e->head + e->n++] = (xfer_t){buf, issue, mapped};
     return 0;
 }
 
@@ -171,16 +160,9 @@ static double vmm_ns(const sim_t *s, int32_t b, uint64_t per_chunk) {
     return (double)s->m->fp[b] / (double)s->m->chunk_bytes * (double)per_chunk;
 }
 
-/* Memory given out: mapped, or promised to a swap-in that took a swap-out's memory (less what
- * those swap-outs still hold mapped). */
-static uint64_t committed(const sim_t *s) {
-    uint64_t inflight = s->claim_upto > s->out_done ? s->claim_upto - s->out_done : 0;
-    return s->used + s->claimed - inflight;
-}
-
 static int map(sim_t *s, int32_t b) {
     uint64_t fp = s->m->fp[b];
-    if (committed(s) + fp > s->budget)
+    if (s->used + fp > s->budget)
         return 0;
     s->used += fp;
     if (s->used > s->res->peak_bytes)
@@ -253,49 +235,7 @@ static int h2d_ready(const sim_t *s) {
     if (e->active || e->n == 0)
         return 0;
     const xfer_t *x = &e->q[e->head];
-    if (s->issue_mem)
-        return x->admitted && x->issue <= s->now && !s->d2h_pending[x->buf] &&
-               (x->admitted == 1 || s->out_done >= x->after);
     return x->issue <= s->now && !s->d2h_pending[x->buf] && s->used + s->m->fp[x->buf] <= s->budget;
-}
-
-/* issue_mem: the queued swap-ins get memory in the queue's order as far as it goes (free memory
- * first, then what the swap-outs queued or running will vacate); their mapping calls go on the
- * map lane then. Returns 1 when one did. */
-static int admit(sim_t *s) {
-    engine_t *e = &s->h2d;
-    int prog = 0;
-    uint64_t owed = 0; /* memory for queued swap-ins still waiting for their own copy out */
-    for (size_t k = 0; s->issue_mem && k < e->n; k++) {
-        xfer_t *x = &e->q[e->head + k];
-        if (x->admitted)
-            continue;
-        if (s->d2h_pending[x->buf]) {
-            /* Its own copy out first (the shim may reclaim the chunk when nothing took its
-             * memory; counted here as waiting for the copy): those after it may go ahead while
-             * memory for it remains, as in the shim (transfer.c, serve_chunk). */
-            owed += s->m->fp[x->buf];
-            continue;
-        }
-        uint64_t fp = s->m->fp[x->buf], c = committed(s);
-        uint64_t spare = c < s->budget ? s->budget - c : 0;
-        uint64_t from = s->claim_upto > s->out_done ? s->claim_upto : s->out_done;
-        if (fp + owed > spare + (s->out_pushed - from))
-            return prog; /* the rest wait their turn */
-        if (fp <= spare) {
-            (void)map(s, x->buf);
-            x->admitted = 1;
-        } else {
-            s->claim_upto = from + (fp - spare);
-            s->claimed += fp;
-            x->admitted = 2;
-            x->after = s->claim_upto;
-        }
-        x->mapped = s->mapped_at[x->buf] =
-            lane_take(s, vmm_ns(s, x->buf, s->m->prof->swapin_vmm_ns));
-        prog = 1;
-    }
-    return prog;
 }
 
 /* Advances the compute engine as far as it can at the current time. Returns 1 on progress. With
@@ -332,9 +272,8 @@ static int step_compute(sim_t *s) {
                         "swap-in of buffer %d before op %d, but it is not swapped out", b, a->op);
                 return 0;
             }
-            double mapped = p->swapin_exclusive || s->issue_mem
-                                ? 0 /* the lane takes it when the copy starts (step_h2d), or
-                                       when it gets memory (admit) */
+            double mapped = p->swapin_exclusive
+                                ? 0 /* the lane takes it when the copy starts (step_h2d) */
                                 : lane_take(s, vmm_ns(s, b, p->swapin_vmm_ns));
             s->mapped_at[b] = mapped;
             if (push(&s->h2d, b, s->now, mapped)) {
@@ -470,8 +409,6 @@ static int step_compute(sim_t *s) {
             return 0;
         }
     }
-    if (need && s->issue_mem)
-        (void)admit(s); /* the swap-ins queued before it take memory first, as in the shim */
     if (!s->issued) {
         /* The program's thread issues the op: after the mapping calls it owes and those for the
          * op's new buffers, and not before the op's swap-ins were mapped. */
@@ -493,7 +430,7 @@ static int step_compute(sim_t *s) {
     if (s->now < s->issue_at)
         return 0; /* the host has not issued it yet */
     if (need) {
-        if (committed(s) + need > s->budget) {
+        if (s->used + need > s->budget) {
             block(s, -1, 1);
             return 0;
         }
@@ -559,7 +496,6 @@ static void end_compute(sim_t *s) {
                 violate(s, OOC_ENOMEM, a->op, b, "out of memory");
                 return;
             }
-            s->out_pushed += m->fp[b];
             s->st[b] = ST_OUTQ;
             s->d2h_pending[b] = 1;
         }
@@ -597,17 +533,11 @@ static double rate(const sim_t *s, int h2d) {
 
 static int step_h2d(sim_t *s) {
     engine_t *e = &s->h2d;
-    int admitted = !s->stop && admit(s);
     /* (swapin_exclusive: after the running op, since the copy runs alone) */
     if (s->stop || !h2d_ready(s) || (s->m->prof->swapin_exclusive && s->busy))
-        return admitted;
+        return 0;
     xfer_t *x = &e->q[e->head];
-    if (x->admitted == 2) {
-        s->claimed -= s->m->fp[x->buf]; /* the memory it took is free now (h2d_ready) */
-        (void)map(s, x->buf);
-    } else if (!x->admitted) {
-        (void)map(s, x->buf); /* it fits: h2d_ready */
-    }
+    (void)map(s, x->buf); /* it fits: h2d_ready */
     e->active = 1;
     e->start = s->now;
     if (s->m->prof->swapin_exclusive)
@@ -657,7 +587,6 @@ static void end_d2h(sim_t *s) {
     e->active = 0;
     trace(s, OOC_TR_D2H_END, (int32_t)s->op, b, -1, s->m->prof->bufs[b].bytes);
     unmap(s, b);
-    s->out_done += s->m->fp[b];
     if (s->m->prof->swapout_exclusive)
         s->excl_pending += vmm_ns(s, b, s->m->prof->swapout_vmm_ns);
     else
@@ -682,7 +611,6 @@ int ooc_sim_run(const ooc_model_t *m, const ooc_plan_t *pl, const ooc_sim_opts_t
     const ooc_profile_t *p = m->prof;
     sim_t s = {.m = m, .pl = pl, .res = res, .budget = pl->budget_bytes, .blocked_buf = -1};
     s.tr = opts ? opts->trace : NULL;
-    s.issue_mem = !p->swapin_exclusive && !p->swapout_exclusive;
     size_t nb = m->nb ? m->nb : 1;
     uint8_t *flags = calloc(nb, 8);
     s.mapped_at = calloc(nb, sizeof *s.mapped_at);
