@@ -63,7 +63,7 @@ typedef struct {
     ooc_trace_t *tr;
     double now;
     uint64_t used, budget;
-    uint8_t *st, *host_valid, *waited, *d2h_pending, *free_after_d2h, *ever, *dropped, *charged;
+    uint8_t *st, *host_valid, *waited, *d2h_pending, *free_after_d2h, *ever, *dropped;
     engine_t h2d, d2h;
     double lane; /* the map lane (the worker's mapping calls) is busy until then */
     /* the program's thread: it has issued the ops before the current one by `host`; `issued`:
@@ -412,17 +412,14 @@ static int step_compute(sim_t *s) {
     if (!s->issued) {
         /* The program's thread issues the op: after the mapping calls it owes and those for the
          * op's new buffers, and not before the op's swap-ins were mapped. */
-        double t = s->host, cost = s->host_debt;
+        double t = s->host;
         for (uint32_t k = 0; k < o->nref; k++) {
             int32_t b = p->refs[o->ref_off + k].buf;
             if (s->mapped_at[b] > t)
                 t = s->mapped_at[b];
-            if (s->st[b] == ST_NONE && !s->ever[b] && !s->charged[b]) {
-                s->charged[b] = 1; /* a buffer referenced twice is mapped once */
-                cost += vmm_ns(s, b, p->map_vmm_ns);
-            }
         }
-        s->host = t + cost;
+        /* the new buffers' footprint (need), charged per chunk as vmm_ns does */
+        s->host = t + s->host_debt + (double)need / (double)m->chunk_bytes * (double)p->map_vmm_ns;
         s->host_debt = 0;
         s->issue_at = s->host;
         s->issued = 1;
@@ -612,7 +609,7 @@ int ooc_sim_run(const ooc_model_t *m, const ooc_plan_t *pl, const ooc_sim_opts_t
     sim_t s = {.m = m, .pl = pl, .res = res, .budget = pl->budget_bytes, .blocked_buf = -1};
     s.tr = opts ? opts->trace : NULL;
     size_t nb = m->nb ? m->nb : 1;
-    uint8_t *flags = calloc(nb, 8);
+    uint8_t *flags = calloc(nb, 7);
     s.mapped_at = calloc(nb, sizeof *s.mapped_at);
     if (!flags || !s.mapped_at) {
         free(flags);
@@ -626,7 +623,6 @@ int ooc_sim_run(const ooc_model_t *m, const ooc_plan_t *pl, const ooc_sim_opts_t
     s.free_after_d2h = flags + 4 * nb;
     s.ever = flags + 5 * nb;
     s.dropped = flags + 6 * nb;
-    s.charged = flags + 7 * nb;
     if (opts && opts->want_op_stalls)
         res->op_stall_ns = calloc(m->n ? m->n : 1, sizeof *res->op_stall_ns);
     if (opts && opts->want_attribution) {

@@ -48,6 +48,17 @@ static void run_checked(const ooc_model_t *m, const ooc_plan_t *pl, ooc_sim_resu
     ooc_trace_free(&tr);
 }
 
+/* run_checked for case i of a table: feasible, and the time and stall it expects. */
+static void run_case(const ooc_model_t *m, const ooc_plan_t *pl, size_t i, uint64_t time,
+                     uint64_t stall, ooc_sim_result_t *r) {
+    run_checked(m, pl, r);
+    ck_assert_msg(r->feasible, "%s", r->viol_msg);
+    ck_assert_msg(r->time_ns == time && r->stall_ns == stall,
+                  "case %zu: time %llu stall %llu, expected %llu and %llu", i,
+                  (unsigned long long)r->time_ns, (unsigned long long)r->stall_ns,
+                  (unsigned long long)time, (unsigned long long)stall);
+}
+
 static ooc_plan_t *swap_a(uint64_t budget, int32_t in_at, int with_wait) {
     ooc_plan_t *pl = ooc_plan_new("test", 4, 2, budget, 1 << 16);
     ooc_plan_add(pl, 0, OOC_AFTER, OOC_ACT_SWAPOUT, 0, NULL, 0);
@@ -148,12 +159,7 @@ START_TEST(test_mapping_calls_take_the_worker_in_turn) {
         ck_assert_int_eq(ooc_model_build(p, p->chunk_bytes, &m), 0);
         ooc_plan_t *pl = swap_a(1 << 20, 2, 1);
         ooc_sim_result_t r;
-        run_checked(m, pl, &r);
-        ck_assert_msg(r.feasible, "%s", r.viol_msg);
-        ck_assert_msg(r.time_ns == cases[i].time && r.stall_ns == cases[i].stall,
-                      "case %zu: time %llu stall %llu, expected %llu and %llu", i,
-                      (unsigned long long)r.time_ns, (unsigned long long)r.stall_ns,
-                      (unsigned long long)cases[i].time, (unsigned long long)cases[i].stall);
+        run_case(m, pl, i, cases[i].time, cases[i].stall, &r);
         ck_assert_uint_eq(r.h2d_bytes, 1000);
         ooc_sim_result_free(&r);
         ooc_plan_free(pl);
@@ -202,12 +208,7 @@ START_TEST(test_the_programs_thread_issues_each_op) {
             ooc_plan_finalize(pl);
         }
         ooc_sim_result_t r;
-        run_checked(m, pl, &r);
-        ck_assert_msg(r.feasible, "%s", r.viol_msg);
-        ck_assert_msg(r.time_ns == cases[i].time && r.stall_ns == cases[i].stall,
-                      "case %zu: time %llu stall %llu, expected %llu and %llu", i,
-                      (unsigned long long)r.time_ns, (unsigned long long)r.stall_ns,
-                      (unsigned long long)cases[i].time, (unsigned long long)cases[i].stall);
+        run_case(m, pl, i, cases[i].time, cases[i].stall, &r);
         ooc_sim_result_free(&r);
         ooc_plan_free(pl);
         ooc_model_free(m);
