@@ -57,6 +57,17 @@ static int k_addone(fakecuda_launch_t *l) {
     return 0;
 }
 
+/* spin(int us): keeps its thread's CPU busy for `us` microseconds of CPU time. */
+static int k_spin(fakecuda_launch_t *l) {
+    int us = FAKECUDA_ARG(l, 0, int);
+    struct timespec t0, t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+    do
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    while ((t.tv_sec - t0.tv_sec) * 1000000000ll + (t.tv_nsec - t0.tv_nsec) < us * 1000ll);
+    return 0;
+}
+
 /* mixed(char c, double d, int i, struct {char b[12];} s, void *p): a layout probe. */
 static int k_mixed(fakecuda_launch_t *l) {
     (void)l;
@@ -67,6 +78,7 @@ static const fakecuda_kernel_t test_kernels[] = {
     {"fctest", "fill", 4, {8, 4, 4, 4}, k_fill},
     {"fctest", "addone", 2, {8, 4}, k_addone},
     {"fctest", "mixed", 5, {1, 8, 4, 12, 8}, k_mixed},
+    {"fctest", "spin", 1, {4}, k_spin},
 };
 
 static CUcontext ctx;
@@ -1496,8 +1508,15 @@ START_TEST(test_trace_tells_when_an_op_was_queued_and_ready) {
     int fd = mkstemp(path);
     ck_assert_int_ge(fd, 0);
     close(fd);
-    const char *const env[] = {
-        "FAKECUDA_SCHED", "threaded", "FAKECUDA_TIMING", "1", "FAKECUDA_TRACE", path, NULL};
+    const char *const env[] = {"FAKECUDA_SCHED",
+                               "threaded",
+                               "FAKECUDA_TIMING",
+                               "1",
+                               "FAKECUDA_LAUNCH_US",
+                               "20000",
+                               "FAKECUDA_TRACE",
+                               path,
+                               NULL};
     open_device(env);
     CUfunction fill = get_kernel("fill");
     CUstream a, b;
@@ -1507,7 +1526,7 @@ START_TEST(test_trace_tells_when_an_op_was_queued_and_ready) {
     OK(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
     OK(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
     OK(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
-    launch_fill(fill, p, 1.0f, 16, 20000, a); /* 20 ms */
+    launch_fill(fill, p, 1.0f, 16, 0, a); /* 20 ms: its launch floor */
     OK(cuEventRecord(e, a));
     OK(cuStreamWaitEvent(b, e, 0));
     OK(cuMemsetD8Async(p, 7, 64, b));
@@ -1614,6 +1633,54 @@ START_TEST(test_timed_streams_sleep_without_timer_slack) {
     OK(cuLaunchHostFunc(s, host_fn_slack, &slack));
     OK(cuStreamSynchronize(s));
     ck_assert_int_eq(slack, 1);
+    OK(cuStreamDestroy(s));
+}
+END_TEST
+
+/* With the timing model, a kernel holds the compute engine for the longer of its modelled time
+ * and the CPU time its body used, not for the time that passed while its thread was off the CPU:
+ * the simulator's threads share the host's cores, and an engine's thread descheduled (here: a
+ * body that sleeps) is not the device being slower. The host still sees the kernel done only once
+ * its body has run. */
+START_TEST(test_a_kernel_holds_its_engine_for_its_cpu_time_not_its_wall_time) {
+    static const char *const env[] = {
+        "FAKECUDA_SCHED", "threaded", "FAKECUDA_TIMING", "1", "FAKECUDA_LAUNCH_US", "1000", NULL};
+    open_device(env);
+    CUstream s;
+    CUdeviceptr d;
+    CUevent a, b, c;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    OK(cuMemAlloc(&d, 64));
+    OK(cuMemsetD8(d, 0, 64));
+    OK(cuEventCreate(&a, 0));
+    OK(cuEventCreate(&b, 0));
+    OK(cuEventCreate(&c, 0));
+    int us = 40000, n = 16;
+    uint64_t t0 = now_ns();
+    OK(cuEventRecord(a, s));
+    launch_fill(get_kernel("fill"), d, 3.0f, n, us, s); /* 40 ms asleep, 1 ms modelled */
+    OK(cuEventRecord(b, s));
+    void *args[] = {&us};
+    OK(cuLaunchKernel(get_kernel("spin"), 1, 1, 1, 32, 1, 1, 0, s, args, NULL)); /* 40 ms busy */
+    OK(cuEventRecord(c, s));
+    OK(cuEventSynchronize(b));
+    double host_ms = (double)(now_ns() - t0) / 1e6;
+    float v[16];
+    OK(cuMemcpyDtoH(v, d, sizeof v));
+    ck_assert(v[0] == 3.0f && v[n - 1] == 3.0f);
+    ck_assert_msg(host_ms >= 40.0, "the host saw the sleeping kernel done after %.2f ms", host_ms);
+    OK(cuEventSynchronize(c));
+    float asleep = 0, busy = 0;
+    OK(cuEventElapsedTime(&asleep, a, b));
+    OK(cuEventElapsedTime(&busy, b, c));
+    ck_assert_msg(asleep >= 1.0f && asleep < 20.0f,
+                  "a kernel asleep for 40 ms, modelled 1 ms, held its engine %.2f ms", asleep);
+    ck_assert_msg(busy >= 40.0f && busy < 200.0f,
+                  "a kernel busy for 40 ms of CPU, modelled 1 ms, held its engine %.2f ms", busy);
+    OK(cuEventDestroy(a));
+    OK(cuEventDestroy(b));
+    OK(cuEventDestroy(c));
+    OK(cuMemFree(d));
     OK(cuStreamDestroy(s));
 }
 END_TEST
@@ -3021,6 +3088,7 @@ Suite *suite_fakecuda(void) {
     tcase_add_test(t, test_mapping_calls_cost_host_time_per_mapping);
     tcase_add_test(t, test_mapping_calls_keep_their_model_over_a_run);
     tcase_add_test(t, test_timed_streams_sleep_without_timer_slack);
+    tcase_add_test(t, test_a_kernel_holds_its_engine_for_its_cpu_time_not_its_wall_time);
     tcase_add_test(t, test_late_threads_do_not_slow_the_modelled_device);
     tcase_add_test(t, test_a_completion_wakes_only_the_stream_waiting_for_it);
     tcase_add_test(t, test_trace_tells_when_an_op_was_queued_and_ready);

@@ -81,6 +81,12 @@ FAKECUDA_API uint64_t fakecuda_tensor_map_span(const fakecuda_tensor_map_t *t);
  * for launch_floor + flops / FAKECUDA_GFLOPS + bytes / FAKECUDA_HBM_GBPS. No-op without timing. */
 FAKECUDA_API void fakecuda_work(fakecuda_launch_t *l, double flops, double bytes);
 
+/* Declares time the kernel's body waited off the CPU for something outside the device (another
+ * rank of a collective): with the timing model the launch holds the compute engine for it, as a
+ * GPU kernel spinning on a flag would. The rest of a body counts by the CPU time its thread used,
+ * not the time that passed (the simulator's threads share the host's cores). */
+FAKECUDA_API void fakecuda_waited(fakecuda_launch_t *l, uint64_t ns);
+
 /* Registers extra kernels (tests use this). The array must outlive the driver. Returns 0, or -1
  * when a (module, name) pair is already registered or the table is full. Thread-safe. */
 FAKECUDA_API int fakecuda_register_kernels(const fakecuda_kernel_t *k, size_t n);

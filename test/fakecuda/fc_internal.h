@@ -133,6 +133,7 @@ struct fc_op {
     int running;
     fc_engine_t engine;
     double model_ns;              /* timing model: time the op occupies its engine */
+    uint64_t waited_ns;           /* its body waited off the CPU (fakecuda_waited) */
     uint64_t queued_ns, ready_ns; /* timing model and FAKECUDA_TRACE: when it was queued; (trace
                                    * only) when its stream's thread found it first in line with its
                                    * dependencies done */

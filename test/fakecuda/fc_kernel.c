@@ -481,6 +481,11 @@ FAKECUDA_API void fakecuda_work(fakecuda_launch_t *l, double flops, double bytes
     op->model_ns += flops / g_fc.cfg.gflops + bytes / g_fc.cfg.hbm_gbps;
 }
 
+FAKECUDA_API void fakecuda_waited(fakecuda_launch_t *l, uint64_t ns) {
+    fc_op_t *op = l->priv;
+    op->waited_ns += ns;
+}
+
 static CUresult run_launch(fc_op_t *op) {
     launch_payload_t *lp = op->payload;
     lp->l.priv = op;

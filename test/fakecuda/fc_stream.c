@@ -139,6 +139,13 @@ static void model_start(const fc_stream_t *s, fc_op_t *op) {
     op->model_start_ns = t;
 }
 
+/* This thread's CPU time. */
+static uint64_t thread_cpu_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 /* Runs op's body; with timing on, holds its engine until the op's modelled end. */
 static CUresult execute(fc_op_t *op) {
     if (!g_fc.cfg.timing)
@@ -151,15 +158,20 @@ static CUresult execute(fc_op_t *op) {
         return r;
     }
     pthread_mutex_lock(&g_fc.engine[op->engine]);
-    uint64_t t0 = fc_now_ns();
+    uint64_t t0 = fc_now_ns(), c0 = thread_cpu_ns();
     uint64_t start = op->model_start_ns;
     if (g_fc.engine_free_ns[op->engine] > start)
         start = g_fc.engine_free_ns[op->engine];
     op->model_start_ns = start;
     CUresult r = op->run(op);
     /* The longer of the modelled time (known after the body: a kernel's grows by what it reached
-     * across the link) and the body's own, both from the modelled start. */
-    uint64_t now = fc_now_ns(), spent = now - t0;
+     * across the link) and the body's own, both from the modelled start. The body's own is the
+     * CPU time its thread spent on it (and the waits it declared, fakecuda_waited), not the time
+     * that passed: on a GPU an engine does not stop while the host's threads run, and here the
+     * engines' threads share the host's few cores with the program's thread and each other (an
+     * engine's thread descheduled for a copy's memmove on another engine is not the device being
+     * slower). */
+    uint64_t now = fc_now_ns(), spent = thread_cpu_ns() - c0 + op->waited_ns;
     uint64_t end = start + ((double)spent > op->model_ns ? spent : (uint64_t)op->model_ns);
     if (now < end)
         sleep_until(end);

@@ -85,10 +85,12 @@ static int wait_tick(run_t *r, double deadline, unsigned *spins, const char *wai
             waiting_for);
         return fail(r);
     }
+    double t0 = now_s();
     if (++*spins < 64)
         sched_yield();
     else
         usleep(*spins < 1000 ? 20 : 200);
+    fakecuda_waited(r->l, (uint64_t)((now_s() - t0) * 1e9)); /* the engine is held meanwhile */
     return 0;
 }
 
