@@ -1651,7 +1651,7 @@ START_TEST(test_a_kernel_holds_its_engine_for_its_cpu_time_not_its_wall_time) {
     CUevent a, b, c;
     OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
     OK(cuMemAlloc(&d, 64));
-    OK(cuMemsetD8(d, 0, 64));
+    OK(cuMemsetD8Async(d, 0, 64, s)); /* before the fill, in its stream */
     OK(cuEventCreate(&a, 0));
     OK(cuEventCreate(&b, 0));
     OK(cuEventCreate(&c, 0));
