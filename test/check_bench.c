@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* check_bench.c: the benchmark drivers run and report (scripts/bench-replay).
+/* check_bench.c: the benchmark drivers run and report (scripts/bench-replay), and
+ * scripts/ooc-replay-trace sets a replay's trace beside its plan (the last two tests).
  *
  * A benchmark's figures depend on the machine, so these tests check what does not: the quick
  * configuration (the mlp workload, short kernels, safe mode on, one round, eight iterations: about
@@ -161,6 +162,237 @@ START_TEST(test_bench_replay_staged_sets_the_stage_variable) {
 }
 END_TEST
 
+/* ---- scripts/ooc-replay-trace -----------------------------------------------------------------
+ */
+
+/* Writes `text` to dir/name. */
+static void put(const char *dir, const char *name, const char *text) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_ge(fputs(text, f), 0);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+static tu_proc_t replay_trace(const char *const args[]) {
+    const char *argv[16] = {"scripts/ooc-replay-trace"};
+    int k = 1;
+    for (; args[k - 1] && k < 15; k++)
+        argv[k] = args[k - 1];
+    argv[k] = NULL;
+    static char build[4200];
+    snprintf(build, sizeof build, "OOC_BUILD=%s", tu_build_dir());
+    const char *const env[] = {build, NULL};
+    tu_proc_t pr;
+    ck_assert_int_eq(tu_run(argv, env, 120, &pr), 0);
+    return pr;
+}
+
+/* The tab-separated fields of the line of `out` that starts with `first` (a whole first field),
+ * as numbers into v (at most n); how many were read. */
+static int fields(const char *out, const char *first, double *v, int n) {
+    char key[64], line[1024];
+    snprintf(key, sizeof key, "\n%s\t", first);
+    const char *p = strstr(out, key);
+    ck_assert_msg(p != NULL, "no row '%s' in:\n%s", first, out);
+    p += strlen(key);
+    size_t len = strcspn(p, "\n");
+    ck_assert_uint_lt(len, sizeof line);
+    memcpy(line, p, len);
+    line[len] = 0;
+    int k = 0;
+    for (char *save = NULL, *f = strtok_r(line, "\t", &save); f && k < n;
+         f = strtok_r(NULL, "\t", &save))
+        v[k++] = strtod(f, NULL);
+    return k;
+}
+
+/* A made-up profile, plan timeline and trace whose answers are known: the plan's iteration lasts
+ * 10 ms, each measured one 12 ms. Op 3 starts 1 ms late because the host queued it 1 ms after
+ * the engine was free (and 0.5 ms after that waiting for something else); the next iteration's
+ * anchor (op 1) loses another 1 ms, 2 of its 4 ms idle the host's. One record per iteration is
+ * the shim's own (skipped). The program's copy (op 0) goes to the h2d engine, as on the device. */
+START_TEST(test_replay_trace_reports_a_made_up_replay_exactly) {
+    if (tu_under_valgrind())
+        return;
+    char d[] = "/tmp/ooc-rtrace-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(d));
+    put(d, "ops.tsv",
+        "#ooc-profile\tops\t1\nidx\tstream\tkind\tname\tshape\tduration_ns\trefs\n"
+        "0\t1\tmemcpy\tcuMemcpyHtoDAsync_v2\tbytes=4\t1000000\t0:w\n"
+        "1\t1\tkernel\tk1\tgrid=1,1,1\t2000000\t0:rw\n"
+        "2\t1\tkernel\tk2\tgrid=1,1,1\t2000000\t0:rw\n"
+        "3\t1\tkernel\tk2\tgrid=1,1,1\t2000000\t0:rw\n");
+    put(d, "timeline.tsv",
+        "#ooc-timeline\t1\tsource=simulated\tpolicy=auto\tbudget_bytes=1\tchunk_bytes=1\t"
+        "time_ns=10000000\tpeak_bytes=1\tnops=4\tnbufs=1\n"
+        "engine\tstart_ns\tend_ns\top\tbuffer\taction\tbytes\tin_use_bytes\n"
+        "compute\t0\t1000000\t0\t-\top\t-\t-\n"
+        "compute\t1000000\t3000000\t1\t-\top\t-\t-\n"
+        "compute\t3000000\t5000000\t2\t-\top\t-\t-\n"
+        "h2d\t3000000\t7000000\t2\t0\tswapin\t4\t-\n"
+        "d2h\t5000000\t9000000\t2\t0\tswapout\t4\t-\n"
+        "compute\t6000000\t8000000\t3\t-\top\t-\t-\n");
+    char trace[8192];
+    size_t o = (size_t)snprintf(trace, sizeof trace,
+                                "engine\tstart_ns\tend_ns\top\tqueued_ns\tready_ns\tran_ns\n");
+    for (long t = 0; t <= 48; t += 12) { /* ms; 4 whole iterations, then the closing anchor */
+        const long us = 1000000;
+        o += (size_t)snprintf(trace + o, sizeof trace - o, "compute\t%ld\t%ld\tk1\t%ld\t0\t0\n",
+                              (t + 1) * us, (t + 3) * us, t ? (t - 1) * us : 0);
+        o += (size_t)snprintf(trace + o, sizeof trace - o,
+                              "h2d\t%ld\t%ld\tmemcpy HtoD async\t%ld\t0\t0\n", t * us, (t + 1) * us,
+                              t * us);
+        if (t == 48)
+            break;
+        o += (size_t)snprintf(trace + o, sizeof trace - o,
+                              "compute\t%ld\t%ld\tk2\t%ld\t0\t0\n"
+                              "compute\t%ld\t%ld\tooc_checksum\t%ld\t0\t0\n"
+                              "h2d\t%ld\t%ld\tmemcpy DtoD async\t%ld\t0\t0\n"
+                              "d2h\t%ld\t%ld\tmemcpy DtoD async\t%ld\t0\t0\n"
+                              "compute\t%ld\t%ld\tk2\t%ld\t0\t0\n",
+                              (t + 3) * us, (t + 5) * us, t * us, (t + 5) * us,
+                              (t * 2 + 11) * us / 2, t * us, (t + 4) * us, (t + 8) * us, t * us,
+                              (t + 6) * us, (t + 9) * us, t * us, (t + 7) * us, (t + 9) * us,
+                              (t * 2 + 13) * us / 2);
+    }
+    put(d, "trace.tsv", trace);
+    char prof[64], tl[80], tr[80];
+    snprintf(prof, sizeof prof, "%s", d);
+    snprintf(tl, sizeof tl, "%s/timeline.tsv", d);
+    snprintf(tr, sizeof tr, "%s/trace.tsv", d);
+    tu_proc_t pr = replay_trace((const char *[]){prof, "--timeline", tl, "--trace", tr, "--iters",
+                                                 "3", "--top", "2", NULL});
+    ck_assert_msg(pr.status == 0, "status %d:\n%s%s", pr.status, pr.out, pr.err);
+    ck_assert_msg(strstr(pr.out, "4 whole iterations") && strstr(pr.out, "cut at k1 (op 1 of 4)"),
+                  "%s", pr.out);
+    /* measured, predicted, ratio, compute (6.5 with the shim's record) against 6, h2d 5 (the next
+     * iteration's copy, 1 ms, and the swap, 4) against 5 (the plan's copy op moved to h2d), d2h 3
+     * against 4, idle for the host 1 + 2, for the rest 0.5 + 2, host ahead by 1 ms (median of 1,
+     * 3, 0.5: the anchor queued 2 ms ahead, op 2 3 ms, op 3 0.5 ms), one record skipped */
+    static const double want[13] = {12, 10, 1.2, 6.5, 6, 5, 5, 3, 4, 3, 2.5, 2, 1};
+    for (int it = 1; it <= 3; it++) {
+        char first[16];
+        double v[13];
+        snprintf(first, sizeof first, "%d", it);
+        ck_assert_int_eq(fields(pr.out, first, v, 13), 13);
+        for (int c = 0; c < 13; c++)
+            ck_assert_msg(fabs(v[c] - want[c]) < 1e-3, "iteration %d column %d: %g, not %g\n%s", it,
+                          c + 1, v[c], want[c], pr.out);
+    }
+    double m[13];
+    ck_assert_int_eq(fields(pr.out, "median", m, 13), 13);
+    ck_assert(fabs(m[0] - 12) < 1e-3 && fabs(m[11] - 2) < 1e-3);
+    /* the ops: op 3 and op 1 each 1 ms later than the plan; op 3 after 1 ms of host idle and
+     * 0.5 of the rest where the plan's engine idled 1 ms; op 1 after 2 and 2 where it idled 3
+     * (the plan's copy, op 0, runs on the copy engine as on the device) */
+    double o3[5], o1[5];
+    ck_assert_int_eq(fields(pr.out, "3\tk2", o3, 5), 4);
+    ck_assert_int_eq(fields(pr.out, "1\tk1", o1, 5), 4);
+    ck_assert_msg(fabs(o3[0] - 1) < 1e-3 && fabs(o3[1] - 1) < 1e-3 && fabs(o3[2] - 0.5) < 1e-3 &&
+                      fabs(o3[3] - 1) < 1e-3,
+                  "%s", pr.out);
+    ck_assert_msg(fabs(o1[0] - 1) < 1e-3 && fabs(o1[1] - 2) < 1e-3 && fabs(o1[2] - 2) < 1e-3 &&
+                      fabs(o1[3] - 3) < 1e-3,
+                  "%s", pr.out);
+    ck_assert_msg(!strstr(pr.out, "\n2\tk2\t"), "op 2, on time, among the top 2:\n%s", pr.out);
+    tu_proc_free(&pr);
+
+    /* a timeline of another profile, a trace with no whole iteration: said, not guessed */
+    put(d, "short.tsv",
+        "engine\tstart_ns\tend_ns\top\tqueued_ns\tready_ns\tran_ns\n"
+        "compute\t0\t5\tk1\t0\t0\t0\n");
+    snprintf(tr, sizeof tr, "%s/short.tsv", d);
+    pr = replay_trace((const char *[]){prof, "--timeline", tl, "--trace", tr, NULL});
+    ck_assert_msg(pr.status == 1 && strstr(pr.err, "no whole iteration"), "%d %s", pr.status,
+                  pr.err);
+    tu_proc_free(&pr);
+    put(d, "ops.tsv",
+        "#ooc-profile\tops\t1\nidx\tstream\tkind\tname\tshape\tduration_ns\trefs\n"
+        "0\t1\tkernel\tk1\tgrid=1,1,1\t2000000\t0:rw\n");
+    pr = replay_trace((const char *[]){prof, "--timeline", tl, "--trace", tr, NULL});
+    ck_assert_msg(pr.status == 2 && strstr(pr.err, "a timeline of 4 ops, the profile has 1"),
+                  "%d %s", pr.status, pr.err);
+    tu_proc_free(&pr);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+/* The same on a real replay: `mlp --layers 12` at 1/4 of its footprint on the simulated device's
+ * timing model (short kernels, safe mode off), recorded, planned and replayed by `auto` with
+ * FAKECUDA_TRACE on. Every plan op is found in every iteration, nothing is skipped, the
+ * prediction is the one the shim printed, and in each iteration the compute engine's busy and
+ * idle times add up to its length. */
+START_TEST(test_replay_trace_follows_a_real_replay) {
+    if (tu_under_valgrind())
+        return;
+    char d[] = "/tmp/ooc-rtrace-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(d));
+    char pdir[96], trace[96], prof[64], plan[80];
+    snprintf(prof, sizeof prof, "%s/prof", d);
+    snprintf(pdir, sizeof pdir, "OOC_PROFILE_DIR=%s", prof);
+    snprintf(trace, sizeof trace, "FAKECUDA_TRACE=%s/trace.tsv", d);
+    snprintf(plan, sizeof plan, "%s/plan.tsv", prof);
+    const char *const args[] = {"--layers", "12", "--iters", "12", "--time", NULL};
+    const char *const env[] = {"FAKECUDA_SCHED=threaded",
+                               "FAKECUDA_TIMING=1",
+                               "FAKECUDA_GFLOPS=10",
+                               "FAKECUDA_HBM_GBPS=66.67",
+                               "FAKECUDA_H2D_GBPS=0.5333",
+                               "FAKECUDA_D2H_GBPS=0.5333",
+                               "FAKECUDA_LAUNCH_US=5",
+                               "FAKECUDA_GRANULARITY=64K",
+                               "FAKECUDA_HOST_VMM=0",
+                               "FAKECUDA_MEM_BYTES=2195231",
+                               "OOC_BUDGET=2195231",
+                               "OOC_CHUNK=64K",
+                               "OOC_SAFE=off",
+                               "OOC_MODE=auto",
+                               pdir,
+                               trace,
+                               NULL};
+    tu_result_t r = tu_run_prog("workloads/mlp", args, 1, env, 120);
+    ck_assert_msg(r.status == 0 && r.checksum[0], "%s", tu_tail(r.err, 3000));
+    const char *said = strstr(r.err, "; predicted ");
+    double predicted = said ? strtod(said + strlen("; predicted "), NULL) : 0;
+    ck_assert_msg(predicted > 0 && strstr(r.err, "replaying"), "no plan replayed:\n%s",
+                  tu_tail(r.err, 3000));
+    tu_result_free(&r);
+    snprintf(trace, sizeof trace, "%s/trace.tsv", d);
+    tu_proc_t pr = replay_trace(
+        (const char *[]){prof, "--plan", plan, "--trace", trace, "--iters", "4", NULL});
+    ck_assert_msg(pr.status == 0, "status %d:\n%s%s", pr.status, pr.out, pr.err);
+    int whole = 0;
+    const char *w = strstr(pr.out, "ooc-replay-trace: ");
+    ck_assert_msg(w && sscanf(w, "ooc-replay-trace: %d whole iterations", &whole) == 1 &&
+                      whole >= 6,
+                  "%s", pr.out);
+    for (int it = whole - 4; it < whole; it++) {
+        char first[16];
+        double v[13];
+        snprintf(first, sizeof first, "%d", it);
+        ck_assert_int_eq(fields(pr.out, first, v, 13), 13);
+        ck_assert_msg(v[12] == 0, "iteration %d: %g compute records not matched\n%s", it, v[12],
+                      pr.out);
+        ck_assert_msg(fabs(v[1] - predicted) < 0.002 * predicted, "predicted %g, the shim said %g",
+                      v[1], predicted);
+        double sum = v[3] + v[9] + v[10];
+        ck_assert_msg(v[0] > 0 && fabs(sum - v[0]) < 0.001 * v[0] + 0.002,
+                      "iteration %d: busy %g + idle %g + %g is not its %g ms\n%s", it, v[3], v[9],
+                      v[10], v[0], pr.out);
+        ck_assert_msg(v[5] > 0 && v[7] > 0 && v[6] > 0 && v[8] > 0, "no swaps:\n%s", pr.out);
+    }
+    fprintf(stderr, "%s", pr.out);
+    tu_proc_free(&pr);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", d);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 Suite *suite_bench(void) {
     Suite *s = suite_create("bench");
     TCase *tc = tcase_create("bench_replay");
@@ -168,6 +400,11 @@ Suite *suite_bench(void) {
     tcase_add_test(tc, test_bench_replay_quick_run_prints_the_table);
     tcase_add_test(tc, test_bench_replay_failed_run_is_an_error);
     tcase_add_test(tc, test_bench_replay_staged_sets_the_stage_variable);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("replay_trace");
+    tcase_set_timeout(tc, 180);
+    tcase_add_test(tc, test_replay_trace_reports_a_made_up_replay_exactly);
+    tcase_add_test(tc, test_replay_trace_follows_a_real_replay);
     suite_add_tcase(s, tc);
     return s;
 }
