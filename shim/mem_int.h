@@ -144,6 +144,13 @@ typedef struct limbo {
     evref_t *ev;
 } limbo_t;
 
+/* Planned swap-ins issued ahead of their ops, in stream order (transfer.c, serve_chunk) or by the
+ * worker, take memory only while fewer than M.ahead_max of their chunks are still copying:
+ * AHEAD_MIN, or the chunks the link moves in AHEAD_NS when that is more, at most AHEAD_CAP. */
+#define AHEAD_MIN 4
+#define AHEAD_CAP 64
+#define AHEAD_NS  500000.0
+
 /* A planned swap-in for the worker: the buffer at addr, if it is still serial `id`. */
 typedef struct job {
     uintptr_t addr;
@@ -247,7 +254,9 @@ struct mem_state {
     size_t nlimbo, cap_limbo;
     job_t *jobs; /* a ring */
     size_t job_head, njobs, cap_jobs;
-    job_t job_cur; /* the job the worker took off the ring, while job_busy */
+    job_t job_cur;             /* the job the worker took off the ring, while job_busy */
+    evref_t *ahead[AHEAD_CAP]; /* copies of chunks issued ahead, not seen done, oldest first */
+    unsigned nahead, ahead_max;
     int job_busy;
     unsigned op_waiting; /* program threads waiting for a planned swap-in (ooc_mem_op_pin) */
     int worker_blocked;  /* the worker waits for the device, mem_lock released (worker_wait) */
@@ -416,6 +425,8 @@ chunk_t *plan_chunk(const buf_t *b, uint64_t i);
 uint64_t buf_chunks(const buf_t *b);
 void unqueue_buffer(const buf_t *b);
 int job_queued(job_t j);
+int ahead_room(void);
+void ahead_add(evref_t *v);
 long serve_queued(void);
 int serve_queued_some(unsigned max);
 void serve_op_chunks(void);

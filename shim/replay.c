@@ -803,7 +803,7 @@ void ooc_replay_stop(void) {
 
 /* Starts the worker, then replaying. Takes p and pl. */
 void ooc_replay_go(ooc_profile_t *p, ooc_plan_t *pl, uint32_t pos) {
-    if (ooc_mem_replay_init() != 0) {
+    if (ooc_mem_replay_init(p->h2d_bps) != 0) {
         OOC_LOG_E("no replay: the transfer streams or the worker thread could not be made; the "
                   "shim stays in demand mode");
         ooc_profile_free(p);

@@ -408,7 +408,7 @@ uint64_t ooc_mem_slab_chunks(void);
  *   waits for the worker, then its stream waits for the copy. A chunk whose swap-out is still
  *   under way simply stays. Returns chunks queued.
  * - drop: the buffer is dead until freed: its chunks are the first to evict. */
-int ooc_mem_replay_init(void);
+int ooc_mem_replay_init(double h2d_bps);
 unsigned ooc_mem_l_swapout(uintptr_t addr, uint64_t id, CUstream s);
 unsigned ooc_mem_l_prefetch(uintptr_t addr, uint64_t id, CUstream s);
 void ooc_mem_l_drop(uintptr_t addr, uint64_t id);

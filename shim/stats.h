@@ -49,6 +49,7 @@
     X(divergences, COUNTER, COUNT, "divergences from the plan")                                    \
     X(prefetches, COUNTER, COUNT, "planned swap-ins issued ahead (chunks)")                        \
     X(prefetch_stolen, COUNTER, COUNT, "of them into memory being vacated (chunks)")               \
+    X(ahead_copies, GAUGE, COUNT, "of them still copying (chunks)")                                \
     X(prefetch_late, COUNTER, COUNT, "planned swap-ins an op waited for (chunks)")                 \
     X(prefetch_no_memory, COUNTER, COUNT, "planned swap-ins with no memory coming")                \
     X(staged, COUNTER, COUNT, "safe mode: swap-ins staged beside the alias")                       \

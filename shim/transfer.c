@@ -209,6 +209,35 @@ void serve_op_chunks(void) {
             (void)swapin_now(M.op_chunks[i]); /* which refuses in safe mode, and what it cannot */
 }
 
+/* Whether a queued planned swap-in may be issued ahead of its op now: fewer than M.ahead_max
+ * chunks issued that way are still copying in. The memory a swap-in takes is then taken shortly
+ * before the link can use it, as the plan's simulator takes it when the copy starts; taken as
+ * soon as the host got there, far ahead of the device, it was memory the plan still had free
+ * for the ops in between (their new buffers found none and evicted what the plan keeps). Outside
+ * safe mode (there the worker issues each swap-in when the device reaches its point). */
+int ahead_room(void) {
+    if (M.safe)
+        return 1;
+    unsigned k = 0;
+    while (k < M.nahead && ev_done(M.ahead[k])) /* the stream runs them in order */
+        ev_drop(M.ahead[k++]);
+    if (k) {
+        memmove(M.ahead, M.ahead + k, (M.nahead - k) * sizeof *M.ahead);
+        M.nahead -= k;
+        ooc_stats_gauge_sub(OOC_STAT_ahead_copies, k);
+    }
+    return M.nahead < M.ahead_max;
+}
+
+/* Notes the copy (its event v) of a chunk just issued ahead of its op. */
+void ahead_add(evref_t *v) {
+    if (M.safe || !v || M.nahead == AHEAD_CAP)
+        return;
+    v->refs++;
+    M.ahead[M.nahead++] = v;
+    ooc_stats_gauge_add(OOC_STAT_ahead_copies, 1);
+}
+
 /* Whether the host issues queued swap-ins itself (serve_queued): only while the worker waits for
  * the device. Otherwise the worker does, in its loop, so that their mapping calls (tens of
  * microseconds each) are not made on the program's thread, which would then run less far ahead
@@ -276,8 +305,9 @@ static int serve_chunk(chunk_t *c, serve_t *sv) {
     }
     if (c->state != C_SWAPPED)
         return 1;
-    if (!sv->left || (sv->owed && spare_chunks() <= sv->owed) || !swapin_now(c))
+    if (!sv->left || (sv->owed && spare_chunks() <= sv->owed) || !ahead_room() || !swapin_now(c))
         return 0;
+    ahead_add(c->in_ev);
     sv->left--;
     return 1;
 }

@@ -10,6 +10,7 @@
  * mem.c stops it at shutdown. */
 #include "mem_int.h"
 
+#include <math.h>
 #include <stdio.h>
 
 /* The swap-ins the worker issues in stream order between two chances for a program thread to
@@ -165,6 +166,14 @@ static void worker_swapin(job_t j) {
             continue;
         }
         CUresult r = need_phys(1); /* a new physical chunk while under budget */
+        if (r == CUDA_SUCCESS && !ahead_room()) {
+            /* as many chunks copying in ahead of their ops as the link needs queued: this one
+             * takes its memory once the oldest is done (transfer.c, ahead_room; need_phys may
+             * have let the lock go, so this is looked at after it) */
+            worker_wait(M.ahead[0], NULL, 0);
+            waited = 0;
+            continue;
+        }
         if (r == CUDA_SUCCESS && stage && stage_in(c) == CUDA_SUCCESS) {
             c->queued = 0;
             ooc_stats_add(OOC_STAT_prefetches, 1);
@@ -202,6 +211,7 @@ static void worker_swapin(job_t j) {
             if (M.safe)
                 fill_set(0, v);
             c->in_ev = v;
+            ahead_add(v);
             limbo_put(c->host, v);
         } else {
             host_slot_put(c->host);
@@ -249,9 +259,13 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
-int ooc_mem_replay_init(void) {
+int ooc_mem_replay_init(double h2d_bps) {
     mem_lock_take();
     int rc = 0;
+    double link = h2d_bps > 0 ? h2d_bps * AHEAD_NS / 1e9 / (double)M.chunk : 0;
+    M.ahead_max = link > AHEAD_CAP   ? AHEAD_CAP
+                  : link > AHEAD_MIN ? (unsigned)ceil(link)
+                                     : AHEAD_MIN;
     if (M.ready && !M.worker_on) {
         CUcontext prev = NULL;
         ooc_real.cuCtxGetCurrent(&prev);

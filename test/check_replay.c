@@ -349,6 +349,45 @@ static long op_buffer(const char *ops_tsv, int op) {
     return buf;
 }
 
+/* The peak of the gauge row `label` in OOC_STATS' table (its second figure). */
+static long long stat_peak(const char *text, const char *label) {
+    const char *row = strstr(text, label);
+    ck_assert_msg(row != NULL, "no statistics row \"%s\" in:\n%s", label, text);
+    char *end;
+    strtoll(row + strlen(label), &end, 10);
+    return strtoll(end, NULL, 10);
+}
+
+/* Planned swap-ins that the host or the worker issues ahead of their ops take memory only while
+ * fewer than 4 of their chunks are still copying in (at a link that moves less than 4 chunks in
+ * 0.5 ms): memory taken as the link can use it, as the plan's simulator has it, not as far ahead
+ * as the host runs. `mlp --layers 12` at 1/4 of its footprint, 64 KiB chunks, short kernels and
+ * a slow link (0.05 GB/s: the host runs far ahead, dozens of swap-ins queued at once): the
+ * statistics row "of them still copying (chunks)" peaks at no more than 4 and reaches at least
+ * 2, the plan is followed and the checksum is the oracle's. */
+START_TEST(test_swap_ins_ahead_of_their_ops_wait_for_the_link) {
+    static const cfg_t c = {.name = "workloads/mlp",
+                            .args = {"--iters", "10", "--layers", "12", NULL},
+                            .div = 4,
+                            .sched = "threaded",
+                            .safe_off = 1};
+    static const char *const slow[] = {"FAKECUDA_TIMING=1",
+                                       "FAKECUDA_GFLOPS=10",
+                                       "FAKECUDA_HBM_GBPS=66.67",
+                                       "FAKECUDA_H2D_GBPS=0.05",
+                                       "FAKECUDA_D2H_GBPS=0.05",
+                                       "FAKECUDA_LAUNCH_US=5",
+                                       NULL};
+    tu_result_t r = check_auto(&c, slow);
+    assert_replayed(&c, &r);
+    long long peak = stat_peak(r.err, "of them still copying (chunks)");
+    ck_assert_msg(peak >= 2 && peak <= 4, "chunks copying in ahead of their ops at once: %lld\n%s",
+                  peak, tu_tail(r.err, 3000));
+    fprintf(stderr, "swap-ins ahead of their ops: at most %lld chunks copying at once\n", peak);
+    tu_result_free(&r);
+}
+END_TEST
+
 /* Memory goes to the planned swap-ins in the plan's order. orderprog's iteration is memset A,
  * memset B, mix A, mix X, mix Y (A and B new, X and Y persistent, one chunk each); the plan,
  * written here, at two chunks: X and Y start on the host; X is swapped in before op 2, into the
@@ -763,6 +802,7 @@ Suite *suite_replay(void) {
     tcase_add_test(tc, test_saved_plan_replays_and_a_wrong_plan_stays_correct);
     tcase_add_test(tc, test_unusable_plan_stops_start_up);
     tcase_add_test(tc, test_memory_goes_to_planned_swap_ins_in_plan_order);
+    tcase_add_test(tc, test_swap_ins_ahead_of_their_ops_wait_for_the_link);
     tcase_add_test(tc, test_planned_swap_in_waits_for_a_later_planned_swap_out);
     tcase_add_test(tc, test_swap_in_of_a_chunk_still_copying_out_keeps_it);
     tcase_add_test(tc, test_safe_mode_orders_hidden_reads_after_copy_in);
