@@ -19,19 +19,24 @@
 
 Suite *suite_bench(void);
 
-/* Runs scripts/bench-replay with the extra arguments (NULL-terminated, at most 12). */
-static tu_proc_t bench_replay(const char *const args[]) {
-    const char *argv[16] = {"scripts/bench-replay"};
+/* Runs `script` (a path in the checkout) with the extra arguments (NULL-terminated, at most 14)
+ * and OOC_BUILD set, for at most timeout_s seconds. */
+static tu_proc_t run_script(const char *script, const char *const args[], int timeout_s) {
+    const char *argv[16] = {script};
     int k = 1;
-    for (; args[k - 1] && k < 13; k++)
+    for (; args[k - 1] && k < 15; k++)
         argv[k] = args[k - 1];
     argv[k] = NULL;
     static char build[4200];
     snprintf(build, sizeof build, "OOC_BUILD=%s", tu_build_dir());
     const char *const env[] = {build, NULL};
     tu_proc_t pr;
-    ck_assert_int_eq(tu_run(argv, env, 170, &pr), 0);
+    ck_assert_int_eq(tu_run(argv, env, timeout_s, &pr), 0);
     return pr;
+}
+
+static tu_proc_t bench_replay(const char *const args[]) {
+    return run_script("scripts/bench-replay", args, 170);
 }
 
 /* The median (ms) of the table row that starts with `label`; fails when there is none. */
@@ -176,17 +181,7 @@ static void put(const char *dir, const char *name, const char *text) {
 }
 
 static tu_proc_t replay_trace(const char *const args[]) {
-    const char *argv[16] = {"scripts/ooc-replay-trace"};
-    int k = 1;
-    for (; args[k - 1] && k < 15; k++)
-        argv[k] = args[k - 1];
-    argv[k] = NULL;
-    static char build[4200];
-    snprintf(build, sizeof build, "OOC_BUILD=%s", tu_build_dir());
-    const char *const env[] = {build, NULL};
-    tu_proc_t pr;
-    ck_assert_int_eq(tu_run(argv, env, 120, &pr), 0);
-    return pr;
+    return run_script("scripts/ooc-replay-trace", args, 120);
 }
 
 /* The tab-separated fields of the line of `out` that starts with `first` (a whole first field),
