@@ -8,7 +8,11 @@
  *
  * Locking: g_fc.mem_lock (rwlock) guards the range and reservation tables; g_fc.lock (mutex)
  * with g_fc.cv guards every stream, op queue and event. Neither is held while a kernel or copy
- * body runs, nor across a call back into user code. */
+ * body runs, nor across a call back into user code. g_fc.vm_lock (mutex, taken before mem_lock)
+ * serialises the calls that change host mappings of VMM memory (cuMemMap, cuMemUnmap,
+ * cuMemRelease, cuMemAddressFree) and guards the handles' parked mappings: their system calls
+ * run under it, outside mem_lock, so that a kernel, a copy or cuMemSetAccess never waits for
+ * them. */
 #ifndef FC_INTERNAL_H
 #define FC_INTERNAL_H
 
@@ -70,7 +74,7 @@ typedef struct fc_handle {
     int user_refs; /* cuMemCreate + cuMemRetainAllocationHandle - cuMemRelease */
     int maps;      /* live mappings */
     /* Host mappings of it that cuMemUnmap moved aside, page tables kept, for a later cuMemMap of
-     * the same part to move back (fc_mem.c); guarded by g_fc.mem_lock. */
+     * the same part to move back (fc_mem.c); guarded by g_fc.vm_lock. */
     struct {
         uintptr_t addr;
         size_t offset, size;
@@ -224,6 +228,7 @@ typedef struct fc_global {
     pthread_mutex_t lock;      /* streams, queues, events */
     pthread_cond_t cv;         /* any op completed or queued */
     pthread_rwlock_t mem_lock; /* ranges, reservations */
+    pthread_mutex_t vm_lock;   /* host mappings of VMM memory being changed; parked mappings */
     fc_range_t *ranges;        /* sorted by base */
     size_t nranges, cap_ranges;
     fc_range_t *resv; /* reservations, sorted by base (kind unused) */
