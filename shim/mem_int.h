@@ -362,6 +362,8 @@ void chunk_add_user(chunk_t *c, CUstream s);
 void stream_issued(CUstream s);
 int gather_streams(chunk_t *const *cs, size_t n, CUstream *users, unsigned *nu_out);
 CUresult wait_chunks(chunk_t *const *cs, size_t n);
+uint64_t issue_epoch(void);
+void note_waited(uint64_t epoch, const CUstream *users, unsigned n, int all);
 evref_t *fence_ev(CUstream s);
 void fill_set(unsigned k, evref_t *v);
 CUresult fill_wait(CUstream s);

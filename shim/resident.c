@@ -572,9 +572,11 @@ void ooc_mem_op_issued(CUstream s, int issued) {
             set_hot(c);
         }
         stream_issued(s);
-        M.fc_epoch++;
         M.op_done = 1; /* the plan's swap-outs after it may hand its memory on at once */
     }
+    /* Even when the op itself failed: the shim may have issued work before it (a rebuild's
+     * producers), and a stream wait taken before must not count for it (streams.c, waited). */
+    M.fc_epoch++;
 }
 
 CUresult ooc_mem_op_hold(uint64_t **idx, size_t *n) {

@@ -55,6 +55,7 @@
     X(staged, COUNTER, COUNT, "safe mode: swap-ins staged beside the alias")                       \
     X(staged_dropped, COUNTER, COUNT, "of them given back before their op")                        \
     X(stage_reached, COUNTER, COUNT, "chunks not staged: address stored by a copy")                \
+    X(waits_skipped, COUNTER, COUNT, "safe mode: stream waits with nothing new")                   \
     X(planned_swap_outs, COUNTER, COUNT, "planned swap-outs (buffers)")                            \
     X(swap_cancels, COUNTER, COUNT, "swap-outs cancelled: used again first")                       \
     X(warm_reuses, COUNTER, COUNT, "chunks reused mapped from freed buffers")                      \

@@ -13,19 +13,80 @@
 /* ---- waiting for a chunk's users --------------------------------------------------------------
  */
 
+/* Safe mode: the last completed wait for streams' work, good while no op was issued since
+ * (fc_epoch unchanged): a wait for the same streams, or fewer, would wait for nothing, yet each
+ * costs an event through every stream and a wake-up, once per chunk of a swap-in. */
+static struct {
+    int valid, all; /* all: the whole context was waited for */
+    uint64_t epoch;
+    unsigned n;
+    CUstream s[MAX_USERS + MAX_STREAMS];
+} waited;
+
+/* fc_epoch, with the fast path's issues so far counted (a writer section from here on, so none
+ * can follow until the lock is let go). Caller holds mem_lock. */
+uint64_t issue_epoch(void) {
+    quiesce();
+    if (atomic_exchange_explicit(&M.fc_dirty, 0, memory_order_relaxed))
+        M.fc_epoch++;
+    return M.fc_epoch;
+}
+
+/* Notes that the work issued on `users` (all streams when `all`) up to issue_epoch() == epoch
+ * has completed. Caller holds mem_lock. */
+void note_waited(uint64_t epoch, const CUstream *users, unsigned n, int all) {
+    if (!M.safe || n > MAX_USERS + MAX_STREAMS)
+        return;
+    waited.valid = 1;
+    waited.all = all;
+    waited.epoch = epoch;
+    waited.n = all ? 0 : n;
+    for (unsigned i = 0; i < waited.n; i++)
+        waited.s[i] = users[i];
+}
+
+/* Whether the work of `users` is known to have completed: waited for, nothing issued since. */
+static int waited_for(const CUstream *users, unsigned n, int unknown) {
+    if (!M.safe || !waited.valid || waited.epoch != issue_epoch())
+        return 0;
+    if (waited.all)
+        return 1;
+    if (unknown)
+        return 0;
+    for (unsigned i = 0; i < n; i++) {
+        unsigned k = 0;
+        while (k < waited.n && waited.s[k] != users[i])
+            k++;
+        if (k == waited.n)
+            return 0;
+    }
+    return 1;
+}
+
 /* Waits until the work of every stream in `users` has completed; the context when unknown. */
 static CUresult wait_users(CUstream *users, unsigned n, int unknown) {
-    if (unknown)
-        return sync_ctx();
-    for (unsigned i = 0; i < n; i++) {
+    if (waited_for(users, n, unknown)) {
+        ooc_stats_add(OOC_STAT_waits_skipped, 1);
+        return CUDA_SUCCESS;
+    }
+    uint64_t epoch = M.safe ? issue_epoch() : 0;
+    CUresult r = CUDA_SUCCESS;
+    for (unsigned i = 0; i < n && !unknown; i++) {
         evref_t *v = ev_take();
-        CUresult r = v ? ooc_real.cuEventRecord(v->e, users[i]) : CUDA_ERROR_OUT_OF_MEMORY;
+        r = v ? ooc_real.cuEventRecord(v->e, users[i]) : CUDA_ERROR_OUT_OF_MEMORY;
         if (r == CUDA_SUCCESS)
             r = sync_event(v->e);
         ev_drop(v);
         if (r != CUDA_SUCCESS) /* e.g. the stream was destroyed: wait for everything */
-            return sync_ctx();
+            break;
     }
+    if (unknown || r != CUDA_SUCCESS) {
+        r = sync_ctx();
+        if (r == CUDA_SUCCESS)
+            note_waited(epoch, NULL, 0, 1);
+        return r;
+    }
+    note_waited(epoch, users, n, 0);
     return CUDA_SUCCESS;
 }
 
@@ -137,9 +198,7 @@ CUresult wait_chunks(chunk_t *const *cs, size_t n) {
  * cache is valid while no op was issued: locked ops advance fc_epoch, fast-path ops set
  * fc_dirty, which is read here inside a writer section (all of them are seen). */
 evref_t *fence_ev(CUstream s) {
-    quiesce();
-    if (atomic_exchange_explicit(&M.fc_dirty, 0, memory_order_relaxed))
-        M.fc_epoch++;
+    issue_epoch();
     for (unsigned i = 0; i < 8; i++) {
         if (M.fcache[i].v && M.fcache[i].s == s && M.fcache[i].epoch == M.fc_epoch) {
             M.fcache[i].v->refs++;

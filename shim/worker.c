@@ -26,15 +26,21 @@ static void worker_wait(evref_t *v, chunk_t *const *cs, size_t n) {
     unsigned nu = 0;
     evref_t *pre[MAX_USERS + MAX_STREAMS];
     unsigned npre = 0;
+    uint64_t epoch = 0;
+    int all_pre = 0;
     if (v)
         v->refs++;
     if (n && M.safe && !gather_streams(cs, n, users, &nu)) {
+        epoch = issue_epoch();
+        all_pre = 1;
         for (unsigned u = 0; u < nu; u++) {
             evref_t *e = ev_take();
-            if (e && ooc_real.cuEventRecord(e->e, users[u]) == CUDA_SUCCESS)
+            if (e && ooc_real.cuEventRecord(e->e, users[u]) == CUDA_SUCCESS) {
                 pre[npre++] = e;
-            else
+            } else {
                 ev_drop(e);
+                all_pre = 0;
+            }
         }
     }
     M.worker_blocked = 1; /* meanwhile the host issues what it can (host_serves) */
@@ -42,9 +48,11 @@ static void worker_wait(evref_t *v, chunk_t *const *cs, size_t n) {
     if (v)
         sync_event(v->e);
     for (unsigned i = 0; i < npre; i++)
-        sync_event(pre[i]->e);
+        all_pre &= sync_event(pre[i]->e) == CUDA_SUCCESS;
     mem_lock_take();
     M.worker_blocked = 0;
+    if (all_pre) /* if nothing was issued meanwhile, the wait under the lock has nothing to do */
+        note_waited(epoch, users, nu, 0);
     for (unsigned i = 0; i < npre; i++)
         ev_drop(pre[i]);
     ev_drop(v);
