@@ -210,7 +210,10 @@ END_TEST
 
 /* The proof that the hooks, not luck, keep the collectives' buffers resident: with them
  * switched off, NCCL's kernel reaches a swapped-out gradient through its work item, the rank
- * stops with the shim's illegal-address report, and the launcher fails naming a rank. */
+ * stops, and the launcher fails naming a rank. How the rank stops depends on timing: with the
+ * shim's illegal-address report when the kernel reads the gradient while it is away, or with
+ * the simulated device's strict-mode abort when it reads it while the shim's copy brings it back
+ * (seen once in CI under AddressSanitizer, after the simulated mapping calls became faster). */
 START_TEST(test_collectives_without_the_hooks_fail_cleanly) {
     unsigned long long peak;
     tu_result_t ref = oracle(2, &peak);
@@ -223,10 +226,14 @@ START_TEST(test_collectives_without_the_hooks_fail_cleanly) {
     int faulted = 0;
     for (int r = 0; r < 2; r++) {
         char *err = rank_log(dir, r, "err");
-        faulted += strstr(err, "the device reported an illegal address") != NULL;
+        faulted +=
+            strstr(err, "the device reported an illegal address") != NULL ||
+            (strstr(err, "strict: nccl_work") != NULL &&
+             strstr(err, "a kernel and a copy or memset touch the same bytes at once") != NULL);
         free(err);
     }
-    ck_assert_msg(faulted > 0, "no rank reported the illegal address\n%s", tu_tail(p.err, 3000));
+    ck_assert_msg(faulted > 0, "no rank reported NCCL's kernel reaching a moved buffer\n%s",
+                  tu_tail(p.err, 3000));
     remove_dir(dir);
     tu_proc_free(&p);
     tu_result_free(&ref);
