@@ -433,7 +433,7 @@ END_TEST
  * either. With the queued swap-ins left to the worker (the code before this test), every swap-in
  * was waited for on the host (16 of 16 chunks in 10 iterations) and none went into vacated
  * memory; with the host handing vacated memory over at swap-outs only, 8 and 8; now 0 to 2
- * (in the first iterations, which the replay enters from recording) and 15 or 16. */
+ * (in the first iterations, which the replay enters from recording; 3 once in CI) and 15 or 16. */
 /* Records orderprog's profile in a new directory `dir` (64 bytes) and finds its buffers A, B, X
  * and Y (profile ids, in that order). */
 static void order_record(char *dir, long bufs[4]) {
@@ -509,8 +509,10 @@ START_TEST(test_memory_goes_to_planned_swap_ins_in_plan_order) {
     long long vacated = tu_stat_row(r.err, "of them into memory being vacated (chunks)");
     long long waited = tu_stat_row(r.err, "planned swap-ins an op waited for (chunks)");
     /* The first iteration diverges (the program's first copies come before it): at least eight
-     * iterations of five ops replayed, two swap-ins each. */
-    ck_assert_msg(planned >= 40 && ahead >= 16 && vacated + 2 >= ahead && waited <= 2,
+     * iterations of five ops replayed, two swap-ins each. The first replayed iterations, entered
+     * from recording, may wait for a few (0 to 2 here; 3 once in CI with two test workers beside
+     * each other): at most 4, against 16 of 16 and 8 of 16 for the two ways it was done before. */
+    ck_assert_msg(planned >= 40 && ahead >= 16 && vacated + 2 >= ahead && waited <= 4,
                   "ops as planned %lld, swap-ins issued %lld, into vacated memory %lld, waited "
                   "for %lld\n%s",
                   planned, ahead, vacated, waited, tu_tail(r.err, 3000));
