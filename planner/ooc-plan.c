@@ -326,6 +326,10 @@ int main(int argc, char **argv) {
                (double)p->swapin_vmm_ns / 1e3, (double)p->swapout_vmm_ns / 1e3,
                p->swapout_exclusive ? ", while nothing computes (meta.tsv swapout_exclusive 1)"
                                     : "");
+    if (p->stage_vmm_ns || p->adopt_vmm_ns)
+        printf("with staging (meta.tsv stage_vmm_ns, adopt_vmm_ns): %.1f us per chunk to stage "
+               "a swap-in, %.1f us to move it at its first use, while nothing computes\n",
+               (double)p->stage_vmm_ns / 1e3, (double)p->adopt_vmm_ns / 1e3);
     if (p->map_vmm_ns || p->unmap_vmm_ns)
         printf("the program's own mapping calls per chunk of a buffer allocated during the "
                "iteration: %.1f us before its first use, %.1f us after its free\n",

@@ -83,6 +83,12 @@ typedef struct ooc_profile {
      * makes them all, one after another. Optional meta keys swapin_vmm_ns and swapout_vmm_ns:
      * 0 when absent. */
     uint64_t swapin_vmm_ns, swapout_vmm_ns;
+    /* Safe mode with staging (swapout_exclusive without swapin_exclusive), per chunk (ns): the
+     * mapping calls that stage a planned swap-in beside the host alias (on the worker, in place of
+     * swapin_vmm_ns) and those that move it to the chunk's address at its first use (while
+     * nothing computes). Optional meta keys stage_vmm_ns and adopt_vmm_ns: 0 when absent, and
+     * then swapin_vmm_ns stands for each. */
+    uint64_t stage_vmm_ns, adopt_vmm_ns;
     /* Host time per chunk (ns) of the mapping calls the program's own thread makes for a buffer
      * allocated during the iteration: map and set access before the op that first uses it (in
      * safe mode at its allocation, which comes first), unmap after its free. The op waits for

@@ -362,13 +362,15 @@ enum {
     M_VMM_OUT,
     M_OUT_EXCL,
     M_VMM_MAP,
-    M_VMM_UNMAP
+    M_VMM_UNMAP,
+    M_VMM_STAGE,
+    M_VMM_ADOPT
 };
 static const char *const meta_keys[] = {
-    "format_version", "program",           "device",           "device_mem_bytes",
-    "budget_bytes",   "chunk_bytes",       "h2d_bps",          "d2h_bps",
-    "bidir_bps",      "iterations",        "swapin_exclusive", "swapin_vmm_ns",
-    "swapout_vmm_ns", "swapout_exclusive", "map_vmm_ns",       "unmap_vmm_ns"};
+    "format_version",   "program",       "device",         "device_mem_bytes",  "budget_bytes",
+    "chunk_bytes",      "h2d_bps",       "d2h_bps",        "bidir_bps",         "iterations",
+    "swapin_exclusive", "swapin_vmm_ns", "swapout_vmm_ns", "swapout_exclusive", "map_vmm_ns",
+    "unmap_vmm_ns",     "stage_vmm_ns",  "adopt_vmm_ns"};
 #define NMETA ((int)(sizeof meta_keys / sizeof meta_keys[0]))
 
 static int parse_meta(ooc_profile_t *p, ooc_tsv_t *r, char *err, size_t errlen) {
@@ -427,6 +429,8 @@ static int parse_meta(ooc_profile_t *p, ooc_tsv_t *r, char *err, size_t errlen) 
         case M_VMM_OUT:
         case M_VMM_MAP:
         case M_VMM_UNMAP:
+        case M_VMM_STAGE:
+        case M_VMM_ADOPT:
             if (parse_u64(r->f[1], r->flen[1], &u))
                 return bad(r, 1, meta_keys[k], "is not an unsigned integer", err, errlen);
             if (k == M_DEVMEM)
@@ -437,13 +441,15 @@ static int parse_meta(ooc_profile_t *p, ooc_tsv_t *r, char *err, size_t errlen) 
                 if (u == 0 || (u & (u - 1)))
                     return bad(r, 1, meta_keys[k], "is not a power of two", err, errlen);
                 p->chunk_bytes = u;
-            } else if (k == M_VMM_IN || k == M_VMM_OUT || k == M_VMM_MAP || k == M_VMM_UNMAP) {
+            } else if (k != M_ITERS) {
                 if (u > 60000000000ull)
                     return bad(r, 1, meta_keys[k], "is above a minute per chunk", err, errlen);
-                *(k == M_VMM_IN    ? &p->swapin_vmm_ns
-                  : k == M_VMM_OUT ? &p->swapout_vmm_ns
-                  : k == M_VMM_MAP ? &p->map_vmm_ns
-                                   : &p->unmap_vmm_ns) = u;
+                *(k == M_VMM_IN      ? &p->swapin_vmm_ns
+                  : k == M_VMM_OUT   ? &p->swapout_vmm_ns
+                  : k == M_VMM_MAP   ? &p->map_vmm_ns
+                  : k == M_VMM_UNMAP ? &p->unmap_vmm_ns
+                  : k == M_VMM_STAGE ? &p->stage_vmm_ns
+                                     : &p->adopt_vmm_ns) = u;
             } else {
                 if (u > UINT32_MAX)
                     return bad(r, 1, meta_keys[k], "is too large", err, errlen);
@@ -780,6 +786,9 @@ int ooc_profile_write(const ooc_profile_t *p, const char *dir, char *err, size_t
     if (p->map_vmm_ns || p->unmap_vmm_ns)
         fprintf(f, "map_vmm_ns\t%llu\nunmap_vmm_ns\t%llu\n", (unsigned long long)p->map_vmm_ns,
                 (unsigned long long)p->unmap_vmm_ns);
+    if (p->stage_vmm_ns || p->adopt_vmm_ns)
+        fprintf(f, "stage_vmm_ns\t%llu\nadopt_vmm_ns\t%llu\n", (unsigned long long)p->stage_vmm_ns,
+                (unsigned long long)p->adopt_vmm_ns);
     if ((rc = close_out(f, dir, "meta.tsv", err, errlen)))
         return rc;
 

@@ -23,7 +23,9 @@
  * with swapin_exclusive a swap-in's mapping is part of its exclusive copy; with
  * swapout_exclusive a swap-out's starts at the next gap between compute items, which waits for
  * it, and so, with staging (swapout_exclusive without swapin_exclusive), does the remap at a
- * swapped-in buffer's first use (its wait).
+ * swapped-in buffer's first use (its wait). With staging the profile's stage_vmm_ns and
+ * adopt_vmm_ns, when it has them, are the per-chunk costs of the two (staging on the lane, the
+ * move at the first use), in place of swapin_vmm_ns.
  *
  * The program's thread issues the ops in order, and makes mapping calls of its own for the
  * buffers the program allocates during the iteration (the profile's map_vmm_ns per chunk before
@@ -154,6 +156,15 @@ static double lane_take(sim_t *s, double ns) {
     return s->lane;
 }
 
+/* The mapping calls per chunk that bring a planned swap-in back, on the worker's lane: with
+ * staging (safe mode, swapout_exclusive without swapin_exclusive) those that stage it beside the
+ * host alias, when the profile has them. */
+static uint64_t in_vmm_ns(const ooc_profile_t *p) {
+    if (p->swapout_exclusive && !p->swapin_exclusive && p->stage_vmm_ns)
+        return p->stage_vmm_ns;
+    return p->swapin_vmm_ns;
+}
+
 /* The host time of the mapping calls for buffer b's chunks, `per_chunk` ns each; a buffer that
  * shares a chunk (at most chunk/8 bytes, shim/buffer.c) is charged its share. */
 static double vmm_ns(const sim_t *s, int32_t b, uint64_t per_chunk) {
@@ -274,7 +285,7 @@ static int step_compute(sim_t *s) {
             }
             double mapped = p->swapin_exclusive
                                 ? 0 /* the lane takes it when the copy starts (step_h2d) */
-                                : lane_take(s, vmm_ns(s, b, p->swapin_vmm_ns));
+                                : lane_take(s, vmm_ns(s, b, in_vmm_ns(p)));
             s->mapped_at[b] = mapped;
             if (push(&s->h2d, b, s->now, mapped)) {
                 violate(s, OOC_ENOMEM, a->op, b, "out of memory");
@@ -301,7 +312,8 @@ static int step_compute(sim_t *s) {
             if (p->swapout_exclusive && !p->swapin_exclusive) {
                 /* Safe mode with staging: the copy went beside the host alias, and the first use
                  * removes the alias and remaps the chunk while nothing computes. */
-                s->excl_pending += vmm_ns(s, b, p->swapin_vmm_ns);
+                s->excl_pending +=
+                    vmm_ns(s, b, p->adopt_vmm_ns ? p->adopt_vmm_ns : p->swapin_vmm_ns);
                 s->ai++;
                 return 1;
             }

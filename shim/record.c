@@ -699,6 +699,8 @@ static ooc_profile_t *finish(int at_exit, char *dir_out, uint32_t *pos_out) {
         p->swapout_vmm_ns = vmm.out_ns;
         p->map_vmm_ns = vmm.map_ns;
         p->unmap_vmm_ns = vmm.unmap_ns;
+        p->stage_vmm_ns = vmm.stage_ns;
+        p->adopt_vmm_ns = vmm.adopt_ns;
     } else {
         OOC_LOG_W("the mapping calls' time could not be measured; the plan counts none");
     }

@@ -383,9 +383,13 @@ CUresult ooc_mem_measure_bw(uint64_t bytes, double *h2d_bps, double *d2h_bps, do
  * chunk back (in safe mode with the unmap of its host alias), *vmm->out_ns for those after a copy
  * out (in safe mode with mapping the alias); of these, *vmm->map_ns for mapping a device chunk and
  * setting its access, *vmm->unmap_ns for unmapping one (what a new buffer's first use and a free
- * cost). */
+ * cost). In safe mode with staging (OOC_SAFE_STAGE=1), a planned swap-in makes other calls:
+ * *vmm->stage_ns for staging a chunk (mapping its memory at a spare address, making the host
+ * alias read-only), *vmm->adopt_ns for moving it at its first use (unmapping the alias and the
+ * spare address, mapping the memory at the chunk's address); both 0 otherwise. */
 typedef struct ooc_vmm_times {
     uint64_t in_ns, out_ns, map_ns, unmap_ns;
+    uint64_t stage_ns, adopt_ns;
 } ooc_vmm_times_t;
 CUresult ooc_mem_measure_vmm(ooc_vmm_times_t *vmm);
 

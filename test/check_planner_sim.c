@@ -139,20 +139,28 @@ END_TEST
  * nothing computes while a chunk is remapped: op 2 waits for the unmap, the mapping and the copy
  * (2800-3800, ops 2 and 3 after); with the unmap alone, op 2 waits for it and the copy (3300).
  * With staging the copy overlaps op 2 (2300-3300, after the unmap; the copy 2800-3800), and op 3
- * waits for it and then for the remap at its first use (3800-4300). */
+ * waits for it and then for the remap at its first use (3800-4300). A profile that has the
+ * staged swap-in's own costs (stage_vmm_ns 700, adopt_vmm_ns 900) charges them instead there:
+ * staging 2300-3000, the copy 3000-4000, the remap 4000-4900, op 3 4900-5900; and nowhere else
+ * (outside safe mode they change nothing). */
 START_TEST(test_mapping_calls_take_the_worker_in_turn) {
     static const struct {
         uint64_t in, out;
         int excl;
+        uint64_t stage, adopt;
         uint64_t time, stall;
-    } cases[] = {{0, 0, 0, 4000, 0},       {500, 300, 0, 4800, 800},  {0, 300, 0, 4300, 300},
-                 {0, 0, 1, 5000, 1000},    {500, 300, 1, 5800, 1800}, {0, 300, 1, 5300, 1300},
-                 {500, 300, 2, 5300, 1300}};
+    } cases[] = {{0, 0, 0, 0, 0, 4000, 0},          {500, 300, 0, 0, 0, 4800, 800},
+                 {0, 300, 0, 0, 0, 4300, 300},      {0, 0, 1, 0, 0, 5000, 1000},
+                 {500, 300, 1, 0, 0, 5800, 1800},   {0, 300, 1, 0, 0, 5300, 1300},
+                 {500, 300, 2, 0, 0, 5300, 1300},   {500, 300, 2, 700, 900, 5900, 1900},
+                 {500, 300, 0, 700, 900, 4800, 800}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         ooc_profile_t *p = tiny();
         p->chunk_bytes = 1024; /* A and B take a chunk each */
         p->swapin_vmm_ns = cases[i].in;
         p->swapout_vmm_ns = cases[i].out;
+        p->stage_vmm_ns = cases[i].stage;
+        p->adopt_vmm_ns = cases[i].adopt;
         p->swapin_exclusive = cases[i].excl == 1;  /* safe mode */
         p->swapout_exclusive = cases[i].excl != 0; /* 2: safe mode with staging */
         ooc_model_t *m;

@@ -41,6 +41,8 @@ static void assert_same_profile(const ooc_profile_t *a, const ooc_profile_t *b) 
     ck_assert_uint_eq(a->swapout_vmm_ns, b->swapout_vmm_ns);
     ck_assert_uint_eq(a->map_vmm_ns, b->map_vmm_ns);
     ck_assert_uint_eq(a->unmap_vmm_ns, b->unmap_vmm_ns);
+    ck_assert_uint_eq(a->stage_vmm_ns, b->stage_vmm_ns);
+    ck_assert_uint_eq(a->adopt_vmm_ns, b->adopt_vmm_ns);
     ck_assert_uint_eq(a->nops, b->nops);
     ck_assert_uint_eq(a->nbufs, b->nbufs);
     for (uint32_t i = 0; i < a->nbufs; i++) {
@@ -123,7 +125,9 @@ START_TEST(test_built_profile_round_trips) {
     ck_assert_str_eq(b->ops[0].shape, "-");
     ck_assert_str_eq(b->bufs[1].site, "-");
     ck_assert_uint_eq(b->swapin_exclusive, 0); /* absent: 0 */
-    ck_assert_uint_eq(b->swapin_vmm_ns + b->swapout_vmm_ns + b->map_vmm_ns + b->unmap_vmm_ns, 0);
+    ck_assert_uint_eq(b->swapin_vmm_ns + b->swapout_vmm_ns + b->map_vmm_ns + b->unmap_vmm_ns +
+                          b->stage_vmm_ns + b->adopt_vmm_ns,
+                      0);
     for (uint32_t i = 0; i < a->nops; i++) {
         free(a->ops[i].name);
         a->ops[i].name = strdup("k name");
@@ -137,6 +141,14 @@ START_TEST(test_built_profile_round_trips) {
     a->swapout_vmm_ns = 78;
     a->map_vmm_ns = 4321;
     a->unmap_vmm_ns = 9;
+    ck_assert_msg(ooc_profile_write(a, d, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(ooc_profile_read(d, &b, err, sizeof err) == 0, "%s", err);
+    assert_same_profile(a, b);
+    ooc_profile_free(b);
+    /* with staging: the staged swap-in's own mapping calls; read back */
+    a->swapin_exclusive = 0;
+    a->stage_vmm_ns = 90154;
+    a->adopt_vmm_ns = 68651;
     ck_assert_msg(ooc_profile_write(a, d, err, sizeof err) == 0, "%s", err);
     ck_assert_msg(ooc_profile_read(d, &b, err, sizeof err) == 0, "%s", err);
     assert_same_profile(a, b);
@@ -198,6 +210,8 @@ static const struct {
     {0, "iterations\t1", "iterations\t1\nswapin_exclusive\t1\nswapin_exclusive\t0",
      "field swapin_exclusive: given twice"},
     {0, "iterations\t1", "iterations\t1\nswapin_vmm_ns\t-3", "field swapin_vmm_ns"},
+    {0, "iterations\t1", "iterations\t1\nadopt_vmm_ns\tx", "field adopt_vmm_ns"},
+    {0, "iterations\t1", "iterations\t1\nstage_vmm_ns\t99999999999", "field stage_vmm_ns"},
     {0, "iterations\t1", "iterations\t1\nswapout_exclusive\tyes",
      "field swapout_exclusive: 'yes' is not 0 or 1"},
     {0, "iterations\t1", "iterations\t1\nswapout_vmm_ns\t61000000000",

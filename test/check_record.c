@@ -407,7 +407,8 @@ END_TEST
  * outside safe mode; whether a swap-out's remapping does (safe mode, staged or not:
  * swapout_exclusive 1); and the host time of the mapping calls per chunk, measured (a mapping
  * takes some, even on the simulated device without its timing model), with the device chunk's
- * own map and unmap among them (map_vmm_ns, unmap_vmm_ns). */
+ * own map and unmap among them (map_vmm_ns, unmap_vmm_ns); with staging, also those of staging a
+ * swap-in and of moving it at its first use (stage_vmm_ns, adopt_vmm_ns), else none. */
 START_TEST(test_profile_says_whether_swap_ins_run_alone) {
     static const struct {
         const char *safe, *stage;
@@ -443,6 +444,12 @@ START_TEST(test_profile_says_whether_swap_ins_run_alone) {
                       "%s %s: %llu and %llu ns of mapping calls per chunk", cases[i].safe,
                       cases[i].stage, (unsigned long long)p->swapin_vmm_ns,
                       (unsigned long long)p->swapout_vmm_ns);
+        int staged = strcmp(cases[i].stage, "OOC_SAFE_STAGE=1") == 0;
+        ck_assert_msg(staged ? p->stage_vmm_ns > 0 && p->adopt_vmm_ns > 0 &&
+                                   p->stage_vmm_ns < 10000000 && p->adopt_vmm_ns < 10000000
+                             : p->stage_vmm_ns == 0 && p->adopt_vmm_ns == 0,
+                      "%s %s: stage %llu, adopt %llu ns per chunk", cases[i].safe, cases[i].stage,
+                      (unsigned long long)p->stage_vmm_ns, (unsigned long long)p->adopt_vmm_ns);
         /* the device chunk's own map and unmap: parts of those same cycles */
         ck_assert_msg(p->map_vmm_ns > 0 && p->unmap_vmm_ns > 0 &&
                           p->map_vmm_ns <= p->swapin_vmm_ns && p->unmap_vmm_ns <= p->swapout_vmm_ns,
