@@ -178,6 +178,31 @@ static int cmp_u64(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* The timed cycles to keep: one bit each, set unless the cycle (a[i] + b[i], its two parts) took
+ * more than twice the median cycle. The median cycle itself is never over: at least one bit. */
+static uint64_t kept_cycles(const uint64_t *a, const uint64_t *b) {
+    uint64_t total[VMM_CYCLES], keep = 0;
+    for (int i = 0; i < VMM_CYCLES; i++)
+        total[i] = a[i] + b[i];
+    qsort(total, VMM_CYCLES, sizeof total[0], cmp_u64);
+    uint64_t cap = 2 * total[VMM_CYCLES / 2];
+    for (int i = 0; i < VMM_CYCLES; i++)
+        if (a[i] + b[i] <= cap)
+            keep |= 1ull << i;
+    return keep;
+}
+
+/* The mean of t over the cycles kept (kept_cycles). */
+static uint64_t kept_mean(const uint64_t *t, uint64_t keep) {
+    uint64_t sum = 0, n = 0;
+    for (int i = 0; i < VMM_CYCLES; i++)
+        if (keep >> i & 1) {
+            sum += t[i];
+            n++;
+        }
+    return sum / n;
+}
+
 /* Safe mode with staging (stage.c), what replay does per chunk instead of a swap-in at the
  * chunk's address: staging, on the worker (map the memory at a spare address, make the host alias
  * read-only), then adopting it at the first use (unmap the alias and the spare address, map the
@@ -284,35 +309,17 @@ CUresult ooc_mem_measure_vmm(ooc_vmm_times_t *vmm) {
     mem_unlock();
     if (r != CUDA_SUCCESS)
         return r;
-    uint64_t total[VMM_CYCLES], sum_in = 0, sum_out = 0, sum_map = 0, sum_unmap = 0, n = 0;
-    for (int i = 0; i < VMM_CYCLES; i++)
-        total[i] = t_in[i] + t_out[i];
-    qsort(total, VMM_CYCLES, sizeof total[0], cmp_u64);
-    uint64_t cap = 2 * total[VMM_CYCLES / 2];
-    for (int i = 0; i < VMM_CYCLES; i++)
-        if (t_in[i] + t_out[i] <= cap) {
-            sum_in += t_in[i];
-            sum_out += t_out[i];
-            sum_map += t_map[i];
-            sum_unmap += t_unmap[i];
-            n++;
-        }
-    /* the median cycle itself is never above the cap: n >= 1 */
-    *vmm = (ooc_vmm_times_t){sum_in / n, sum_out / n, sum_map / n, sum_unmap / n, 0, 0};
+    uint64_t keep = kept_cycles(t_in, t_out);
+    *vmm = (ooc_vmm_times_t){kept_mean(t_in, keep),
+                             kept_mean(t_out, keep),
+                             kept_mean(t_map, keep),
+                             kept_mean(t_unmap, keep),
+                             0,
+                             0};
     if (staged) {
-        uint64_t sum_stage = 0, sum_adopt = 0, ns = 0;
-        for (int i = 0; i < VMM_CYCLES; i++)
-            total[i] = t_stage[i] + t_adopt[i];
-        qsort(total, VMM_CYCLES, sizeof total[0], cmp_u64);
-        cap = 2 * total[VMM_CYCLES / 2];
-        for (int i = 0; i < VMM_CYCLES; i++)
-            if (t_stage[i] + t_adopt[i] <= cap) {
-                sum_stage += t_stage[i];
-                sum_adopt += t_adopt[i];
-                ns++;
-            }
-        vmm->stage_ns = sum_stage / ns;
-        vmm->adopt_ns = sum_adopt / ns;
+        keep = kept_cycles(t_stage, t_adopt);
+        vmm->stage_ns = kept_mean(t_stage, keep);
+        vmm->adopt_ns = kept_mean(t_adopt, keep);
     }
     return CUDA_SUCCESS;
 }

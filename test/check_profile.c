@@ -114,6 +114,16 @@ static ooc_profile_t *small_profile(void) {
     return p;
 }
 
+/* Writes a to directory d, reads it back and checks that nothing changed. */
+static void assert_round_trip(const ooc_profile_t *a, const char *d) {
+    char err[512] = "";
+    ooc_profile_t *b = NULL;
+    ck_assert_msg(ooc_profile_write(a, d, err, sizeof err) == 0, "%s", err);
+    ck_assert_msg(ooc_profile_read(d, &b, err, sizeof err) == 0, "%s", err);
+    assert_same_profile(a, b);
+    ooc_profile_free(b);
+}
+
 START_TEST(test_built_profile_round_trips) {
     char err[512] = "";
     ooc_profile_t *a = small_profile(), *b;
@@ -141,19 +151,13 @@ START_TEST(test_built_profile_round_trips) {
     a->swapout_vmm_ns = 78;
     a->map_vmm_ns = 4321;
     a->unmap_vmm_ns = 9;
-    ck_assert_msg(ooc_profile_write(a, d, err, sizeof err) == 0, "%s", err);
-    ck_assert_msg(ooc_profile_read(d, &b, err, sizeof err) == 0, "%s", err);
-    assert_same_profile(a, b);
-    ooc_profile_free(b);
+    assert_round_trip(a, d);
     /* with staging: the staged swap-in's own mapping calls; read back */
     a->swapin_exclusive = 0;
     a->stage_vmm_ns = 90154;
     a->adopt_vmm_ns = 68651;
-    ck_assert_msg(ooc_profile_write(a, d, err, sizeof err) == 0, "%s", err);
-    ck_assert_msg(ooc_profile_read(d, &b, err, sizeof err) == 0, "%s", err);
-    assert_same_profile(a, b);
+    assert_round_trip(a, d);
     ooc_profile_free(a);
-    ooc_profile_free(b);
 }
 END_TEST
 
