@@ -432,6 +432,7 @@ void ahead_add(evref_t *v);
 long serve_queued(void);
 int serve_queued_some(unsigned max);
 void serve_op_chunks(void);
+int wait_op_swapouts(void);
 int host_serves(void);
 
 #endif

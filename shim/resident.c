@@ -290,7 +290,9 @@ static int any_queued(const ooc_access_t *a) {
     return 0;
 }
 
-CUresult ooc_mem_op_pin(const ooc_access_t *a, int *listed) {
+/* ooc_mem_op_pin; `again` when it pins the op once more after waiting for its swap-ins (they
+ * were counted late the first time). */
+static CUresult op_pin(const ooc_access_t *a, int *listed, int again) {
     mem_lock_take();
     if (OOC_UNLIKELY(atomic_load(&mem_closed))) {
         *listed = 0;
@@ -334,7 +336,10 @@ CUresult ooc_mem_op_pin(const ooc_access_t *a, int *listed) {
     /* Planned swap-ins of this op's chunks that the worker has not done yet: wait for it (the
      * lock is released meanwhile, so everything is looked up again after). First the host issues
      * what it can in stream order: the memory that the previous op's planned swap-outs are
-     * vacating could not go to the queue while that op held it (retire_steal), and may now. */
+     * vacating could not go to the queue while that op held it (retire_steal), and may now; and
+     * the op's own chunks go before the queue (serve_op_chunks). A chunk that must first wait
+     * for its own swap-out's copy is waited for here, not in the queue's turn
+     * (wait_op_swapouts), and the op is pinned again: the host then brings it in itself. */
     if (M.worker_on) {
         if (M.nret && host_serves())
             serve_queued();
@@ -343,21 +348,28 @@ CUresult ooc_mem_op_pin(const ooc_access_t *a, int *listed) {
         for (size_t i = 0; i < M.nop; i++)
             nq += M.op_chunks[i]->queued != 0;
         if (nq) {
-            ooc_stats_add(OOC_STAT_prefetch_late, nq);
+            if (!again)
+                ooc_stats_add(OOC_STAT_prefetch_late, nq);
             OOC_LOG_D("op %llu: waits for %zu planned swap-ins (jobs queued %zu)",
                       (unsigned long long)M.serial, nq, (size_t)M.njobs);
             uint64_t t0 = mem_clock_ns();
-            M.op_waiting++;
-            pthread_cond_signal(&M.work_cv); /* a worker waiting for memory gives up now */
-            while (any_queued(a))
-                mem_wait(&M.done_cv);
-            M.op_waiting--;
+            if (!wait_op_swapouts()) {
+                M.op_waiting++;
+                pthread_cond_signal(&M.work_cv); /* a worker waiting for memory gives up now */
+                while (any_queued(a))
+                    mem_wait(&M.done_cv);
+                M.op_waiting--;
+            }
             ooc_stats_add(OOC_STAT_stall_ns, mem_clock_ns() - t0);
             mem_unlock();
-            return ooc_mem_op_pin(a, listed); /* once: nothing is queued now */
+            return op_pin(a, listed, 1);
         }
     }
     return CUDA_SUCCESS;
+}
+
+CUresult ooc_mem_op_pin(const ooc_access_t *a, int *listed) {
+    return op_pin(a, listed, 0);
 }
 
 CUresult ooc_mem_op_resident(CUstream s) {

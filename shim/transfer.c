@@ -200,15 +200,6 @@ static int swapin_now(chunk_t *c) {
     return 1;
 }
 
-/* The queued chunks of the op being issued (M.op_chunks) that the host can bring in now in
- * stream order (swapin_now), ahead of the swap-ins queued before them: the op needs them first,
- * and waiting for the queue's turn would block the host. Outside safe mode. */
-void serve_op_chunks(void) {
-    for (size_t i = 0; i < M.nop; i++)
-        if (M.op_chunks[i]->queued)
-            (void)swapin_now(M.op_chunks[i]); /* which refuses in safe mode, and what it cannot */
-}
-
 /* Whether a queued planned swap-in may be issued ahead of its op now: fewer than M.ahead_max
  * chunks issued that way are still copying in. The memory a swap-in takes is then taken shortly
  * before the link can use it, as the plan's simulator takes it when the copy starts; taken as
@@ -271,6 +262,61 @@ static int reclaim_retiring(chunk_t *c) {
     lru_push(c);
     c->queued = 0;
     ooc_stats_add(OOC_STAT_prefetches, 1);
+    return 1;
+}
+
+/* The queued chunks of the op being issued (M.op_chunks) that the host can bring in now, ahead of
+ * the swap-ins queued before them: the op needs them first, and waiting for the queue's turn
+ * would block the host (the worker serves the queue in the plan's order, where the swap-ins
+ * queued first are for later ops). One whose own swap-out still runs and whose memory nothing
+ * took is reclaimed; one whose swap-out finished after its memory went elsewhere is finished
+ * (retire_poll, oldest first: the device-to-host stream ran them in order) and, swapped now, is
+ * issued in stream order (swapin_now) as any swapped one. Outside safe mode. */
+void serve_op_chunks(void) {
+    if (M.safe)
+        return;
+    for (size_t i = 0; i < M.nop; i++) {
+        chunk_t *c = M.op_chunks[i];
+        if (!c->queued || reclaim_retiring(c))
+            continue;
+        if (c->out_ev && ev_done(c->out_ev))
+            retire_poll(0);
+        (void)swapin_now(c); /* which refuses what it cannot do now */
+    }
+}
+
+/* The op being issued has queued chunks whose own swap-outs still run, their memory taken by
+ * other swap-ins (outside safe mode): only the end of those copies lets them come back (their
+ * addresses cannot be remapped before), and the worker would get to them only in the queue's
+ * order. Waits without the lock for the newest of those copies (the stream runs them in order).
+ * 1 when it waited: the lock was released, everything must be looked up again. */
+int wait_op_swapouts(void) {
+    if (M.safe)
+        return 0;
+    evref_t *v = NULL;
+    size_t at = 0;
+    unsigned n = 0;
+    for (size_t i = 0; i < M.nop; i++) {
+        chunk_t *c = M.op_chunks[i];
+        if (!c->queued || !c->out_ev || ev_done(c->out_ev))
+            continue;
+        n++;
+        for (size_t k = at; k < M.nret; k++) {
+            if (M.ret[k] == c) {
+                at = k;
+                v = c->out_ev;
+                break;
+            }
+        }
+    }
+    if (!v)
+        return 0;
+    ooc_stats_add(OOC_STAT_prefetch_own_out, n);
+    v->refs++;
+    mem_unlock();
+    sync_event(v->e);
+    mem_lock_take();
+    ev_drop(v);
     return 1;
 }
 

@@ -388,6 +388,40 @@ START_TEST(test_swap_ins_ahead_of_their_ops_wait_for_the_link) {
 }
 END_TEST
 
+/* Outside safe mode a retiring chunk's memory may go to a planned swap-in while its copy out
+ * still runs (the copy in follows it on the device); when an op then needs that chunk again, its
+ * address can be mapped again only once its own copy out is done. The op waits for that copy
+ * itself and brings the chunk in on the host, ahead of the swap-ins queued before it (those are
+ * for later ops): it used to wait for the worker to reach the chunk in the queue's order. `large`
+ * at 1/4 of its footprint, short kernels (the host runs ahead of the device and the link is
+ * busy, as in `make bench`): ops meet such chunks (the OOC_STATS row "of them behind their own
+ * swap-out"), the plan is followed and the checksum is the oracle's. */
+START_TEST(test_op_brings_back_its_chunk_after_its_own_swap_out) {
+    static const cfg_t c = {.name = "workloads/large",
+                            .args = {"--iters", "10", NULL},
+                            .div = 4,
+                            .sched = "threaded",
+                            .safe_off = 1};
+    static const char *const fast[] = {"FAKECUDA_TIMING=1",
+                                       "FAKECUDA_GFLOPS=10",
+                                       "FAKECUDA_HBM_GBPS=66.67",
+                                       "FAKECUDA_H2D_GBPS=3.333",
+                                       "FAKECUDA_D2H_GBPS=3.333",
+                                       "FAKECUDA_LAUNCH_US=5",
+                                       NULL};
+    tu_result_t r = check_auto(&c, fast);
+    assert_replayed(&c, &r);
+    long long late = tu_stat_row(r.err, "planned swap-ins an op waited for (chunks)");
+    long long own = tu_stat_row(r.err, "of them behind their own swap-out (chunks)");
+    ck_assert_msg(own > 0 && own <= late,
+                  "planned swap-ins an op waited for %lld, behind their own swap-out %lld\n%s",
+                  late, own, tu_tail(r.err, 3000));
+    fprintf(stderr, "ops waited for %lld planned swap-ins, %lld behind their own swap-out\n", late,
+            own);
+    tu_result_free(&r);
+}
+END_TEST
+
 /* Safe mode waits for every stream that may reach a chunk before it removes the chunk's host
  * alias, once without the lock and again under it, chunk after chunk of a swap-in; when no op
  * was issued since the last such wait (the program's thread kept out by the lock), the streams
@@ -841,6 +875,7 @@ Suite *suite_replay(void) {
     tcase_add_test(tc, test_safe_mode_skips_stream_waits_with_nothing_new);
     tcase_add_test(tc, test_planned_swap_in_waits_for_a_later_planned_swap_out);
     tcase_add_test(tc, test_swap_in_of_a_chunk_still_copying_out_keeps_it);
+    tcase_add_test(tc, test_op_brings_back_its_chunk_after_its_own_swap_out);
     tcase_add_test(tc, test_safe_mode_orders_hidden_reads_after_copy_in);
     suite_add_tcase(s, tc);
     TCase *f = tcase_create("faults");
