@@ -288,26 +288,20 @@ void serve_op_chunks(void) {
 /* The op being issued has queued chunks whose own swap-outs still run, their memory taken by
  * other swap-ins (outside safe mode): only the end of those copies lets them come back (their
  * addresses cannot be remapped before), and the worker would get to them only in the queue's
- * order. Waits without the lock for the newest of those copies (the stream runs them in order).
- * 1 when it waited: the lock was released, everything must be looked up again. */
+ * order. Waits without the lock for the newest of those copies (the retiring list is in the
+ * stream's order, which runs them in order). 1 when it waited: the lock was released,
+ * everything must be looked up again. */
 int wait_op_swapouts(void) {
     if (M.safe)
         return 0;
     evref_t *v = NULL;
-    size_t at = 0;
     unsigned n = 0;
-    for (size_t i = 0; i < M.nop; i++) {
-        chunk_t *c = M.op_chunks[i];
-        if (!c->queued || !c->out_ev || ev_done(c->out_ev))
-            continue;
+    for (size_t k = M.nret; k-- > 0;) {
+        chunk_t *r = M.ret[k];
+        if (r->pin != M.serial || !r->queued || ev_done(r->out_ev))
+            continue; /* pin: one of the op's chunks (just pinned) */
+        v = v ? v : r->out_ev;
         n++;
-        for (size_t k = at; k < M.nret; k++) {
-            if (M.ret[k] == c) {
-                at = k;
-                v = c->out_ev;
-                break;
-            }
-        }
     }
     if (!v)
         return 0;
