@@ -1714,6 +1714,71 @@ START_TEST(test_late_threads_do_not_slow_the_modelled_device) {
 }
 END_TEST
 
+/* The modelled clock: an op that waits for an event starts when the op recorded before that event
+ * ends, however far its stream has run since. Here a copy waits for two events: one after the
+ * first of twenty 1 MiB copies on another stream (1.05 ms), one after a kernel modelled at 1 ms
+ * whose body sleeps 60 ms (its thread completes it late). When the copy can start, the twenty
+ * copies have all run; it used to start after the last (21 ms, the stream's latest modelled end,
+ * not the event's), where a device starts it after the first. The bound leaves room for a loaded
+ * host (the host-side ops between take the time their threads take). */
+START_TEST(test_an_event_wait_starts_at_the_end_of_what_it_waits_for) {
+    static const char *const env[] = {"FAKECUDA_SCHED",
+                                      "threaded",
+                                      "FAKECUDA_TIMING",
+                                      "1",
+                                      "FAKECUDA_H2D_GBPS",
+                                      "1",
+                                      "FAKECUDA_LAUNCH_US",
+                                      "1000",
+                                      NULL};
+    open_device(env);
+    size_t n = 1u << 20;
+    CUstream a, b, c;
+    CUdeviceptr d, k;
+    CUevent e, f, t0, t1;
+    void *h = NULL;
+    OK(cuMemAllocHost(&h, n)); /* pinned: a pageable copy is staged, and waits, at the call */
+    OK(cuMemAlloc(&d, n));
+    OK(cuMemAlloc(&k, 64));
+    OK(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
+    OK(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
+    OK(cuStreamCreate(&c, CU_STREAM_NON_BLOCKING));
+    OK(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+    OK(cuEventCreate(&f, CU_EVENT_DISABLE_TIMING));
+    OK(cuEventCreate(&t0, 0));
+    OK(cuEventCreate(&t1, 0));
+    launch_fill(get_kernel("fill"), k, 1.0f, 16, 60000, c); /* 1 ms modelled, 60 ms asleep */
+    OK(cuEventRecord(f, c));
+    OK(cuEventRecord(t0, a));
+    OK(cuMemcpyHtoDAsync(d, h, n, a));
+    OK(cuEventRecord(e, a));
+    for (int i = 0; i < 19; i++)
+        OK(cuMemcpyHtoDAsync(d, h, n, a));
+    OK(cuStreamWaitEvent(b, f, 0)); /* its stream's thread gets past this at 60 ms */
+    OK(cuStreamWaitEvent(b, e, 0));
+    OK(cuMemcpyDtoHAsync(h, d, 64, b));
+    OK(cuEventRecord(t1, b));
+    OK(cuCtxSynchronize());
+    float ms = 0;
+    OK(cuEventElapsedTime(&ms, t0, t1));
+    ck_assert_msg(
+        ms < 12.0f,
+        "the copy waiting for the first of twenty 1.05 ms copies ended %.2f ms after they "
+        "began (want about 1.05)",
+        ms);
+    OK(cuEventDestroy(e));
+    OK(cuEventDestroy(f));
+    OK(cuEventDestroy(t0));
+    OK(cuEventDestroy(t1));
+    OK(cuStreamDestroy(a));
+    OK(cuStreamDestroy(b));
+    OK(cuStreamDestroy(c));
+    OK(cuMemFree(d));
+    OK(cuMemFree(k));
+    OK(cuMemFreeHost(h));
+}
+END_TEST
+
 static void host_fn_slack(void *p) {
     *(int *)p = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
 }
@@ -3190,6 +3255,7 @@ Suite *suite_fakecuda(void) {
     tcase_add_test(t, test_late_threads_do_not_slow_the_modelled_device);
     tcase_add_test(t, test_a_completion_wakes_only_the_stream_waiting_for_it);
     tcase_add_test(t, test_trace_tells_when_an_op_was_queued_and_ready);
+    tcase_add_test(t, test_an_event_wait_starts_at_the_end_of_what_it_waits_for);
     suite_add_tcase(s, t);
     TCase *g = tcase_create("graphs");
     tcase_set_timeout(g, 20);

@@ -103,6 +103,8 @@ typedef struct fc_op fc_op_t;
 
 typedef enum { FC_ENG_NONE, FC_ENG_COMPUTE, FC_ENG_H2D, FC_ENG_D2H } fc_engine_t;
 
+enum { FC_MODEL_RING = 1024 };
+
 typedef struct fc_dep {
     fc_stream_t *s;
     uint64_t seq;
@@ -194,6 +196,10 @@ struct CUstream_st {
     fc_capture_t *capture; /* non-NULL while the stream is capturing (guarded by g_fc.lock) */
     uint64_t submitted, completed;
     uint64_t model_done_ns; /* timing model: the modelled end of its last completed op */
+    /* timing model: model_done_ns as it was when the op numbered seq completed, at
+     * [seq % FC_MODEL_RING], for the last FC_MODEL_RING ops (what an op waiting for that one
+     * waits for, however far the stream has gone since) */
+    uint64_t model_done_at[FC_MODEL_RING];
     fc_op_t *head, *tail;
     pthread_t thread;
     int has_thread;

@@ -125,17 +125,29 @@ static void sleep_until(uint64_t when) {
  * them. Nothing ends before its modelled end (the host sees an op complete no sooner), and an
  * event's time is its modelled time (cuEventElapsedTime measures the modelled device). */
 
+/* The modelled end of stream s's ops up to the one numbered seq (completed). A dependency's stream
+ * may have moved on by the time the op waiting for it starts: on a device that op starts when the
+ * op it waits for ends, not when the stream's latest does (taking the latest made a copy waiting
+ * for an event recorded long before wait for whatever its stream ran since). An op older than the
+ * ring holds gets the oldest end it holds, which is no earlier. Caller holds g_fc.lock. */
+static uint64_t model_done_at(const fc_stream_t *s, uint64_t seq) {
+    if (s->completed - seq >= FC_MODEL_RING)
+        seq = s->completed - FC_MODEL_RING + 1;
+    return s->model_done_at[seq % FC_MODEL_RING];
+}
+
 /* op's modelled start but for its engine: the latest of when it was queued and the modelled ends
  * of its stream's last op and of the ops it waits for. Caller holds g_fc.lock; op's dependencies
- * are done (deps_done). A dependency's stream may have moved on since: its last modelled end is at
- * least that of the op waited for, so the start is never earlier than a device's. */
+ * are done (deps_done). */
 static void model_start(const fc_stream_t *s, fc_op_t *op) {
     uint64_t t = op->queued_ns;
     if (s->model_done_ns > t)
         t = s->model_done_ns;
-    for (unsigned i = 0; i < op->ndeps; i++)
-        if (op->deps[i].s->model_done_ns > t)
-            t = op->deps[i].s->model_done_ns;
+    for (unsigned i = 0; i < op->ndeps; i++) {
+        uint64_t d = model_done_at(op->deps[i].s, op->deps[i].seq);
+        if (d > t)
+            t = d;
+    }
     op->model_start_ns = t;
 }
 
@@ -313,6 +325,7 @@ static void complete_head(fc_stream_t *s, fc_op_t *op, CUresult r) {
     s->completed = op->seq;
     if (op->model_end_ns > s->model_done_ns)
         s->model_done_ns = op->model_end_ns;
+    s->model_done_at[op->seq % FC_MODEL_RING] = s->model_done_ns;
     pthread_cond_broadcast(&g_fc.cv);
     for (fc_stream_t *t = g_fc.all_streams; t; t = t->all_next)
         if (t->blocked && deps_done(t->head))
@@ -342,11 +355,16 @@ static void *worker(void *arg) {
         s->blocked = 0;
         if (g_fc.trace)
             op->ready_ns = fc_now_ns();
+        if (g_fc.cfg.jitter_us) {
+            /* A thread late to an op it could start: the other streams may have moved on
+             * meanwhile, which the modelled device must not see (model_start). */
+            pthread_mutex_unlock(&g_fc.lock);
+            fc_sleep_ns((splitmix(&rng) % ((uint64_t)g_fc.cfg.jitter_us + 1)) * 1000ull);
+            pthread_mutex_lock(&g_fc.lock);
+        }
         if (g_fc.cfg.timing)
             model_start(s, op);
         pthread_mutex_unlock(&g_fc.lock);
-        if (g_fc.cfg.jitter_us)
-            fc_sleep_ns((splitmix(&rng) % ((uint64_t)g_fc.cfg.jitter_us + 1)) * 1000ull);
         start_op(s, op);
         CUresult r = atomic_load(&g_fc.sticky) != CUDA_SUCCESS ? CUDA_SUCCESS : execute(op);
         pthread_mutex_lock(&g_fc.lock);
