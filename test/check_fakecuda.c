@@ -811,6 +811,57 @@ START_TEST(test_pageable_async_copy_is_staged_at_call_time) {
 }
 END_TEST
 
+/* Copies of 256 KiB and more are written with non-temporal stores (fc_copy.c, copy_bytes): every
+ * byte arrives whatever the alignment of either end and the length, in each direction, on the
+ * inline and the threaded device; a copy within one allocation whose ranges overlap moves the
+ * bytes as memmove does. */
+START_TEST(test_large_copies_at_odd_offsets_keep_every_byte) {
+    open_device(_i ? threaded : inline_);
+    size_t n = (1u << 20) + 64;
+    unsigned char *h = NULL, *back = NULL;
+    OK(cuMemAllocHost((void **)&h, n));
+    OK(cuMemAllocHost((void **)&back, n));
+    CUdeviceptr d, e;
+    OK(cuMemAlloc(&d, n));
+    OK(cuMemAlloc(&e, n));
+    static const size_t offs[][3] = {
+        {0, 0, 1u << 20}, {3, 5, (1u << 20) - 7}, {13, 0, 300007}, {0, 9, 262144}, {1, 1, 262143}};
+    for (size_t k = 0; k < sizeof offs / sizeof *offs; k++) {
+        size_t so = offs[k][0], dof = offs[k][1], len = offs[k][2];
+        for (size_t i = 0; i < n; i++)
+            h[i] = (unsigned char)(i * 31 + k * 7 + 1);
+        OK(cuMemsetD8(d, 0xEE, n));
+        OK(cuMemcpyHtoDAsync(d + dof, h + so, len, NULL));
+        OK(cuMemcpyDtoDAsync(e + so, d + dof, len, NULL));
+        memset(back, 0, n);
+        OK(cuMemcpyDtoHAsync(back + dof, e + so, len, NULL));
+        OK(cuCtxSynchronize());
+        for (size_t i = 0; i < len; i++)
+            ck_assert_msg(back[dof + i] == h[so + i], "case %zu: byte %zu is %u, want %u", k, i,
+                          back[dof + i], h[so + i]);
+        ck_assert_uint_eq(back[dof ? dof - 1 : dof + len], 0); /* nothing beyond */
+    }
+    /* Overlapping, within one allocation: 512 KiB moved forward by 4099 bytes, then back. */
+    for (size_t i = 0; i < n; i++)
+        h[i] = (unsigned char)(i * 13 + 5);
+    OK(cuMemcpyHtoD(d, h, n));
+    size_t len = 512u << 10, by = 4099;
+    OK(cuMemcpyDtoD(d + by, d, len));
+    OK(cuMemcpyDtoH(back, d, n));
+    for (size_t i = 0; i < len; i++)
+        ck_assert_msg(back[by + i] == h[i], "overlap forward: byte %zu", i);
+    OK(cuMemcpyHtoD(d, h, n));
+    OK(cuMemcpyDtoD(d, d + by, len));
+    OK(cuMemcpyDtoH(back, d, n));
+    for (size_t i = 0; i < len; i++)
+        ck_assert_msg(back[i] == h[by + i], "overlap back: byte %zu", i);
+    OK(cuMemFree(d));
+    OK(cuMemFree(e));
+    OK(cuMemFreeHost(h));
+    OK(cuMemFreeHost(back));
+}
+END_TEST
+
 START_TEST(test_pinned_async_copy_reads_at_run_time) {
     open_device(threaded);
     CUfunction fill = get_kernel("fill");
@@ -3256,6 +3307,7 @@ Suite *suite_fakecuda(void) {
     tcase_add_test(t, test_a_completion_wakes_only_the_stream_waiting_for_it);
     tcase_add_test(t, test_trace_tells_when_an_op_was_queued_and_ready);
     tcase_add_test(t, test_an_event_wait_starts_at_the_end_of_what_it_waits_for);
+    tcase_add_loop_test(t, test_large_copies_at_odd_offsets_keep_every_byte, 0, 2);
     suite_add_tcase(s, t);
     TCase *g = tcase_create("graphs");
     tcase_set_timeout(g, 20);
