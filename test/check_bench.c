@@ -70,7 +70,18 @@ START_TEST(test_bench_replay_quick_run_prints_the_table) {
     /* the table, the ratios and the verdicts */
     double incore = row_median(pr.out, "in-core (no shim, unlimited)");
     double demand = row_median(pr.out, "shim, OOC_MODE=demand");
-    row_median(pr.out, "shim, OOC_MODE=auto (measured)");
+    double autom = row_median(pr.out, "shim, OOC_MODE=auto (measured)");
+    /* the device's idle time for the host, from its trace: a part of the measured iteration */
+    const char *il = strstr(pr.out, "auto: the device idle waiting for the host per replayed "
+                                    "iteration ");
+    double idle = -1;
+    ck_assert_msg(il &&
+                      sscanf(il,
+                             "auto: the device idle waiting for the host per replayed "
+                             "iteration %lf ms",
+                             &idle) == 1 &&
+                      idle >= 0 && idle <= autom,
+                  "idle for the host %g ms of an iteration of %g:\n%s", idle, autom, pr.out);
     row_median(pr.out, "auto predicted by ooc-plan");
     ck_assert_msg(demand > incore,
                   "demand mode at 1/4 of the footprint (%g ms) is not slower than "
@@ -84,6 +95,8 @@ START_TEST(test_bench_replay_quick_run_prints_the_table) {
                                         "== short kernels, safe mode on: compute 10 GFLOP/s",
                                         "auto: host time blocked in the shim per replayed "
                                         "iteration ",
+                                        "auto: the device idle waiting for the host per "
+                                        "replayed iteration ",
                                         "ratios: demand/in-core ",
                                         "auto/in-core ",
                                         "auto/demand ",
