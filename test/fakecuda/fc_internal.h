@@ -74,11 +74,13 @@ typedef struct fc_handle {
     int user_refs; /* cuMemCreate + cuMemRetainAllocationHandle - cuMemRelease */
     int maps;      /* live mappings */
     /* Host mappings of it that cuMemUnmap moved aside, page tables kept, for a later cuMemMap of
-     * the same part to move back (fc_mem.c); guarded by g_fc.vm_lock. */
+     * the same part to move back (fc_mem.c); guarded by g_fc.vm_lock. Eight: the shim keeps a
+     * physical chunk mapped at up to five addresses at once (its memory handed on while copies
+     * out still read it), and with room for two, 39% of a replay's maps were made afresh. */
     struct {
         uintptr_t addr;
         size_t offset, size;
-    } park[2];
+    } park[8];
     int npark;
 } fc_handle_t;
 

@@ -543,8 +543,12 @@ FC_EXPORT(cuMemFreeAsync_ptsz, PFN_cuMemFreeAsync_v11020_ptsz, fc_free_async_pts
 static CUresult host_alloc(void **pp, size_t size) {
     if (!pp || size == 0)
         return CUDA_ERROR_INVALID_VALUE;
-    void *p =
-        mmap(NULL, page_round(size), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    /* Populated: the real driver pins (page-locks) every page here, so no copy ever faults on
+     * one. Left to fault at its first copy, it charged that copy (the shim's pool of host slots,
+     * hundreds of MiB, filled over a replay's first iterations: 80,000 faults in a 12-iteration
+     * `large` replay, 11,600 with this). */
+    void *p = mmap(NULL, page_round(size), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
     if (p == MAP_FAILED)
         return CUDA_ERROR_OUT_OF_MEMORY;
     fc_range_t r = {.base = (uintptr_t)p,
@@ -1015,21 +1019,27 @@ static int in_reservation(uintptr_t p, size_t size) {
  * The shim remaps chunks all the time, so the simulator, not the model, would set the pace.
  * Hence: a mapping is made readable and writable, and populated, at once (which access a kernel
  * or copy may use is the range table's, checked at every access, not the host's protection); and
- * cuMemUnmap moves the host mapping aside with its page tables (mremap with MREMAP_DONTUNMAP,
- * Linux 5.13, then a PROT_NONE placeholder over the address: never a hole another mmap could
- * take), where a later cuMemMap of the same part of the handle moves it back (mremap onto the
- * placeholder): 0.2 ms instead of 2.8. At most two parked per handle; a kernel without
- * MREMAP_DONTUNMAP for shared memory maps afresh each time, as before. */
-#ifndef MREMAP_DONTUNMAP
-#define MREMAP_DONTUNMAP 4
-#endif
-static int park_broken; /* the kernel refused MREMAP_DONTUNMAP once: no parking */
+ * cuMemUnmap moves the host mapping aside with its page tables (mremap onto a PROT_NONE
+ * reservation of its own, then a PROT_NONE placeholder over the address), where a later cuMemMap
+ * of the same part of the handle moves it back (mremap onto the placeholder). At most eight
+ * parked per handle (fc_internal.h).
+ *
+ * Until 2026-12-02 the mapping was moved aside with MREMAP_DONTUNMAP (never a hole at the
+ * address) and at most two were kept per handle. On the machines of that day (Linux 6.18 under a
+ * paravirtualised hypervisor), a first copy into a 2 MiB mapping moved back that way took a
+ * median of 2.9-3.0 ms, against 0.15-0.19 ms moved aside plainly (build/test/progs/remapcost,
+ * FAKECUDA_SCHED=threaded, 200 rounds; a second copy 0.08-0.26 ms), and the map and unmap
+ * 0.41-0.44 ms against 0.06-0.07. And the shim leaves a physical chunk mapped at up to five
+ * addresses at once: with room for two, 39% of a replay's maps were made afresh. Together, a
+ * short-kernel `large` replay at 1/4 (one plan predicting 85.6 ms) measured 224-286 ms per
+ * iteration, half its CPU stalled in those copies; 83.7-84.8 ms after both changes. */
 /* Moving page tables costs a TLB shootdown on every core that runs the process (15-25 us here,
  * with another thread busy), once when parked and once when moved back; populating a fresh
  * mapping costs about 0.5 us a page. Measured on this project's development machine with a
  * thread spinning beside (a cycle of unmap and map): 64 KiB 41 us parked against 28 afresh,
  * 128 KiB 49 against 31, 256 KiB 48 against 57, 2 MiB 55 against 279. So smaller mappings are
- * made afresh. */
+ * made afresh (on 2026-12-02's machines too: `mlp` with 64 KiB chunks replayed at 52-54 ms made
+ * afresh against 64-67 with them parked). */
 #define PARK_MIN_BYTES (256u << 10)
 
 /* Moves a parked mapping of h's [offset, offset + size) onto the placeholder at p. 1 when done,
@@ -1051,19 +1061,30 @@ static int park_take(fc_handle_t *h, uintptr_t p, size_t size, size_t offset) {
     return 0;
 }
 
-/* Moves the host mapping of range r (about to be unmapped) aside, page tables kept, leaving an
- * empty mapping at its address for the placeholder to replace. Caller holds vm_lock. */
+/* Moves the host mapping of range r (about to be unmapped) aside, page tables kept, and puts a
+ * placeholder at its address. Caller holds vm_lock. */
 static void park_put(const fc_range_t *r) {
     fc_handle_t *h = r->h;
-    if (park_broken || r->size < PARK_MIN_BYTES ||
-        h->npark == (int)(sizeof h->park / sizeof h->park[0]))
+    if (r->size < PARK_MIN_BYTES || h->npark == (int)(sizeof h->park / sizeof h->park[0]))
         return;
-    /* The kernel picks the address it moves to (one system call, not a reservation and a move). */
-    void *to = mremap((void *)r->base, r->size, r->size, MREMAP_MAYMOVE | MREMAP_DONTUNMAP, NULL);
-    if (to == MAP_FAILED) {
-        if (errno == EINVAL)
-            park_broken = 1;
+    /* Moved onto a reservation of its own (page tables and all), and a placeholder put at once
+     * where it was; the placeholder must not replace anything: between the two calls the address
+     * is a hole, and another thread's mmap could, very rarely, have taken it. */
+    void *to = mmap(NULL, r->size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (to == MAP_FAILED)
         return;
+    if (mremap((void *)r->base, r->size, r->size, MREMAP_MAYMOVE | MREMAP_FIXED, to) ==
+        MAP_FAILED) {
+        munmap(to, r->size);
+        return;
+    }
+    void *ph = mmap((void *)r->base, r->size, PROT_NONE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+    if (ph != (void *)r->base) {
+        fc_warn("cuMemUnmap: the reserved range at %#lx was taken by another mapping while its "
+                "memory moved aside; the simulated device cannot keep its reservation",
+                (unsigned long)r->base);
+        abort();
     }
     h->park[h->npark].addr = (uintptr_t)to;
     h->park[h->npark].offset = r->map_offset;
