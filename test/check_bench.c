@@ -83,6 +83,17 @@ START_TEST(test_bench_replay_quick_run_prints_the_table) {
                       idle >= 0 && idle <= autom,
                   "idle for the host %g ms of an iteration of %g:\n%s", idle, autom, pr.out);
     row_median(pr.out, "auto predicted by ooc-plan");
+    /* the simulated device's own cost of a remap here, with the workload's chunk (64 KiB) */
+    const char *rc = strstr(pr.out, "the simulated device's own host cost here (");
+    const char *cp = rc ? strstr(rc, "a copy into a chunk of 64 KiB just mapped ") : NULL;
+    double first = 0, again = 0, mu = 0;
+    ck_assert_msg(cp &&
+                      sscanf(cp,
+                             "a copy into a chunk of 64 KiB just mapped %lf us, into it again "
+                             "%lf us; a map and unmap %lf us",
+                             &first, &again, &mu) == 3 &&
+                      first > 0 && again > 0 && mu > 0,
+                  "no remap cost line in:\n%s", pr.out);
     ck_assert_msg(demand > incore,
                   "demand mode at 1/4 of the footprint (%g ms) is not slower than "
                   "in core (%g ms)",

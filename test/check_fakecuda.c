@@ -873,6 +873,17 @@ START_TEST(test_pinned_host_memory_is_resident_when_allocated) {
 }
 END_TEST
 
+/* The index of the first byte where a and b differ, or n when none does (a check per byte is a
+ * function call: over megabytes under AddressSanitizer, most of a test's time). */
+static size_t first_diff(const unsigned char *a, const unsigned char *b, size_t n) {
+    if (memcmp(a, b, n) == 0)
+        return n;
+    size_t i = 0;
+    while (a[i] == b[i])
+        i++;
+    return i;
+}
+
 START_TEST(test_large_copies_at_odd_offsets_keep_every_byte) {
     open_device(_i ? threaded : inline_);
     size_t n = (1u << 20) + 64;
@@ -894,9 +905,9 @@ START_TEST(test_large_copies_at_odd_offsets_keep_every_byte) {
         memset(back, 0, n);
         OK(cuMemcpyDtoHAsync(back + dof, e + so, len, NULL));
         OK(cuCtxSynchronize());
-        for (size_t i = 0; i < len; i++)
-            ck_assert_msg(back[dof + i] == h[so + i], "case %zu: byte %zu is %u, want %u", k, i,
-                          back[dof + i], h[so + i]);
+        size_t i = first_diff(back + dof, h + so, len);
+        ck_assert_msg(i == len, "case %zu: byte %zu is %u, want %u", k, i, back[dof + i],
+                      h[so + i]);
         ck_assert_uint_eq(back[dof ? dof - 1 : dof + len], 0); /* nothing beyond */
     }
     /* Overlapping, within one allocation: 512 KiB moved forward by 4099 bytes, then back. */
@@ -906,13 +917,13 @@ START_TEST(test_large_copies_at_odd_offsets_keep_every_byte) {
     size_t len = 512u << 10, by = 4099;
     OK(cuMemcpyDtoD(d + by, d, len));
     OK(cuMemcpyDtoH(back, d, n));
-    for (size_t i = 0; i < len; i++)
-        ck_assert_msg(back[by + i] == h[i], "overlap forward: byte %zu", i);
+    ck_assert_msg(first_diff(back + by, h, len) == len, "overlap forward: byte %zu",
+                  first_diff(back + by, h, len));
     OK(cuMemcpyHtoD(d, h, n));
     OK(cuMemcpyDtoD(d, d + by, len));
     OK(cuMemcpyDtoH(back, d, n));
-    for (size_t i = 0; i < len; i++)
-        ck_assert_msg(back[i] == h[by + i], "overlap back: byte %zu", i);
+    ck_assert_msg(first_diff(back, h + by, len) == len, "overlap back: byte %zu",
+                  first_diff(back, h + by, len));
     OK(cuMemFree(d));
     OK(cuMemFree(e));
     OK(cuMemFreeHost(h));
@@ -1471,7 +1482,10 @@ END_TEST
  * lateness (20-25 us here) and the simulator's own mmap work (10-20 us) more per call: a device
  * mapping's cycle of map, set access and unmap models 46 us and took 132 before. Batches of 40
  * cycles; the best batch within 1.5x of the model (a loaded machine may delay any one), none
- * below the model by more than the carry (0.1 ms). */
+ * below the model by more than the carry (0.1 ms). Where the simulator's own work alone exceeds
+ * the model (its statistic vmm_own_ns: 2026-12-02's machines under AddressSanitizer, about
+ * 100 us a cycle), the calls cannot be shorter than that work: the best batch is then within
+ * 1.5x of the work, which a sleep's lateness on every call would still exceed. */
 START_TEST(test_mapping_calls_keep_their_model_over_a_run) {
     static const char *const env[] = {"FAKECUDA_TIMING", "1", "FAKECUDA_VMM_US",
                                       "1,27,18,27,59,33,469", NULL};
@@ -1485,8 +1499,10 @@ START_TEST(test_mapping_calls_keep_their_model_over_a_run) {
     OK(cuMemCreate(&h[1], g, &prop, 0));
     const int batches = 5, cycles = 40;
     const double model_us = cycles * (1.0 + 27.0 + 18.0);
-    double best = 1e30, worst = 0;
+    double best = 1e30, worst = 0, best_own = 0;
     for (int b = 0; b < batches; b++) {
+        fakecuda_stats_t s0, s1;
+        fakecuda_get_stats(&s0);
         uint64_t t0 = now_ns();
         for (int i = 0; i < cycles; i++) {
             CUdeviceptr at = va + (size_t)(i & 1) * g;
@@ -1495,16 +1511,21 @@ START_TEST(test_mapping_calls_keep_their_model_over_a_run) {
             OK(cuMemUnmap(at, g));
         }
         double us = (double)(now_ns() - t0) / 1000.0;
-        best = us < best ? us : best;
+        fakecuda_get_stats(&s1);
+        if (us < best) {
+            best = us;
+            best_own = (double)(s1.vmm_own_ns - s0.vmm_own_ns) / 1000.0;
+        }
         worst = us > worst ? us : worst;
     }
     ck_assert_msg(best >= model_us - 100.0,
                   "%d cycles of map, set access and unmap (model %.0f us) took %.0f us", cycles,
                   model_us, best);
-    ck_assert_msg(best <= 1.5 * model_us,
-                  "%d cycles of map, set access and unmap (model %.0f us) took %.0f us at best, "
-                  "%.0f at worst, of %d batches",
-                  cycles, model_us, best, worst, batches);
+    double floor_us = best_own > model_us ? best_own : model_us;
+    ck_assert_msg(best <= 1.5 * floor_us,
+                  "%d cycles of map, set access and unmap (model %.0f us, the simulator's own "
+                  "work %.0f us) took %.0f us at best, %.0f at worst, of %d batches",
+                  cycles, model_us, best_own, best, worst, batches);
     OK(cuMemRelease(h[0]));
     OK(cuMemRelease(h[1]));
     OK(cuMemAddressFree(va, 2 * g));

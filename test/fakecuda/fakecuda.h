@@ -117,6 +117,10 @@ typedef struct fakecuda_stats {
     /* cuMemMap calls that moved back a host mapping cuMemUnmap had moved aside (the simulator's
      * own cost: no fresh page tables; fc_mem.c). */
     uint64_t maps_moved;
+    /* With the timing model: the time the mapping calls (cuMemCreate, cuMemMap, cuMemUnmap,
+     * cuMemSetAccess) spent in the simulator's own work, before sleeping out the rest of their
+     * model (where the work exceeds the model, the call takes the work's time). */
+    uint64_t vmm_own_ns;
     /* Threaded: the times a stream's worker thread was woken while waiting for work or for
      * another stream's op (the simulator's own cost: only the stream an event concerns wakes). */
     uint64_t worker_wakeups;

@@ -138,6 +138,7 @@ void fc_host_cost(uint64_t t0, double us) {
      * than its model by more. */
     uint64_t model = (uint64_t)(us * 1000.0), credit = host_excess_ns;
     uint64_t deadline = t0 + (model > credit ? model - credit : 0), now = fc_now_ns();
+    FC_STAT(vmm_own_ns, now - t0);
     if (deadline > now) {
         /* Slept, not spun: the calling thread is held for the time, as by the real driver's
          * call, but the CPU stays free for the simulated device's engines (on a GPU they need
@@ -484,6 +485,7 @@ static void write_stats(void) {
     ROW(graph_launches);
     ROW(ops_captured);
     ROW(maps_moved);
+    ROW(vmm_own_ns);
     ROW(worker_wakeups);
 #undef ROW
     int n = atomic_load(&nslots);

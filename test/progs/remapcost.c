@@ -66,8 +66,9 @@ int main(int argc, char **argv) {
         }
     }
     if (bytes == 0 || rounds < 1 || rounds > MAX_RD) {
-        fprintf(stderr, "remapcost: --bytes must be a positive size (e.g. 2M, 64K) and --rounds "
-                        "1..%d\n",
+        fprintf(stderr,
+                "remapcost: --bytes must be a positive size (e.g. 2M, 64K) and --rounds "
+                "1..%d\n",
                 MAX_RD);
         return 64;
     }
