@@ -237,7 +237,7 @@ GPU_STUBS  := -L$(CUDA_HOME)/lib64/stubs -lcuda
 GPU_HDR    := test/gpu/gk.h test/gpu/kernels.cuh
 HAVE_CUBLAS := $(if $(wildcard $(CUDA_HOME)/include/cublas_v2.h),1)
 GPU_BIN    := $(if $(HAVE_NVCC),$(addprefix $(GPU_DIR)/,interpose interpose-static vmm stray demand \
-    driver_paths paraminfo tmap hostvmm freesync bw libgpuspy.so))
+    driver_paths paraminfo tmap hostvmm freesync remapgate bw libgpuspy.so))
 
 # Programs of the runtime alone (shared libcudart: the way PyTorch links it).
 $(GPU_DIR)/%: test/gpu/%.cu $(GPU_HDR)
@@ -275,7 +275,7 @@ $(GPU_DIR)/driver_paths: test/gpu/driver_paths.c test/gpu/gk.h $(B)/gen/gk_kerne
 	    -o $@ $< $(B)/gen/gk_kernels_ptx.c -L$(CUDA_HOME)/lib64/stubs -lcuda $(LDFLAGS_ALL) -ldl
 
 # The probes of scripts/gpu-first-contact (issue 19). paraminfo and tmap run cuBLAS where the
-# toolkit has it; hostvmm, tmap and freesync call the driver too (-lcuda).
+# toolkit has it; hostvmm, tmap, freesync and remapgate call the driver too (-lcuda).
 $(GPU_DIR)/paraminfo: test/gpu/paraminfo.cu $(GPU_HDR)
 	@mkdir -p $(@D)
 	$(call say,NVCC,$<)$(NVCC_GPU) -cudart shared $(if $(HAVE_CUBLAS),-DGK_WITH_CUBLAS) -o $@ $< \
@@ -286,7 +286,7 @@ $(GPU_DIR)/tmap: test/gpu/tmap.cu $(GPU_HDR)
 	$(call say,NVCC,$<)$(NVCC_GPU) -cudart shared $(if $(HAVE_CUBLAS),-DGK_WITH_CUBLAS) -o $@ $< \
 	    $(if $(HAVE_CUBLAS),-lcublas) $(GPU_STUBS) -ldl $(GPU_RPATH)
 
-$(GPU_DIR)/hostvmm $(GPU_DIR)/freesync: $(GPU_DIR)/%: test/gpu/%.cu $(GPU_HDR)
+$(GPU_DIR)/hostvmm $(GPU_DIR)/freesync $(GPU_DIR)/remapgate: $(GPU_DIR)/%: test/gpu/%.cu $(GPU_HDR)
 	@mkdir -p $(@D)
 	$(call say,NVCC,$<)$(NVCC_GPU) -cudart shared -o $@ $< $(GPU_STUBS) -ldl $(GPU_RPATH)
 
