@@ -157,7 +157,8 @@ int main(void) {
     CK(cuMemCreate(&p2, bytes, &prop, 0));
     uint32_t *b;
     unsigned long long *sums;
-    if (cudaMalloc(&b, bytes) != cudaSuccess || cudaMalloc(&sums, 2 * sizeof *sums) != cudaSuccess) {
+    if (cudaMalloc(&b, bytes) != cudaSuccess ||
+        cudaMalloc(&sums, 2 * sizeof *sums) != cudaSuccess) {
         printf("ERROR %s: cudaMalloc failed\n", prog);
         return 3;
     }
@@ -215,7 +216,8 @@ int main(void) {
 
         unsigned long long got[2] = {0, 0};
         const char *k = "none", *c = "none";
-        if (se == CUDA_SUCCESS && cuMemcpyDtoH(got, (CUdeviceptr)sums, sizeof got) == CUDA_SUCCESS) {
+        if (se == CUDA_SUCCESS &&
+            cuMemcpyDtoH(got, (CUdeviceptr)sums, sizeof got) == CUDA_SUCCESS) {
             k = seed_of(got[0], n);
             c = seed_of(got[1], n);
         }
