@@ -1142,6 +1142,106 @@ START_TEST(test_non_strict_mode_counts_and_faults_the_queued_kernel) {
 }
 END_TEST
 
+/* FAKECUDA_REMAP_QUEUED=1 models what gpu-first-contact's probe remapgate asks of the real
+ * driver: an address unmapped and mapped to other memory under work queued behind a wait on host
+ * memory that does not hold yet (cuStreamWaitValue32) is no violation, and that work reads the
+ * memory mapped when it runs. Work queued behind other work only (a 100 ms kernel) could start
+ * during the remap: still a violation (counted here, FAKECUDA_STRICT=0). Unmapping under running
+ * work still aborts (next test). */
+START_TEST(test_remap_queued_lets_gated_work_read_the_new_memory) {
+    static const char *const env[] = {
+        "FAKECUDA_SCHED", "threaded", "FAKECUDA_STRICT", "0", "FAKECUDA_REMAP_QUEUED", "1", NULL};
+    open_device(env);
+    CUfunction fill = get_kernel("fill");
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUmemAllocationProp prop = dev_prop();
+    CUdeviceptr va, t, other;
+    CUmemGenericAllocationHandle h1, h2;
+    OK(cuMemAddressReserve(&va, 2u << 20, 0, 0, 0));
+    OK(cuMemAddressReserve(&t, 2u << 20, 0, 0, 0));
+    OK(cuMemCreate(&h1, 2u << 20, &prop, 0));
+    OK(cuMemCreate(&h2, 2u << 20, &prop, 0));
+    OK(cuMemMap(va, 2u << 20, 0, h1, 0));
+    set_rw(va, 2u << 20);
+    OK(cuMemMap(t, 2u << 20, 0, h2, 0));
+    set_rw(t, 2u << 20);
+    launch_fill(fill, va, 1.0f, 16, 0, s);
+    launch_fill(fill, t, 2.0f, 16, 0, s);
+    OK(cuStreamSynchronize(s));
+    OK(cuMemUnmap(t, 2u << 20));
+    OK(cuMemAlloc(&other, 64));
+    float *host;
+    uint32_t *word;
+    OK(cuMemHostAlloc((void **)&host, 16 * sizeof *host, 0));
+    OK(cuMemHostAlloc((void **)&word, sizeof *word, CU_MEMHOSTALLOC_DEVICEMAP));
+    *word = 0;
+    fakecuda_stats_t st;
+    /* Gated: a kernel, then the wait, then a copy that reads va. */
+    launch_fill(fill, other, 0.0f, 16, 50000, s);
+    OK(cuStreamWaitValue32(s, (CUdeviceptr)(uintptr_t)word, 1, CU_STREAM_WAIT_VALUE_GEQ));
+    OK(cuMemcpyDtoHAsync(host, va, 16 * sizeof *host, s));
+    OK(cuMemUnmap(va, 2u << 20));
+    OK(cuMemMap(va, 2u << 20, 0, h2, 0));
+    set_rw(va, 2u << 20);
+    __atomic_store_n(word, 1, __ATOMIC_RELEASE);
+    OK(cuStreamSynchronize(s));
+    for (int i = 0; i < 16; i++)
+        ck_assert_float_eq(host[i], 2.0f);
+    fakecuda_get_stats(&st);
+    ck_assert_uint_eq(st.strict_violations, 0);
+    /* Not gated: the copy waits only for a kernel. */
+    launch_fill(fill, other, 0.0f, 16, 100000, s);
+    OK(cuMemcpyDtoHAsync(host, va, 16 * sizeof *host, s));
+    OK(cuMemUnmap(va, 2u << 20));
+    OK(cuMemMap(va, 2u << 20, 0, h1, 0));
+    set_rw(va, 2u << 20);
+    OK(cuStreamSynchronize(s));
+    fakecuda_get_stats(&st);
+    ck_assert_uint_eq(st.strict_violations, 1);
+    /* Gated, but the word written before the remap: the gate is open, a violation again. */
+    launch_fill(fill, other, 0.0f, 16, 100000, s);
+    OK(cuStreamWaitValue32(s, (CUdeviceptr)(uintptr_t)word, 2, CU_STREAM_WAIT_VALUE_GEQ));
+    OK(cuMemcpyDtoHAsync(host, va, 16 * sizeof *host, s));
+    __atomic_store_n(word, 2, __ATOMIC_RELEASE);
+    OK(cuMemUnmap(va, 2u << 20));
+    OK(cuMemMap(va, 2u << 20, 0, h2, 0));
+    set_rw(va, 2u << 20);
+    OK(cuStreamSynchronize(s));
+    fakecuda_get_stats(&st);
+    ck_assert_uint_eq(st.strict_violations, 2);
+    OK(cuMemFreeHost(host));
+    OK(cuMemFreeHost(word));
+    OK(cuMemFree(other));
+    OK(cuMemUnmap(va, 2u << 20));
+    OK(cuMemRelease(h1));
+    OK(cuMemRelease(h2));
+    OK(cuMemAddressFree(va, 2u << 20));
+    OK(cuMemAddressFree(t, 2u << 20));
+    OK(cuStreamDestroy(s));
+}
+END_TEST
+
+START_TEST(test_remap_queued_still_aborts_on_unmap_under_running_work) {
+    static const char *const env[] = {"FAKECUDA_SCHED", "threaded", "FAKECUDA_REMAP_QUEUED", "1",
+                                      NULL};
+    open_device(env);
+    CUfunction fill = get_kernel("fill");
+    CUstream s;
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CUmemAllocationProp prop = dev_prop();
+    CUdeviceptr va;
+    CUmemGenericAllocationHandle h;
+    OK(cuMemAddressReserve(&va, 2u << 20, 0, 0, 0));
+    OK(cuMemCreate(&h, 2u << 20, &prop, 0));
+    OK(cuMemMap(va, 2u << 20, 0, h, 0));
+    set_rw(va, 2u << 20);
+    launch_fill(fill, va, 1.0f, 16, 300000, s); /* runs for 300 ms on va */
+    usleep(50000);
+    cuMemUnmap(va, 2u << 20); /* SIGABRT: strict mode */
+}
+END_TEST
+
 /* One physical chunk mapped at two addresses (the shim gives the memory a swap-out is vacating to
  * a swap-in at once): a copy into it through one address while a kernel that no event orders
  * before it still runs on it through the other is counted (fatal in strict mode); the same with
@@ -3367,6 +3467,9 @@ Suite *suite_fakecuda(void) {
     tcase_add_test_raise_signal(t, test_strict_mode_aborts_on_unmap_under_queued_work, SIGABRT);
     tcase_add_test(t, test_non_strict_mode_counts_and_faults_the_queued_kernel);
     tcase_add_test(t, test_one_chunk_at_two_addresses_needs_an_order);
+    tcase_add_test(t, test_remap_queued_lets_gated_work_read_the_new_memory);
+    tcase_add_test_raise_signal(t, test_remap_queued_still_aborts_on_unmap_under_running_work,
+                                SIGABRT);
     tcase_add_test(t, test_param_layout_follows_the_abi);
     tcase_add_test(t, test_launch_with_extra_buffer_and_library_kernel);
     tcase_add_test(t, test_fault_injection_fails_the_nth_call);

@@ -211,6 +211,7 @@ static void config_load_once(void) {
     c->jitter_us = (unsigned)env_size("FAKECUDA_JITTER_US", 0);
     c->seed = env_size("FAKECUDA_SEED", 1);
     c->strict = env_bool("FAKECUDA_STRICT", 1);
+    c->remap_queued = env_bool("FAKECUDA_REMAP_QUEUED", 0);
     c->poison = env_bool("FAKECUDA_POISON", 1);
     c->host_vmm = env_bool("FAKECUDA_HOST_VMM", 1);
     c->timing = env_bool("FAKECUDA_TIMING", 0);

@@ -42,7 +42,12 @@ typedef struct fc_config {
     int threaded;         /* 1: a worker thread per stream; 0: inline execution */
     unsigned jitter_us;   /* max random delay before each op (threaded only) */
     uint64_t seed;
-    int strict;    /* 1: abort on unmap/free under queued work; 0: count it */
+    int strict; /* 1: abort on unmap/free under queued work; 0: count it */
+    /* 1: an unmap under work queued but not started is not a violation when that work waits for
+     * the host (behind a wait on memory that does not hold yet, fc_stream.c's host_gated): it
+     * reads the memory mapped when it runs. What scripts/gpu-first-contact's probe remapgate asks
+     * of the real driver. 0 (the default): any queued work that references the range is. */
+    int remap_queued;
     int poison;    /* fill new device memory with 0xff bytes */
     int host_vmm;  /* host-located cuMemCreate supported */
     int timing;    /* timing model on */
@@ -155,6 +160,11 @@ struct fc_op {
     /* Called under g_fc.lock once op->seq is assigned; may be NULL. */
     void (*on_submit)(fc_op_t *op, fc_stream_t *s);
     void *payload;
+    /* A wait on memory (fc_memop.c): 1 while the word does not hold its condition, so that the
+     * op, and everything ordered after it, waits for something the host has still to do (strict
+     * mode's FAKECUDA_REMAP_QUEUED rule, fc_strict_check). NULL for other ops. */
+    int (*closed)(const fc_op_t *op);
+    unsigned visit; /* fc_stream.c's host_gated walk */
     /* Stream capture: fills dst (a new op with this op's kind, timing and statistics) with its own
      * copy of the payload and its strict-mode references, for one execution of a captured op; the
      * captured op itself stays in its graph as a template and never runs. Returns 0 or -1 (out of

@@ -98,6 +98,18 @@ static CUresult run_memop(fc_op_t *op) {
     return CUDA_SUCCESS;
 }
 
+/* Whether a wait of the op does not hold now (fc_op_t.closed). */
+static int memop_closed(const fc_op_t *op) {
+    const memop_payload_t *p = op->payload;
+    for (unsigned i = 0; i < p->count; i++) {
+        const memop_t *m = &p->m[i];
+        if (is_wait(m->type) && fc_mem_check(m->addr, is_64(m->type) ? 8 : 4, FC_ACC_READ) == 0 &&
+            !holds(m, load_word(m)))
+            return 1;
+    }
+    return 0;
+}
+
 static void dispose_memop(fc_op_t *op) {
     free(op->payload);
 }
@@ -110,6 +122,7 @@ static int clone_memop(fc_op_t *dst, const fc_op_t *src) {
         return -1;
     memcpy(q, p, bytes);
     dst->payload = q;
+    dst->closed = memop_closed;
     for (unsigned i = 0; i < src->nrefs; i++)
         fc_op_ref(dst, src->refs[i].lo, src->refs[i].hi, src->refs[i].write);
     return 0;
@@ -167,6 +180,7 @@ static CUresult submit(memop_payload_t *p, const char *what, CUstream h, int ptd
         if (p->m[i].addr)
             fc_op_ref(op, p->m[i].addr, p->m[i].addr + (is_64(p->m[i].type) ? 8 : 4), 1);
     op->clone = clone_memop;
+    op->closed = memop_closed;
     return fc_submit(s, op, NULL);
 }
 

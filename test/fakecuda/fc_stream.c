@@ -656,11 +656,57 @@ CUresult fc_sync_all(void) {
     return atomic_load(&g_fc.sticky);
 }
 
+/* The op numbered seq on stream t if it is still queued (caller holds g_fc.lock). */
+static fc_op_t *queued_op(const fc_stream_t *t, uint64_t seq) {
+    for (fc_op_t *o = t->head; o; o = o->next)
+        if (o->seq == seq)
+            return o;
+    return NULL;
+}
+
+/* FAKECUDA_REMAP_QUEUED: whether the queued op on stream t cannot start before the host does
+ * something more: it, an op before it on t, or an op any of those waits for (through events,
+ * transitively) is a wait on memory that does not hold now (fc_op_t.closed). Work that waits
+ * only for other work could start at any moment, during an unmap and the map after it, as on a
+ * GPU, where it would fault or reach the old memory. Caller holds g_fc.lock. */
+static unsigned gated_visit; /* the walk's mark (fc_op_t.visit), under g_fc.lock */
+
+static int gated_walk(const fc_stream_t *t, fc_op_t *op, int depth) {
+    if (depth > 64)
+        return 0;
+    for (fc_op_t *o = t->head; o; o = o->next) {
+        if (o->visit != gated_visit) { /* each op is looked at once per walk */
+            o->visit = gated_visit;
+            if (o->closed && o->closed(o))
+                return 1;
+            for (unsigned i = 0; i < o->ndeps; i++) {
+                const fc_dep_t *d = &o->deps[i];
+                fc_op_t *x = d->s->completed < d->seq ? queued_op(d->s, d->seq) : NULL;
+                if (x && gated_walk(d->s, x, depth + 1))
+                    return 1;
+            }
+        }
+        if (o == op)
+            break;
+    }
+    return 0;
+}
+
+static int host_gated(const fc_stream_t *t, fc_op_t *op) {
+    gated_visit++;
+    return gated_walk(t, op, 0);
+}
+
 int fc_strict_check(uintptr_t lo, uintptr_t hi, const char *what) {
     int conflicts = 0;
+    /* FAKECUDA_REMAP_QUEUED=1: an unmap may pass queued work that waits for the host (see
+     * fc_config_t and host_gated) */
+    int gated_ok = g_fc.cfg.remap_queued && strcmp(what, "cuMemUnmap") == 0;
     pthread_mutex_lock(&g_fc.lock);
     for (fc_stream_t *t = g_fc.all_streams; t; t = t->all_next) {
         for (fc_op_t *op = t->head; op; op = op->next) {
+            if (gated_ok && !op->running && host_gated(t, op))
+                continue;
             for (unsigned i = 0; i < op->nrefs; i++) {
                 if (op->refs[i].lo < hi && lo < op->refs[i].hi) {
                     if (conflicts++ == 0)

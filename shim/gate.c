@@ -1,0 +1,258 @@
+/* SPDX-License-Identifier: MIT */
+/* gate.c: remapping behind the device (OOC_REMAP_GATE=1, outside safe mode).
+ *
+ * A planned swap-in of a chunk whose own swap-out still copies out, its memory taken by another
+ * chunk, needs its address remapped, which only the host can do and only once the device has
+ * copied it out. Instead of holding the program's thread until then (wait_op_swapouts), the
+ * copy in is queued behind a gate on the host-to-device stream, a cuStreamWaitValue32 on a word
+ * of pinned host memory, and a job goes to the mapping thread here: it waits for the copy out
+ * (without mem_lock), unmaps the address, maps the new memory there, and writes the job's ticket
+ * to the word, which opens the gate. The work the program queued behind the copy reads the
+ * address only after that. This relies on what scripts/gpu-first-contact's probe remapgate asks
+ * of the real driver (that cuMemUnmap and cuMemMap return while a stream waits on a host word,
+ * and that work queued before a remap and run after it reads the new memory): off by default.
+ *
+ * Invariants: jobs are done in ticket order (no deadlock: a job's copy out was recorded before
+ * the job, so it can only wait for gates of earlier jobs, done before it); until a job is done,
+ * its address keeps its old mapping, and no other mapping call may touch it: vmm_unmap and
+ * vmm_map_rw (vmm.c) wait for it first (gate_settle). The mapping thread never takes mem_lock, so
+ * a holder of mem_lock may wait for it. Locking: G.lock guards the ring and the counters; the
+ * events' references are dropped under mem_lock (gate_reap). Callers: mem.c (start, stop),
+ * transfer.c (gate_push), vmm.c (gate_settle). */
+#include "mem_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct gjob {
+    CUdeviceptr va;
+    CUmemGenericAllocationHandle h;
+    evref_t *after; /* the copy out: holds a reference, dropped by gate_reap */
+    uint32_t ticket;
+} gjob_t;
+
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cv;      /* a job was pushed, or stop */
+    pthread_cond_t done_cv; /* a job was done */
+    gjob_t *ring;
+    size_t cap, first, next, end; /* [first, next): done, not reaped; [next, end): to do */
+    uint32_t issued;              /* the last ticket given */
+    uint32_t done;                /* the last ticket done */
+    uint32_t *word;               /* pinned host memory the gates wait on */
+    CUdeviceptr dword;
+    pthread_t thread;
+    int on, stop;
+} G = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+int gate_on(void) {
+    return G.on;
+}
+
+/* Whether ticket t is done (cyclic). Caller holds G.lock. */
+static int done_ge(uint32_t t) {
+    return (int32_t)(G.done - t) >= 0;
+}
+
+/* Unmaps and maps one job's address, then opens its gate. A failure is fatal: the copy behind
+ * the gate would write the chunk's bytes into another chunk's memory (unmap failed) or fault. */
+static void gate_do(const gjob_t *j) {
+    CUresult r = ooc_real.cuEventSynchronize(j->after->e);
+    if (!j->h || r != CUDA_SUCCESS) {
+        /* Nothing behind the gate needs the remap; or the device failed (a sticky error: no
+         * work behind the gate will run, and the program sees the error on its next call). */
+        if (r != CUDA_SUCCESS)
+            OOC_LOG_E("remapping behind the device: waiting for the copy out of the chunk at "
+                      "%#llx failed (%s)",
+                      (unsigned long long)j->va, ooc_real_errname(r));
+        __atomic_store_n(G.word, j->ticket, __ATOMIC_RELEASE);
+        return;
+    }
+    uint64_t t0 = mem_clock_ns();
+    r = ooc_real.cuMemUnmap(j->va, M.chunk);
+    if (r == CUDA_SUCCESS)
+        r = ooc_real.cuMemMap(j->va, M.chunk, 0, j->h, 0);
+    if (r == CUDA_SUCCESS) {
+        CUmemAccessDesc d;
+        memset(&d, 0, sizeof d);
+        d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        d.location.id = M.dev;
+        d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        r = ooc_real.cuMemSetAccess(j->va, M.chunk, &d, 1);
+    }
+    if (r != CUDA_SUCCESS) {
+        OOC_LOG_E("remapping behind the device: the chunk at %#llx could not be moved to its new "
+                  "memory (%s); stopping rather than corrupt data",
+                  (unsigned long long)j->va, ooc_real_errname(r));
+        abort();
+    }
+    ooc_stats_add(OOC_STAT_vmm_calls, 3);
+    ooc_stats_add(OOC_STAT_vmm_ns, mem_clock_ns() - t0);
+    __atomic_store_n(G.word, j->ticket, __ATOMIC_RELEASE);
+}
+
+static void *gate_main(void *arg) {
+    (void)arg;
+    ooc_real.cuCtxSetCurrent(M.ctx);
+    pthread_mutex_lock(&G.lock);
+    for (;;) {
+        if (G.next == G.end) {
+            if (G.stop)
+                break;
+            pthread_cond_wait(&G.cv, &G.lock);
+            continue;
+        }
+        gjob_t j = G.ring[G.next % G.cap];
+        pthread_mutex_unlock(&G.lock);
+        gate_do(&j);
+        pthread_mutex_lock(&G.lock);
+        G.next++;
+        G.done = j.ticket;
+        pthread_cond_broadcast(&G.done_cv);
+    }
+    pthread_mutex_unlock(&G.lock);
+    return NULL;
+}
+
+/* Starts the mapping thread (caller holds mem_lock, the context is current). 0, or -1 when the
+ * driver cannot give a word both sides see (the gate stays off). */
+int gate_start(void) {
+    void *w = NULL;
+    if (M.safe || G.on)
+        return 0;
+    if (ooc_real.cuMemHostAlloc(&w, 64, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE) !=
+        CUDA_SUCCESS)
+        return -1;
+    G.word = w;
+    *G.word = 0;
+    G.dword = (CUdeviceptr)(uintptr_t)w; /* unified addressing: the same address on the device */
+    if (ooc_real.cuMemHostGetDevicePointer_v2 &&
+        ooc_real.cuMemHostGetDevicePointer_v2(&G.dword, w, 0) != CUDA_SUCCESS)
+        G.dword = (CUdeviceptr)(uintptr_t)w;
+    pthread_cond_init(&G.cv, NULL);
+    pthread_cond_init(&G.done_cv, NULL);
+    G.stop = 0;
+    if (pthread_create(&G.thread, NULL, gate_main, NULL) != 0) {
+        ooc_real.cuMemFreeHost(w);
+        G.word = NULL;
+        return -1;
+    }
+    G.on = 1;
+    return 0;
+}
+
+/* Stops the mapping thread once its jobs are done, and drops every reference (caller holds
+ * mem_lock; the mapping thread never takes it). */
+void gate_stop(void) {
+    if (!G.on)
+        return;
+    pthread_mutex_lock(&G.lock);
+    G.stop = 1;
+    pthread_cond_signal(&G.cv);
+    pthread_mutex_unlock(&G.lock);
+    pthread_join(G.thread, NULL);
+    gate_reap();
+    free(G.ring);
+    G.ring = NULL;
+    G.cap = G.first = G.next = G.end = 0;
+    pthread_cond_destroy(&G.cv);
+    pthread_cond_destroy(&G.done_cv);
+    G.on = 0;
+}
+
+/* Frees the pinned word, after the device is idle (shutdown). */
+void gate_free_word(void) {
+    if (G.word && !G.on) {
+        ooc_real.cuMemFreeHost(G.word);
+        G.word = NULL;
+    }
+}
+
+/* Queues on stream s the gate of the next job; its ticket in *ticket. Caller holds mem_lock. */
+CUresult gate_wait_on(CUstream s, uint32_t *ticket) {
+    pthread_mutex_lock(&G.lock);
+    uint32_t t = G.issued + 1;
+    pthread_mutex_unlock(&G.lock);
+    CUresult r = ooc_real.cuStreamWaitValue32_v2(s, G.dword, t, CU_STREAM_WAIT_VALUE_GEQ);
+    if (r == CUDA_SUCCESS) {
+        pthread_mutex_lock(&G.lock);
+        G.issued = t;
+        pthread_mutex_unlock(&G.lock);
+        *ticket = t;
+    }
+    return r;
+}
+
+/* Room for one more job, so that gate_push cannot fail once work is queued behind its gate.
+ * Caller holds mem_lock. 0, or -1 without memory. */
+int gate_reserve(void) {
+    gate_reap();
+    pthread_mutex_lock(&G.lock);
+    int rc = 0;
+    if (G.end - G.first == G.cap) {
+        size_t nc = G.cap ? G.cap * 2 : 16;
+        gjob_t *n = malloc(nc * sizeof *n);
+        if (n) {
+            for (size_t i = G.first; i < G.end; i++)
+                n[i % nc] = G.ring[i % G.cap];
+            free(G.ring);
+            G.ring = n;
+            G.cap = nc;
+        } else {
+            rc = -1;
+        }
+    }
+    pthread_mutex_unlock(&G.lock);
+    return rc;
+}
+
+/* The job of the gate just queued (gate_wait_on; room made by gate_reserve before it): after
+ * the copy out `after` (a reference is taken), map h at va; h 0: only open the gate then.
+ * Caller holds mem_lock. */
+void gate_push(uint32_t ticket, evref_t *after, CUdeviceptr va, CUmemGenericAllocationHandle h) {
+    pthread_mutex_lock(&G.lock);
+    after->refs++;
+    G.ring[G.end % G.cap] = (gjob_t){.va = va, .h = h, .after = after, .ticket = ticket};
+    G.end++;
+    pthread_cond_signal(&G.cv);
+    pthread_mutex_unlock(&G.lock);
+}
+
+/* Drops the references of the jobs done (caller holds mem_lock). */
+void gate_reap(void) {
+    if (!G.ring)
+        return;
+    for (;;) {
+        pthread_mutex_lock(&G.lock);
+        evref_t *v = G.first < G.next ? G.ring[G.first++ % G.cap].after : NULL;
+        pthread_mutex_unlock(&G.lock);
+        if (!v)
+            return;
+        ev_drop(v);
+    }
+}
+
+/* Before a mapping call at the chunk-sized address va: waits until no job still has to remap
+ * it (caller holds mem_lock; the mapping thread does not need it). */
+void gate_settle(CUdeviceptr va) {
+    if (!G.on)
+        return;
+    pthread_mutex_lock(&G.lock);
+    uint32_t last = 0;
+    int any = 0;
+    for (size_t i = G.next; i < G.end; i++) {
+        const gjob_t *j = &G.ring[i % G.cap];
+        if (j->va == va && j->h) {
+            last = j->ticket;
+            any = 1;
+        }
+    }
+    if (any) {
+        uint64_t t0 = wait_begin();
+        while (!done_ge(last))
+            pthread_cond_wait(&G.done_cv, &G.lock);
+        wait_end(t0);
+        ooc_stats_add(OOC_STAT_gate_settles, 1);
+    }
+    pthread_mutex_unlock(&G.lock);
+}
