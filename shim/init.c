@@ -231,6 +231,7 @@ static CUresult device_setup(void) {
         return CUDA_ERROR_OUT_OF_MEMORY;
     ooc_mem_set_reuse(o->reuse);
     ooc_mem_set_stage(o->safe_stage);
+    ooc_mem_set_remap_gate(o->remap_gate);
     atexit(at_exit);
     pthread_atfork(NULL, NULL, on_fork_child); /* once: the memory layer is up from here */
     char sb[32], st[32], sc[32];

@@ -36,6 +36,12 @@ void ooc_mem_set_reuse(int on) {
     mem_unlock();
 }
 
+void ooc_mem_set_remap_gate(int on) {
+    mem_lock_take();
+    M.remap_gate = on;
+    mem_unlock();
+}
+
 void ooc_mem_set_stage(int on) {
     mem_lock_take();
     M.stage = on;
@@ -114,11 +120,13 @@ void ooc_mem_shutdown(void) {
         pthread_cond_destroy(&M.work_cv);
         pthread_cond_destroy(&M.done_cv);
     }
+    gate_stop(); /* its jobs done: every gate open */
     /* The program may have dropped its context before exit: ours is the one we set up in. */
     CUcontext prev = NULL;
     ooc_real.cuCtxGetCurrent(&prev);
     ooc_real.cuCtxSetCurrent(M.ctx);
     ooc_real.cuCtxSynchronize();
+    gate_free_word();
     for (size_t i = 0; i < M.nlimbo; i++) {
         host_slot_put(M.limbo[i].slot);
         ev_drop(M.limbo[i].ev);

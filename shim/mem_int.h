@@ -193,6 +193,7 @@ struct mem_state {
     uint64_t warm_chunks; /* physical chunks held mapped by warm runs (not in `resident`) */
     int reuse;            /* OOC_REUSE: keep freed buffers' chunks mapped in warm runs */
     int stage;            /* OOC_SAFE_STAGE: stage safe mode's planned swap-ins */
+    int remap_gate;       /* OOC_REMAP_GATE: remap behind the device (gate.c) */
     CUstream join;        /* warm.c joins several streams' events on it (created when needed) */
     hslot_t *host_free;
     hslot_t **host_blocks; /* arrays of HOST_BLOCK_CHUNKS slots */
@@ -356,6 +357,16 @@ void stage_drop(chunk_t *c);
 int stage_reclaim(void);
 void stage_drop_all(void);
 int stage_allowed(const chunk_t *c);
+/* gate.c */
+int gate_on(void);
+int gate_start(void);
+void gate_stop(void);
+void gate_free_word(void);
+int gate_reserve(void);
+CUresult gate_wait_on(CUstream s, uint32_t *ticket);
+void gate_push(uint32_t ticket, evref_t *after, CUdeviceptr va, CUmemGenericAllocationHandle h);
+void gate_reap(void);
+void gate_settle(CUdeviceptr va);
 /* streams.c */
 void add_user(CUstream *users, unsigned *n, int *unknown, CUstream s);
 void chunk_add_user(chunk_t *c, CUstream s);
@@ -395,10 +406,12 @@ int warm_ready(void);
 CUresult warm_release(uint64_t want);
 void warm_shutdown(void);
 /* retire.c */
+void ret_remove(chunk_t *c);
 void retire_cancel(chunk_t *c);
 void retire_settle(chunk_t *c);
 int retire_may_give(const chunk_t *r);
 phys_t *retire_steal(chunk_t **from);
+phys_t *dying_steal(chunk_t **from);
 void retire_unsteal(phys_t *p, chunk_t *from);
 unsigned retire_poll(int block);
 void settle_in(chunk_t *c);

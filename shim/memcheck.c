@@ -37,7 +37,8 @@ void chunk_check(const chunk_t *c) {
     /* Resident exactly when it holds a physical chunk of the pool. */
     CHECK((c->state == C_RESIDENT) == (c->phys != NULL || c->stolen), c);
     /* Stolen: resident without memory of its own, until its copy out is done and it is unmapped
-     * (retiring, or dying if freed meanwhile). */
+     * (retiring, or dying if freed meanwhile), or until its fences are done (dying, its memory
+     * taken by an op's swap-in: dying_steal). */
     CHECK(!c->stolen || (c->state == C_RESIDENT && c->phys == NULL && (c->out_ev || c->dying)), c);
     /* Safe mode: a host alias is the swapped chunk's host slot, mapped at its address. */
     CHECK(!c->aliased || (c->state == C_SWAPPED && c->host != NULL && M.safe), c);

@@ -26,7 +26,7 @@ static CUresult chunk_bury(chunk_t *c) {
     return CUDA_SUCCESS;
 }
 
-static void ret_remove(chunk_t *c) {
+void ret_remove(chunk_t *c) {
     for (size_t i = 0; i < M.nret; i++) {
         if (M.ret[i] == c) {
             memmove(&M.ret[i], &M.ret[i + 1], (M.nret - i - 1) * sizeof *M.ret);
@@ -80,7 +80,30 @@ phys_t *retire_steal(chunk_t **from) {
     return NULL;
 }
 
-/* Gives back a physical chunk retire_steal took, unused. */
+/* Outside safe mode: the physical chunk of the oldest fenced dying chunk (its buffer freed, the
+ * work that may still use it queued), taken before that work is done: whatever is written to the
+ * memory must follow its fence events on the device, and its address stays mapped to it until
+ * they are done (reap_dying unmaps it then). The memory stays counted resident, now as the
+ * taker's. NULL when none may. An op's own swap-ins take it (transfer.c) rather than wait on the
+ * host for memory that the device will free before they run. */
+phys_t *dying_steal(chunk_t **from) {
+    *from = NULL;
+    if (M.safe)
+        return NULL;
+    for (size_t i = 0; i < M.ndying; i++) {
+        chunk_t *d = M.dying[i];
+        if (d->fenced && d->phys && !d->stolen && !d->hold && d->state == C_RESIDENT) {
+            phys_t *p = d->phys;
+            d->phys = NULL;
+            d->stolen = 1;
+            *from = d;
+            return p;
+        }
+    }
+    return NULL;
+}
+
+/* Gives back a physical chunk retire_steal or dying_steal took, unused. */
 void retire_unsteal(phys_t *p, chunk_t *from) {
     from->phys = p;
     from->stolen = 0;

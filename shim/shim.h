@@ -46,6 +46,7 @@
     X(cuMemGetAllocationGranularity, PFN_cuMemGetAllocationGranularity_v10020)                     \
     X(cuMemHostAlloc, PFN_cuMemHostAlloc_v2020)                                                    \
     X(cuMemFreeHost, PFN_cuMemFreeHost_v2000)                                                      \
+    X(cuMemHostGetDevicePointer_v2, PFN_cuMemHostGetDevicePointer_v3020)                           \
     X(cuStreamCreate, PFN_cuStreamCreate_v2000)                                                    \
     X(cuStreamDestroy_v2, PFN_cuStreamDestroy_v4000)                                               \
     X(cuStreamSynchronize, PFN_cuStreamSynchronize_v2000)                                          \
@@ -206,6 +207,8 @@ int ooc_mem_init(uint64_t budget_bytes, uint64_t chunk_bytes, CUdevice dev, CUco
 void ooc_mem_shutdown(void);
 /* OOC_REUSE: 1 keeps a freed large buffer's chunks mapped for the next buffer of its size. */
 void ooc_mem_set_reuse(int on);
+/* OOC_REMAP_GATE: remap behind the device (gate.c). */
+void ooc_mem_set_remap_gate(int on);
 /* OOC_SAFE_STAGE: safe mode's planned swap-ins staged beside the host alias (stage.c). */
 void ooc_mem_set_stage(int on);
 /* Safe mode without staging: does a planned swap-in's copy run alone on the device (the work

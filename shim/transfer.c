@@ -131,6 +131,32 @@ unsigned ooc_mem_l_swapout(uintptr_t addr, uint64_t id, CUstream s) {
     return (unsigned)done;
 }
 
+/* Memory for a swap-in issued now in stream order: free, made under the budget, a retiring
+ * chunk's (retire_steal) or, for the op being issued (`dying_ok`), a dying chunk's
+ * (dying_steal); *from: the chunk it was taken from (NULL: none). NULL when there is none. */
+static phys_t *phys_take(chunk_t **from, int dying_ok) {
+    *from = NULL;
+    if (!M.phys_free)
+        (void)phys_new(); /* while under budget */
+    if (M.phys_free)
+        return phys_pop();
+    phys_t *p = retire_steal(from);
+    return p || !dying_ok ? p : dying_steal(from);
+}
+
+/* Orders the host-to-device stream after the work that may still use the memory taken from
+ * `from` (its copy out, or its fences once its buffer was freed). */
+static CUresult wait_from(const chunk_t *from) {
+    if (!from)
+        return CUDA_SUCCESS;
+    if (!from->dying)
+        return ooc_real.cuStreamWaitEvent(M.h2d, from->out_ev->e, 0);
+    CUresult r = CUDA_SUCCESS;
+    for (unsigned i = 0; i < from->nfence && r == CUDA_SUCCESS; i++)
+        r = ooc_real.cuStreamWaitEvent(M.h2d, from->fence[i]->e, 0);
+    return r;
+}
+
 /* Gives back p, taken for a swap-in that was not issued: to the retiring chunk it was taken
  * from, or to the free list. */
 static void phys_back(phys_t *p, chunk_t *from) {
@@ -148,19 +174,17 @@ static void phys_back(phys_t *p, chunk_t *from) {
  * on their streams (in_ev). Nothing waits on the host; the worker unmaps the vacated address
  * once its copy is done. Safe mode is left to the worker: there the chunk's address shows its
  * host copy (aliased), and removing that alias waits for the streams that may reach it unseen.
+ * `dying_ok` (the op being issued needs c now): memory of a freed buffer whose work is still
+ * queued may be taken too, the copy in ordered after that work's fences (dying_steal).
  * 1 when issued; 0 when it was not (no memory now, or a failure): the caller queues it. */
-static int swapin_now(chunk_t *c) {
+static int swapin_now(chunk_t *c, int dying_ok) {
     if (M.safe || c->state != C_SWAPPED || c->aliased || !c->host || c->out_ev)
         return 0;
     chunk_t *from = NULL;
-    phys_t *p = NULL;
-    if (!M.phys_free)
-        (void)phys_new(); /* while under budget */
-    if (M.phys_free)
-        p = phys_pop();
-    else if (!(p = retire_steal(&from)))
+    phys_t *p = phys_take(&from, dying_ok);
+    if (!p)
         return 0;
-    CUresult r = from ? ooc_real.cuStreamWaitEvent(M.h2d, from->out_ev->e, 0) : CUDA_SUCCESS;
+    CUresult r = wait_from(from);
     if (r == CUDA_SUCCESS)
         r = map_phys(c, p);
     if (r != CUDA_SUCCESS) {
@@ -197,6 +221,70 @@ static int swapin_now(chunk_t *c) {
             ooc_stats_add(OOC_STAT_prefetch_stolen, 1);
     }
     lru_push(c);
+    return 1;
+}
+
+/* A planned swap-in of c, whose own swap-out still copies out and whose memory another chunk
+ * took, issued now without waiting for that copy (OOC_REMAP_GATE, gate.c): new memory is taken
+ * in stream order as swapin_now does, the copy in is queued on the host-to-device stream behind
+ * the copy out and a gate, and the mapping thread moves c's address to the new memory once the
+ * copy out is done, then opens the gate. c is resident from here (its address shows the new
+ * memory to every op that waits for its copy: in_ev). 1 when issued; 0 when not (the caller
+ * waits for the copy out instead). */
+static int swapin_gated(chunk_t *c) {
+    if (!M.remap_gate || !gate_on() || M.safe || !c->out_ev || !c->stolen || c->phys || c->hold ||
+        !c->host || ev_done(c->out_ev) || gate_reserve() != 0)
+        return 0;
+    chunk_t *from = NULL;
+    phys_t *p = phys_take(&from, 1);
+    if (!p)
+        return 0;
+    uint32_t t = 0;
+    CUresult r = ooc_real.cuStreamWaitEvent(M.h2d, c->out_ev->e, 0);
+    if (r == CUDA_SUCCESS)
+        r = wait_from(from);
+    if (r == CUDA_SUCCESS)
+        r = gate_wait_on(M.h2d, &t);
+    if (r != CUDA_SUCCESS) {
+        phys_back(p, from);
+        return 0;
+    }
+    evref_t *v = ev_take();
+    r = v ? copy_in(c, M.h2d) : CUDA_ERROR_OUT_OF_MEMORY;
+    if (r != CUDA_SUCCESS) {
+        /* Nothing behind the gate: it only opens; c waits for its copy out as before. */
+        gate_push(t, c->out_ev, chunk_addr(c), 0);
+        ev_drop(v);
+        phys_back(p, from);
+        return 0;
+    }
+    gate_push(t, c->out_ev, chunk_addr(c), p->h);
+    if (ooc_real.cuEventRecord(v->e, M.h2d) != CUDA_SUCCESS) {
+        sync_stream(M.h2d); /* the gate opens once the remap is done: then the copy runs */
+        ev_drop(v);
+        v = NULL;
+    }
+    ret_remove(c);
+    ev_drop(c->out_ev); /* the job holds its own reference */
+    c->out_ev = NULL;
+    c->stolen = 0;
+    c->phys = p;
+    c->since = M.serial;
+    c->discard = 0;
+    c->queued = 0;
+    c->in_ev = v;
+    if (v)
+        limbo_put(c->host, v);
+    else
+        host_slot_put(c->host);
+    c->host = NULL;
+    lru_push(c);
+    ooc_stats_add(OOC_STAT_swap_ins, 1);
+    ooc_stats_add(OOC_STAT_swap_in_bytes, chunk_used(c));
+    ooc_stats_add(OOC_STAT_prefetches, 1);
+    ooc_stats_add(OOC_STAT_prefetch_gated, 1);
+    if (from)
+        ooc_stats_add(OOC_STAT_prefetch_stolen, 1);
     return 1;
 }
 
@@ -277,11 +365,11 @@ void serve_op_chunks(void) {
         return;
     for (size_t i = 0; i < M.nop; i++) {
         chunk_t *c = M.op_chunks[i];
-        if (!c->queued || reclaim_retiring(c))
+        if (!c->queued || reclaim_retiring(c) || swapin_gated(c))
             continue;
         if (c->out_ev && ev_done(c->out_ev))
             retire_poll(0);
-        (void)swapin_now(c); /* which refuses what it cannot do now */
+        (void)swapin_now(c, 1); /* which refuses what it cannot do now */
     }
 }
 
@@ -345,7 +433,7 @@ static int serve_chunk(chunk_t *c, serve_t *sv) {
     }
     if (c->state != C_SWAPPED)
         return 1;
-    if (!sv->left || (sv->owed && spare_chunks() <= sv->owed) || !ahead_room() || !swapin_now(c))
+    if (!sv->left || (sv->owed && spare_chunks() <= sv->owed) || !ahead_room() || !swapin_now(c, 0))
         return 0;
     ahead_add(c->in_ev);
     sv->left--;

@@ -29,6 +29,7 @@ static void vmm_count(unsigned calls, uint64_t t0) {
 
 /* Unmaps the chunk-sized mapping at a. */
 CUresult vmm_unmap(CUdeviceptr a) {
+    gate_settle(a); /* a remap behind the device still to come there comes first */
     uint64_t t0 = mem_clock_ns();
     CUresult r = ooc_real.cuMemUnmap(a, M.chunk);
     vmm_count(1, t0);
@@ -37,6 +38,7 @@ CUresult vmm_unmap(CUdeviceptr a) {
 
 /* Maps h (one chunk) at a, read-write for the device; nothing stays mapped on failure. */
 CUresult vmm_map_rw(CUdeviceptr a, CUmemGenericAllocationHandle h) {
+    gate_settle(a);
     uint64_t t0 = mem_clock_ns();
     unsigned calls = 1;
     CUresult r = ooc_real.cuMemMap(a, M.chunk, 0, h, 0);

@@ -298,6 +298,9 @@ int ooc_mem_replay_init(double h2d_bps) {
             M.h2d = M.d2h = NULL;
         } else {
             M.worker_on = 1;
+            if (M.remap_gate && !M.safe && gate_start() != 0)
+                OOC_LOG_W("OOC_REMAP_GATE=1: no pinned host word for the gates; the program's "
+                          "thread waits for copies out instead");
         }
         ooc_real.cuCtxSetCurrent(prev);
     }

@@ -422,6 +422,81 @@ START_TEST(test_op_brings_back_its_chunk_after_its_own_swap_out) {
 }
 END_TEST
 
+/* OOC_REMAP_GATE=1 (shim/gate.c) on a simulated device that lets work queued before a remap
+ * read the new memory (FAKECUDA_REMAP_QUEUED=1, what gpu-first-contact's probe remapgate asks
+ * of the real driver): the chunks an op needs while their own swap-outs still copy out, their
+ * memory taken, come back behind a gate on the host-to-device stream that a shim thread opens
+ * once it has moved their addresses, instead of a wait of the program's thread. Same workload and
+ * rates as the test above (where the program waits for such chunks); with and without jitter,
+ * the bytes are the oracle's. */
+START_TEST(test_remap_gate_brings_back_chunks_still_copying_out) {
+    static const char *const more[] = {
+        "OOC_REMAP_GATE=1",        "FAKECUDA_REMAP_QUEUED=1", "FAKECUDA_TIMING=1",
+        "FAKECUDA_GFLOPS=10",      "FAKECUDA_HBM_GBPS=66.67", "FAKECUDA_H2D_GBPS=3.333",
+        "FAKECUDA_D2H_GBPS=3.333", "FAKECUDA_LAUNCH_US=5",    NULL};
+    for (unsigned seed = 0; seed <= 5; seed += 5) {
+        const cfg_t c = {.name = "workloads/large",
+                         .args = {"--iters", "10", NULL},
+                         .div = 4,
+                         .sched = "threaded",
+                         .seed = seed,
+                         .safe_off = 1};
+        tu_result_t r = check_auto(&c, more);
+        assert_replayed(&c, &r);
+        long long gated = tu_stat_row(r.err, "remapped behind the device (chunks)");
+        long long own = tu_stat_row(r.err, "of them behind their own swap-out (chunks)");
+        long long settles = tu_stat_row(r.err, "mapping calls that waited for such a remap");
+        ck_assert_msg(gated > 0,
+                      "seed %u: no chunk remapped behind the device (%lld waited for "
+                      "behind their own swap-out)\n%s",
+                      seed, own, tu_tail(r.err, 3000));
+        fprintf(stderr,
+                "seed %u: %lld chunks remapped behind the device, %lld waited for behind "
+                "their own swap-out, %lld mapping calls waited for a remap\n",
+                seed, gated, own, settles);
+        tu_result_free(&r);
+    }
+}
+END_TEST
+
+/* Without FAKECUDA_REMAP_QUEUED the simulated device keeps the conservative rule (no unmap under
+ * queued work that references the range), so the gate's remap is reported and the run stops: the
+ * default never passes on a driver behaviour no GPU has shown yet. */
+START_TEST(test_remap_gate_is_refused_by_the_strict_simulated_device) {
+    static const cfg_t c = {.name = "workloads/large", .args = {"--iters", "8", NULL}};
+    tu_result_t ref = oracle(&c);
+    char cap[64], budget[64], dir[64], pdir[96];
+    snprintf(dir, sizeof dir, "/tmp/ooc-replay-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(pdir, sizeof pdir, "OOC_PROFILE_DIR=%s", dir);
+    snprintf(cap, sizeof cap, "FAKECUDA_MEM_BYTES=%llu", ref.peak / 4);
+    snprintf(budget, sizeof budget, "OOC_BUDGET=%llu", ref.peak / 4);
+    const char *const env[] = {"OOC_REMAP_GATE=1",
+                               "FAKECUDA_SCHED=threaded",
+                               "FAKECUDA_HOST_VMM=0",
+                               "FAKECUDA_TIMING=1",
+                               "FAKECUDA_GFLOPS=10",
+                               "FAKECUDA_HBM_GBPS=66.67",
+                               "FAKECUDA_H2D_GBPS=3.333",
+                               "FAKECUDA_D2H_GBPS=3.333",
+                               "OOC_MODE=auto",
+                               pdir,
+                               "OOC_PROFILE_ITERS=2",
+                               cap,
+                               budget,
+                               NULL};
+    tu_result_t r = run(c.name, c.args, 1, env);
+    ck_assert_msg(r.status != 0 && strstr(r.err, "strict: cuMemUnmap") &&
+                      strstr(r.err, "strict mode: cuMemUnmap under queued work"),
+                  "status %d\n%s", r.status, tu_tail(r.err, 2000));
+    tu_result_free(&r);
+    tu_result_free(&ref);
+    char cmd[160];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 /* Safe mode waits for every stream that may reach a chunk before it removes the chunk's host
  * alias, once without the lock and again under it, chunk after chunk of a swap-in; when no op
  * was issued since the last such wait (the program's thread kept out by the lock), the streams
@@ -876,6 +951,8 @@ Suite *suite_replay(void) {
     tcase_add_test(tc, test_planned_swap_in_waits_for_a_later_planned_swap_out);
     tcase_add_test(tc, test_swap_in_of_a_chunk_still_copying_out_keeps_it);
     tcase_add_test(tc, test_op_brings_back_its_chunk_after_its_own_swap_out);
+    tcase_add_test(tc, test_remap_gate_brings_back_chunks_still_copying_out);
+    tcase_add_test(tc, test_remap_gate_is_refused_by_the_strict_simulated_device);
     tcase_add_test(tc, test_safe_mode_orders_hidden_reads_after_copy_in);
     suite_add_tcase(s, tc);
     TCase *f = tcase_create("faults");
