@@ -41,12 +41,17 @@ static struct {
     uint32_t done;                /* the last ticket done */
     uint32_t *word;               /* pinned host memory the gates wait on */
     CUdeviceptr dword;
+    CUstream stream; /* the gated copies': a closed gate holds back no other copy */
     pthread_t thread;
     int on, stop;
 } G = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 int gate_on(void) {
     return G.on;
+}
+
+CUstream gate_stream(void) {
+    return G.stream;
 }
 
 /* Whether ticket t is done (cyclic). Caller holds G.lock. */
@@ -123,6 +128,10 @@ int gate_start(void) {
     if (ooc_real.cuMemHostAlloc(&w, 64, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE) !=
         CUDA_SUCCESS)
         return -1;
+    if (ooc_real.cuStreamCreate(&G.stream, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+        ooc_real.cuMemFreeHost(w);
+        return -1;
+    }
     G.word = w;
     *G.word = 0;
     G.dword = (CUdeviceptr)(uintptr_t)w; /* unified addressing: the same address on the device */
@@ -133,6 +142,7 @@ int gate_start(void) {
     pthread_cond_init(&G.done_cv, NULL);
     G.stop = 0;
     if (pthread_create(&G.thread, NULL, gate_main, NULL) != 0) {
+        ooc_real.cuStreamDestroy_v2(G.stream);
         ooc_real.cuMemFreeHost(w);
         G.word = NULL;
         return -1;
@@ -157,6 +167,8 @@ void gate_stop(void) {
     G.cap = G.first = G.next = G.end = 0;
     pthread_cond_destroy(&G.cv);
     pthread_cond_destroy(&G.done_cv);
+    ooc_real.cuStreamDestroy_v2(G.stream); /* its work, if any, still runs */
+    G.stream = NULL;
     G.on = 0;
 }
 

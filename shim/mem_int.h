@@ -359,6 +359,7 @@ void stage_drop_all(void);
 int stage_allowed(const chunk_t *c);
 /* gate.c */
 int gate_on(void);
+CUstream gate_stream(void);
 int gate_start(void);
 void gate_stop(void);
 void gate_free_word(void);

@@ -144,16 +144,16 @@ static phys_t *phys_take(chunk_t **from, int dying_ok) {
     return p || !dying_ok ? p : dying_steal(from);
 }
 
-/* Orders the host-to-device stream after the work that may still use the memory taken from
- * `from` (its copy out, or its fences once its buffer was freed). */
-static CUresult wait_from(const chunk_t *from) {
+/* Orders stream st (a copy in's) after the work that may still use the memory taken from `from`
+ * (its copy out, or its fences once its buffer was freed). */
+static CUresult wait_from(CUstream st, const chunk_t *from) {
     if (!from)
         return CUDA_SUCCESS;
     if (!from->dying)
-        return ooc_real.cuStreamWaitEvent(M.h2d, from->out_ev->e, 0);
+        return ooc_real.cuStreamWaitEvent(st, from->out_ev->e, 0);
     CUresult r = CUDA_SUCCESS;
     for (unsigned i = 0; i < from->nfence && r == CUDA_SUCCESS; i++)
-        r = ooc_real.cuStreamWaitEvent(M.h2d, from->fence[i]->e, 0);
+        r = ooc_real.cuStreamWaitEvent(st, from->fence[i]->e, 0);
     return r;
 }
 
@@ -184,7 +184,7 @@ static int swapin_now(chunk_t *c, int dying_ok) {
     phys_t *p = phys_take(&from, dying_ok);
     if (!p)
         return 0;
-    CUresult r = wait_from(from);
+    CUresult r = wait_from(M.h2d, from);
     if (r == CUDA_SUCCESS)
         r = map_phys(c, p);
     if (r != CUDA_SUCCESS) {
@@ -226,10 +226,10 @@ static int swapin_now(chunk_t *c, int dying_ok) {
 
 /* A planned swap-in of c, whose own swap-out still copies out and whose memory another chunk
  * took, issued now without waiting for that copy (OOC_REMAP_GATE, gate.c): new memory is taken
- * in stream order as swapin_now does, the copy in is queued on the host-to-device stream behind
- * the copy out and a gate, and the mapping thread moves c's address to the new memory once the
- * copy out is done, then opens the gate. c is resident from here (its address shows the new
- * memory to every op that waits for its copy: in_ev). 1 when issued; 0 when not (the caller
+ * in stream order as swapin_now does, the copy in is queued on the gates' own host-to-device
+ * stream behind the copy out and a gate, and the mapping thread moves c's address to the new memory
+ * once the copy out is done, then opens the gate. c is resident from here (its address shows the
+ * new memory to every op that waits for its copy: in_ev). 1 when issued; 0 when not (the caller
  * waits for the copy out instead). */
 static int swapin_gated(chunk_t *c) {
     if (!M.remap_gate || !gate_on() || M.safe || !c->out_ev || !c->stolen || c->phys || c->hold ||
@@ -240,17 +240,18 @@ static int swapin_gated(chunk_t *c) {
     if (!p)
         return 0;
     uint32_t t = 0;
-    CUresult r = ooc_real.cuStreamWaitEvent(M.h2d, c->out_ev->e, 0);
+    CUstream gs = gate_stream(); /* its own: a closed gate holds back no other swap-in */
+    CUresult r = ooc_real.cuStreamWaitEvent(gs, c->out_ev->e, 0);
     if (r == CUDA_SUCCESS)
-        r = wait_from(from);
+        r = wait_from(gs, from);
     if (r == CUDA_SUCCESS)
-        r = gate_wait_on(M.h2d, &t);
+        r = gate_wait_on(gs, &t);
     if (r != CUDA_SUCCESS) {
         phys_back(p, from);
         return 0;
     }
     evref_t *v = ev_take();
-    r = v ? copy_in(c, M.h2d) : CUDA_ERROR_OUT_OF_MEMORY;
+    r = v ? copy_in(c, gs) : CUDA_ERROR_OUT_OF_MEMORY;
     if (r != CUDA_SUCCESS) {
         /* Nothing behind the gate: it only opens; c waits for its copy out as before. */
         gate_push(t, c->out_ev, chunk_addr(c), 0);
@@ -259,8 +260,8 @@ static int swapin_gated(chunk_t *c) {
         return 0;
     }
     gate_push(t, c->out_ev, chunk_addr(c), p->h);
-    if (ooc_real.cuEventRecord(v->e, M.h2d) != CUDA_SUCCESS) {
-        sync_stream(M.h2d); /* the gate opens once the remap is done: then the copy runs */
+    if (ooc_real.cuEventRecord(v->e, gs) != CUDA_SUCCESS) {
+        sync_stream(gs); /* the gate opens once the remap is done: then the copy runs */
         ev_drop(v);
         v = NULL;
     }
