@@ -669,32 +669,37 @@ static fc_op_t *queued_op(const fc_stream_t *t, uint64_t seq) {
  * transitively) is a wait on memory that does not hold now (fc_op_t.closed). Work that waits
  * only for other work could start at any moment, during an unmap and the map after it, as on a
  * GPU, where it would fault or reach the old memory. Caller holds g_fc.lock. */
-static unsigned gated_visit; /* the walk's mark (fc_op_t.visit), under g_fc.lock */
+/* Whether op references any of [lo, hi). */
+static int op_refs(const fc_op_t *op, uintptr_t lo, uintptr_t hi) {
+    for (unsigned i = 0; i < op->nrefs; i++)
+        if (op->refs[i].lo < hi && lo < op->refs[i].hi)
+            return 1;
+    return 0;
+}
 
-static int gated_walk(const fc_stream_t *t, fc_op_t *op, int depth) {
+static unsigned gated_visit; /* one check's mark (fc_op_t.visit), under g_fc.lock */
+
+/* An op marked in this check (visit == gated_visit) was found open: not a closed wait, nor
+ * waiting through its dependencies for one. Each op is looked at once per check. */
+static int host_gated(const fc_stream_t *t, fc_op_t *op, int depth) {
     if (depth > 64)
         return 0;
     for (fc_op_t *o = t->head; o; o = o->next) {
-        if (o->visit != gated_visit) { /* each op is looked at once per walk */
-            o->visit = gated_visit;
+        if (o->visit != gated_visit) {
             if (o->closed && o->closed(o))
                 return 1;
             for (unsigned i = 0; i < o->ndeps; i++) {
                 const fc_dep_t *d = &o->deps[i];
                 fc_op_t *x = d->s->completed < d->seq ? queued_op(d->s, d->seq) : NULL;
-                if (x && gated_walk(d->s, x, depth + 1))
+                if (x && host_gated(d->s, x, depth + 1))
                     return 1;
             }
+            o->visit = gated_visit;
         }
         if (o == op)
             break;
     }
     return 0;
-}
-
-static int host_gated(const fc_stream_t *t, fc_op_t *op) {
-    gated_visit++;
-    return gated_walk(t, op, 0);
 }
 
 int fc_strict_check(uintptr_t lo, uintptr_t hi, const char *what) {
@@ -703,10 +708,16 @@ int fc_strict_check(uintptr_t lo, uintptr_t hi, const char *what) {
      * fc_config_t and host_gated) */
     int gated_ok = g_fc.cfg.remap_queued && strcmp(what, "cuMemUnmap") == 0;
     pthread_mutex_lock(&g_fc.lock);
+    gated_visit++;
     for (fc_stream_t *t = g_fc.all_streams; t; t = t->all_next) {
+        int behind_gate = 0; /* everything after a gated op on its stream is gated too */
         for (fc_op_t *op = t->head; op; op = op->next) {
-            if (gated_ok && !op->running && host_gated(t, op))
+            if (behind_gate)
+                break;
+            if (gated_ok && !op->running && op_refs(op, lo, hi) && host_gated(t, op, 0)) {
+                behind_gate = 1;
                 continue;
+            }
             for (unsigned i = 0; i < op->nrefs; i++) {
                 if (op->refs[i].lo < hi && lo < op->refs[i].hi) {
                     if (conflicts++ == 0)
