@@ -484,6 +484,18 @@ static void set_rw(CUdeviceptr p, size_t n) {
     OK(cuMemSetAccess(p, n, &d, 1));
 }
 
+/* Reserves `bytes`, creates device memory of that size (its handle in *h) and maps it there,
+ * read-write: the address. */
+static CUdeviceptr map_new(size_t bytes, CUmemGenericAllocationHandle *h) {
+    CUmemAllocationProp prop = dev_prop();
+    CUdeviceptr va;
+    OK(cuMemAddressReserve(&va, bytes, 0, 0, 0));
+    OK(cuMemCreate(h, bytes, &prop, 0));
+    OK(cuMemMap(va, bytes, 0, *h, 0));
+    set_rw(va, bytes);
+    return va;
+}
+
 START_TEST(test_vmm_map_access_unmap_roundtrip) {
     open_device(inline_);
     CUmemAllocationProp prop = dev_prop();
@@ -658,12 +670,8 @@ static CUdeviceptr unmapped_va;
 
 START_TEST(test_touching_an_unmapped_range_faults) {
     open_device(inline_);
-    CUmemAllocationProp prop = dev_prop();
     CUmemGenericAllocationHandle h;
-    OK(cuMemAddressReserve(&unmapped_va, 2u << 20, 0, 0, 0));
-    OK(cuMemCreate(&h, 2u << 20, &prop, 0));
-    OK(cuMemMap(unmapped_va, 2u << 20, 0, h, 0));
-    set_rw(unmapped_va, 2u << 20);
+    unmapped_va = map_new(2u << 20, &h);
     *(volatile char *)unmapped_va = 1;
     OK(cuMemUnmap(unmapped_va, 2u << 20));
     signal(SIGSEGV, SIG_DFL);          /* die of the signal itself, also under AddressSanitizer */
@@ -1100,13 +1108,9 @@ START_TEST(test_strict_mode_aborts_on_unmap_under_queued_work) {
     CUfunction fill = get_kernel("fill");
     CUstream s;
     OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-    CUmemAllocationProp prop = dev_prop();
     CUdeviceptr va;
     CUmemGenericAllocationHandle h;
-    OK(cuMemAddressReserve(&va, 2u << 20, 0, 0, 0));
-    OK(cuMemCreate(&h, 2u << 20, &prop, 0));
-    OK(cuMemMap(va, 2u << 20, 0, h, 0));
-    set_rw(va, 2u << 20);
+    va = map_new(2u << 20, &h);
     CUdeviceptr other;
     OK(cuMemAlloc(&other, 64));
     launch_fill(fill, other, 0.0f, 16, 100000, s); /* keeps the stream busy */
@@ -1121,13 +1125,9 @@ START_TEST(test_non_strict_mode_counts_and_faults_the_queued_kernel) {
     CUfunction fill = get_kernel("fill");
     CUstream s;
     OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-    CUmemAllocationProp prop = dev_prop();
     CUdeviceptr va;
     CUmemGenericAllocationHandle h;
-    OK(cuMemAddressReserve(&va, 2u << 20, 0, 0, 0));
-    OK(cuMemCreate(&h, 2u << 20, &prop, 0));
-    OK(cuMemMap(va, 2u << 20, 0, h, 0));
-    set_rw(va, 2u << 20);
+    va = map_new(2u << 20, &h);
     CUdeviceptr other;
     OK(cuMemAlloc(&other, 64));
     launch_fill(fill, other, 0.0f, 16, 50000, s);
@@ -1155,17 +1155,10 @@ START_TEST(test_remap_queued_lets_gated_work_read_the_new_memory) {
     CUfunction fill = get_kernel("fill");
     CUstream s;
     OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-    CUmemAllocationProp prop = dev_prop();
     CUdeviceptr va, t, other;
     CUmemGenericAllocationHandle h1, h2;
-    OK(cuMemAddressReserve(&va, 2u << 20, 0, 0, 0));
-    OK(cuMemAddressReserve(&t, 2u << 20, 0, 0, 0));
-    OK(cuMemCreate(&h1, 2u << 20, &prop, 0));
-    OK(cuMemCreate(&h2, 2u << 20, &prop, 0));
-    OK(cuMemMap(va, 2u << 20, 0, h1, 0));
-    set_rw(va, 2u << 20);
-    OK(cuMemMap(t, 2u << 20, 0, h2, 0));
-    set_rw(t, 2u << 20);
+    va = map_new(2u << 20, &h1);
+    t = map_new(2u << 20, &h2);
     launch_fill(fill, va, 1.0f, 16, 0, s);
     launch_fill(fill, t, 2.0f, 16, 0, s);
     OK(cuStreamSynchronize(s));
@@ -1229,13 +1222,9 @@ START_TEST(test_remap_queued_still_aborts_on_unmap_under_running_work) {
     CUfunction fill = get_kernel("fill");
     CUstream s;
     OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-    CUmemAllocationProp prop = dev_prop();
     CUdeviceptr va;
     CUmemGenericAllocationHandle h;
-    OK(cuMemAddressReserve(&va, 2u << 20, 0, 0, 0));
-    OK(cuMemCreate(&h, 2u << 20, &prop, 0));
-    OK(cuMemMap(va, 2u << 20, 0, h, 0));
-    set_rw(va, 2u << 20);
+    va = map_new(2u << 20, &h);
     launch_fill(fill, va, 1.0f, 16, 300000, s); /* runs for 300 ms on va */
     usleep(50000);
     cuMemUnmap(va, 2u << 20); /* SIGABRT: strict mode */
@@ -1892,10 +1881,12 @@ END_TEST
  * however late the simulator's threads get to them (here FAKECUDA_JITTER_US holds each op back
  * by up to 0.9 ms before it runs): 20 copies of 1 MiB at 0.1 GB/s take 20 x 10.49 ms between
  * two events, as on a device, where each op used to start when its thread got to it and the
- * delays added up. Nothing completes sooner than modelled. (An op holds its engine for the
- * longer of its model and its body's CPU time, and a 1 MiB copy's CPU time under AddressSanitizer
- * on a paravirtualised machine came near the model at 1 GB/s (25.7 ms against 21.0 once in CI,
- * 2026-12-02) and past it once at 0.25 GB/s, 4.19 ms a copy (87.9 against 83.9, 2026-12-03).) */
+ * delays added up. Nothing completes sooner than modelled. The stream waits on a host word
+ * until everything is queued: a copy queued late starts late on a device too, and the host
+ * thread queueing them, descheduled on a loaded machine, once queued the first copy 4.6 ms
+ * after the event before it (an earlier version held the stream with a kernel that slept 30 ms,
+ * but a kernel's sleep is not modelled time: the kernel took 0.04 ms of it; CI failed three
+ * times, 2026-12-02 and 03, by 4-6 ms). */
 START_TEST(test_late_threads_do_not_slow_the_modelled_device) {
     static const char *const env[] = {"FAKECUDA_SCHED",
                                       "threaded",
@@ -1914,20 +1905,22 @@ START_TEST(test_late_threads_do_not_slow_the_modelled_device) {
     CUdeviceptr d;
     CUevent a, b;
     void *h = NULL;
+    uint32_t *word;
     OK(cuMemAllocHost(&h, n)); /* pinned: a pageable copy is staged, and waits, at the call */
     memset(h, 5, n);
+    OK(cuMemHostAlloc((void **)&word, sizeof *word, CU_MEMHOSTALLOC_DEVICEMAP));
+    *word = 0;
     OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
     OK(cuMemAlloc(&d, n));
     OK(cuEventCreate(&a, 0));
     OK(cuEventCreate(&b, 0));
-    /* A 30 ms kernel first: the copies are all queued before the first can start, so that a host
-     * thread descheduled between two calls (4 test workers on 2 cores) cannot space them out. */
-    launch_fill(get_kernel("fill"), d, 1.0f, 16, 30000, s);
-    uint64_t t0 = now_ns();
+    OK(cuStreamWaitValue32(s, (CUdeviceptr)(uintptr_t)word, 1, CU_STREAM_WAIT_VALUE_GEQ));
     OK(cuEventRecord(a, s));
     for (int i = 0; i < copies; i++)
         OK(cuMemcpyHtoDAsync(d, h, n, s));
     OK(cuEventRecord(b, s));
+    uint64_t t0 = now_ns();
+    __atomic_store_n(word, 1, __ATOMIC_RELEASE);
     OK(cuEventSynchronize(b));
     double host_ms = (double)(now_ns() - t0) / 1e6;
     float ms = 0;
@@ -1941,6 +1934,7 @@ START_TEST(test_late_threads_do_not_slow_the_modelled_device) {
     OK(cuMemFree(d));
     OK(cuStreamDestroy(s));
     OK(cuMemFreeHost(h));
+    OK(cuMemFreeHost(word));
 }
 END_TEST
 
@@ -2349,13 +2343,9 @@ START_TEST(test_graph_on_unmapped_memory_faults) {
     CUfunction fill = get_kernel("fill");
     CUstream s;
     OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-    CUmemAllocationProp prop = dev_prop();
     CUdeviceptr va;
     CUmemGenericAllocationHandle h;
-    OK(cuMemAddressReserve(&va, 2u << 20, 0, 0, 0));
-    OK(cuMemCreate(&h, 2u << 20, &prop, 0));
-    OK(cuMemMap(va, 2u << 20, 0, h, 0));
-    set_rw(va, 2u << 20);
+    va = map_new(2u << 20, &h);
     OK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
     launch_fill(fill, va, 1.0f, 16, 0, s);
     CUgraph gr;
@@ -2379,13 +2369,9 @@ START_TEST(test_strict_mode_aborts_on_unmap_under_a_queued_graph) {
     CUfunction fill = get_kernel("fill");
     CUstream s;
     OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-    CUmemAllocationProp prop = dev_prop();
     CUdeviceptr va, other;
     CUmemGenericAllocationHandle h;
-    OK(cuMemAddressReserve(&va, 2u << 20, 0, 0, 0));
-    OK(cuMemCreate(&h, 2u << 20, &prop, 0));
-    OK(cuMemMap(va, 2u << 20, 0, h, 0));
-    set_rw(va, 2u << 20);
+    va = map_new(2u << 20, &h);
     OK(cuMemAlloc(&other, 64));
     OK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
     launch_fill(fill, other, 0.0f, 16, 100000, s); /* keeps the stream busy */

@@ -163,10 +163,11 @@ static CUresult execute(fc_op_t *op) {
     if (!g_fc.cfg.timing)
         return op->run(op);
     if (op->engine == FC_ENG_NONE) {
-        /* No engine: the op takes what its body takes, from its modelled start. */
+        /* No engine: the op takes what its body takes, from its modelled start (a host function
+         * or a wait on memory holds its stream that long on a device too), or nothing. */
         uint64_t t0 = fc_now_ns();
         CUresult r = op->run(op);
-        op->model_end_ns = op->model_start_ns + (fc_now_ns() - t0);
+        op->model_end_ns = op->model_start_ns + (op->instant ? 0 : fc_now_ns() - t0);
         return r;
     }
     pthread_mutex_lock(&g_fc.engine[op->engine]);
@@ -953,6 +954,7 @@ static CUresult event_record(CUevent e, CUstream h, int ptds) {
     fc_op_t *op = fc_op_new("event record", run_event, e, dispose_event);
     if (!op)
         return CUDA_ERROR_OUT_OF_MEMORY;
+    op->instant = 1;
     op->on_submit = event_on_submit;
     pthread_mutex_lock(&g_fc.lock);
     e->refs++;
