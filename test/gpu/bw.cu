@@ -15,15 +15,6 @@
 
 static const char *const prog = "bw";
 
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            printf("ERROR %s: %s: %s\n", prog, #call, cudaGetErrorName(e_));                       \
-            exit(3);                                                                               \
-        }                                                                                          \
-    } while (0)
-
 enum { REPS = 9 };
 
 static int cmp_float(const void *a, const void *b) {

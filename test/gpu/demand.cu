@@ -21,15 +21,6 @@
 
 static const char *const prog = "demand";
 
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            printf("ERROR %s: %s: %s\n", prog, #call, cudaGetErrorName(e_));                       \
-            exit(3);                                                                               \
-        }                                                                                          \
-    } while (0)
-
 static size_t live, peak;
 
 static void count(long long delta) {

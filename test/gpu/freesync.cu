@@ -25,23 +25,6 @@
 
 static const char *const prog = "freesync";
 
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            printf("ERROR %s: %s: %s\n", prog, #call, cudaGetErrorName(e_));                       \
-            exit(3);                                                                               \
-        }                                                                                          \
-    } while (0)
-#define CKD(call)                                                                                  \
-    do {                                                                                           \
-        CUresult r_ = (call);                                                                      \
-        if (r_ != CUDA_SUCCESS) {                                                                  \
-            printf("ERROR %s: %s: error %d\n", prog, #call, (int)r_);                              \
-            exit(3);                                                                               \
-        }                                                                                          \
-    } while (0)
-
 /* Spins one thread until ns nanoseconds of the global timer have passed; writes a word. */
 __global__ void spin(unsigned long long ns, unsigned *flag) {
     unsigned long long t0, t;

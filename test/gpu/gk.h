@@ -23,7 +23,50 @@
 #define GK_SKIP 77
 
 #ifdef __CUDACC__
+#include <cuda.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+/* CK (a runtime call) and CKD (a driver call): on an error, "ERROR <prog>: <call>: <name>" and
+ * exit status 3. The calling file defines `prog`. */
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            printf("ERROR %s: %s: %s\n", prog, #call, cudaGetErrorName(e_));                       \
+            exit(3);                                                                               \
+        }                                                                                          \
+    } while (0)
+#define CKD(call)                                                                                  \
+    do {                                                                                           \
+        CUresult r_ = (call);                                                                      \
+        if (r_ != CUDA_SUCCESS) {                                                                  \
+            const char *n_ = "?";                                                                  \
+            cuGetErrorName(r_, &n_);                                                               \
+            printf("ERROR %s: %s: %s\n", prog, #call, n_);                                         \
+            exit(3);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+/* CLOCK_MONOTONIC in microseconds. */
+static inline double gk_now_us(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
+}
+
+static inline int gk_cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The median of v[0..n) (sorts v). */
+static inline double gk_median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, gk_cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 /* Says "SKIP <prog>: no CUDA device (<why>)" and returns 1 when the runtime finds no device (the
  * program then exits GK_SKIP); returns 0 when there is one. */
 static inline int gk_no_device(const char *prog) {

@@ -25,34 +25,7 @@
 
 static const char *const prog = "hostvmm";
 
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        CUresult r_ = (call);                                                                      \
-        if (r_ != CUDA_SUCCESS) {                                                                  \
-            const char *n_ = "?";                                                                  \
-            cuGetErrorName(r_, &n_);                                                               \
-            printf("ERROR %s: %s: %s\n", prog, #call, n_);                                         \
-            exit(3);                                                                               \
-        }                                                                                          \
-    } while (0)
-
 enum { REPS = 20, MAX_HANDLES = 16 };
-
-static double now_us(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 static unsigned long long *d_sum;
 
@@ -60,14 +33,14 @@ static unsigned long long *d_sum;
 static int check_range(CUdeviceptr va, size_t bytes, uint32_t seed) {
     const unsigned long long n = bytes / sizeof(uint32_t);
     unsigned long long z = 0, got = 0;
-    CK(cuMemcpyHtoD((CUdeviceptr)d_sum, &z, sizeof z));
+    CKD(cuMemcpyHtoD((CUdeviceptr)d_sum, &z, sizeof z));
     gk_fill<<<256, 256>>>((uint32_t *)va, n, seed);
     gk_sum<<<128, 256>>>((const uint32_t *)va, n, d_sum);
     if (cudaGetLastError() != cudaSuccess || cudaDeviceSynchronize() != cudaSuccess) {
         printf("ERROR %s: a kernel on the mapping failed\n", prog);
         exit(3);
     }
-    CK(cuMemcpyDtoH(&got, (CUdeviceptr)d_sum, sizeof got));
+    CKD(cuMemcpyDtoH(&got, (CUdeviceptr)d_sum, sizeof got));
     return got == gk_expected_sum(n, seed);
 }
 
@@ -75,12 +48,12 @@ static int check_range(CUdeviceptr va, size_t bytes, uint32_t seed) {
 static void cost(const char *loc, const CUmemAllocationProp *prop, size_t bytes, int k, int dev) {
     CUmemGenericAllocationHandle h[MAX_HANDLES];
     const size_t each = bytes / (size_t)k;
-    double t0 = now_us();
+    double t0 = gk_now_us();
     for (int i = 0; i < k; i++)
-        CK(cuMemCreate(&h[i], each, prop, 0));
-    double create_us = (now_us() - t0) / k;
+        CKD(cuMemCreate(&h[i], each, prop, 0));
+    double create_us = (gk_now_us() - t0) / k;
     CUdeviceptr va;
-    CK(cuMemAddressReserve(&va, bytes, 0, 0, 0));
+    CKD(cuMemAddressReserve(&va, bytes, 0, 0, 0));
     CUmemAccessDesc acc;
     memset(&acc, 0, sizeof acc);
     acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
@@ -89,30 +62,31 @@ static void cost(const char *loc, const CUmemAllocationProp *prop, size_t bytes,
     double tm[REPS], ta[REPS], tu[REPS];
     int ok = 1;
     for (int r = 0; r < REPS; r++) {
-        t0 = now_us();
+        t0 = gk_now_us();
         for (int i = 0; i < k; i++)
-            CK(cuMemMap(va + (CUdeviceptr)(i * each), each, 0, h[i], 0));
-        double t1 = now_us();
-        CK(cuMemSetAccess(va, bytes, &acc, 1));
-        double t2 = now_us();
+            CKD(cuMemMap(va + (CUdeviceptr)(i * each), each, 0, h[i], 0));
+        double t1 = gk_now_us();
+        CKD(cuMemSetAccess(va, bytes, &acc, 1));
+        double t2 = gk_now_us();
         if (r == 0)
             ok = check_range(va, bytes, 40U + (uint32_t)k);
-        double t3 = now_us();
-        CK(cuMemUnmap(va, bytes));
-        double t4 = now_us();
+        double t3 = gk_now_us();
+        CKD(cuMemUnmap(va, bytes));
+        double t4 = gk_now_us();
         tm[r] = t1 - t0;
         ta[r] = t2 - t1;
         tu[r] = t4 - t3;
     }
     printf("cost: %s %zu MiB handles %d create_us %.1f map_us %.1f access_us %.1f unmap_us %.1f\n",
-           loc, bytes >> 20, k, create_us, median(tm, REPS), median(ta, REPS), median(tu, REPS));
+           loc, bytes >> 20, k, create_us, gk_median(tm, REPS), gk_median(ta, REPS),
+           gk_median(tu, REPS));
     char what[96];
     snprintf(what, sizeof what, "a kernel writes and reads %s memory mapped as %zu MiB in %d", loc,
              bytes >> 20, k);
     gk_report(prog, ok, what, NULL);
-    CK(cuMemAddressFree(va, bytes));
+    CKD(cuMemAddressFree(va, bytes));
     for (int i = 0; i < k; i++)
-        CK(cuMemRelease(h[i]));
+        CKD(cuMemRelease(h[i]));
 }
 
 int main(void) {
@@ -123,15 +97,15 @@ int main(void) {
         return 3;
     }
     CUdevice dev;
-    CK(cuCtxGetDevice(&dev));
+    CKD(cuCtxGetDevice(&dev));
     int attr_numa = 0, attr_host = 0, numa = -1;
-    CK(cuDeviceGetAttribute(
+    CKD(cuDeviceGetAttribute(
         &attr_numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev));
     if (cuDeviceGetAttribute(&attr_host,
                              CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED,
                              dev) != CUDA_SUCCESS)
         attr_host = -1;
-    CK(cuDeviceGetAttribute(&numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, dev));
+    CKD(cuDeviceGetAttribute(&numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, dev));
 
     CUmemAllocationProp dp, hp;
     memset(&dp, 0, sizeof dp);
@@ -142,8 +116,8 @@ int main(void) {
     hp.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
     hp.location.id = numa < 0 ? 0 : numa;
     size_t dmin = 0, drec = 0, hmin = 0, hrec = 0;
-    CK(cuMemGetAllocationGranularity(&dmin, &dp, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
-    CK(cuMemGetAllocationGranularity(&drec, &dp, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+    CKD(cuMemGetAllocationGranularity(&dmin, &dp, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    CKD(cuMemGetAllocationGranularity(&drec, &dp, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
     CUresult rh = cuMemGetAllocationGranularity(&hmin, &hp, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
     if (rh == CUDA_SUCCESS)
         rh = cuMemGetAllocationGranularity(&hrec, &hp, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED);
@@ -152,7 +126,7 @@ int main(void) {
     const char *cname = "?";
     cuGetErrorName(rc, &cname);
     if (rc == CUDA_SUCCESS)
-        CK(cuMemRelease(probe));
+        CKD(cuMemRelease(probe));
     printf("hostvmm: attr-host-numa %d attr-host %d numa-id %d create-host-numa %s "
            "granularity-device %zu/%zu granularity-host %zu/%zu\n",
            attr_numa, attr_host, numa, cname, dmin, drec, hmin, hrec);

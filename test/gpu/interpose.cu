@@ -21,15 +21,6 @@
 
 static const char *const prog = "interpose";
 
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            printf("ERROR %s: %s: %s\n", prog, #call, cudaGetErrorName(e_));                       \
-            exit(3);                                                                               \
-        }                                                                                          \
-    } while (0)
-
 enum { NBUF = 6, WORDS = 1 << 20 };
 
 int main(int argc, char **argv) {

@@ -33,36 +33,7 @@
 
 static const char *const prog = "remapgate";
 
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        CUresult r_ = (call);                                                                      \
-        if (r_ != CUDA_SUCCESS) {                                                                  \
-            const char *n_ = "?";                                                                  \
-            cuGetErrorName(r_, &n_);                                                               \
-            printf("ERROR %s: %s: %s\n", prog, #call, n_);                                         \
-            exit(3);                                                                               \
-        }                                                                                          \
-    } while (0)
-
 enum { ROUNDS = 6, WATCHDOG_MS = 3000 };
-
-static double now_us(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    if (n == 0)
-        return -1;
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 static const char *errname(CUresult r) {
     const char *n = "?";
@@ -131,17 +102,17 @@ static const char *seed_of(unsigned long long got, unsigned long long n) {
 int main(void) {
     if (gk_no_device(prog))
         return GK_SKIP;
-    CK(cuInit(0));
+    CKD(cuInit(0));
     cudaFree(0); /* the runtime's primary context, current here */
     CUdevice dev;
-    CK(cuCtxGetDevice(&dev));
+    CKD(cuCtxGetDevice(&dev));
     CUmemAllocationProp prop;
     memset(&prop, 0, sizeof prop);
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop.location.id = dev;
     size_t gran = 0;
-    CK(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+    CKD(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
     const size_t bytes = gran > (2u << 20) ? gran : (2u << 20);
     const unsigned long long n = bytes / sizeof(uint32_t);
     CUmemAccessDesc acc;
@@ -150,11 +121,11 @@ int main(void) {
     acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
 
     CUdeviceptr a, t;
-    CK(cuMemAddressReserve(&a, bytes, 0, 0, 0));
-    CK(cuMemAddressReserve(&t, bytes, 0, 0, 0));
+    CKD(cuMemAddressReserve(&a, bytes, 0, 0, 0));
+    CKD(cuMemAddressReserve(&t, bytes, 0, 0, 0));
     CUmemGenericAllocationHandle p1, p2;
-    CK(cuMemCreate(&p1, bytes, &prop, 0));
-    CK(cuMemCreate(&p2, bytes, &prop, 0));
+    CKD(cuMemCreate(&p1, bytes, &prop, 0));
+    CKD(cuMemCreate(&p2, bytes, &prop, 0));
     uint32_t *b;
     unsigned long long *sums;
     if (cudaMalloc(&b, bytes) != cudaSuccess ||
@@ -163,13 +134,13 @@ int main(void) {
         return 3;
     }
     void *hw;
-    CK(cuMemHostAlloc(&hw, 4096, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE));
+    CKD(cuMemHostAlloc(&hw, 4096, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE));
     word = (volatile uint32_t *)hw;
     *word = 0;
     CUdeviceptr dword;
-    CK(cuMemHostGetDevicePointer(&dword, hw, 0));
+    CKD(cuMemHostGetDevicePointer(&dword, hw, 0));
     CUstream s;
-    CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CKD(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
     pthread_t wd;
     if (pthread_create(&wd, NULL, watchdog, NULL) != 0) {
         printf("ERROR %s: no watchdog thread\n", prog);
@@ -180,18 +151,18 @@ int main(void) {
     int nm = 0, newmap = 0, oldmap = 0, other = 0, before = 0, answered = 1;
     for (uint32_t r = 1; r <= ROUNDS; r++) {
         /* A holds seed 1 (P1), P2 holds seed 2 (filled through T, unmapped again). */
-        CK(cuMemMap(a, bytes, 0, p1, 0));
-        CK(cuMemSetAccess(a, bytes, &acc, 1));
-        CK(cuMemMap(t, bytes, 0, p2, 0));
-        CK(cuMemSetAccess(t, bytes, &acc, 1));
+        CKD(cuMemMap(a, bytes, 0, p1, 0));
+        CKD(cuMemSetAccess(a, bytes, &acc, 1));
+        CKD(cuMemMap(t, bytes, 0, p2, 0));
+        CKD(cuMemSetAccess(t, bytes, &acc, 1));
         gk_fill<<<256, 256>>>((uint32_t *)a, n, 1);
         gk_fill<<<256, 256>>>((uint32_t *)t, n, 2);
-        CK(cuMemsetD8((CUdeviceptr)sums, 0, 2 * sizeof *sums));
+        CKD(cuMemsetD8((CUdeviceptr)sums, 0, 2 * sizeof *sums));
         if (cudaDeviceSynchronize() != cudaSuccess) {
             printf("ERROR %s: filling failed\n", prog);
             return 3;
         }
-        CK(cuMemUnmap(t, bytes));
+        CKD(cuMemUnmap(t, bytes));
 
         /* S: wait for the word, then read A twice (a kernel; a copy to B, summed). */
         CUresult we = cuStreamWaitValue32(s, dword, r, CU_STREAM_WAIT_VALUE_GEQ);
@@ -202,17 +173,17 @@ int main(void) {
         usleep(20000); /* S reaches its wait */
         CUresult q = cuStreamQuery(s);
 
-        double t0 = now_us();
+        double t0 = gk_now_us();
         CUresult ue = cuMemUnmap(a, bytes);
-        double t1 = now_us();
+        double t1 = gk_now_us();
         CUresult me = ue == CUDA_SUCCESS ? cuMemMap(a, bytes, 0, p2, 0) : ue;
-        double t2 = now_us();
+        double t2 = gk_now_us();
         CUresult xe = me == CUDA_SUCCESS ? cuMemSetAccess(a, bytes, &acc, 1) : me;
-        double t3 = now_us();
+        double t3 = gk_now_us();
         int late = release(r);
-        double t4 = now_us();
+        double t4 = gk_now_us();
         CUresult se = cuStreamSynchronize(s);
-        double t5 = now_us();
+        double t5 = gk_now_us();
 
         unsigned long long got[2] = {0, 0};
         const char *k = "none", *c = "none";
@@ -246,7 +217,7 @@ int main(void) {
             nm++;
         }
         if (xe == CUDA_SUCCESS)
-            CK(cuMemUnmap(a, bytes));
+            CKD(cuMemUnmap(a, bytes));
         else if (me == CUDA_SUCCESS || ue != CUDA_SUCCESS)
             (void)cuMemUnmap(a, bytes);
     }
@@ -257,7 +228,7 @@ int main(void) {
     pthread_join(wd, NULL);
     printf("remapgate: rounds %d new-mapping %d old-mapping %d other %d before-release %d "
            "unmap_us %.1f map_us %.1f access_us %.1f release-to-done_us %.1f\n",
-           newmap + oldmap + other, newmap, oldmap, other, before, median(un, nm), median(mp, nm),
-           median(ac, nm), median(done, nm));
+           newmap + oldmap + other, newmap, oldmap, other, before, gk_median(un, nm),
+           gk_median(mp, nm), gk_median(ac, nm), gk_median(done, nm));
     return answered ? 0 : 3;
 }

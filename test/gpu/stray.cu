@@ -18,15 +18,6 @@
 
 static const char *const prog = "stray";
 
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            printf("ERROR %s: %s: %s\n", prog, #call, cudaGetErrorName(e_));                       \
-            exit(3);                                                                               \
-        }                                                                                          \
-    } while (0)
-
 enum { NFILL = 6, WORDS = 1 << 20 }; /* 4 MiB buffers */
 
 static unsigned long long read_sum(unsigned long long *d) {

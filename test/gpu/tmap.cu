@@ -31,15 +31,6 @@
 
 static const char *const prog = "tmap";
 
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            printf("ERROR %s: %s: %s\n", prog, #call, cudaGetErrorName(e_));                       \
-            exit(3);                                                                               \
-        }                                                                                          \
-    } while (0)
-
 static CUresult encode(CUtensorMap *m, void *addr) {
     const cuuint64_t dim[2] = {1024, 1024};
     const cuuint64_t stride[1] = {1024 * sizeof(float)};

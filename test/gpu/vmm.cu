@@ -19,29 +19,18 @@
 
 static const char *const prog = "vmm";
 
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        CUresult r_ = (call);                                                                      \
-        if (r_ != CUDA_SUCCESS) {                                                                  \
-            const char *n_ = "?";                                                                  \
-            cuGetErrorName(r_, &n_);                                                               \
-            printf("ERROR %s: %s: %s\n", prog, #call, n_);                                         \
-            exit(3);                                                                               \
-        }                                                                                          \
-    } while (0)
-
 static unsigned long long *d_sum;
 
 /* gk_sum of n words at address p, read back. */
 static unsigned long long sum_at(CUdeviceptr p, unsigned long long n) {
     unsigned long long z = 0, got = 0;
-    CK(cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(d_sum), &z, sizeof z));
+    CKD(cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(d_sum), &z, sizeof z));
     gk_sum<<<128, 256>>>(reinterpret_cast<const uint32_t *>(p), n, d_sum);
     if (cudaGetLastError() != cudaSuccess) {
         printf("ERROR %s: gk_sum launch failed\n", prog);
         exit(3);
     }
-    CK(cuMemcpyDtoH(&got, reinterpret_cast<CUdeviceptr>(d_sum), sizeof got));
+    CKD(cuMemcpyDtoH(&got, reinterpret_cast<CUdeviceptr>(d_sum), sizeof got));
     return got;
 }
 
@@ -54,13 +43,13 @@ static void fill_at(CUdeviceptr p, unsigned long long n, uint32_t seed) {
 }
 
 static void map_rw(CUdeviceptr va, size_t bytes, CUmemGenericAllocationHandle h, int dev) {
-    CK(cuMemMap(va, bytes, 0, h, 0));
+    CKD(cuMemMap(va, bytes, 0, h, 0));
     CUmemAccessDesc acc;
     memset(&acc, 0, sizeof acc);
     acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     acc.location.id = dev;
     acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    CK(cuMemSetAccess(va, bytes, &acc, 1));
+    CKD(cuMemSetAccess(va, bytes, &acc, 1));
 }
 
 int main(void) {
@@ -71,33 +60,33 @@ int main(void) {
         return 3;
     }
     CUdevice dev;
-    CK(cuCtxGetDevice(&dev));
+    CKD(cuCtxGetDevice(&dev));
     CUmemAllocationProp prop;
     memset(&prop, 0, sizeof prop);
     prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     prop.location.id = dev;
     size_t g = 0;
-    CK(cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    CKD(cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
     printf("granularity: %zu bytes\n", g);
     const unsigned long long n = g / sizeof(uint32_t);
     CUdeviceptr va;
-    CK(cuMemAddressReserve(&va, 3 * g, 0, 0, 0));
+    CKD(cuMemAddressReserve(&va, 3 * g, 0, 0, 0));
     CUmemGenericAllocationHandle ha, hb;
-    CK(cuMemCreate(&ha, g, &prop, 0));
-    CK(cuMemCreate(&hb, g, &prop, 0));
+    CKD(cuMemCreate(&ha, g, &prop, 0));
+    CKD(cuMemCreate(&hb, g, &prop, 0));
     const uint64_t want_a = gk_expected_sum(n, 1), want_b = gk_expected_sum(n, 2);
 
     map_rw(va, g, ha, dev);
     fill_at(va, n, 1);
     gk_report(prog, sum_at(va, n) == want_a, "a mapped chunk: a kernel reads what a kernel wrote",
               NULL);
-    CK(cuMemUnmap(va, g));
+    CKD(cuMemUnmap(va, g));
     map_rw(va, g, hb, dev);
     fill_at(va, n, 2);
     gk_report(prog, sum_at(va, n) == want_b,
               "another chunk mapped at the same address reads as itself", NULL);
-    CK(cuMemUnmap(va, g));
+    CKD(cuMemUnmap(va, g));
     map_rw(va, g, ha, dev);
     gk_report(prog, sum_at(va, n) == want_a,
               "the first chunk mapped again there kept its bytes across the unmap", NULL);
@@ -106,19 +95,19 @@ int main(void) {
               NULL);
     /* a copy into a remapped chunk (what a swap-in does) */
     map_rw(va + 2 * g, g, hb, dev);
-    CK(cuMemcpyDtoD(va + 2 * g, va, g));
-    CK(cuCtxSynchronize());
+    CKD(cuMemcpyDtoD(va + 2 * g, va, g));
+    CKD(cuCtxSynchronize());
     gk_report(prog, sum_at(va + 2 * g, n) == want_a, "a device copy into a remapped chunk", NULL);
-    CK(cuMemUnmap(va, 3 * g));
-    CK(cuMemRelease(ha));
-    CK(cuMemRelease(hb));
-    CK(cuMemAddressFree(va, 3 * g));
+    CKD(cuMemUnmap(va, 3 * g));
+    CKD(cuMemRelease(ha));
+    CKD(cuMemRelease(hb));
+    CKD(cuMemAddressFree(va, 3 * g));
 
     /* host-located VMM memory */
     int attr = 0, numa = -1;
-    CK(cuDeviceGetAttribute(
+    CKD(cuDeviceGetAttribute(
         &attr, CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev));
-    CK(cuDeviceGetAttribute(&numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, dev));
+    CKD(cuDeviceGetAttribute(&numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, dev));
     CUmemAllocationProp hp;
     memset(&hp, 0, sizeof hp);
     hp.type = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -139,14 +128,14 @@ int main(void) {
     if (rc == CUDA_SUCCESS) {
         const unsigned long long hn = hg / sizeof(uint32_t);
         CUdeviceptr hva;
-        CK(cuMemAddressReserve(&hva, hg, 0, 0, 0));
+        CKD(cuMemAddressReserve(&hva, hg, 0, 0, 0));
         map_rw(hva, hg, hh, dev);
         fill_at(hva, hn, 3);
         gk_report(prog, sum_at(hva, hn) == gk_expected_sum(hn, 3),
                   "a kernel writes and reads host-located memory at a device address", NULL);
-        CK(cuMemUnmap(hva, hg));
-        CK(cuMemRelease(hh));
-        CK(cuMemAddressFree(hva, hg));
+        CKD(cuMemUnmap(hva, hg));
+        CKD(cuMemRelease(hh));
+        CKD(cuMemAddressFree(hva, hg));
     }
     cudaFree(d_sum);
     return gk_failures ? 1 : 0;
