@@ -107,11 +107,35 @@ uint64_t wait_begin(void) {
     return on_worker ? 0 : mem_clock_ns();
 }
 
-/* Counts the wait that began at t0 (wait_begin) as blocked, unless on the worker. */
+/* What the calling thread's waits are for now (wait_for), for OOC_STATS's rows by cause. */
+static _Thread_local unsigned char wait_why;
+
+static const ooc_stat_t why_stat[] = {
+    [WAIT_LOCK] = OOC_STAT_blocked_lock_ns,
+    [WAIT_QUEUED] = OOC_STAT_blocked_queued_ns,
+    [WAIT_OUT] = OOC_STAT_blocked_out_ns,
+    [WAIT_STREAMS] = OOC_STAT_blocked_streams_ns,
+};
+
+unsigned wait_for(unsigned why) {
+    unsigned old = wait_why;
+    wait_why = (unsigned char)why;
+    return old;
+}
+
+static void wait_count(uint64_t t0, unsigned why) {
+    uint64_t dt = mem_clock_ns() - t0;
+    ooc_stats_add(OOC_STAT_blocked_ns, dt);
+    if (why != WAIT_OTHER)
+        ooc_stats_add(why_stat[why], dt);
+}
+
+/* Counts the wait that began at t0 (wait_begin) as blocked, unless on the worker, under the
+ * cause wait_for set. */
 void wait_end(uint64_t t0) {
     if (on_worker)
         return;
-    ooc_stats_add(OOC_STAT_blocked_ns, mem_clock_ns() - t0);
+    wait_count(t0, wait_why);
 }
 
 /* Program threads waiting for mem_lock (mem_lock_take): the worker lets them go first. */
@@ -126,9 +150,10 @@ void mem_lock_take(void) {
     if (!on_worker)
         atomic_fetch_add(&lock_wanted, 1);
     pthread_mutex_lock(&mem_lock);
-    if (!on_worker)
+    if (!on_worker) {
         atomic_fetch_sub(&lock_wanted, 1);
-    wait_end(t0);
+        wait_count(t0, WAIT_LOCK);
+    }
 }
 
 /* The worker, holding mem_lock between two steps of its work: when a program thread waits for

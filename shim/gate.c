@@ -22,7 +22,6 @@
 #include "mem_int.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 typedef struct gjob {
     CUdeviceptr va;
@@ -78,11 +77,7 @@ static void gate_do(const gjob_t *j) {
     if (r == CUDA_SUCCESS)
         r = ooc_real.cuMemMap(j->va, M.chunk, 0, j->h, 0);
     if (r == CUDA_SUCCESS) {
-        CUmemAccessDesc d;
-        memset(&d, 0, sizeof d);
-        d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-        d.location.id = M.dev;
-        d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        CUmemAccessDesc d = chunk_access(0);
         r = ooc_real.cuMemSetAccess(j->va, M.chunk, &d, 1);
     }
     if (r != CUDA_SUCCESS) {

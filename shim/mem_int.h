@@ -21,6 +21,7 @@
 #include "vaspace.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* The uthash tables of the memory layer report an allocation failure here (under mem_lock). */
 extern int oom_flag OOC_INTERNAL;
@@ -284,6 +285,17 @@ static inline uintptr_t chunk_addr(const chunk_t *c) {
     return idx_addr(c->idx);
 }
 
+/* The device's access to a chunk's mapping: read-write, or read-only (`ro`). Built here, not in
+ * vmm.c, for gate.c's mapping thread too (it may not call vmm.c, which waits for it). */
+static inline CUmemAccessDesc chunk_access(int ro) {
+    CUmemAccessDesc d;
+    memset(&d, 0, sizeof d);
+    d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    d.location.id = M.dev;
+    d.flags = ro ? CU_MEM_ACCESS_FLAGS_PROT_READ : CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    return d;
+}
+
 /* The LRU of resident live chunks (lru.c), most recent at the head: c at its hot end. */
 static inline void lru_push(chunk_t *c) {
     lru_list_push(&M.lru, c);
@@ -330,6 +342,10 @@ int mem_is_worker(void);     /* on the replay worker's thread */
 uint64_t mem_clock_ns(void); /* CLOCK_MONOTONIC, in ns */
 uint64_t wait_begin(void);
 void wait_end(uint64_t t0);
+/* The cause the calling thread's next waits count under (OOC_STATS); returns the one before,
+ * to be put back. */
+enum { WAIT_OTHER, WAIT_LOCK, WAIT_QUEUED, WAIT_OUT, WAIT_STREAMS };
+unsigned wait_for(unsigned why);
 CUresult sync_event(CUevent e);
 CUresult sync_stream(CUstream s);
 CUresult sync_ctx(void);
@@ -350,6 +366,15 @@ CUresult copy_in_at(chunk_t *c, CUdeviceptr dst, CUstream st);
 void host_blocks_free(void);
 void limbo_put(hslot_t *s, evref_t *ev);
 void limbo_poll(void);
+/* Counts a planned swap-in of c issued (OOC_STATS); `stolen`: it took memory a swap-out was
+ * vacating (transfer.c). */
+static inline void count_prefetch(const chunk_t *c, int stolen) {
+    ooc_stats_add(OOC_STAT_swap_ins, 1);
+    ooc_stats_add(OOC_STAT_swap_in_bytes, chunk_used(c));
+    ooc_stats_add(OOC_STAT_prefetches, 1);
+    if (stolen)
+        ooc_stats_add(OOC_STAT_prefetch_stolen, 1);
+}
 /* stage.c */
 CUresult stage_in(chunk_t *c);
 CUresult stage_adopt(chunk_t *c);

@@ -40,8 +40,11 @@ static CUresult evict(chunk_t **victims, unsigned nv) {
         else
             r = copy_out(victims[i], M.swap);
     }
-    if (r == CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS) {
+        unsigned why = wait_for(WAIT_OUT);
         r = sync_stream(M.swap);
+        wait_for(why);
+    }
     if (r != CUDA_SUCCESS) {
         /* The victims stay resident with their data; nothing was unmapped. */
         for (unsigned i = 0; i < nv; i++) {
@@ -356,8 +359,10 @@ static CUresult op_pin(const ooc_access_t *a, int *listed, int again) {
             if (!wait_op_swapouts()) {
                 M.op_waiting++;
                 pthread_cond_signal(&M.work_cv); /* a worker waiting for memory gives up now */
+                unsigned why = wait_for(WAIT_QUEUED);
                 while (any_queued(a))
                     mem_wait(&M.done_cv);
+                wait_for(why);
                 M.op_waiting--;
             }
             ooc_stats_add(OOC_STAT_stall_ns, mem_clock_ns() - t0);

@@ -160,7 +160,9 @@ unsigned retire_poll(int block) {
         if (!ev_done(c->out_ev)) {
             if (!block || n)
                 break;
+            unsigned why = wait_for(WAIT_OUT);
             sync_event(c->out_ev->e);
+            wait_for(why);
         }
         retire_finish(c); /* leaves the list either way */
         n++;

@@ -15,7 +15,8 @@
 
 ooc_stats_cells_t ooc_stats_cells;
 
-enum { KIND_COUNTER, KIND_GAUGE };
+/* HIDDEN: a counter the table does not list as it is, only through a row derived from it. */
+enum { KIND_COUNTER, KIND_GAUGE, KIND_HIDDEN };
 enum { UNIT_BYTES, UNIT_COUNT, UNIT_NS };
 
 static const struct {
@@ -110,6 +111,8 @@ size_t ooc_stats_format(char *buf, size_t len) {
     append(buf, len, &need, "  %-*s %*s %*s\n", LABEL_W, "", VALUE_W, "total/now", VALUE_W, "peak");
     for (int i = 0; i < OOC_STAT_N; i++) {
         ooc_stat_t s = (ooc_stat_t)i;
+        if (stat_desc[s].kind == KIND_HIDDEN)
+            continue;
         fmt_value(s, ooc_stats_get(s), v, sizeof v);
         if (stat_desc[s].kind == KIND_GAUGE)
             append(buf, len, &need, "  %-*s %*s %*s\n", LABEL_W, stat_desc[s].label, VALUE_W, v,
@@ -137,6 +140,16 @@ size_t ooc_stats_format(char *buf, size_t len) {
     else
         snprintf(v, sizeof v, "-");
     append(buf, len, &need, "  %-*s %*s\n", LABEL_W, "blocked per replayed iteration", VALUE_W, v);
+    /* ... by what it waited for (the rest: other waits for the device). */
+    static const ooc_stat_t why[] = {OOC_STAT_replay_lock_ns, OOC_STAT_replay_queued_ns,
+                                     OOC_STAT_replay_out_ns, OOC_STAT_replay_streams_ns};
+    for (size_t i = 0; i < sizeof why / sizeof why[0]; i++) {
+        if (iters > 0)
+            ooc_stats_fmt_ns(ooc_stats_get(why[i]) / iters, v, sizeof v);
+        else
+            snprintf(v, sizeof v, "-");
+        append(buf, len, &need, "  %-*s %*s\n", LABEL_W, stat_desc[why[i]].label, VALUE_W, v);
+    }
     /* The mapping calls the program's thread makes itself in such an iteration (the plan has the
      * worker make them). */
     if (iters > 0)

@@ -16,7 +16,8 @@
 
 #include "ooc.h"
 
-/* X(id, kind, unit, label): kind is COUNTER or GAUGE; unit is BYTES, COUNT or NS. */
+/* X(id, kind, unit, label): kind is COUNTER, GAUGE or HIDDEN (a counter the table shows only per
+ * replayed iteration, under its label: stats.c); unit is BYTES, COUNT or NS. */
 #define OOC_STAT_LIST(X)                                                                           \
     X(resident_bytes, GAUGE, BYTES, "resident device memory")                                      \
     X(requested_bytes, GAUGE, BYTES, "bytes requested by live buffers")                            \
@@ -31,8 +32,16 @@
     X(swap_ins, COUNTER, COUNT, "swap-ins")                                                        \
     X(stall_ns, COUNTER, NS, "stall time")                                                         \
     X(blocked_ns, COUNTER, NS, "host time blocked in the shim")                                    \
+    X(blocked_lock_ns, COUNTER, NS, "of it: waiting for the residency lock")                       \
+    X(blocked_queued_ns, COUNTER, NS, "of it: for planned swap-ins still queued")                  \
+    X(blocked_out_ns, COUNTER, NS, "of it: for copies out (memory, remaps)")                       \
+    X(blocked_streams_ns, COUNTER, NS, "of it: for a chunk's streams (remaps)")                    \
     X(replay_blocked_ns, COUNTER, NS, "of it in whole replayed iterations")                        \
     X(replay_iters, COUNTER, COUNT, "whole iterations replayed")                                   \
+    X(replay_lock_ns, HIDDEN, NS, "  of it: the residency lock")                                   \
+    X(replay_queued_ns, HIDDEN, NS, "  of it: planned swap-ins still queued")                      \
+    X(replay_out_ns, HIDDEN, NS, "  of it: copies out (memory, remaps)")                           \
+    X(replay_streams_ns, HIDDEN, NS, "  of it: a chunk's streams (remaps)")                        \
     X(host_aliases, COUNTER, COUNT, "swapped chunks mapped to their host copy")                    \
     X(recomputes, COUNTER, COUNT, "recomputations")                                                \
     X(recompute_launches, COUNTER, COUNT, "producer re-launches to rebuild buffers")               \

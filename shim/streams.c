@@ -63,12 +63,8 @@ static int waited_for(const CUstream *users, unsigned n, int unknown) {
     return 1;
 }
 
-/* Waits until the work of every stream in `users` has completed; the context when unknown. */
-static CUresult wait_users(CUstream *users, unsigned n, int unknown) {
-    if (waited_for(users, n, unknown)) {
-        ooc_stats_add(OOC_STAT_waits_skipped, 1);
-        return CUDA_SUCCESS;
-    }
+/* wait_users' waits: an event through each stream, or the context. */
+static CUresult users_sync(CUstream *users, unsigned n, int unknown) {
     uint64_t epoch = M.safe ? issue_epoch() : 0;
     CUresult r = CUDA_SUCCESS;
     for (unsigned i = 0; i < n && !unknown; i++) {
@@ -88,6 +84,19 @@ static CUresult wait_users(CUstream *users, unsigned n, int unknown) {
     }
     note_waited(epoch, users, n, 0);
     return CUDA_SUCCESS;
+}
+
+/* Waits until the work of every stream in `users` has completed; the context when unknown (a wait
+ * already made with nothing issued since is skipped). */
+static CUresult wait_users(CUstream *users, unsigned n, int unknown) {
+    if (waited_for(users, n, unknown)) {
+        ooc_stats_add(OOC_STAT_waits_skipped, 1);
+        return CUDA_SUCCESS;
+    }
+    unsigned why = wait_for(WAIT_STREAMS);
+    CUresult r = users_sync(users, n, unknown);
+    wait_for(why);
+    return r;
 }
 
 void add_user(CUstream *users, unsigned *n, int *unknown, CUstream s) {

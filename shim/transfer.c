@@ -214,11 +214,7 @@ static int swapin_now(chunk_t *c, int dying_ok) {
         c->in_ev = v;
         limbo_put(c->host, v);
         c->host = NULL;
-        ooc_stats_add(OOC_STAT_swap_ins, 1);
-        ooc_stats_add(OOC_STAT_swap_in_bytes, chunk_used(c));
-        ooc_stats_add(OOC_STAT_prefetches, 1);
-        if (from)
-            ooc_stats_add(OOC_STAT_prefetch_stolen, 1);
+        count_prefetch(c, from != NULL);
     }
     lru_push(c);
     return 1;
@@ -280,12 +276,8 @@ static int swapin_gated(chunk_t *c) {
         host_slot_put(c->host);
     c->host = NULL;
     lru_push(c);
-    ooc_stats_add(OOC_STAT_swap_ins, 1);
-    ooc_stats_add(OOC_STAT_swap_in_bytes, chunk_used(c));
-    ooc_stats_add(OOC_STAT_prefetches, 1);
+    count_prefetch(c, from != NULL);
     ooc_stats_add(OOC_STAT_prefetch_gated, 1);
-    if (from)
-        ooc_stats_add(OOC_STAT_prefetch_stolen, 1);
     return 1;
 }
 
@@ -397,7 +389,9 @@ int wait_op_swapouts(void) {
     ooc_stats_add(OOC_STAT_prefetch_own_out, n);
     v->refs++;
     mem_unlock();
+    unsigned why = wait_for(WAIT_OUT);
     sync_event(v->e);
+    wait_for(why);
     mem_lock_take();
     ev_drop(v);
     return 1;

@@ -43,11 +43,7 @@ CUresult vmm_map_rw(CUdeviceptr a, CUmemGenericAllocationHandle h) {
     unsigned calls = 1;
     CUresult r = ooc_real.cuMemMap(a, M.chunk, 0, h, 0);
     if (r == CUDA_SUCCESS) {
-        CUmemAccessDesc d;
-        memset(&d, 0, sizeof d);
-        d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-        d.location.id = M.dev;
-        d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        CUmemAccessDesc d = chunk_access(0);
         calls++;
         r = ooc_real.cuMemSetAccess(a, M.chunk, &d, 1);
         if (r != CUDA_SUCCESS) {
@@ -62,11 +58,7 @@ CUresult vmm_map_rw(CUdeviceptr a, CUmemGenericAllocationHandle h) {
 /* Sets the chunk-sized mapping at a read-only for the device (`ro`) or read-write again. */
 CUresult vmm_protect(CUdeviceptr a, int ro) {
     uint64_t t0 = mem_clock_ns();
-    CUmemAccessDesc d;
-    memset(&d, 0, sizeof d);
-    d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    d.location.id = M.dev;
-    d.flags = ro ? CU_MEM_ACCESS_FLAGS_PROT_READ : CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    CUmemAccessDesc d = chunk_access(ro);
     CUresult r = ooc_real.cuMemSetAccess(a, M.chunk, &d, 1);
     vmm_count(1, t0);
     return r;

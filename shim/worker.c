@@ -226,9 +226,7 @@ static void worker_swapin(job_t j) {
         }
         c->host = NULL;
         lru_push(c);
-        ooc_stats_add(OOC_STAT_swap_ins, 1);
-        ooc_stats_add(OOC_STAT_swap_in_bytes, chunk_used(c));
-        ooc_stats_add(OOC_STAT_prefetches, 1);
+        count_prefetch(c, 0);
     }
 }
 

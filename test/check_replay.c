@@ -120,6 +120,24 @@ static void assert_replayed(const cfg_t *c, const tu_result_t *r) {
     ck_assert_msg(iters >= 1 && blocked >= replaying && replaying >= 0,
                   "%s: iterations replayed %lld, blocked %lld ms, of it replaying %lld ms\n%s",
                   c->name, iters, blocked, replaying, tu_tail(r->err, 2000));
+    /* The blocked time by cause adds up to no more than all of it (each row is rounded to
+     * 0.01 ms), over the run and per replayed iteration. */
+    static const char *const run_rows[] = {
+        "of it: waiting for the residency lock", "of it: for planned swap-ins still queued",
+        "of it: for copies out (memory, remaps)", "of it: for a chunk's streams (remaps)"};
+    static const char *const iter_rows[] = {
+        "of it: the residency lock", "of it: planned swap-ins still queued",
+        "of it: copies out (memory, remaps)", "of it: a chunk's streams (remaps)"};
+    double all = tu_stat_value(r->err, "host time blocked in the shim"), sum = 0;
+    double per = tu_stat_value(r->err, "blocked per replayed iteration"), per_sum = 0;
+    for (int i = 0; i < 4; i++) {
+        sum += tu_stat_value(r->err, run_rows[i]);
+        per_sum += tu_stat_value(r->err, iter_rows[i]);
+    }
+    ck_assert_msg(
+        sum <= all + 0.04 && per_sum <= per + 0.04,
+        "%s: blocked %.2f ms, by cause %.2f; per replayed iteration %.2f, by cause %.2f\n%s",
+        c->name, all, sum, per, per_sum, tu_tail(r->err, 3000));
 }
 
 /* Ten iterations: the warm-up, three recorded, six or so replayed. */

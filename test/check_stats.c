@@ -196,6 +196,21 @@ START_TEST(test_table_reports_blocked_time_per_replayed_iteration) {
     ooc_stats_format(table, sizeof table);
     ck_assert(find_line(table, "program's mapping per replayed iteration", line, sizeof line));
     ck_assert_ptr_nonnull(strstr(line, " 0.50 ms"));
+    /* ... and by cause: the whole run's rows, and per replayed iteration (listed only there) */
+    ooc_stats_add(OOC_STAT_blocked_queued_ns, 7000000);
+    ooc_stats_add(OOC_STAT_replay_queued_ns, 4000000);
+    ooc_stats_add(OOC_STAT_replay_streams_ns, 1000000);
+    ooc_stats_format(table, sizeof table);
+    ck_assert(find_line(table, "of it: for planned swap-ins still queued", line, sizeof line));
+    ck_assert_ptr_nonnull(strstr(line, " 7.00 ms"));
+    ck_assert(find_line(table, "  of it: planned swap-ins still queued", line, sizeof line));
+    ck_assert_ptr_nonnull(strstr(line, " 1.00 ms"));
+    ck_assert(find_line(table, "  of it: a chunk's streams (remaps)", line, sizeof line));
+    ck_assert_ptr_nonnull(strstr(line, " 0.25 ms"));
+    ck_assert(find_line(table, "  of it: the residency lock", line, sizeof line));
+    ck_assert_ptr_nonnull(strstr(line, " 0.00 ms"));
+    ck_assert_msg(strstr(table, "4.00 ms") == NULL, "a per-iteration cell listed as it is:\n%s",
+                  table);
 }
 END_TEST
 

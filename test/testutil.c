@@ -269,17 +269,26 @@ void tu_result_free(tu_result_t *r) {
     r->out = r->err = NULL;
 }
 
-long long tu_stat_row(const char *text, const char *label) {
+/* The value of the row named `label` in text: where it starts; fails the test when none. */
+static const char *stat_value_at(const char *text, const char *label) {
     size_t ll = strlen(label);
     for (const char *line = text; line && *line;) {
         const char *q = line + strspn(line, " ");
         if (q > line && strncmp(q, label, ll) == 0 && q[ll] == ' ' && q[ll + 1] == ' ')
-            return atoll(q + ll);
+            return q + ll;
         const char *nl = strchr(line, '\n');
         line = nl ? nl + 1 : NULL;
     }
     ck_abort_msg("no statistics row \"%s\" in:\n%s", label, text ? text : "(nothing)");
-    return -1;
+    return NULL;
+}
+
+long long tu_stat_row(const char *text, const char *label) {
+    return atoll(stat_value_at(text, label));
+}
+
+double tu_stat_value(const char *text, const char *label) {
+    return strtod(stat_value_at(text, label), NULL);
 }
 
 long long tu_fc_stat(const char *path, const char *key) {

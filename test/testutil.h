@@ -59,6 +59,8 @@ void tu_result_free(tu_result_t *r);
 /* The value of the OOC_STATS row named `label` in text (a row is "  <label>  <value>..."), as an
  * integer (a fraction is cut). The test fails when no row has that name. */
 long long tu_stat_row(const char *text, const char *label);
+/* The same row's value with its fraction ("1.25 ms" is 1.25). */
+double tu_stat_value(const char *text, const char *label);
 
 /* The last `n` bytes of text (all of it when shorter; "" for NULL): failure messages quote a
  * child's output, which can be longer than a test's message may be. */
