@@ -1938,6 +1938,54 @@ START_TEST(test_late_threads_do_not_slow_the_modelled_device) {
 }
 END_TEST
 
+/* The modelled clock: a wait on memory that had to wait ends, in modelled time, no sooner than
+ * the host wrote the value. Here the wait's thread starts it 20 ms late (the kernel before it is
+ * modelled at 1 ms, but its body sleeps 20 ms), and the host writes the word 30 ms after queueing
+ * it: the wait used to end at 1 + 10 ms (its modelled start plus the time its body polled), so the
+ * 10.49 ms copy behind it ended before the write, and the host saw it done at once (CI,
+ * 2026-12-03: twenty copies seen done 0.1 ms before their modelled time). */
+START_TEST(test_a_wait_on_memory_ends_no_sooner_than_the_write) {
+    static const char *const env[] = {"FAKECUDA_SCHED",
+                                      "threaded",
+                                      "FAKECUDA_TIMING",
+                                      "1",
+                                      "FAKECUDA_H2D_GBPS",
+                                      "0.1",
+                                      "FAKECUDA_LAUNCH_US",
+                                      "1000",
+                                      NULL};
+    open_device(env);
+    size_t n = 1u << 20;
+    double copy_ms = (double)n / 0.1e6;
+    CUstream s;
+    CUdeviceptr d, k;
+    void *h = NULL;
+    uint32_t *word;
+    OK(cuMemAllocHost(&h, n));
+    OK(cuMemHostAlloc((void **)&word, sizeof *word, CU_MEMHOSTALLOC_DEVICEMAP));
+    *word = 0;
+    OK(cuMemAlloc(&d, n));
+    OK(cuMemAlloc(&k, 64));
+    OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    launch_fill(get_kernel("fill"), k, 1.0f, 16, 20000, s); /* 1 ms modelled, 20 ms asleep */
+    OK(cuStreamWaitValue32(s, (CUdeviceptr)(uintptr_t)word, 1, CU_STREAM_WAIT_VALUE_GEQ));
+    OK(cuMemcpyHtoDAsync(d, h, n, s));
+    usleep(30000);
+    uint64_t t0 = now_ns();
+    __atomic_store_n(word, 1, __ATOMIC_RELEASE);
+    OK(cuStreamSynchronize(s));
+    double host_ms = (double)(now_ns() - t0) / 1e6;
+    ck_assert_msg(host_ms >= copy_ms,
+                  "a %.2f ms copy behind a wait on memory was done %.2f ms after the write",
+                  copy_ms, host_ms);
+    OK(cuStreamDestroy(s));
+    OK(cuMemFree(d));
+    OK(cuMemFree(k));
+    OK(cuMemFreeHost(h));
+    OK(cuMemFreeHost(word));
+}
+END_TEST
+
 /* The modelled clock: an op that waits for an event starts when the op recorded before that event
  * ends, however far its stream has run since. Here a copy waits for two events: one after the
  * first of twenty 1 MiB copies on another stream (1.05 ms), one after a kernel modelled at 1 ms
@@ -3473,6 +3521,7 @@ Suite *suite_fakecuda(void) {
     tcase_add_test(t, test_timed_streams_sleep_without_timer_slack);
     tcase_add_test(t, test_a_kernel_holds_its_engine_for_its_cpu_time_not_its_wall_time);
     tcase_add_test(t, test_late_threads_do_not_slow_the_modelled_device);
+    tcase_add_test(t, test_a_wait_on_memory_ends_no_sooner_than_the_write);
     tcase_add_test(t, test_a_completion_wakes_only_the_stream_waiting_for_it);
     tcase_add_test(t, test_trace_tells_when_an_op_was_queued_and_ready);
     tcase_add_test(t, test_an_event_wait_starts_at_the_end_of_what_it_waits_for);

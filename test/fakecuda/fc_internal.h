@@ -147,8 +147,11 @@ struct fc_op {
     fc_engine_t engine;
     double model_ns;    /* timing model: time the op occupies its engine */
     uint64_t waited_ns; /* its body waited off the CPU (fakecuda_waited) */
-    int instant;        /* timing model: takes no device time (an event record: the body is the
-                         * simulator's bookkeeping, and its thread descheduled there is not the device) */
+    /* A wait on memory that had to wait: when its body saw the value (fc_now_ns); 0 when it held
+     * at once. The host wrote it then, so on a device the wait ends no sooner. */
+    uint64_t seen_ns;
+    int instant; /* timing model: takes no device time (an event record: the body is the
+                  * simulator's bookkeeping, and its thread descheduled there is not the device) */
     uint64_t queued_ns, ready_ns; /* timing model and FAKECUDA_TRACE: when it was queued; (trace
                                    * only) when its stream's thread found it first in line with its
                                    * dependencies done */

@@ -84,6 +84,8 @@ static CUresult run_memop(fc_op_t *op) {
             continue;
         }
         uint64_t t0 = fc_now_ns();
+        if (holds(m, load_word(m)))
+            continue;
         while (!holds(m, load_word(m))) {
             if (fc_now_ns() - t0 > (uint64_t)FC_WAIT_LIMIT_S * 1000000000ull) {
                 fc_warn("%s at %#lx for value %#llx (flags %#x) still waits after %d s: a "
@@ -94,6 +96,7 @@ static CUresult run_memop(fc_op_t *op) {
             }
             nanosleep(&(struct timespec){0, 20000}, NULL);
         }
+        op->seen_ns = fc_now_ns();
     }
     return CUDA_SUCCESS;
 }

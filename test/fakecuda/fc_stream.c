@@ -164,10 +164,16 @@ static CUresult execute(fc_op_t *op) {
         return op->run(op);
     if (op->engine == FC_ENG_NONE) {
         /* No engine: the op takes what its body takes, from its modelled start (a host function
-         * or a wait on memory holds its stream that long on a device too), or nothing. */
+         * or a wait on memory holds its stream that long on a device too), or nothing. A wait on
+         * memory that had to wait ends no sooner than the host wrote the value: its thread may
+         * have started it late, and counting its wait from the modelled start ended it before
+         * the write, so that ops behind it completed earlier than they could (CI, 2026-12-03:
+         * the host saw twenty copies done 0.1 ms before their modelled time). */
         uint64_t t0 = fc_now_ns();
         CUresult r = op->run(op);
         op->model_end_ns = op->model_start_ns + (op->instant ? 0 : fc_now_ns() - t0);
+        if (op->seen_ns > op->model_end_ns)
+            op->model_end_ns = op->seen_ns;
         return r;
     }
     pthread_mutex_lock(&g_fc.engine[op->engine]);
