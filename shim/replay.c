@@ -108,7 +108,7 @@ static struct {
     uint64_t iter;         /* iterations started under this plan, from 1 */
     uint64_t blocked_mark; /* OOC_STAT_blocked_ns when the current iteration started */
     uint64_t vmm_mark;     /* OOC_STAT_vmm_prog_ns then */
-    uint64_t why_mark[4];  /* OOC_STAT_blocked_{lock,queued,out,streams}_ns then */
+    uint64_t why_mark[OOC_STAT_WHY_N]; /* OOC_STAT_blocked_<cause>_ns then */
     int32_t *drop_rc; /* per action: for a drop, the recompute of the same buffer that follows */
     recipes_t rc;     /* dropped buffers waiting to be rebuilt */
 } P;
@@ -522,15 +522,12 @@ static void new_iteration(void) {
     resolve_all();
     /* The host time blocked in the iteration that ends here, when it ran whole under the plan
      * (the first one starts where the plan was made): on a GPU, time the device may idle. */
-    static const ooc_stat_t why[4][2] = {
-        {OOC_STAT_blocked_lock_ns, OOC_STAT_replay_lock_ns},
-        {OOC_STAT_blocked_queued_ns, OOC_STAT_replay_queued_ns},
-        {OOC_STAT_blocked_out_ns, OOC_STAT_replay_out_ns},
-        {OOC_STAT_blocked_streams_ns, OOC_STAT_replay_streams_ns},
-    };
+#define WHY_(c) {OOC_STAT_blocked_##c##_ns, OOC_STAT_replay_##c##_ns},
+    static const ooc_stat_t why[OOC_STAT_WHY_N][2] = {OOC_STAT_WHY(WHY_)};
+#undef WHY_
     uint64_t blocked = ooc_stats_get(OOC_STAT_blocked_ns);
     uint64_t vmm = ooc_stats_get(OOC_STAT_vmm_prog_ns);
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < OOC_STAT_WHY_N; i++) {
         uint64_t now = ooc_stats_get(why[i][0]);
         if (P.iter >= 2)
             ooc_stats_add(why[i][1], now - P.why_mark[i]);

@@ -141,9 +141,10 @@ size_t ooc_stats_format(char *buf, size_t len) {
         snprintf(v, sizeof v, "-");
     append(buf, len, &need, "  %-*s %*s\n", LABEL_W, "blocked per replayed iteration", VALUE_W, v);
     /* ... by what it waited for (the rest: other waits for the device). */
-    static const ooc_stat_t why[] = {OOC_STAT_replay_lock_ns, OOC_STAT_replay_queued_ns,
-                                     OOC_STAT_replay_out_ns, OOC_STAT_replay_streams_ns};
-    for (size_t i = 0; i < sizeof why / sizeof why[0]; i++) {
+#define WHY_(c) OOC_STAT_replay_##c##_ns,
+    static const ooc_stat_t why[OOC_STAT_WHY_N] = {OOC_STAT_WHY(WHY_)};
+#undef WHY_
+    for (size_t i = 0; i < OOC_STAT_WHY_N; i++) {
         if (iters > 0)
             ooc_stats_fmt_ns(ooc_stats_get(why[i]) / iters, v, sizeof v);
         else

@@ -97,6 +97,13 @@ typedef enum ooc_stat {
         OOC_STAT_N
 } ooc_stat_t;
 
+/* What the host's blocked time is split by (fastpath.c, wait_for): each cause c has a counter
+ * over the run, blocked_<c>_ns, and one per replayed iteration, replay_<c>_ns (replay.c adds it
+ * up, stats.c prints it). */
+#define OOC_STAT_WHY(X)        X(lock) X(queued) X(out) X(streams)
+#define OOC_STAT_WHY_COUNT_(c) +1
+enum { OOC_STAT_WHY_N = 0 OOC_STAT_WHY(OOC_STAT_WHY_COUNT_) };
+
 /* The cells: current value and (for gauges) peak, per statistic. Use the functions below. */
 typedef struct ooc_stats_cells {
     _Atomic uint64_t value[OOC_STAT_N];

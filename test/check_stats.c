@@ -132,6 +132,14 @@ static int find_line(const char *table, const char *label, char *line, size_t le
     return 0;
 }
 
+/* Asserts that the table has a row labelled `label` holding ` value`. */
+static void row_reads(const char *table, const char *label, const char *value) {
+    char line[256], want[64];
+    ck_assert_msg(find_line(table, label, line, sizeof line), "no row '%s' in\n%s", label, table);
+    snprintf(want, sizeof want, " %s", value);
+    ck_assert_msg(strstr(line, want) != NULL, "row '%s' does not read '%s'", line, value);
+}
+
 START_TEST(test_table_lists_every_statistic_aligned) {
     ooc_stats_gauge_add(OOC_STAT_resident_bytes, 16 * OOC_GiB - 20 * OOC_MiB);
     ooc_stats_gauge_sub(OOC_STAT_resident_bytes, 16 * OOC_GiB - 20 * OOC_MiB);
@@ -161,17 +169,12 @@ START_TEST(test_table_lists_every_statistic_aligned) {
         if (ooc_stats_is_gauge((ooc_stat_t)i))
             ck_assert_msg(strlen(line) == peak_end, "peak of '%s' is not aligned", line);
     }
-    ck_assert(find_line(table, "resident device memory", line, sizeof line));
-    ck_assert_ptr_nonnull(strstr(line, " 0.00 MiB"));
-    ck_assert_ptr_nonnull(strstr(line, " 15.98 GiB"));
-    ck_assert(find_line(table, "swapped out (device to host)", line, sizeof line));
-    ck_assert_ptr_nonnull(strstr(line, " 123.00 GiB"));
-    ck_assert(find_line(table, "swap-outs", line, sizeof line));
-    ck_assert_ptr_nonnull(strstr(line, " 1234"));
-    ck_assert(find_line(table, "stall time", line, sizeof line));
-    ck_assert_ptr_nonnull(strstr(line, " 1234.57 ms"));
-    ck_assert(find_line(table, "kernel launches", line, sizeof line));
-    ck_assert_ptr_nonnull(strstr(line, " 123456"));
+    row_reads(table, "resident device memory", "0.00 MiB");
+    row_reads(table, "resident device memory", "15.98 GiB");
+    row_reads(table, "swapped out (device to host)", "123.00 GiB");
+    row_reads(table, "swap-outs", "1234");
+    row_reads(table, "stall time", "1234.57 ms");
+    row_reads(table, "kernel launches", "123456");
 }
 END_TEST
 
@@ -186,29 +189,22 @@ START_TEST(test_table_reports_blocked_time_per_replayed_iteration) {
     ck_assert_msg(line[strlen(line) - 1] == '-', "no iteration replayed, yet '%s'", line);
     ooc_stats_add(OOC_STAT_replay_iters, 4);
     ooc_stats_format(table, sizeof table);
-    ck_assert(find_line(table, "host time blocked in the shim", line, sizeof line));
-    ck_assert_ptr_nonnull(strstr(line, " 9.00 ms"));
-    ck_assert(find_line(table, "blocked per replayed iteration", line, sizeof line));
-    ck_assert_ptr_nonnull(strstr(line, " 1.50 ms"));
+    row_reads(table, "host time blocked in the shim", "9.00 ms");
+    row_reads(table, "blocked per replayed iteration", "1.50 ms");
     /* the mapping calls the program's thread made itself, the same way */
     ooc_stats_add(OOC_STAT_vmm_prog_ns, 3000000);
     ooc_stats_add(OOC_STAT_replay_vmm_prog_ns, 2000000);
     ooc_stats_format(table, sizeof table);
-    ck_assert(find_line(table, "program's mapping per replayed iteration", line, sizeof line));
-    ck_assert_ptr_nonnull(strstr(line, " 0.50 ms"));
+    row_reads(table, "program's mapping per replayed iteration", "0.50 ms");
     /* ... and by cause: the whole run's rows, and per replayed iteration (listed only there) */
     ooc_stats_add(OOC_STAT_blocked_queued_ns, 7000000);
     ooc_stats_add(OOC_STAT_replay_queued_ns, 4000000);
     ooc_stats_add(OOC_STAT_replay_streams_ns, 1000000);
     ooc_stats_format(table, sizeof table);
-    ck_assert(find_line(table, "of it: for planned swap-ins still queued", line, sizeof line));
-    ck_assert_ptr_nonnull(strstr(line, " 7.00 ms"));
-    ck_assert(find_line(table, "  of it: planned swap-ins still queued", line, sizeof line));
-    ck_assert_ptr_nonnull(strstr(line, " 1.00 ms"));
-    ck_assert(find_line(table, "  of it: a chunk's streams (remaps)", line, sizeof line));
-    ck_assert_ptr_nonnull(strstr(line, " 0.25 ms"));
-    ck_assert(find_line(table, "  of it: the residency lock", line, sizeof line));
-    ck_assert_ptr_nonnull(strstr(line, " 0.00 ms"));
+    row_reads(table, "of it: for planned swap-ins still queued", "7.00 ms");
+    row_reads(table, "  of it: planned swap-ins still queued", "1.00 ms");
+    row_reads(table, "  of it: a chunk's streams (remaps)", "0.25 ms");
+    row_reads(table, "  of it: the residency lock", "0.00 ms");
     ck_assert_msg(strstr(table, "4.00 ms") == NULL, "a per-iteration cell listed as it is:\n%s",
                   table);
 }
@@ -222,8 +218,7 @@ START_TEST(test_table_reports_fragmentation_at_peak) {
 
     ooc_stats_alloc(100 * OOC_MiB, 102 * OOC_MiB);
     ooc_stats_format(table, sizeof table);
-    ck_assert(find_line(table, "mapped beyond requested, at peak", line, sizeof line));
-    ck_assert_ptr_nonnull(strstr(line, " 2.00 %"));
+    row_reads(table, "mapped beyond requested, at peak", "2.00 %");
 }
 END_TEST
 
