@@ -496,6 +496,19 @@ static CUdeviceptr map_new(size_t bytes, CUmemGenericAllocationHandle *h) {
     return va;
 }
 
+/* A word of pinned host memory that the device reads, set to 0 (cuMemFreeHost frees it). */
+static uint32_t *host_word(void) {
+    uint32_t *word;
+    OK(cuMemHostAlloc((void **)&word, sizeof *word, CU_MEMHOSTALLOC_DEVICEMAP));
+    *word = 0;
+    return word;
+}
+
+/* Holds stream s until the host sets *word to at least v. */
+static void wait_word(CUstream s, const uint32_t *word, uint32_t v) {
+    OK(cuStreamWaitValue32(s, (CUdeviceptr)(uintptr_t)word, v, CU_STREAM_WAIT_VALUE_GEQ));
+}
+
 START_TEST(test_vmm_map_access_unmap_roundtrip) {
     open_device(inline_);
     CUmemAllocationProp prop = dev_prop();
@@ -1165,14 +1178,12 @@ START_TEST(test_remap_queued_lets_gated_work_read_the_new_memory) {
     OK(cuMemUnmap(t, 2u << 20));
     OK(cuMemAlloc(&other, 64));
     float *host;
-    uint32_t *word;
     OK(cuMemHostAlloc((void **)&host, 16 * sizeof *host, 0));
-    OK(cuMemHostAlloc((void **)&word, sizeof *word, CU_MEMHOSTALLOC_DEVICEMAP));
-    *word = 0;
+    uint32_t *word = host_word();
     fakecuda_stats_t st;
     /* Gated: a kernel, then the wait, then a copy that reads va. */
     launch_fill(fill, other, 0.0f, 16, 50000, s);
-    OK(cuStreamWaitValue32(s, (CUdeviceptr)(uintptr_t)word, 1, CU_STREAM_WAIT_VALUE_GEQ));
+    wait_word(s, word, 1);
     OK(cuMemcpyDtoHAsync(host, va, 16 * sizeof *host, s));
     OK(cuMemUnmap(va, 2u << 20));
     OK(cuMemMap(va, 2u << 20, 0, h2, 0));
@@ -1194,7 +1205,7 @@ START_TEST(test_remap_queued_lets_gated_work_read_the_new_memory) {
     ck_assert_uint_eq(st.strict_violations, 1);
     /* Gated, but the word written before the remap: the gate is open, a violation again. */
     launch_fill(fill, other, 0.0f, 16, 100000, s);
-    OK(cuStreamWaitValue32(s, (CUdeviceptr)(uintptr_t)word, 2, CU_STREAM_WAIT_VALUE_GEQ));
+    wait_word(s, word, 2);
     OK(cuMemcpyDtoHAsync(host, va, 16 * sizeof *host, s));
     __atomic_store_n(word, 2, __ATOMIC_RELEASE);
     OK(cuMemUnmap(va, 2u << 20));
@@ -1905,16 +1916,14 @@ START_TEST(test_late_threads_do_not_slow_the_modelled_device) {
     CUdeviceptr d;
     CUevent a, b;
     void *h = NULL;
-    uint32_t *word;
     OK(cuMemAllocHost(&h, n)); /* pinned: a pageable copy is staged, and waits, at the call */
     memset(h, 5, n);
-    OK(cuMemHostAlloc((void **)&word, sizeof *word, CU_MEMHOSTALLOC_DEVICEMAP));
-    *word = 0;
+    uint32_t *word = host_word();
     OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
     OK(cuMemAlloc(&d, n));
     OK(cuEventCreate(&a, 0));
     OK(cuEventCreate(&b, 0));
-    OK(cuStreamWaitValue32(s, (CUdeviceptr)(uintptr_t)word, 1, CU_STREAM_WAIT_VALUE_GEQ));
+    wait_word(s, word, 1);
     OK(cuEventRecord(a, s));
     for (int i = 0; i < copies; i++)
         OK(cuMemcpyHtoDAsync(d, h, n, s));
@@ -1960,15 +1969,13 @@ START_TEST(test_a_wait_on_memory_ends_no_sooner_than_the_write) {
     CUstream s;
     CUdeviceptr d, k;
     void *h = NULL;
-    uint32_t *word;
     OK(cuMemAllocHost(&h, n));
-    OK(cuMemHostAlloc((void **)&word, sizeof *word, CU_MEMHOSTALLOC_DEVICEMAP));
-    *word = 0;
+    uint32_t *word = host_word();
     OK(cuMemAlloc(&d, n));
     OK(cuMemAlloc(&k, 64));
     OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
     launch_fill(get_kernel("fill"), k, 1.0f, 16, 20000, s); /* 1 ms modelled, 20 ms asleep */
-    OK(cuStreamWaitValue32(s, (CUdeviceptr)(uintptr_t)word, 1, CU_STREAM_WAIT_VALUE_GEQ));
+    wait_word(s, word, 1);
     OK(cuMemcpyHtoDAsync(d, h, n, s));
     usleep(30000);
     uint64_t t0 = now_ns();
