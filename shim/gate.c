@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* gate.c: remapping behind the device (OOC_REMAP_GATE=1, outside safe mode).
+/* gate.c: remapping behind the device (OOC_REMAP_GATE=1).
  *
  * A planned swap-in of a chunk whose own swap-out still copies out, its memory taken by another
  * chunk, needs its address remapped, which only the host can do and only once the device has
@@ -11,6 +11,10 @@
  * address only after that. This relies on what scripts/gpu-first-contact's probe remapgate asks
  * of the real driver (that cuMemUnmap and cuMemMap return while a stream waits on a host word,
  * and that work queued before a remap and run after it reads the new memory): off by default.
+ * In safe mode the same job moves a swapped chunk's address from its host alias to device memory
+ * (transfer.c's swapin_behind_gate): its `after` event then follows the work issued so far on
+ * every stream that may reach the address unseen, and every op issued after the job waits for
+ * the copy in behind the gate (streams.c's fill_set, FILL_GATE).
  *
  * Invariants: jobs are done in ticket order (no deadlock: a job's copy out was recorded before
  * the job, so it can only wait for gates of earlier jobs, done before it); until a job is done,
@@ -18,7 +22,7 @@
  * vmm_map_rw (vmm.c) wait for it first (gate_settle). The mapping thread never takes mem_lock, so
  * a holder of mem_lock may wait for it. Locking: G.lock guards the ring and the counters; the
  * events' references are dropped under mem_lock (gate_reap). Callers: mem.c (start, stop),
- * transfer.c (gate_push), vmm.c (gate_settle). */
+ * worker.c (start), transfer.c (gate_push), vmm.c (gate_settle). */
 #include "mem_int.h"
 
 #include <stdlib.h>
@@ -118,7 +122,7 @@ static void *gate_main(void *arg) {
  * driver cannot give a word both sides see (the gate stays off). */
 int gate_start(void) {
     void *w = NULL;
-    if (M.safe || G.on)
+    if (G.on)
         return 0;
     if (ooc_real.cuMemHostAlloc(&w, 64, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE) !=
         CUDA_SUCCESS)

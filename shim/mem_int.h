@@ -30,6 +30,9 @@ extern int oom_flag OOC_INTERNAL;
 
 enum { C_EMPTY, C_RESIDENT, C_SWAPPED };
 
+/* Safe mode's copy streams whose copies in every op waits for (M.fill, streams.c's fill_set). */
+enum { FILL_WORKER, FILL_DEMAND, FILL_GATE, FILL_N };
+
 #define MAX_USERS   4
 #define MAX_STREAMS 16
 #define SLAB_ALIGN  256
@@ -223,10 +226,11 @@ struct mem_state {
     unsigned fc_next;
     uint64_t fc_epoch;    /* advances whenever work is issued on a stream the shim follows */
     _Atomic int fc_dirty; /* the fast path issued work since fc_epoch last advanced */
-    /* Safe mode: the last copy in on each copy stream (the worker's, demand residency's) into
-     * memory just mapped at an address any op may reach unseen; every op's stream waits for them
-     * until they have completed, and meanwhile no op takes the fast path (fill_on). */
-    evref_t *fill[2];
+    /* Safe mode: the last copy in on each copy stream (FILL_WORKER, FILL_DEMAND, FILL_GATE: the
+     * worker's, demand residency's, the gate's) into memory just mapped at an address any op may
+     * reach unseen; every op's stream waits for them until they have completed, and meanwhile
+     * no op takes the fast path (fill_on). */
+    evref_t *fill[FILL_N];
     _Atomic int fill_on;
     chunk_t **staged; /* safe mode: staged swap-ins, oldest first (stage.c) */
     /* Staging: one byte per chunk index, 1 when a host-to-device copy stored an address in the
@@ -471,6 +475,7 @@ void ahead_add(evref_t *v);
 long serve_queued(void);
 int serve_queued_some(unsigned max);
 void serve_op_chunks(void);
+int swapin_behind_gate(chunk_t *c);
 int wait_op_swapouts(void);
 int host_serves(void);
 

@@ -142,13 +142,16 @@ static const ooc_option_desc_t table[] = {
      .type = OOC_OPT_BOOL,
      .def = "0",
      .accepted = "0 or 1",
-     .doc = "Replay outside safe mode, experimental: 1: a planned swap-in whose buffer is still "
-            "being copied out, its memory given to another, does not hold the program's thread "
-            "until the copy out ends: its copy in waits on the GPU behind a word of host memory "
-            "that a shim thread writes once it has moved the address to new memory. Relies on "
-            "driver behaviour not yet measured on a GPU (work queued before a remap reads the "
-            "new memory; unmapping does not wait for a stream that waits on host memory); 0: "
-            "the program's thread waits for that copy out.",
+     .doc = "Replay, experimental: 1: a planned swap-in whose buffer is still being copied "
+            "out, its memory given to another, does not hold the program's thread until the copy "
+            "out ends: its copy in waits on the GPU behind a word of host memory that a shim "
+            "thread writes once it has moved the address to new memory; in safe mode, a planned "
+            "swap-in of a buffer whose address shows its host copy does not wait on the host for "
+            "the device to finish the work that may reach it: the shim thread moves the address "
+            "once the device got there, and every operation issued meanwhile waits for the copy "
+            "in on the GPU. Relies on driver behaviour not yet measured on a GPU (work queued "
+            "before a remap reads the new memory; unmapping does not wait for a stream that "
+            "waits on host memory); 0: the host waits.",
      .offset = OFF(remap_gate)},
     {.name = "OOC_REUSE",
      .type = OOC_OPT_BOOL,

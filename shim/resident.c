@@ -472,7 +472,7 @@ static CUresult swapins_issued(void) {
         c->host = NULL;
     }
     if (v && M.safe)
-        fill_set(1, v);
+        fill_set(FILL_DEMAND, v);
     ev_drop(v);
     return CUDA_SUCCESS;
 }

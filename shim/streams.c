@@ -238,8 +238,8 @@ evref_t *fence_ev(CUstream s) {
  * wait for the copies in (each copy stream runs them in order: its last event covers the ones
  * before). */
 
-/* Safe mode: v (one reference taken) follows the last copy in issued on copy stream k (0: the
- * worker's, 1: demand residency's). Caller holds mem_lock. */
+/* Safe mode: v (one reference taken) follows the last copy in issued on copy stream k (FILL_*).
+ * Caller holds mem_lock. */
 void fill_set(unsigned k, evref_t *v) {
     quiesce(); /* no fast-path op passes fill_on unseen from here */
     v->refs++;
@@ -253,7 +253,7 @@ void fill_set(unsigned k, evref_t *v) {
 CUresult fill_wait(CUstream s) {
     CUresult r = CUDA_SUCCESS;
     int pending = 0;
-    for (unsigned k = 0; k < 2 && r == CUDA_SUCCESS; k++) {
+    for (unsigned k = 0; k < FILL_N && r == CUDA_SUCCESS; k++) {
         if (!M.fill[k])
             continue;
         if (ev_done(M.fill[k])) {
@@ -271,7 +271,7 @@ CUresult fill_wait(CUstream s) {
 
 /* At shutdown. Caller holds mem_lock. */
 void fill_drop(void) {
-    for (unsigned k = 0; k < 2; k++) {
+    for (unsigned k = 0; k < FILL_N; k++) {
         ev_drop(M.fill[k]);
         M.fill[k] = NULL;
     }

@@ -168,7 +168,10 @@ static void worker_swapin(job_t j) {
                       (unsigned long long)M.resident);
             return;
         }
-        if (M.safe && c->aliased && !waited && !stage) {
+        /* Safe mode with OOC_REMAP_GATE=1: the alias goes behind a gate on the device instead
+         * (swapin_behind_gate): nothing to wait for here. */
+        int gated = M.safe && c->aliased && !stage && M.remap_gate && gate_on();
+        if (M.safe && c->aliased && !waited && !stage && !gated) {
             waited = 1;
             worker_wait(NULL, &c, 1); /* then look again: the lock was released */
             continue;
@@ -187,6 +190,8 @@ static void worker_swapin(job_t j) {
             ooc_stats_add(OOC_STAT_prefetches, 1);
             continue;
         }
+        if (r == CUDA_SUCCESS && gated && swapin_behind_gate(c))
+            continue;
         /* (Not staged, e.g. no spare address: in at its own address, its streams waited for.) */
         if (r == CUDA_SUCCESS && M.safe && c->aliased && (r = wait_chunks(&c, 1)) == CUDA_SUCCESS) {
             waited = 1; /* the lock stays held until the next chunk */
@@ -217,7 +222,7 @@ static void worker_swapin(job_t j) {
         c->queued = 0;
         if (v) {
             if (M.safe)
-                fill_set(0, v);
+                fill_set(FILL_WORKER, v);
             c->in_ev = v;
             ahead_add(v);
             limbo_put(c->host, v);
@@ -296,7 +301,7 @@ int ooc_mem_replay_init(double h2d_bps) {
             M.h2d = M.d2h = NULL;
         } else {
             M.worker_on = 1;
-            if (M.remap_gate && !M.safe && gate_start() != 0)
+            if (M.remap_gate && gate_start() != 0)
                 OOC_LOG_W("OOC_REMAP_GATE=1: no pinned host word for the gates; the program's "
                           "thread waits for copies out instead");
         }

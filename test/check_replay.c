@@ -723,11 +723,16 @@ END_TEST
 enum { HP_WRITE = 1, HP_DEVICE_TABLE = 2 };
 
 /* test/progs/hiddenprog (see its header) under the shim in safe mode, 64 KiB chunks, a budget
- * of six chunks, with --write and --device-table as `how` has them (HP_*), plus `more`
- * (NULL-terminated). */
-static tu_result_t run_hiddenprog(const char *iters, int how, const char *const *more) {
-    const char *args[7] = {"--iters", iters, "--pause-ms", "30"};
+ * of six chunks, with --pause-ms `pause`, --write and --device-table as `how` has them (HP_*),
+ * --indirect-ms `indirect` (NULL: none), plus `more` (NULL-terminated). */
+static tu_result_t run_hiddenprog(const char *iters, int how, const char *pause,
+                                  const char *indirect, const char *const *more) {
+    const char *args[9] = {"--iters", iters, "--pause-ms", pause};
     size_t na = 4;
+    if (indirect) {
+        args[na++] = "--indirect-ms";
+        args[na++] = indirect;
+    }
     if (how & HP_WRITE)
         args[na++] = "--write";
     if (how & HP_DEVICE_TABLE)
@@ -744,23 +749,34 @@ static tu_result_t run_hiddenprog(const char *iters, int how, const char *const 
     return tu_run_prog("test/progs/hiddenprog", args, 1, env, 120);
 }
 
-/* hiddenprog (with --write, --device-table as `how` has them) recorded, then replayed with a plan
- * written here that swaps B out after op 1 and in before op 3, the simulated device threaded and
- * strict, the link to the device slowed to 0.66 MB/s (a copy in of B's one chunk takes about 100
- * ms, the host's pause 30 ms), OOC_SAFE_STAGE=`stage`. Returns the replay's statistic `row`, or -1
- * when `may_fault` and the program stopped on the device's fault that the shim reported, naming the
- * setting that keeps the write (a wrong word is never accepted). */
-/* The last hidden_case's statistic "chunks not staged: address stored by a copy". */
+/* The last hidden_run's statistic "chunks not staged: address stored by a copy". */
 static long long hidden_reached;
 
-static long long hidden_case(int how, const char *stage, const char *row, int may_fault) {
-    int write = how & HP_WRITE;
+/* How hidden_run runs hiddenprog: HP_* flags; the plan's swap-in before op `in_before` (3 when
+ * 0); hiddenprog's --pause-ms (30 when NULL) and --indirect-ms (none when NULL); OOC_REMAP_GATE=1
+ * with FAKECUDA_REMAP_QUEUED=1 when `gate`. */
+typedef struct {
+    int how;
+    unsigned in_before;
+    const char *pause, *indirect;
+    int gate;
+} hidden_t;
+
+/* hiddenprog as `h` has it, recorded, then replayed with a plan written here that swaps B out
+ * after op 1 and in before op 3 (or h->in_before), the simulated device threaded and strict, the
+ * link to the device slowed to 0.66 MB/s (a copy in of B's one chunk takes about 100 ms, the
+ * host's pause 30 ms), OOC_SAFE_STAGE=`stage`. Returns the replay's statistic `row`, or -1 when
+ * `may_fault` and the program stopped on the device's fault that the shim reported, naming the
+ * setting that keeps the write (a wrong word is never accepted). */
+static long long hidden_run(const hidden_t *h, const char *stage, const char *row, int may_fault) {
+    int how = h->how, write = how & HP_WRITE;
+    const char *pause = h->pause ? h->pause : "30";
     char dir[64], pdir[96], ops[128], bufs[128], plan[128], env_plan[160], line[512];
     snprintf(dir, sizeof dir, "/tmp/ooc-hidden-XXXXXX");
     ck_assert_ptr_nonnull(mkdtemp(dir));
     snprintf(pdir, sizeof pdir, "OOC_PROFILE_DIR=%s", dir);
     const char *const rec[] = {pdir, NULL};
-    tu_result_t r = run_hiddenprog("12", how, rec);
+    tu_result_t r = run_hiddenprog("12", how, pause, h->indirect, rec);
     ck_assert_msg(r.status == 0 && strstr(r.out, "hiddenprog: ok") != NULL, "status %d\n%s\n%s",
                   r.status, r.out, tu_tail(r.err, 2000));
     tu_result_free(&r);
@@ -782,8 +798,8 @@ static long long hidden_case(int how, const char *stage, const char *row, int ma
             "#ooc-plan\t1\tpolicy=hand\tbudget_bytes=393216\tchunk_bytes=65536\tnops=7\t"
             "nbufs=%ld\ntype\top\tbuffer\taction\tvia\n"
             "buffer\t-\t%ld\tswap\t-\n"
-            "after\t1\t%ld\tswapout\t-\nbefore\t3\t%ld\tswapin\t-\nbefore\t6\t%ld\twait\t-\n",
-            nbufs, b, b, b, b);
+            "after\t1\t%ld\tswapout\t-\nbefore\t%u\t%ld\tswapin\t-\nbefore\t6\t%ld\twait\t-\n",
+            nbufs, b, b, h->in_before ? h->in_before : 3, b, b);
     ck_assert_int_eq(fclose(f), 0);
     snprintf(env_plan, sizeof env_plan, "OOC_PLAN=%s", plan);
     char env_stage[64];
@@ -795,8 +811,10 @@ static long long hidden_case(int how, const char *stage, const char *row, int ma
                                   "FAKECUDA_H2D_GBPS=0.00066",
                                   "FAKECUDA_D2H_GBPS=1",
                                   "FAKECUDA_LAUNCH_US=5",
+                                  h->gate ? "OOC_REMAP_GATE=1" : NULL,
+                                  "FAKECUDA_REMAP_QUEUED=1",
                                   NULL};
-    r = run_hiddenprog("8", how, replay);
+    r = run_hiddenprog("8", how, pause, h->indirect, replay);
     long long planned = tu_stat_row(r.err, "operations run as planned");
     long long ahead = tu_stat_row(r.err, "planned swap-ins issued ahead (chunks)");
     long long value = tu_stat_row(r.err, row);
@@ -820,6 +838,12 @@ static long long hidden_case(int how, const char *stage, const char *row, int ma
     return value;
 }
 
+/* hidden_run with hiddenprog's defaults and the swap-in before op 3, the gate as `gate` has it. */
+static long long hidden_case(int how, const char *stage, const char *row, int may_fault, int gate) {
+    const hidden_t h = {.how = how, .gate = gate};
+    return hidden_run(&h, stage, row, may_fault);
+}
+
 /* Safe mode: an op that reaches a buffer through a pointer in device memory, which the shim
  * cannot see, gets its bytes around a planned swap-in, while the host is not ahead of the device
  * (hiddenprog pauses it 30 ms after op 3: the device reaches the swap-in meanwhile). Staged
@@ -833,19 +857,45 @@ static long long hidden_case(int how, const char *stage, const char *row, int ma
 START_TEST(test_safe_mode_orders_hidden_reads_after_copy_in) {
     static const char row[] = "safe mode: swap-ins staged beside the alias";
     /* T filled by a kernel: the shim cannot know B is reached through it. */
-    long long staged = hidden_case(HP_DEVICE_TABLE, "1", row, 0);
+    long long staged = hidden_case(HP_DEVICE_TABLE, "1", row, 0, 0);
     ck_assert_msg(staged >= 5, "staged %lld", staged);
-    ck_assert_int_eq(hidden_case(0, "0", row, 0), 0);
-    ck_assert_int_eq(hidden_case(HP_WRITE, "0", row, 0), 0);
+    ck_assert_int_eq(hidden_case(0, "0", row, 0, 0), 0);
+    ck_assert_int_eq(hidden_case(HP_WRITE, "0", row, 0, 0), 0);
     /* Staged, the alias is read-only until op 6: the write faults, reported (it would otherwise
      * be lost: the copy in read B already). It may also land before the copy starts, and count. */
-    long long w = hidden_case(HP_WRITE | HP_DEVICE_TABLE, "1", row, 1);
+    long long w = hidden_case(HP_WRITE | HP_DEVICE_TABLE, "1", row, 1, 0);
     fprintf(stderr, "hidden write, staged: %s\n",
             w < 0 ? "faulted, reported with OOC_SAFE_STAGE=0" : "landed before the copy in");
     /* T written by cuMemcpyHtoD: the shim saw B's address stored, never stages B, and the write
      * through T is kept. */
-    ck_assert_int_eq(hidden_case(HP_WRITE, "1", row, 0), 0);
+    ck_assert_int_eq(hidden_case(HP_WRITE, "1", row, 0, 0), 0);
     ck_assert_int_ge(hidden_reached, 1);
+}
+END_TEST
+
+/* Safe mode with OOC_REMAP_GATE=1 (on a simulated device that lets work queued before a remap
+ * read the new memory, FAKECUDA_REMAP_QUEUED=1, and takes a copy's engine from what is mapped
+ * when it starts): the planned swap-in of B moves its address from its host copy behind a gate
+ * on the device (shim/gate.c), with no wait of the host for the streams that may reach it
+ * unseen. hiddenprog's reads and writes of B through its pointer table (filled by a copy the shim
+ * sees, or by a kernel it cannot read) land on the right bytes, in two timings: (1) the swap-in
+ * before op 3 and the host paused 30 ms after it: op 4's hidden access comes after the remap and
+ * must wait for the copy in (without fill_set the strict device reports copy_indirect reading B
+ * while the copy writes it); (2) the swap-in before op 4 itself, op 4 holding the device 50 ms
+ * before it reaches B: B's alias is in (its swap-out finished during the pause), op 4 is issued
+ * before the remap and runs after the worker started the swap-in, which must wait for it
+ * (without the events on the program's streams the address moves under it). */
+START_TEST(test_safe_mode_swaps_in_behind_a_gate) {
+    static const char row[] = "remapped behind the device (chunks)";
+    static const int hows[] = {0, HP_WRITE, HP_DEVICE_TABLE, HP_WRITE | HP_DEVICE_TABLE};
+    for (size_t i = 0; i < sizeof hows / sizeof hows[0]; i++) {
+        const hidden_t after = {.how = hows[i], .gate = 1};
+        const hidden_t under = {.how = hows[i], .in_before = 4, .indirect = "50", .gate = 1};
+        long long a = hidden_run(&after, "0", row, 0), u = hidden_run(&under, "0", row, 0);
+        ck_assert_msg(a >= 5 && u >= 5, "how %d: %lld and %lld chunks remapped behind the device",
+                      hows[i], a, u);
+        fprintf(stderr, "hiddenprog how %d: %lld and %lld swap-ins behind a gate\n", hows[i], a, u);
+    }
 }
 END_TEST
 
@@ -973,6 +1023,10 @@ Suite *suite_replay(void) {
     tcase_add_test(tc, test_remap_gate_is_refused_by_the_strict_simulated_device);
     tcase_add_test(tc, test_safe_mode_orders_hidden_reads_after_copy_in);
     suite_add_tcase(s, tc);
+    TCase *g = tcase_create("safe-gate");
+    tcase_set_timeout(g, 900);
+    tcase_add_test(g, test_safe_mode_swaps_in_behind_a_gate);
+    suite_add_tcase(s, g);
     TCase *f = tcase_create("faults");
     tcase_set_timeout(f, tu_under_valgrind() ? 36000 : 900);
     tcase_add_test(f, test_fault_in_planned_swap_in_copy_is_clean);

@@ -171,27 +171,66 @@ static CUresult prepare(copy_one_t *c, uintptr_t dst, uintptr_t src, size_t n, i
     return CUDA_SUCCESS;
 }
 
-/* Which engine a copy uses, how long it holds it and which counter its bytes go to: by where
- * each side's memory is located (see the header comment). */
-static void account(fc_op_t *op, const copy_one_t *c) {
+/* Which engine a copy uses (left as it is when the copy does not cross the link or the device's
+ * memory), how long it holds it and which counter its bytes go to (b[0] host-to-device, b[1]
+ * device-to-host, b[2] device-to-device): by where each side's memory is located (see the header
+ * comment). */
+static double classify(const copy_one_t *c, fc_engine_t *engine, uint64_t b[3]) {
     int d_dev = c->dside == SIDE_DEVICE && !c->dhost, s_dev = c->sside == SIDE_DEVICE && !c->shost;
-    double ns;
     if (d_dev && s_dev) {
-        op->engine = FC_ENG_COMPUTE;
-        ns = 2.0 * (double)c->n / g_fc.cfg.hbm_gbps;
-        op->b_d2d += c->n;
-    } else if (d_dev) {
-        op->engine = FC_ENG_H2D;
-        ns = (double)c->n / g_fc.cfg.h2d_gbps;
-        op->b_h2d += c->n;
-    } else if (s_dev) {
-        op->engine = FC_ENG_D2H;
-        ns = (double)c->n / g_fc.cfg.d2h_gbps;
-        op->b_d2h += c->n;
-    } else {
-        ns = 0;
+        *engine = FC_ENG_COMPUTE;
+        b[2] += c->n;
+        return 2.0 * (double)c->n / g_fc.cfg.hbm_gbps;
     }
-    op->model_ns += ns;
+    if (d_dev) {
+        *engine = FC_ENG_H2D;
+        b[0] += c->n;
+        return (double)c->n / g_fc.cfg.h2d_gbps;
+    }
+    if (s_dev) {
+        *engine = FC_ENG_D2H;
+        b[1] += c->n;
+        return (double)c->n / g_fc.cfg.d2h_gbps;
+    }
+    return 0;
+}
+
+/* A copy queued before an address it names was remapped (FAKECUDA_REMAP_QUEUED=1) runs on what
+ * is mapped when it starts, as a copy engine translates addresses as it goes: its engine,
+ * modelled time (FAKECUDA_SLOW's factor kept) and byte counters are taken again then. A copy in
+ * queued while its destination still showed a host copy crosses the link when it runs. */
+static void relocate_copy(fc_op_t *op) {
+    copy_payload_t *p = op->payload;
+    fc_engine_t engine = FC_ENG_NONE, old_engine = FC_ENG_NONE;
+    uint64_t b[3] = {0, 0, 0}, old_b[3] = {0, 0, 0};
+    double ns = 0, old_ns = 0;
+    for (size_t i = 0; i < p->count; i++) {
+        copy_one_t *c = &p->c[i];
+        old_ns += classify(c, &old_engine, old_b);
+        c->dhost = c->dside == SIDE_DEVICE && fc_mem_is_host_located(c->dst);
+        c->shost = c->sside == SIDE_DEVICE && fc_mem_is_host_located(c->src);
+        ns += classify(c, &engine, b);
+    }
+    if (engine == old_engine && ns == old_ns)
+        return;
+    double slow = old_ns > 0 ? op->model_ns / old_ns : 1.0;
+    op->engine = engine;
+    op->model_ns = ns * slow;
+    FC_STAT(bytes_h2d, (int64_t)b[0] - (int64_t)old_b[0]);
+    FC_STAT(bytes_d2h, (int64_t)b[1] - (int64_t)old_b[1]);
+    FC_STAT(bytes_d2d, (int64_t)b[2] - (int64_t)old_b[2]);
+    op->b_h2d = b[0];
+    op->b_d2h = b[1];
+    op->b_d2d = b[2];
+}
+
+/* Classifies one copy of op (classify) and adds its time and bytes to op's. */
+static void account(fc_op_t *op, const copy_one_t *c) {
+    uint64_t b[3] = {0, 0, 0};
+    op->model_ns += classify(c, &op->engine, b);
+    op->b_h2d += b[0];
+    op->b_d2h += b[1];
+    op->b_d2d += b[2];
     /* Strict mode watches every device address range, host-located mappings included. */
     if (c->dside == SIDE_DEVICE)
         fc_op_ref(op, c->dst, c->dst + c->n, 1);
@@ -246,6 +285,7 @@ static CUresult submit_copies(copy_payload_t *p, const char *what, CUstream h, i
     op->model_ns *= fc_slow_take();
     op->n_memcpys = ncalls;
     op->clone = clone_copy;
+    op->relocate = relocate_copy;
     uint64_t seq;
     CUresult r = fc_submit(s, op, &seq);
     if (r != CUDA_SUCCESS)
@@ -486,6 +526,7 @@ CUresult fc_copy3d_op(const CUDA_MEMCPY3D *c, fc_op_t **out) {
         account(op, &p->c[i]);
     op->n_memcpys = 1;
     op->clone = clone_copy;
+    op->relocate = relocate_copy;
     *out = op;
     return CUDA_SUCCESS;
 }

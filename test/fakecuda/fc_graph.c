@@ -97,6 +97,7 @@ static fc_op_t *op_clone(const fc_op_t *t) {
     op->model_ns = t->model_ns;
     op->on_submit = t->on_submit;
     op->clone = t->clone;
+    op->relocate = t->relocate;
     op->n_kernels = t->n_kernels;
     op->n_memcpys = t->n_memcpys;
     op->n_memsets = t->n_memsets;

@@ -159,6 +159,10 @@ struct fc_op {
      * ops it waits for done, by their modelled ends) and end it (fc_stream.c, "the modelled
      * clock"). */
     uint64_t model_start_ns, model_end_ns;
+    /* FAKECUDA_REMAP_QUEUED=1, timing model: called as the op starts (no lock held, before it
+     * takes an engine) to take its engine, modelled time and bytes again from where its memory
+     * is located then (an address remapped while it was queued). May be NULL. */
+    void (*relocate)(fc_op_t *op);
     /* Executes the op; returns 0 or a CUresult to make sticky. Runs without locks held. */
     CUresult (*run)(fc_op_t *op);
     void (*dispose)(fc_op_t *op); /* frees the payload; may be NULL */

@@ -162,6 +162,8 @@ static uint64_t thread_cpu_ns(void) {
 static CUresult execute(fc_op_t *op) {
     if (!g_fc.cfg.timing)
         return op->run(op);
+    if (g_fc.cfg.remap_queued && op->relocate)
+        op->relocate(op);
     if (op->engine == FC_ENG_NONE) {
         /* No engine: the op takes what its body takes, from its modelled start (a host function
          * or a wait on memory holds its stream that long on a device too), or nothing. A wait on

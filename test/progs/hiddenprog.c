@@ -20,7 +20,12 @@
  * stages B); with --device-table, by a kernel (store_word) given B's address as an integer,
  * which the shim cannot tell from a plain access to B.
  *
- * Options: --iters N (default 12, at least 1), --pause-ms MS, --write, --device-table. Output:
+ * With --indirect-ms MS, op 4 holds the device MS milliseconds before it reaches B (its body
+ * sleeps and declares it, fakecuda_waited): a hidden access still to come while the device runs
+ * the op, which a remap of B's address must wait for.
+ *
+ * Options: --iters N (default 12, at least 1), --pause-ms MS, --write, --device-table,
+ * --indirect-ms MS (0 to 10000, default 0). Output:
  * "hiddenprog: ok" when A, B and D hold the host model's words after the last iteration. Exit
  * status: 0; 1 when a word is wrong (named on stderr); 2 when a driver call failed; 64 on a bad
  * option. Linked with -lcuda (the simulated driver). Run it with FAKECUDA_GRANULARITY=64K and
@@ -31,10 +36,23 @@
 
 #define WORDS ((size_t)16384) /* 64 KiB */
 
+/* --indirect-ms: how long the indirect kernels hold the device before they reach B. */
+static int indirect_ms;
+
+/* The indirect kernels' wait before they read the table (--indirect-ms). */
+static void indirect_wait(fakecuda_launch_t *l) {
+    if (!indirect_ms)
+        return;
+    struct timespec ts = {indirect_ms / 1000, (long)(indirect_ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+    fakecuda_waited(l, (uint64_t)indirect_ms * 1000000u);
+}
+
 /* copy_indirect(table, dst, n): dst[0 .. n) = (table[0])[0 .. n), 32-bit words. */
 static int k_copy_indirect(fakecuda_launch_t *l) {
     CUdeviceptr t = FAKECUDA_ARG(l, 0, CUdeviceptr), d = FAKECUDA_ARG(l, 1, CUdeviceptr);
     int n = FAKECUDA_ARG(l, 2, int);
+    indirect_wait(l);
     const CUdeviceptr *tab = fakecuda_access(l, t, sizeof *tab, 0);
     if (!tab)
         return -1;
@@ -50,6 +68,7 @@ static int k_copy_indirect(fakecuda_launch_t *l) {
 static int k_bump_indirect(fakecuda_launch_t *l) {
     CUdeviceptr t = FAKECUDA_ARG(l, 0, CUdeviceptr), d = FAKECUDA_ARG(l, 1, CUdeviceptr);
     int n = FAKECUDA_ARG(l, 2, int);
+    indirect_wait(l);
     const CUdeviceptr *tab = fakecuda_access(l, t, sizeof *tab, 0);
     if (!tab)
         return -1;
@@ -101,6 +120,14 @@ int main(int argc, char **argv) {
         if (strcmp(argv[i], "--pause-ms") == 0 && i + 1 < argc) {
             if (up_parse_pause("hiddenprog", argv[++i], &pause_ms) != 0)
                 return 64;
+        } else if (strcmp(argv[i], "--indirect-ms") == 0 && i + 1 < argc) {
+            char *end;
+            long v = strtol(argv[++i], &end, 10);
+            if (end == argv[i] || *end || v < 0 || v > 10000) {
+                fprintf(stderr, "hiddenprog: --indirect-ms %s: expected 0 to 10000\n", argv[i]);
+                return 64;
+            }
+            indirect_ms = (int)v;
         } else if (strcmp(argv[i], "--write") == 0) {
             write = 1;
         } else if (strcmp(argv[i], "--device-table") == 0) {
@@ -109,7 +136,8 @@ int main(int argc, char **argv) {
             rest[nrest++] = argv[i];
         } else {
             fprintf(stderr,
-                    "usage: hiddenprog [--iters N] [--pause-ms MS] [--write] [--device-table]\n");
+                    "usage: hiddenprog [--iters N] [--pause-ms MS] [--write] [--device-table] "
+                    "[--indirect-ms MS]\n");
             return 64;
         }
     }
