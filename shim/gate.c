@@ -16,8 +16,10 @@
  * every stream that may reach the address unseen, and every op issued after the job waits for
  * the copy in behind the gate (streams.c's fill_set, FILL_GATE).
  *
- * Invariants: jobs are done in ticket order (no deadlock: a job's copy out was recorded before
- * the job, so it can only wait for gates of earlier jobs, done before it); until a job is done,
+ * Invariants: jobs are done in the order pushed, tickets in order (no deadlock: a job's `after`
+ * was recorded before its gate, so it can only wait for gates of earlier jobs, done before it);
+ * the jobs of one gate (gate_push_batch) share its ticket and the last opens it; until a job is
+ * done,
  * its address keeps its old mapping, and no other mapping call may touch it: vmm_unmap and
  * vmm_map_rw (vmm.c) wait for it first (gate_settle). The mapping thread never takes mem_lock, so
  * a holder of mem_lock may wait for it. Locking: G.lock guards the ring and the counters; the
@@ -32,6 +34,7 @@ typedef struct gjob {
     CUmemGenericAllocationHandle h;
     evref_t *after; /* the copy out: holds a reference, dropped by gate_reap */
     uint32_t ticket;
+    int open; /* the last job of its gate: opens it once done (gate_push_batch) */
 } gjob_t;
 
 static struct {
@@ -41,7 +44,6 @@ static struct {
     gjob_t *ring;
     size_t cap, first, next, end; /* [first, next): done, not reaped; [next, end): to do */
     uint32_t issued;              /* the last ticket given */
-    uint32_t done;                /* the last ticket done */
     uint32_t *word;               /* pinned host memory the gates wait on */
     CUdeviceptr dword;
     CUstream stream; /* the gated copies': a closed gate holds back no other copy */
@@ -57,11 +59,6 @@ CUstream gate_stream(void) {
     return G.stream;
 }
 
-/* Whether ticket t is done (cyclic). Caller holds G.lock. */
-static int done_ge(uint32_t t) {
-    return (int32_t)(G.done - t) >= 0;
-}
-
 /* Unmaps and maps one job's address, then opens its gate. A failure is fatal: the copy behind
  * the gate would write the chunk's bytes into another chunk's memory (unmap failed) or fault. */
 static void gate_do(const gjob_t *j) {
@@ -73,7 +70,8 @@ static void gate_do(const gjob_t *j) {
             OOC_LOG_E("remapping behind the device: waiting for the copy out of the chunk at "
                       "%#llx failed (%s)",
                       (unsigned long long)j->va, ooc_real_errname(r));
-        __atomic_store_n(G.word, j->ticket, __ATOMIC_RELEASE);
+        if (j->open)
+            __atomic_store_n(G.word, j->ticket, __ATOMIC_RELEASE);
         return;
     }
     uint64_t t0 = mem_clock_ns();
@@ -92,7 +90,8 @@ static void gate_do(const gjob_t *j) {
     }
     ooc_stats_add(OOC_STAT_vmm_calls, 3);
     ooc_stats_add(OOC_STAT_vmm_ns, mem_clock_ns() - t0);
-    __atomic_store_n(G.word, j->ticket, __ATOMIC_RELEASE);
+    if (j->open)
+        __atomic_store_n(G.word, j->ticket, __ATOMIC_RELEASE);
 }
 
 static void *gate_main(void *arg) {
@@ -111,7 +110,6 @@ static void *gate_main(void *arg) {
         gate_do(&j);
         pthread_mutex_lock(&G.lock);
         G.next++;
-        G.done = j.ticket;
         pthread_cond_broadcast(&G.done_cv);
     }
     pthread_mutex_unlock(&G.lock);
@@ -197,11 +195,18 @@ CUresult gate_wait_on(CUstream s, uint32_t *ticket) {
 /* Room for one more job, so that gate_push cannot fail once work is queued behind its gate.
  * Caller holds mem_lock. 0, or -1 without memory. */
 int gate_reserve(void) {
+    return gate_reserve_n(1);
+}
+
+/* Room for `more` more jobs (gate_push_batch). Caller holds mem_lock. 0, or -1 without memory. */
+int gate_reserve_n(size_t more) {
     gate_reap();
     pthread_mutex_lock(&G.lock);
     int rc = 0;
-    if (G.end - G.first == G.cap) {
+    if (G.end - G.first + more > G.cap) {
         size_t nc = G.cap ? G.cap * 2 : 16;
+        while (nc < G.end - G.first + more)
+            nc *= 2;
         gjob_t *n = malloc(nc * sizeof *n);
         if (n) {
             for (size_t i = G.first; i < G.end; i++)
@@ -221,11 +226,21 @@ int gate_reserve(void) {
  * the copy out `after` (a reference is taken), map h at va; h 0: only open the gate then.
  * Caller holds mem_lock. */
 void gate_push(uint32_t ticket, evref_t *after, CUdeviceptr va, CUmemGenericAllocationHandle h) {
+    gate_push_batch(ticket, after, va, h, 1);
+}
+
+/* One job of the gate just queued (room made by gate_reserve_n): after `after` (a reference is
+ * taken), map h at va; `last`: the gate's last job, which opens it once done (the jobs before it
+ * on the same ticket remap only). Caller holds mem_lock. */
+void gate_push_batch(uint32_t ticket, evref_t *after, CUdeviceptr va,
+                     CUmemGenericAllocationHandle h, int last) {
     pthread_mutex_lock(&G.lock);
     after->refs++;
-    G.ring[G.end % G.cap] = (gjob_t){.va = va, .h = h, .after = after, .ticket = ticket};
+    G.ring[G.end % G.cap] =
+        (gjob_t){.va = va, .h = h, .after = after, .ticket = ticket, .open = last};
     G.end++;
-    pthread_cond_signal(&G.cv);
+    if (last)
+        pthread_cond_signal(&G.cv);
     pthread_mutex_unlock(&G.lock);
 }
 
@@ -249,18 +264,15 @@ void gate_settle(CUdeviceptr va) {
     if (!G.on)
         return;
     pthread_mutex_lock(&G.lock);
-    uint32_t last = 0;
-    int any = 0;
+    size_t last = 0; /* one past the last job still to do there */
     for (size_t i = G.next; i < G.end; i++) {
         const gjob_t *j = &G.ring[i % G.cap];
-        if (j->va == va && j->h) {
-            last = j->ticket;
-            any = 1;
-        }
+        if (j->va == va && j->h)
+            last = i + 1;
     }
-    if (any) {
+    if (last) {
         uint64_t t0 = wait_begin();
-        while (!done_ge(last))
+        while (G.next < last)
             pthread_cond_wait(&G.done_cv, &G.lock);
         wait_end(t0);
         ooc_stats_add(OOC_STAT_gate_settles, 1);

@@ -49,6 +49,10 @@ typedef struct evref {
 
 typedef struct phys {
     CUmemGenericAllocationHandle h;
+    /* Safe mode behind a gate (retire.c's retire_behind_gate): an event after the remap that
+     * takes the memory off its last owner's address; whatever reaches it through another address
+     * waits for it on the device (phys_ordered). NULL: none pending. */
+    struct evref *after;
     struct phys *next;
 } phys_t;
 
@@ -367,6 +371,7 @@ uint64_t chunk_used(const chunk_t *c);
 CUresult copy_out(chunk_t *c, CUstream st);
 CUresult copy_in(chunk_t *c, CUstream st);
 CUresult copy_in_at(chunk_t *c, CUdeviceptr dst, CUstream st);
+CUresult phys_ordered(phys_t *p, CUstream st);
 void host_blocks_free(void);
 void limbo_put(hslot_t *s, evref_t *ev);
 void limbo_poll(void);
@@ -395,6 +400,9 @@ void gate_free_word(void);
 int gate_reserve(void);
 CUresult gate_wait_on(CUstream s, uint32_t *ticket);
 void gate_push(uint32_t ticket, evref_t *after, CUdeviceptr va, CUmemGenericAllocationHandle h);
+int gate_reserve_n(size_t more);
+void gate_push_batch(uint32_t ticket, evref_t *after, CUdeviceptr va,
+                     CUmemGenericAllocationHandle h, int last);
 void gate_reap(void);
 void gate_settle(CUdeviceptr va);
 /* streams.c */
@@ -444,6 +452,8 @@ phys_t *retire_steal(chunk_t **from);
 phys_t *dying_steal(chunk_t **from);
 void retire_unsteal(phys_t *p, chunk_t *from);
 unsigned retire_poll(int block);
+int retire_oldest_behind_gate(void);
+int swapin_behind_gate(chunk_t *c, int planned);
 void settle_in(chunk_t *c);
 void chunk_release(chunk_t *c, CUstream free_stream);
 CUresult reap_dying(int block);
@@ -475,7 +485,6 @@ void ahead_add(evref_t *v);
 long serve_queued(void);
 int serve_queued_some(unsigned max);
 void serve_op_chunks(void);
-int swapin_behind_gate(chunk_t *c);
 int wait_op_swapouts(void);
 int host_serves(void);
 

@@ -164,10 +164,26 @@ uint64_t chunk_used(const chunk_t *c) {
     return left < M.chunk ? left : M.chunk;
 }
 
+/* Orders stream st after the remap that takes physical chunk p (may be NULL) off its last
+ * owner's address, when one is still to come (p->after): memory handed over behind a gate. */
+CUresult phys_ordered(phys_t *p, CUstream st) {
+    if (!p || !p->after)
+        return CUDA_SUCCESS;
+    if (ev_done(p->after)) {
+        ev_drop(p->after);
+        p->after = NULL;
+        return CUDA_SUCCESS;
+    }
+    return ooc_real.cuStreamWaitEvent(st, p->after->e, 0);
+}
+
 /* Copies a chunk's bytes (chunk_used) between the device and its host slot on stream st (not
- * waited for). */
+ * waited for), after any remap still to come off its memory (phys_ordered). */
 CUresult copy_out(chunk_t *c, CUstream st) {
     uint64_t n = chunk_used(c);
+    CUresult r = phys_ordered(c->phys, st);
+    if (r != CUDA_SUCCESS)
+        return r;
     if (M.safe)
         return ooc_real.cuMemcpyDtoDAsync_v2(c->host->va, chunk_addr(c), n, st);
     return ooc_real.cuMemcpyDtoHAsync_v2(c->host->p, chunk_addr(c), n, st);
@@ -182,7 +198,8 @@ CUresult copy_in_at(chunk_t *c, CUdeviceptr dst, CUstream st) {
 }
 
 CUresult copy_in(chunk_t *c, CUstream st) {
-    return copy_in_at(c, chunk_addr(c), st);
+    CUresult r = phys_ordered(c->phys, st);
+    return r != CUDA_SUCCESS ? r : copy_in_at(c, chunk_addr(c), st);
 }
 
 /* Frees every host block; at shutdown, after every alias is unmapped. */

@@ -105,6 +105,8 @@ CUresult need_phys(uint64_t want) {
         reap_dying(0);
     if (M.nret && !M.phys_free)
         retire_poll(0);
+    if (!M.phys_free) /* safe mode with the gate: the oldest swap-out's memory, in stream order */
+        (void)retire_oldest_behind_gate();
     /* Freed buffers' runs kept mapped (warm.c): the oldest go back before anything waits. */
     while (!M.phys_free && warm_ready())
         if (warm_release(want) != CUDA_SUCCESS)
@@ -347,6 +349,16 @@ static CUresult op_pin(const ooc_access_t *a, int *listed, int again) {
         if (M.nret && host_serves())
             serve_queued();
         serve_op_chunks();
+        /* Safe mode with OOC_REMAP_GATE=1: the op's queued chunks whose addresses show their host
+         * copies come in behind a gate now, ahead of the worker, while memory comes (need_phys:
+         * swap-outs hand theirs on in stream order behind gates too). */
+        for (size_t i = 0; i < M.nop && M.safe && M.remap_gate; i++) {
+            chunk_t *c = M.op_chunks[i];
+            if (!c->queued || c->state != C_SWAPPED || !c->aliased || c->stage || c->out_ev)
+                continue;
+            if (need_phys(1) != CUDA_SUCCESS || !swapin_behind_gate(c, 1))
+                break;
+        }
         size_t nq = 0;
         for (size_t i = 0; i < M.nop; i++)
             nq += M.op_chunks[i]->queued != 0;
@@ -480,6 +492,17 @@ static CUresult swapins_issued(void) {
 /* Maps (and swaps in) the op's chunks that are not resident. Caller holds mem_lock. */
 static CUresult make_resident(uint64_t missing) {
     int swapped_in = 0;
+    /* Safe mode with OOC_REMAP_GATE=1: the op's chunks whose addresses show their host copies
+     * come in behind a gate while memory comes (need_phys: swap-outs hand theirs on in stream
+     * order behind gates too), with no wait for the streams that may reach them unseen. */
+    for (size_t i = 0; i < M.nop && M.safe && M.remap_gate; i++) {
+        chunk_t *c = M.op_chunks[i];
+        if (c->state != C_SWAPPED || !c->aliased || c->stage)
+            continue;
+        if (need_phys(missing) != CUDA_SUCCESS || !swapin_behind_gate(c, 0))
+            break;
+        missing--;
+    }
     CUresult r = M.safe ? unalias_op_chunks() : CUDA_SUCCESS;
     if (r != CUDA_SUCCESS)
         return r;

@@ -119,6 +119,193 @@ void retire_settle(chunk_t *c) {
             break;
 }
 
+/* Whether the retiring chunk c may be finished behind a gate (retire_behind_gate). */
+static int retire_gateable(const chunk_t *c) {
+    return c->out_ev && !c->stolen && c->phys && c->host && !c->hold;
+}
+
+/* Safe mode, OOC_REMAP_GATE=1: finishes the first n retiring chunks (M.ret[0, n), which the
+ * caller checked with retire_gateable) behind one gate, with no wait on the host for their
+ * copies out nor for the streams that may reach their addresses unseen. The gates' stream waits
+ * for the copies out and for the work issued so far on each of those streams; the mapping thread
+ * (gate.c) then moves each address from its device memory to its host copy (the alias) and opens
+ * the gate after the last. The memory is free at once, handed over in stream order: every op
+ * issued from here waits for the gate (fill_set), and every copy the shim makes into or out of it
+ * waits for it too (its `after`, phys_ordered), so nothing reaches it through a new address while
+ * it may still be reached through the old. One gate for many: each costs the device the mapping
+ * thread's wake-up. 1 when done (the chunks are swapped and aliased); 0 when not (a stream that
+ * cannot be named, a failure): the caller finishes them on the host. */
+static int retire_behind_gate(size_t n) {
+    if (!M.safe || !M.remap_gate || !gate_on() || !n || n > M.nret || gate_reserve_n(n) != 0)
+        return 0;
+    CUstream users[MAX_USERS + MAX_STREAMS];
+    unsigned nu = 0;
+    if (gather_streams(M.ret, n, users, &nu)) /* also: no fast-path op passes from here */
+        return 0;
+    CUstream gs = gate_stream();
+    CUresult r = CUDA_SUCCESS;
+    evref_t *last = NULL; /* the copies out run in order on one stream: the last covers all */
+    for (size_t i = 0; i < n; i++)
+        last = M.ret[i]->out_ev;
+    r = ooc_real.cuStreamWaitEvent(gs, last->e, 0);
+    for (unsigned u = 0; u < nu && r == CUDA_SUCCESS; u++) {
+        evref_t *e = ev_take();
+        r = e ? ooc_real.cuEventRecord(e->e, users[u]) : CUDA_ERROR_OUT_OF_MEMORY;
+        if (r == CUDA_SUCCESS)
+            r = ooc_real.cuStreamWaitEvent(gs, e->e, 0);
+        ev_drop(e); /* the wait keeps the record it saw */
+    }
+    evref_t *after = r == CUDA_SUCCESS ? ev_take() : NULL;
+    r = after ? ooc_real.cuEventRecord(after->e, gs) : CUDA_ERROR_OUT_OF_MEMORY;
+    uint32_t t = 0;
+    if (r == CUDA_SUCCESS)
+        r = gate_wait_on(gs, &t);
+    if (r != CUDA_SUCCESS) {
+        ev_drop(after);
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++)
+        gate_push_batch(t, after, chunk_addr(M.ret[i]), M.ret[i]->host->h, i + 1 == n);
+    ev_drop(after); /* the jobs hold their own references */
+    evref_t *v = ev_take();
+    if (!v || ooc_real.cuEventRecord(v->e, gs) != CUDA_SUCCESS) {
+        sync_stream(gs); /* nothing to order the device's work after: wait for the remaps */
+        ev_drop(v);
+        v = NULL;
+    }
+    for (size_t i = 0; i < n; i++) {
+        chunk_t *c = M.ret[i];
+        ev_drop(c->out_ev);
+        c->out_ev = NULL;
+        phys_t *p = c->phys;
+        c->phys = NULL;
+        c->state = C_SWAPPED;
+        c->nusers = 0;
+        c->users_unknown = 0;
+        ev_drop(c->in_ev);
+        c->in_ev = NULL;
+        c->aliased = 1;
+        c->since = M.serial;
+        if (v) {
+            ev_drop(p->after); /* an older remap's: the stream runs them in order */
+            v->refs++;
+            p->after = v;
+        }
+        phys_push(p);
+    }
+    memmove(M.ret, M.ret + n, (M.nret - n) * sizeof *M.ret);
+    M.nret -= n;
+    if (v)
+        fill_set(FILL_GATE, v);
+    ev_drop(v);
+    ooc_stats_add(OOC_STAT_host_aliases, n);
+    ooc_stats_add(OOC_STAT_retire_gated, n);
+    return 1;
+}
+
+/* How many of the oldest retiring chunks retire_behind_gate may take at once: those whose
+ * copies out are done, at least one (`any`: the oldest even if its copy still runs). */
+static size_t retire_gate_batch(int any) {
+    size_t n = 0;
+    while (n < M.nret && retire_gateable(M.ret[n]) && ev_done(M.ret[n]->out_ev))
+        n++;
+    if (!n && any && M.nret && retire_gateable(M.ret[0]))
+        n = 1;
+    return n;
+}
+
+/* Safe mode, OOC_REMAP_GATE=1: the oldest retiring chunks finished behind one gate, their
+ * copies out done or not (retire_behind_gate). 1 when some were (their memory is free). */
+int retire_oldest_behind_gate(void) {
+    return retire_behind_gate(retire_gate_batch(1));
+}
+
+/* Safe mode, OOC_REMAP_GATE=1: a swap-in of the aliased chunk c (its address shows its host
+ * copy) issued now without waiting on the host for the streams that may reach that address
+ * unseen. The gates' stream waits for the work issued so far on each of those streams (an event
+ * recorded on each), then for a gate; the mapping thread (gate.c) waits for that point, moves
+ * c's address from its host copy to free device memory and opens the gate; the copy in follows
+ * on the same stream. Every op issued from here waits for that copy (fill_set: the op's stream
+ * waits for it whatever it names), so no op reaches the address while it changes or before it
+ * is filled; ops issued before are in the events the remap waits for. Memory: free, made under
+ * the budget, or a retiring chunk's handed over behind its own gate (retire_behind_gate); never
+ * evicted here (the caller may make room first: need_phys). 1 when
+ * issued; 0 when not (no free memory, a stream that cannot be named, a failure): the caller
+ * brings c in as before. `planned`: a planned swap-in (counted as one), else an op's own demand.
+ * Caller holds mem_lock and keeps it until c is settled. */
+int swapin_behind_gate(chunk_t *c, int planned) {
+    if (!M.safe || !M.remap_gate || !gate_on() || c->state != C_SWAPPED || !c->aliased ||
+        !c->host || c->out_ev || c->stage || c->hold)
+        return 0;
+    if (!M.phys_free)
+        (void)phys_new(); /* while under budget */
+    if (!M.phys_free)
+        (void)retire_oldest_behind_gate(); /* a swap-out's memory, in stream order */
+    if (!M.phys_free || gate_reserve() != 0)
+        return 0;
+    CUstream users[MAX_USERS + MAX_STREAMS];
+    unsigned nu = 0;
+    if (gather_streams(&c, 1, users, &nu)) /* also: no fast-path op passes from here */
+        return 0;
+    CUstream gs = gate_stream();
+    CUresult r = CUDA_SUCCESS;
+    for (unsigned u = 0; u < nu && r == CUDA_SUCCESS; u++) {
+        evref_t *e = ev_take();
+        r = e ? ooc_real.cuEventRecord(e->e, users[u]) : CUDA_ERROR_OUT_OF_MEMORY;
+        if (r == CUDA_SUCCESS)
+            r = ooc_real.cuStreamWaitEvent(gs, e->e, 0);
+        ev_drop(e); /* the wait keeps the record it saw */
+    }
+    evref_t *after = r == CUDA_SUCCESS ? ev_take() : NULL;
+    r = after ? ooc_real.cuEventRecord(after->e, gs) : CUDA_ERROR_OUT_OF_MEMORY;
+    uint32_t t = 0;
+    if (r == CUDA_SUCCESS)
+        r = gate_wait_on(gs, &t);
+    if (r != CUDA_SUCCESS) {
+        ev_drop(after);
+        return 0;
+    }
+    evref_t *v = ev_take();
+    r = v ? copy_in(c, gs) : CUDA_ERROR_OUT_OF_MEMORY;
+    if (r != CUDA_SUCCESS) {
+        gate_push(t, after, chunk_addr(c), 0); /* nothing behind the gate: it only opens */
+        ev_drop(after);
+        ev_drop(v);
+        return 0;
+    }
+    phys_t *p = phys_pop();
+    gate_push(t, after, chunk_addr(c), p->h);
+    ev_drop(after); /* the job holds its own reference */
+    if (ooc_real.cuEventRecord(v->e, gs) != CUDA_SUCCESS) {
+        sync_stream(gs); /* the gate opens once the remap is done: then the copy runs */
+        ev_drop(v);
+        v = NULL;
+    }
+    c->aliased = 0;
+    c->phys = p;
+    c->since = M.serial;
+    c->discard = 0;
+    c->state = C_RESIDENT;
+    c->queued = 0;
+    if (v) {
+        fill_set(FILL_GATE, v);
+        c->in_ev = v;
+        limbo_put(c->host, v); /* mapped at c's address until the remap, which v follows */
+    } else {
+        host_slot_put(c->host);
+    }
+    c->host = NULL;
+    lru_push(c);
+    if (planned) {
+        count_prefetch(c, 0);
+    } else {
+        ooc_stats_add(OOC_STAT_swap_ins, 1);
+        ooc_stats_add(OOC_STAT_swap_in_bytes, chunk_used(c));
+    }
+    ooc_stats_add(OOC_STAT_prefetch_gated, 1);
+    return 1;
+}
+
 /* The swap-out copy of c is done: its physical chunk returns to the pool and, in safe mode, its
  * host copy is mapped at its address. Every user of c was waited for by the copy (a later user
  * would have cancelled the swap-out); in safe mode the streams that may reach it unseen are
@@ -155,6 +342,11 @@ static CUresult retire_finish(chunk_t *c) {
  * runs them in order); with `block`, waits for the oldest when none is. Returns how many. */
 unsigned retire_poll(int block) {
     unsigned n = 0;
+    /* Safe mode with the gate: the oldest whose copies are done, or with `block` the oldest,
+     * behind one gate (retire_behind_gate); else on the host. */
+    size_t g = retire_gate_batch(block);
+    if (g && retire_behind_gate(g))
+        return (unsigned)g;
     while (M.nret) {
         chunk_t *c = M.ret[0];
         if (!ev_done(c->out_ev)) {

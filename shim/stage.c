@@ -47,7 +47,9 @@ CUresult stage_in(chunk_t *c) {
         return r;
     }
     evref_t *v = ev_take();
-    r = v ? copy_in_at(c, idx_addr(idx), M.h2d) : CUDA_ERROR_OUT_OF_MEMORY;
+    r = v ? phys_ordered(p, M.h2d) : CUDA_ERROR_OUT_OF_MEMORY;
+    if (r == CUDA_SUCCESS)
+        r = copy_in_at(c, idx_addr(idx), M.h2d);
     if (r == CUDA_SUCCESS)
         r = ooc_real.cuEventRecord(v->e, M.h2d);
     if (r != CUDA_SUCCESS) {

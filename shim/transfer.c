@@ -281,83 +281,6 @@ static int swapin_gated(chunk_t *c) {
     return 1;
 }
 
-/* Safe mode, OOC_REMAP_GATE=1: a swap-in of the aliased chunk c (its address shows its host
- * copy) issued now without waiting on the host for the streams that may reach that address
- * unseen. The gates' stream waits for the work issued so far on each of those streams (an event
- * recorded on each), then for a gate; the mapping thread (gate.c) waits for that point, moves
- * c's address from its host copy to free device memory and opens the gate; the copy in follows
- * on the same stream. Every op issued from here waits for that copy (fill_set: the op's stream
- * waits for it whatever it names), so no op reaches the address while it changes or before it
- * is filled; ops issued before are in the events the remap waits for. Only free memory is taken
- * (memory still mapped at a retiring chunk's address may be reached through it unseen). 1 when
- * issued; 0 when not (no free memory, a stream that cannot be named, a failure): the caller
- * brings c in as before. Caller holds mem_lock and keeps it until c is settled. */
-int swapin_behind_gate(chunk_t *c) {
-    if (!M.safe || !M.remap_gate || !gate_on() || c->state != C_SWAPPED || !c->aliased ||
-        !c->host || c->out_ev || c->stage || c->hold)
-        return 0;
-    if (!M.phys_free)
-        (void)phys_new(); /* while under budget */
-    if (!M.phys_free || gate_reserve() != 0)
-        return 0;
-    CUstream users[MAX_USERS + MAX_STREAMS];
-    unsigned nu = 0;
-    if (gather_streams(&c, 1, users, &nu)) /* also: no fast-path op passes from here */
-        return 0;
-    CUstream gs = gate_stream();
-    CUresult r = CUDA_SUCCESS;
-    for (unsigned u = 0; u < nu && r == CUDA_SUCCESS; u++) {
-        evref_t *e = ev_take();
-        r = e ? ooc_real.cuEventRecord(e->e, users[u]) : CUDA_ERROR_OUT_OF_MEMORY;
-        if (r == CUDA_SUCCESS)
-            r = ooc_real.cuStreamWaitEvent(gs, e->e, 0);
-        ev_drop(e); /* the wait keeps the record it saw */
-    }
-    evref_t *after = r == CUDA_SUCCESS ? ev_take() : NULL;
-    r = after ? ooc_real.cuEventRecord(after->e, gs) : CUDA_ERROR_OUT_OF_MEMORY;
-    uint32_t t = 0;
-    if (r == CUDA_SUCCESS)
-        r = gate_wait_on(gs, &t);
-    if (r != CUDA_SUCCESS) {
-        ev_drop(after);
-        return 0;
-    }
-    evref_t *v = ev_take();
-    r = v ? copy_in(c, gs) : CUDA_ERROR_OUT_OF_MEMORY;
-    if (r != CUDA_SUCCESS) {
-        gate_push(t, after, chunk_addr(c), 0); /* nothing behind the gate: it only opens */
-        ev_drop(after);
-        ev_drop(v);
-        return 0;
-    }
-    phys_t *p = phys_pop();
-    gate_push(t, after, chunk_addr(c), p->h);
-    ev_drop(after); /* the job holds its own reference */
-    if (ooc_real.cuEventRecord(v->e, gs) != CUDA_SUCCESS) {
-        sync_stream(gs); /* the gate opens once the remap is done: then the copy runs */
-        ev_drop(v);
-        v = NULL;
-    }
-    c->aliased = 0;
-    c->phys = p;
-    c->since = M.serial;
-    c->discard = 0;
-    c->state = C_RESIDENT;
-    c->queued = 0;
-    if (v) {
-        fill_set(FILL_GATE, v);
-        c->in_ev = v;
-        limbo_put(c->host, v); /* mapped at c's address until the remap, which v follows */
-    } else {
-        host_slot_put(c->host);
-    }
-    c->host = NULL;
-    lru_push(c);
-    count_prefetch(c, 0);
-    ooc_stats_add(OOC_STAT_prefetch_gated, 1);
-    return 1;
-}
-
 /* Whether a queued planned swap-in may be issued ahead of its op now: fewer than M.ahead_max
  * chunks issued that way are still copying in. The memory a swap-in takes is then taken shortly
  * before the link can use it, as the plan's simulator takes it when the copy starts; taken as
@@ -429,16 +352,10 @@ static int reclaim_retiring(chunk_t *c) {
  * queued first are for later ops). One whose own swap-out still runs and whose memory nothing
  * took is reclaimed; one whose swap-out finished after its memory went elsewhere is finished
  * (retire_poll, oldest first: the device-to-host stream ran them in order) and, swapped now, is
- * issued in stream order (swapin_now) as any swapped one. In safe mode, only behind a gate. */
+ * issued in stream order (swapin_now) as any swapped one. Outside safe mode. */
 void serve_op_chunks(void) {
-    if (M.safe) {
-        /* With OOC_REMAP_GATE=1, an aliased chunk comes in behind a gate while there is free
-         * memory (swapin_behind_gate); otherwise the op waits for the worker. */
-        for (size_t i = 0; i < M.nop && M.remap_gate; i++)
-            if (M.op_chunks[i]->queued)
-                (void)swapin_behind_gate(M.op_chunks[i]);
-        return;
-    }
+    if (M.safe)
+        return; /* (with OOC_REMAP_GATE=1, resident.c's op_pin issues them behind a gate) */
     for (size_t i = 0; i < M.nop; i++) {
         chunk_t *c = M.op_chunks[i];
         if (!c->queued || reclaim_retiring(c) || swapin_gated(c))
@@ -574,6 +491,11 @@ unsigned ooc_mem_l_prefetch(uintptr_t addr, uint64_t id, CUstream s) {
     for (uint64_t i = 0, n = buf_chunks(b); i < n; i++) {
         chunk_t *c = plan_chunk(b, i);
         if (!c)
+            continue;
+        /* Safe mode with OOC_REMAP_GATE=1: issued here, at the plan's point, behind a gate
+         * (its memory handed over from the work issued so far: the copy in starts when the
+         * device gets here, as the plan has it); queued for the worker when no memory comes. */
+        if (M.safe && M.remap_gate && !c->queued && !waiting && swapin_behind_gate(c, 1))
             continue;
         /* A chunk whose swap-out is still under way keeps its memory when nothing took it
          * (reclaim_retiring); otherwise it is queued for the worker, which brings it back once

@@ -195,6 +195,7 @@ CUresult phys_new(void) {
 
 /* Releases physical chunk p (on no list any more); the caller counts it (M.phys_made). */
 void phys_release(phys_t *p) {
+    ev_drop(p->after);
     ooc_real.cuMemRelease(p->h);
     free(p);
 }

@@ -134,6 +134,8 @@ static void worker_swapin(job_t j) {
         if (!M.phys_free && M.phys_made >= M.budget_chunks && !M.ndying && !warm_ready() &&
             !any_discard()) {
             if (M.nret) {
+                if (retire_oldest_behind_gate())
+                    continue; /* its memory is free now, in stream order */
                 worker_wait_retiree(M.safe && c->aliased && !stage ? c : NULL);
                 waited = !stage; /* c's streams were waited for with the retiree's */
                 continue;
@@ -190,7 +192,7 @@ static void worker_swapin(job_t j) {
             ooc_stats_add(OOC_STAT_prefetches, 1);
             continue;
         }
-        if (r == CUDA_SUCCESS && gated && swapin_behind_gate(c))
+        if (r == CUDA_SUCCESS && gated && swapin_behind_gate(c, 1))
             continue;
         /* (Not staged, e.g. no spare address: in at its own address, its streams waited for.) */
         if (r == CUDA_SUCCESS && M.safe && c->aliased && (r = wait_chunks(&c, 1)) == CUDA_SUCCESS) {
