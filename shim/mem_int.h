@@ -220,6 +220,7 @@ struct mem_state {
     _Atomic uint64_t serial; /* advanced by every locked op; the fast path reads it */
     chunk_t **op_chunks;
     size_t nop, cap_op;
+    int op_kind;      /* the op's OOC_OP_* (op_pin) */
     chunk_t **op_tmp; /* scratch for planned swap-outs */
     size_t cap_tmp;
     struct {

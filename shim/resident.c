@@ -306,6 +306,7 @@ static CUresult op_pin(const ooc_access_t *a, int *listed, int again) {
     M.serial++;
     M.op_done = 0;
     M.nop = 0;
+    M.op_kind = a->kind;
     M.nopb = 0;
     int list = ooc_record_on() || ooc_replay_on();
     *listed = list;
@@ -435,6 +436,13 @@ CUresult ooc_mem_op_resident(CUstream s) {
     }
     if (M.safe && rc == CUDA_SUCCESS) /* and for memory being filled that it may reach unseen */
         rc = fill_wait(s);
+    /* The driver checks a copy's or a set's addresses when it is called: none of the op's may be
+     * between a remap's unmap and map on the mapping thread (gate.c), where it would answer
+     * CUDA_ERROR_INVALID_VALUE. A kernel's are reached only when it runs, behind the gate. */
+    if (rc == CUDA_SUCCESS && gate_on() &&
+        (M.op_kind == OOC_OP_MEMCPY || M.op_kind == OOC_OP_MEMSET))
+        for (size_t i = 0; i < M.nop; i++)
+            gate_settle(chunk_addr(M.op_chunks[i]));
     return rc;
 }
 

@@ -7,6 +7,7 @@
 #include "stats.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -163,19 +164,34 @@ size_t ooc_stats_format(char *buf, size_t len) {
 }
 
 int ooc_stats_print(int fd) {
-    char buf[8192];
-    size_t n = ooc_stats_format(buf, sizeof buf);
-    if (n >= sizeof buf)
-        n = sizeof buf - 1;
+    /* Sized from the table's own length (it grows with every statistic: a fixed buffer cut it
+     * short once it passed 8 KiB); a stack buffer when no memory can be had. */
+    char small[8192];
+    size_t need = ooc_stats_format(small, sizeof small);
+    char *buf = need < sizeof small ? small : malloc(need + 1);
+    size_t n = need;
+    if (!buf) {
+        buf = small;
+        n = sizeof small - 1;
+    } else if (buf != small) {
+        n = ooc_stats_format(buf, need + 1);
+        if (n > need)
+            n = need;
+    }
     const char *at = buf;
     while (n > 0) {
         ssize_t w = write(fd, at, n);
         if (w < 0 && errno == EINTR)
             continue;
-        if (w <= 0)
+        if (w <= 0) {
+            if (buf != small)
+                free(buf);
             return OOC_EIO;
+        }
         at += w;
         n -= (size_t)w;
     }
+    if (buf != small)
+        free(buf);
     return 0;
 }

@@ -345,6 +345,40 @@ START_TEST(test_xfmr_staged_swap_ins_keep_writes_through_the_table) {
 }
 END_TEST
 
+/* Safe mode with OOC_REMAP_GATE=1 (on the simulated device's model of the driver behaviour it
+ * relies on, FAKECUDA_REMAP_QUEUED=1): the grouped GEMM reads and writes its operands through the
+ * device pointer table, unseen by the shim, while planned swap-ins and swap-outs move their
+ * chunks' addresses behind gates on the device. Threaded with jitter, at 1/4 and 1/8, auto: the
+ * oracle's bytes, no illegal access, and both kinds of remap counted. */
+START_TEST(test_xfmr_safe_mode_behind_gates_matches_oracle) {
+    unsigned den = _i ? 8 : 4;
+    unsigned seed =
+        (unsigned)(tu_seed("test_xfmr_safe_mode_behind_gates_matches_oracle") % 1000) + 1;
+    tu_result_t ref = oracle_of(1, 1);
+    char stats[] = "/tmp/ooc-framework-stats-XXXXXX";
+    int fd = mkstemp(stats);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    setenv("FAKECUDA_REMAP_QUEUED", "1", 1); /* this test's process and its children only */
+    extra_env = "OOC_REMAP_GATE=1";
+    tu_result_t r = under_shim_frac(&ref, 1, 1, "auto", "threaded", seed, 1, 1, den, stats);
+    extra_env = NULL;
+    unsetenv("FAKECUDA_REMAP_QUEUED");
+    ck_assert_msg(r.status == 0 && strcmp(r.checksum, ref.checksum) == 0,
+                  "xfmr --blocks %d at 1/%u, gates: status %d, checksum %s, oracle %s\n%s", BLOCKS,
+                  den, r.status, r.checksum, ref.checksum, tu_tail(r.err, 3000));
+    ck_assert_int_eq(tu_fc_stat(stats, "illegal_accesses"), 0);
+    long long ins = tu_stat_row(r.err, "remapped behind the device (chunks)");
+    long long outs = tu_stat_row(r.err, "swapped out behind the device (chunks)");
+    fprintf(stderr, "xfmr at 1/%u behind gates: %lld swap-ins, %lld swap-outs\n", den, ins, outs);
+    ck_assert_msg(ins > 0 && outs > 0, "swap-ins %lld, swap-outs %lld behind gates\n%s", ins, outs,
+                  tu_tail(r.err, 3000));
+    tu_result_free(&r);
+    tu_result_free(&ref);
+    unlink(stats);
+}
+END_TEST
+
 /* Fails the Nth call of `api` xfmr makes under the shim (auto, half its footprint, a plan
  * replayed after the first iteration), for every N up to 12 and then about 12 more spread over
  * the rest: each run ends with the oracle's checksum or a clean driver error (exit 2), and
@@ -429,6 +463,10 @@ Suite *suite_framework(void) {
     tcase_add_loop_test(tc, test_xfmr_blocks_threaded_match_oracle_at_a_quarter_and_an_eighth, 0,
                         12);
     tcase_add_test(tc, test_xfmr_staged_swap_ins_keep_writes_through_the_table);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("xfmr-gates");
+    tcase_set_timeout(tc, tu_under_valgrind() ? 36000 : 300);
+    tcase_add_loop_test(tc, test_xfmr_safe_mode_behind_gates_matches_oracle, 0, 2);
     suite_add_tcase(s, tc);
     tc = tcase_create("faults");
     tcase_set_timeout(tc, tu_under_valgrind() ? 36000 : 900);

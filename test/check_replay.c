@@ -1002,6 +1002,49 @@ START_TEST(test_fault_in_replay_event_wait_is_clean) {
 }
 END_TEST
 
+/* Safe mode with OOC_REMAP_GATE=1 on the model of the driver it relies on
+ * (FAKECUDA_REMAP_QUEUED=1): `large` and `mlp --layers 12` at 1/4 of their footprint, threaded,
+ * with and without jitter, the rates of the tests above (the host runs ahead of the device):
+ * planned swap-ins move their chunks' addresses behind gates and swap-outs hand their memory on
+ * behind gates (both statistics rows counted), the plan is followed, and the bytes are the
+ * oracle's. */
+START_TEST(test_safe_mode_behind_gates_keeps_every_byte) {
+    static const char *const gate[] = {
+        "OOC_REMAP_GATE=1",        "FAKECUDA_REMAP_QUEUED=1", "FAKECUDA_TIMING=1",
+        "FAKECUDA_GFLOPS=10",      "FAKECUDA_HBM_GBPS=66.67", "FAKECUDA_H2D_GBPS=3.333",
+        "FAKECUDA_D2H_GBPS=3.333", "FAKECUDA_LAUNCH_US=5",    NULL};
+    static const cfg_t cs[] = {
+        {.name = "workloads/large", .args = {"--iters", "10"}, .div = 4, .sched = "threaded"},
+        {.name = "workloads/large",
+         .args = {"--iters", "10"},
+         .div = 4,
+         .sched = "threaded",
+         .seed = 5},
+        {.name = "workloads/mlp",
+         .args = {"--iters", "10", "--layers", "12"},
+         .div = 4,
+         .sched = "threaded"},
+        {.name = "workloads/mlp",
+         .args = {"--iters", "10", "--layers", "12"},
+         .div = 4,
+         .sched = "threaded",
+         .seed = 5},
+    };
+    for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+        tu_result_t r = check_auto(&cs[k], gate);
+        assert_replayed(&cs[k], &r);
+        long long ins = tu_stat_row(r.err, "remapped behind the device (chunks)");
+        long long outs = tu_stat_row(r.err, "swapped out behind the device (chunks)");
+        ck_assert_msg(ins > 0 && outs > 0,
+                      "%s, seed %u: %lld swap-ins, %lld swap-outs behind gates\n%s", cs[k].name,
+                      cs[k].seed, ins, outs, tu_tail(r.err, 3000));
+        fprintf(stderr, "%s, seed %u: %lld swap-ins and %lld swap-outs behind gates\n", cs[k].name,
+                cs[k].seed, ins, outs);
+        tu_result_free(&r);
+    }
+}
+END_TEST
+
 Suite *suite_replay(void) {
     Suite *s = suite_create("replay");
     TCase *tc = tcase_create("replay");
@@ -1026,6 +1069,7 @@ Suite *suite_replay(void) {
     TCase *g = tcase_create("safe-gate");
     tcase_set_timeout(g, 900);
     tcase_add_test(g, test_safe_mode_swaps_in_behind_a_gate);
+    tcase_add_test(g, test_safe_mode_behind_gates_keeps_every_byte);
     suite_add_tcase(s, g);
     TCase *f = tcase_create("faults");
     tcase_set_timeout(f, tu_under_valgrind() ? 36000 : 900);

@@ -147,7 +147,7 @@ START_TEST(test_table_lists_every_statistic_aligned) {
     ooc_stats_add(OOC_STAT_swap_outs, 1234);
     ooc_stats_add(OOC_STAT_stall_ns, 1234567890);
     ooc_stats_add(OOC_STAT_launches, 123456);
-    char table[8192], line[256];
+    char table[16384], line[256];
     size_t n = ooc_stats_format(table, sizeof table);
     ck_assert_uint_eq(n, strlen(table));
     char head[64];
@@ -181,7 +181,7 @@ END_TEST
 /* The host time the program's thread was blocked, and the mapping calls it made itself (not the
  * replay worker), per replayed iteration. */
 START_TEST(test_table_reports_blocked_time_per_replayed_iteration) {
-    char table[8192], line[256];
+    char table[16384], line[256];
     ooc_stats_add(OOC_STAT_blocked_ns, 9000000);
     ooc_stats_add(OOC_STAT_replay_blocked_ns, 6000000);
     ooc_stats_format(table, sizeof table);
@@ -211,7 +211,7 @@ START_TEST(test_table_reports_blocked_time_per_replayed_iteration) {
 END_TEST
 
 START_TEST(test_table_reports_fragmentation_at_peak) {
-    char table[8192], line[256];
+    char table[16384], line[256];
     ooc_stats_format(table, sizeof table);
     ck_assert(find_line(table, "mapped beyond requested, at peak", line, sizeof line));
     ck_assert_msg(line[strlen(line) - 1] == '-', "no allocation yet, yet '%s'", line);
@@ -223,7 +223,7 @@ START_TEST(test_table_reports_fragmentation_at_peak) {
 END_TEST
 
 START_TEST(test_format_reports_needed_length_when_cut) {
-    char full[8192], small[40];
+    char full[16384], small[40];
     size_t n = ooc_stats_format(full, sizeof full);
     ck_assert_uint_eq(ooc_stats_format(small, sizeof small), n);
     ck_assert_uint_eq(strlen(small), sizeof small - 1);
