@@ -12,7 +12,7 @@
  * of the real driver (that cuMemUnmap and cuMemMap return while a stream waits on a host word,
  * and that work queued before a remap and run after it reads the new memory): off by default.
  * In safe mode the same job moves a swapped chunk's address from its host alias to device memory
- * (transfer.c's swapin_behind_gate): its `after` event then follows the work issued so far on
+ * (retire.c's swapins_behind_gate): its `after` event then follows the work issued so far on
  * every stream that may reach the address unseen, and every op issued after the job waits for
  * the copy in behind the gate (streams.c's fill_set, FILL_GATE).
  *

@@ -455,6 +455,7 @@ void retire_unsteal(phys_t *p, chunk_t *from);
 unsigned retire_poll(int block);
 int retire_oldest_behind_gate(void);
 int swapin_behind_gate(chunk_t *c, int planned);
+size_t swapins_behind_gate(chunk_t *const *cs, size_t n, int planned);
 void settle_in(chunk_t *c);
 void chunk_release(chunk_t *c, CUstream free_stream);
 CUresult reap_dying(int block);

@@ -234,18 +234,43 @@ int retire_oldest_behind_gate(void) {
  * brings c in as before. `planned`: a planned swap-in (counted as one), else an op's own demand.
  * Caller holds mem_lock and keeps it until c is settled. */
 int swapin_behind_gate(chunk_t *c, int planned) {
-    if (!M.safe || !M.remap_gate || !gate_on() || c->state != C_SWAPPED || !c->aliased ||
-        !c->host || c->out_ev || c->stage || c->hold)
+    return swapins_behind_gate(&c, 1, planned) == 1;
+}
+
+/* Whether c may be swapped in behind a gate (swapins_behind_gate). */
+static int swapin_gateable(const chunk_t *c) {
+    return c->state == C_SWAPPED && c->aliased && c->host && !c->out_ev && !c->stage && !c->hold;
+}
+
+/* Free physical chunks on the list. */
+static size_t phys_free_count(size_t enough) {
+    size_t k = 0;
+    for (phys_t *p = M.phys_free; p && k < enough; p = p->next)
+        k++;
+    return k;
+}
+
+/* swapin_behind_gate for the first of cs[0, n) that may be (swapin_gateable, stopping at the
+ * first that may not) and that memory comes for, behind one gate: one wait of the mapping
+ * thread's for the device, one wake-up. Returns how many were issued (cs[0, that)). */
+size_t swapins_behind_gate(chunk_t *const *cs, size_t n, int planned) {
+    if (!M.safe || !M.remap_gate || !gate_on())
         return 0;
-    if (!M.phys_free)
-        (void)phys_new(); /* while under budget */
-    if (!M.phys_free)
-        (void)retire_oldest_behind_gate(); /* a swap-out's memory, in stream order */
-    if (!M.phys_free || gate_reserve() != 0)
+    size_t k = 0;
+    while (k < n && swapin_gateable(cs[k]))
+        k++;
+    size_t have = phys_free_count(k);
+    while (have < k) {
+        if (phys_new() != CUDA_SUCCESS && !retire_oldest_behind_gate())
+            break; /* none made under the budget, none handed over */
+        have = phys_free_count(k);
+    }
+    k = have < k ? have : k;
+    if (!k || gate_reserve_n(k) != 0)
         return 0;
     CUstream users[MAX_USERS + MAX_STREAMS];
     unsigned nu = 0;
-    if (gather_streams(&c, 1, users, &nu)) /* also: no fast-path op passes from here */
+    if (gather_streams(cs, k, users, &nu)) /* also: no fast-path op passes from here */
         return 0;
     CUstream gs = gate_stream();
     CUresult r = CUDA_SUCCESS;
@@ -266,44 +291,54 @@ int swapin_behind_gate(chunk_t *c, int planned) {
         return 0;
     }
     evref_t *v = ev_take();
-    r = v ? copy_in(c, gs) : CUDA_ERROR_OUT_OF_MEMORY;
-    if (r != CUDA_SUCCESS) {
-        gate_push(t, after, chunk_addr(c), 0); /* nothing behind the gate: it only opens */
+    size_t done = 0; /* the copies queued behind the gate */
+    while (v && done < k && copy_in(cs[done], gs) == CUDA_SUCCESS)
+        done++;
+    if (!done) {
+        gate_push(t, after, chunk_addr(cs[0]), 0); /* nothing behind the gate: it only opens */
         ev_drop(after);
         ev_drop(v);
         return 0;
     }
-    phys_t *p = phys_pop();
-    gate_push(t, after, chunk_addr(c), p->h);
-    ev_drop(after); /* the job holds its own reference */
+    for (size_t i = 0; i < done; i++) {
+        phys_t *p = phys_pop();
+        gate_push_batch(t, after, chunk_addr(cs[i]), p->h, i + 1 == done);
+        cs[i]->phys = p;
+    }
+    ev_drop(after); /* the jobs hold their own references */
     if (ooc_real.cuEventRecord(v->e, gs) != CUDA_SUCCESS) {
-        sync_stream(gs); /* the gate opens once the remap is done: then the copy runs */
+        sync_stream(gs); /* the gate opens once the remaps are done: then the copies run */
         ev_drop(v);
         v = NULL;
     }
-    c->aliased = 0;
-    c->phys = p;
-    c->since = M.serial;
-    c->discard = 0;
-    c->state = C_RESIDENT;
-    c->queued = 0;
-    if (v) {
+    for (size_t i = 0; i < done; i++) {
+        chunk_t *c = cs[i];
+        c->aliased = 0;
+        c->since = M.serial;
+        c->discard = 0;
+        c->state = C_RESIDENT;
+        c->queued = 0;
+        if (v) {
+            v->refs++;
+            c->in_ev = v;
+            limbo_put(c->host, v); /* mapped at c's address until the remap, which v follows */
+        } else {
+            host_slot_put(c->host);
+        }
+        c->host = NULL;
+        lru_push(c);
+        if (planned) {
+            count_prefetch(c, 0);
+        } else {
+            ooc_stats_add(OOC_STAT_swap_ins, 1);
+            ooc_stats_add(OOC_STAT_swap_in_bytes, chunk_used(c));
+        }
+    }
+    if (v)
         fill_set(FILL_GATE, v);
-        c->in_ev = v;
-        limbo_put(c->host, v); /* mapped at c's address until the remap, which v follows */
-    } else {
-        host_slot_put(c->host);
-    }
-    c->host = NULL;
-    lru_push(c);
-    if (planned) {
-        count_prefetch(c, 0);
-    } else {
-        ooc_stats_add(OOC_STAT_swap_ins, 1);
-        ooc_stats_add(OOC_STAT_swap_in_bytes, chunk_used(c));
-    }
-    ooc_stats_add(OOC_STAT_prefetch_gated, 1);
-    return 1;
+    ev_drop(v);
+    ooc_stats_add(OOC_STAT_prefetch_gated, done);
+    return done;
 }
 
 /* The swap-out copy of c is done: its physical chunk returns to the pool and, in safe mode, its

@@ -484,6 +484,21 @@ unsigned ooc_mem_l_prefetch(uintptr_t addr, uint64_t id, CUstream s) {
     buf_t *b = plan_buf(addr, id);
     if (!b || !M.worker_on)
         return 0;
+    if (M.safe && M.remap_gate) {
+        /* Safe mode with OOC_REMAP_GATE=1: the buffer's swapped chunks issued here, at the plan's
+         * point, behind one gate (their memory handed over from the work issued so far: the
+         * copies start when the device gets here, as the plan has it); the rest, if no memory
+         * comes, are queued for the worker below. */
+        uint64_t n = buf_chunks(b), k = 0;
+        if (grow(&M.op_tmp, &M.cap_tmp, n, sizeof *M.op_tmp) == 0) {
+            for (uint64_t i = 0; i < n; i++) {
+                chunk_t *c = plan_chunk(b, i);
+                if (c && c->state == C_SWAPPED && !c->queued)
+                    M.op_tmp[k++] = c;
+            }
+            (void)swapins_behind_gate(M.op_tmp, k, 1);
+        }
+    }
     long left = host_serves() ? serve_queued() : -1; /* else the worker will, in order */
     int waiting = left < 0;
     serve_t sv = {left > 0 ? (uint64_t)left : 0, UINT_MAX};
@@ -491,11 +506,6 @@ unsigned ooc_mem_l_prefetch(uintptr_t addr, uint64_t id, CUstream s) {
     for (uint64_t i = 0, n = buf_chunks(b); i < n; i++) {
         chunk_t *c = plan_chunk(b, i);
         if (!c)
-            continue;
-        /* Safe mode with OOC_REMAP_GATE=1: issued here, at the plan's point, behind a gate
-         * (its memory handed over from the work issued so far: the copy in starts when the
-         * device gets here, as the plan has it); queued for the worker when no memory comes. */
-        if (M.safe && M.remap_gate && !c->queued && !waiting && swapin_behind_gate(c, 1))
             continue;
         /* A chunk whose swap-out is still under way keeps its memory when nothing took it
          * (reclaim_retiring); otherwise it is queued for the worker, which brings it back once

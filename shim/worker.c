@@ -261,6 +261,9 @@ static void *worker_main(void *arg) {
         }
         if (M.nlimbo)
             limbo_poll();
+        /* (Safe mode with the gate too, as soon as their copies are done, in batches: until
+         * its alias goes in, a write the shim cannot see into a chunk copied out lands in
+         * memory about to be given up; waiting for memory to be needed lost such writes.) */
         if (M.nret) {
             if (!retire_poll(0))
                 worker_wait_retiree(NULL);
