@@ -119,6 +119,37 @@ void retire_settle(chunk_t *c) {
             break;
 }
 
+/* Safe mode behind a gate: queues on the gates' stream a wait for `first` (may be NULL) and for
+ * the work issued so far on every stream that may reach the chunks cs[0, n) unseen, then the
+ * event *after (a reference) the mapping thread waits for, then a gate (its ticket in *t). 0; -1
+ * when a stream cannot be named or a call failed (nothing was pushed: the caller gives up). Also:
+ * no fast-path op passes from here until mem_lock is let go (gather_streams). */
+static int gate_behind(chunk_t *const *cs, size_t n, evref_t *first, evref_t **after, uint32_t *t) {
+    CUstream users[MAX_USERS + MAX_STREAMS];
+    unsigned nu = 0;
+    if (gather_streams(cs, n, users, &nu))
+        return -1;
+    CUstream gs = gate_stream();
+    CUresult r = first ? ooc_real.cuStreamWaitEvent(gs, first->e, 0) : CUDA_SUCCESS;
+    for (unsigned u = 0; u < nu && r == CUDA_SUCCESS; u++) {
+        evref_t *e = ev_take();
+        r = e ? ooc_real.cuEventRecord(e->e, users[u]) : CUDA_ERROR_OUT_OF_MEMORY;
+        if (r == CUDA_SUCCESS)
+            r = ooc_real.cuStreamWaitEvent(gs, e->e, 0);
+        ev_drop(e); /* the wait keeps the record it saw */
+    }
+    *after = r == CUDA_SUCCESS ? ev_take() : NULL;
+    r = *after ? ooc_real.cuEventRecord((*after)->e, gs) : CUDA_ERROR_OUT_OF_MEMORY;
+    if (r == CUDA_SUCCESS)
+        r = gate_wait_on(gs, t);
+    if (r != CUDA_SUCCESS) {
+        ev_drop(*after);
+        *after = NULL;
+        return -1;
+    }
+    return 0;
+}
+
 /* Whether the retiring chunk c may be finished behind a gate (retire_behind_gate). */
 static int retire_gateable(const chunk_t *c) {
     return c->out_ev && !c->stolen && c->phys && c->host && !c->hold;
@@ -138,32 +169,14 @@ static int retire_gateable(const chunk_t *c) {
 static int retire_behind_gate(size_t n) {
     if (!M.safe || !M.remap_gate || !gate_on() || !n || n > M.nret || gate_reserve_n(n) != 0)
         return 0;
-    CUstream users[MAX_USERS + MAX_STREAMS];
-    unsigned nu = 0;
-    if (gather_streams(M.ret, n, users, &nu)) /* also: no fast-path op passes from here */
-        return 0;
-    CUstream gs = gate_stream();
-    CUresult r = CUDA_SUCCESS;
     evref_t *last = NULL; /* the copies out run in order on one stream: the last covers all */
     for (size_t i = 0; i < n; i++)
         last = M.ret[i]->out_ev;
-    r = ooc_real.cuStreamWaitEvent(gs, last->e, 0);
-    for (unsigned u = 0; u < nu && r == CUDA_SUCCESS; u++) {
-        evref_t *e = ev_take();
-        r = e ? ooc_real.cuEventRecord(e->e, users[u]) : CUDA_ERROR_OUT_OF_MEMORY;
-        if (r == CUDA_SUCCESS)
-            r = ooc_real.cuStreamWaitEvent(gs, e->e, 0);
-        ev_drop(e); /* the wait keeps the record it saw */
-    }
-    evref_t *after = r == CUDA_SUCCESS ? ev_take() : NULL;
-    r = after ? ooc_real.cuEventRecord(after->e, gs) : CUDA_ERROR_OUT_OF_MEMORY;
+    evref_t *after = NULL;
     uint32_t t = 0;
-    if (r == CUDA_SUCCESS)
-        r = gate_wait_on(gs, &t);
-    if (r != CUDA_SUCCESS) {
-        ev_drop(after);
+    if (gate_behind(M.ret, n, last, &after, &t) != 0)
         return 0;
-    }
+    CUstream gs = gate_stream();
     for (size_t i = 0; i < n; i++)
         gate_push_batch(t, after, chunk_addr(M.ret[i]), M.ret[i]->host->h, i + 1 == n);
     ev_drop(after); /* the jobs hold their own references */
@@ -268,28 +281,11 @@ size_t swapins_behind_gate(chunk_t *const *cs, size_t n, int planned) {
     k = have < k ? have : k;
     if (!k || gate_reserve_n(k) != 0)
         return 0;
-    CUstream users[MAX_USERS + MAX_STREAMS];
-    unsigned nu = 0;
-    if (gather_streams(cs, k, users, &nu)) /* also: no fast-path op passes from here */
+    evref_t *after = NULL;
+    uint32_t t = 0;
+    if (gate_behind(cs, k, NULL, &after, &t) != 0)
         return 0;
     CUstream gs = gate_stream();
-    CUresult r = CUDA_SUCCESS;
-    for (unsigned u = 0; u < nu && r == CUDA_SUCCESS; u++) {
-        evref_t *e = ev_take();
-        r = e ? ooc_real.cuEventRecord(e->e, users[u]) : CUDA_ERROR_OUT_OF_MEMORY;
-        if (r == CUDA_SUCCESS)
-            r = ooc_real.cuStreamWaitEvent(gs, e->e, 0);
-        ev_drop(e); /* the wait keeps the record it saw */
-    }
-    evref_t *after = r == CUDA_SUCCESS ? ev_take() : NULL;
-    r = after ? ooc_real.cuEventRecord(after->e, gs) : CUDA_ERROR_OUT_OF_MEMORY;
-    uint32_t t = 0;
-    if (r == CUDA_SUCCESS)
-        r = gate_wait_on(gs, &t);
-    if (r != CUDA_SUCCESS) {
-        ev_drop(after);
-        return 0;
-    }
     evref_t *v = ev_take();
     size_t done = 0; /* the copies queued behind the gate */
     while (v && done < k && copy_in(cs[done], gs) == CUDA_SUCCESS)
