@@ -283,6 +283,25 @@ static void log_oom(uint64_t need) {
 
 static CUresult make_resident(uint64_t missing);
 
+/* Safe mode with OOC_REMAP_GATE=1: the op's chunks whose addresses show their host copies
+ * (with `planned`, only those whose planned swap-in is still queued for the worker) come in behind
+ * a gate (swapin_behind_gate) while memory comes: need_phys, up to `want` chunks at once, where
+ * swap-outs hand theirs on in stream order behind gates too. Stops at the first that cannot.
+ * Returns how many came in. Caller holds mem_lock. */
+static uint64_t op_swapins_behind_gate(int planned, uint64_t want) {
+    uint64_t n = 0;
+    for (size_t i = 0; i < M.nop && M.safe && M.remap_gate; i++) {
+        chunk_t *c = M.op_chunks[i];
+        if ((planned && !c->queued) || c->state != C_SWAPPED || !c->aliased || c->stage ||
+            c->out_ev)
+            continue;
+        if (need_phys(want > n ? want - n : 1) != CUDA_SUCCESS || !swapin_behind_gate(c, planned))
+            break;
+        n++;
+    }
+    return n;
+}
+
 /* Is a chunk that op `a` references queued for the worker? Caller holds mem_lock. */
 static int any_queued(const ooc_access_t *a) {
     for (unsigned i = 0; i < a->n; i++) {
@@ -350,16 +369,9 @@ static CUresult op_pin(const ooc_access_t *a, int *listed, int again) {
         if (M.nret && host_serves())
             serve_queued();
         serve_op_chunks();
-        /* Safe mode with OOC_REMAP_GATE=1: the op's queued chunks whose addresses show their host
-         * copies come in behind a gate now, ahead of the worker, while memory comes (need_phys:
-         * swap-outs hand theirs on in stream order behind gates too). */
-        for (size_t i = 0; i < M.nop && M.safe && M.remap_gate; i++) {
-            chunk_t *c = M.op_chunks[i];
-            if (!c->queued || c->state != C_SWAPPED || !c->aliased || c->stage || c->out_ev)
-                continue;
-            if (need_phys(1) != CUDA_SUCCESS || !swapin_behind_gate(c, 1))
-                break;
-        }
+        /* Safe mode with OOC_REMAP_GATE=1: the op's queued chunks come in behind a gate now,
+         * ahead of the worker. */
+        (void)op_swapins_behind_gate(1, 1);
         size_t nq = 0;
         for (size_t i = 0; i < M.nop; i++)
             nq += M.op_chunks[i]->queued != 0;
@@ -500,17 +512,9 @@ static CUresult swapins_issued(void) {
 /* Maps (and swaps in) the op's chunks that are not resident. Caller holds mem_lock. */
 static CUresult make_resident(uint64_t missing) {
     int swapped_in = 0;
-    /* Safe mode with OOC_REMAP_GATE=1: the op's chunks whose addresses show their host copies
-     * come in behind a gate while memory comes (need_phys: swap-outs hand theirs on in stream
-     * order behind gates too), with no wait for the streams that may reach them unseen. */
-    for (size_t i = 0; i < M.nop && M.safe && M.remap_gate; i++) {
-        chunk_t *c = M.op_chunks[i];
-        if (c->state != C_SWAPPED || !c->aliased || c->stage)
-            continue;
-        if (need_phys(missing) != CUDA_SUCCESS || !swapin_behind_gate(c, 0))
-            break;
-        missing--;
-    }
+    /* Safe mode with OOC_REMAP_GATE=1: the op's swapped chunks come in behind a gate, with no
+     * wait for the streams that may reach them unseen. */
+    missing -= op_swapins_behind_gate(0, missing);
     CUresult r = M.safe ? unalias_op_chunks() : CUDA_SUCCESS;
     if (r != CUDA_SUCCESS)
         return r;

@@ -219,6 +219,8 @@ static int retire_behind_gate(size_t n) {
 /* How many of the oldest retiring chunks retire_behind_gate may take at once: those whose
  * copies out are done, at least one (`any`: the oldest even if its copy still runs). */
 static size_t retire_gate_batch(int any) {
+    if (!M.safe || !M.remap_gate || !gate_on())
+        return 0; /* nothing to ask the copies out: retire_behind_gate would not take them */
     size_t n = 0;
     while (n < M.nret && retire_gateable(M.ret[n]) && ev_done(M.ret[n]->out_ev))
         n++;
