@@ -31,7 +31,7 @@ extern int oom_flag OOC_INTERNAL;
 enum { C_EMPTY, C_RESIDENT, C_SWAPPED };
 
 /* Safe mode's copy streams whose copies in every op waits for (M.fill, streams.c's fill_set). */
-enum { FILL_WORKER, FILL_DEMAND, FILL_GATE, FILL_N };
+enum { FILL_WORKER, FILL_DEMAND, FILL_GATE, FILL_HANDOVER, FILL_N };
 
 #define MAX_USERS   4
 #define MAX_STREAMS 16
@@ -63,6 +63,14 @@ typedef struct wchunk {
     phys_t *phys;
     struct evref *ev;
 } wchunk_t;
+
+/* A warm chunk whose memory was handed on while work that may use it still ran (warm.c's
+ * give_back_last): its address stays mapped to that memory until `ev` is done, then is unmapped
+ * and goes to the quarantine (warm_late_reap). Holds a reference to ev. */
+typedef struct wlate {
+    uint64_t idx;
+    struct evref *ev;
+} wlate_t;
 
 typedef struct warm {
     uint64_t first, n;
@@ -199,10 +207,12 @@ struct mem_state {
     warm_t **warm; /* warm runs, oldest first */
     size_t nwarm, cap_warm;
     uint64_t warm_chunks; /* physical chunks held mapped by warm runs (not in `resident`) */
-    int reuse;            /* OOC_REUSE: keep freed buffers' chunks mapped in warm runs */
-    int stage;            /* OOC_SAFE_STAGE: stage safe mode's planned swap-ins */
-    int remap_gate;       /* OOC_REMAP_GATE: remap behind the device (gate.c) */
-    CUstream join;        /* warm.c joins several streams' events on it (created when needed) */
+    wlate_t *wlate;       /* warm chunks' addresses whose memory went on early (warm.c) */
+    size_t nwlate, cap_wlate;
+    int reuse;      /* OOC_REUSE: keep freed buffers' chunks mapped in warm runs */
+    int stage;      /* OOC_SAFE_STAGE: stage safe mode's planned swap-ins */
+    int remap_gate; /* OOC_REMAP_GATE: remap behind the device (gate.c) */
+    CUstream join;  /* warm.c joins several streams' events on it (created when needed) */
     hslot_t *host_free;
     hslot_t **host_blocks; /* arrays of HOST_BLOCK_CHUNKS slots */
     size_t nhost_blocks;
@@ -233,8 +243,9 @@ struct mem_state {
     _Atomic int fc_dirty; /* the fast path issued work since fc_epoch last advanced */
     /* Safe mode: the last copy in on each copy stream (FILL_WORKER, FILL_DEMAND, FILL_GATE: the
      * worker's, demand residency's, the gate's) into memory just mapped at an address any op may
-     * reach unseen; every op's stream waits for them until they have completed, and meanwhile
-     * no op takes the fast path (fill_on). */
+     * reach unseen, and (FILL_HANDOVER) the work that may still use memory handed on early by
+     * warm runs (fill_join); every op's stream waits for them until they have completed, and
+     * meanwhile no op takes the fast path (fill_on). */
     evref_t *fill[FILL_N];
     _Atomic int fill_on;
     chunk_t **staged; /* safe mode: staged swap-ins, oldest first (stage.c) */
@@ -416,6 +427,8 @@ uint64_t issue_epoch(void);
 void note_waited(uint64_t epoch, const CUstream *users, unsigned n, int all);
 evref_t *fence_ev(CUstream s);
 void fill_set(unsigned k, evref_t *v);
+CUresult fill_join(unsigned k, evref_t *v);
+evref_t *ev_join(evref_t *a, evref_t *b);
 CUresult fill_wait(CUstream s);
 void fill_drop(void);
 /* vmm.c */
@@ -443,6 +456,7 @@ warm_t *warm_take(uint64_t n);
 void warm_untake(warm_t *w);
 int warm_ready(void);
 CUresult warm_release(uint64_t want);
+CUresult warm_late_reap(int block);
 void warm_shutdown(void);
 /* retire.c */
 void ret_remove(chunk_t *c);

@@ -283,11 +283,15 @@ size_t swapins_behind_gate(chunk_t *const *cs, size_t n, int planned) {
     k = have < k ? have : k;
     if (!k || gate_reserve_n(k) != 0)
         return 0;
+    CUstream gs = gate_stream();
+    size_t m = 0; /* the copies in follow the work that may still use memory handed on early */
+    for (phys_t *p = M.phys_free; p && m < k; p = p->next, m++)
+        if (phys_ordered(p, gs) != CUDA_SUCCESS)
+            return 0;
     evref_t *after = NULL;
     uint32_t t = 0;
     if (gate_behind(cs, k, NULL, &after, &t) != 0)
         return 0;
-    CUstream gs = gate_stream();
     evref_t *v = ev_take();
     size_t done = 0; /* the copies queued behind the gate */
     while (v && done < k && copy_in(cs[done], gs) == CUDA_SUCCESS)

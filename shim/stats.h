@@ -72,6 +72,7 @@
     X(planned_swap_outs, COUNTER, COUNT, "planned swap-outs (buffers)")                            \
     X(swap_cancels, COUNTER, COUNT, "swap-outs cancelled: used again first")                       \
     X(warm_reuses, COUNTER, COUNT, "chunks reused mapped from freed buffers")                      \
+    X(warm_handed_early, COUNTER, COUNT, "freed chunks handed on early")                           \
     X(vmm_calls, COUNTER, COUNT, "mapping calls (map, set access, unmap)")                         \
     X(vmm_ns, COUNTER, NS, "time in mapping calls")                                                \
     X(vmm_prog_ns, COUNTER, NS, "of it on the program's threads")                                  \

@@ -248,6 +248,45 @@ void fill_set(unsigned k, evref_t *v) {
     atomic_store(&M.fill_on, 1);
 }
 
+/* Safe mode: as fill_set, for an event that need not follow slot k's (events on streams of the
+ * program's): while k's is pending the two are joined on M.join, a stream of the shim's own.
+ * CUDA_SUCCESS, or an error with nothing set (the caller waits for v on the host instead).
+ * Caller holds mem_lock. */
+CUresult fill_join(unsigned k, evref_t *v) {
+    evref_t *old = M.fill[k];
+    if (!old || ev_done(old)) {
+        fill_set(k, v);
+        return CUDA_SUCCESS;
+    }
+    evref_t *j = ev_join(old, v);
+    if (!j)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    fill_set(k, j);
+    ev_drop(j);
+    return CUDA_SUCCESS;
+}
+
+/* An event after both a and b (the caller's reference), recorded on M.join, a stream of the
+ * shim's own (created when needed); NULL when out of events or on a driver error. Caller holds
+ * mem_lock. */
+evref_t *ev_join(evref_t *a, evref_t *b) {
+    if (!M.join && ooc_real.cuStreamCreate(&M.join, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+        M.join = NULL;
+        return NULL;
+    }
+    evref_t *j = ev_take();
+    CUresult r = j ? ooc_real.cuStreamWaitEvent(M.join, a->e, 0) : CUDA_ERROR_OUT_OF_MEMORY;
+    if (r == CUDA_SUCCESS)
+        r = ooc_real.cuStreamWaitEvent(M.join, b->e, 0);
+    if (r == CUDA_SUCCESS)
+        r = ooc_real.cuEventRecord(j->e, M.join);
+    if (r != CUDA_SUCCESS) {
+        ev_drop(j);
+        return NULL;
+    }
+    return j;
+}
+
 /* Safe mode: the op about to be issued on s waits for the copies in that may still be filling
  * memory at addresses it could reach unseen. Caller holds mem_lock. */
 CUresult fill_wait(CUstream s) {

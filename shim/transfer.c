@@ -211,6 +211,7 @@ static int swapin_now(chunk_t *c, int dying_ok) {
     c->state = C_RESIDENT;
     c->queued = 0;
     if (r == CUDA_SUCCESS) {
+        ev_drop(c->in_ev); /* map_phys's, which the copy followed */
         c->in_ev = v;
         limbo_put(c->host, v);
         c->host = NULL;
@@ -240,6 +241,8 @@ static int swapin_gated(chunk_t *c) {
     CUresult r = ooc_real.cuStreamWaitEvent(gs, c->out_ev->e, 0);
     if (r == CUDA_SUCCESS)
         r = wait_from(gs, from);
+    if (r == CUDA_SUCCESS)
+        r = phys_ordered(p, gs); /* memory handed on early (warm.c) */
     if (r == CUDA_SUCCESS)
         r = gate_wait_on(gs, &t);
     if (r != CUDA_SUCCESS) {

@@ -56,34 +56,97 @@ static void warm_remove(const warm_t *w) {
     }
 }
 
-/* Unmaps the run's last chunk once the work that may use it is done, and gives its physical
- * chunk to the pool and its address to the quarantine; the run shrinks by one. */
-static CUresult give_back_last(warm_t *w) {
+/* The run's last chunk c, whose work (c->ev) may still run, hands its memory on now
+ * (give_back_last): the event that whatever reaches the memory next must wait for (a reference
+ * for the caller: c's work, and an older hand-over's still pending), or NULL when it cannot (then
+ * the caller waits on the host). In safe mode every op from here waits for it (fill_join). */
+static evref_t *hand_on_early(wchunk_t *c) {
+    phys_t *p = c->phys;
+    if (p->after && ev_done(p->after)) {
+        ev_drop(p->after);
+        p->after = NULL;
+    }
+    if (grow(&M.wlate, &M.cap_wlate, M.nwlate + 1, sizeof *M.wlate) != 0)
+        return NULL;
+    evref_t *v = p->after ? ev_join(p->after, c->ev) : c->ev;
+    if (v == c->ev)
+        v->refs++;
+    if (v && M.safe && fill_join(FILL_HANDOVER, v) != CUDA_SUCCESS) {
+        ev_drop(v);
+        v = NULL;
+    }
+    return v;
+}
+
+/* Gives the run's last chunk's physical chunk to the pool and its address to the quarantine; the
+ * run shrinks by one. The work that may still use the chunk (its event) is waited for on the
+ * host with `wait`; without, when that work still runs, the memory goes on at once in stream
+ * order: whatever reaches it through another address waits for the event on the device (p->after:
+ * phys_ordered for the shim's copies, map_phys's in_ev for the ops that name the chunk mapped
+ * there, fill_join in safe mode for every op), and the old address stays mapped to it until the
+ * event is done (M.wlate, warm_late_reap): the framework's thread runs ahead of the device, and
+ * waiting here for memory freed a moment ago made it wait for the device. */
+static CUresult give_back_last(warm_t *w, int wait) {
     wchunk_t *c = &w->c[w->n - 1];
-    if (c->ev && !ev_done(c->ev)) {
-        CUresult r = sync_event(c->ev->e);
+    uint64_t idx = w->first + w->n - 1;
+    evref_t *after = c->ev && !ev_done(c->ev) && !wait ? hand_on_early(c) : NULL;
+    if (after) {
+        ev_drop(c->phys->after);
+        c->phys->after = after;
+        M.wlate[M.nwlate++] = (wlate_t){idx, c->ev}; /* takes c's reference */
+        ooc_stats_add(OOC_STAT_warm_handed_early, 1);
+    } else {
+        if (c->ev && !ev_done(c->ev)) {
+            CUresult r = sync_event(c->ev->e);
+            if (r != CUDA_SUCCESS)
+                return r;
+        }
+        CUresult r = vmm_unmap(idx_addr(idx));
         if (r != CUDA_SUCCESS)
             return r;
+        ev_drop(c->ev);
+        va_give(idx, 1);
     }
-    CUresult r = vmm_unmap(idx_addr(w->first + w->n - 1));
-    if (r != CUDA_SUCCESS)
-        return r;
-    ev_drop(c->ev);
     c->phys->next = M.phys_free;
     M.phys_free = c->phys;
     *c = (wchunk_t){NULL, NULL};
     M.warm_chunks--;
     ooc_stats_gauge_sub(OOC_STAT_resident_bytes, M.chunk);
-    va_give(w->first + w->n - 1, 1);
     w->n--;
     return CUDA_SUCCESS;
+}
+
+/* The addresses whose memory went on early (give_back_last) and whose work is done (with
+ * `block`, all: waited for) are unmapped and go to the quarantine. CUDA_SUCCESS, or the first
+ * failure (that address stays listed). Caller holds mem_lock. */
+CUresult warm_late_reap(int block) {
+    CUresult first = CUDA_SUCCESS;
+    size_t k = 0;
+    for (size_t i = 0; i < M.nwlate; i++) {
+        wlate_t l = M.wlate[i];
+        CUresult r = ev_done(l.ev) ? CUDA_SUCCESS
+                     : block       ? sync_event(l.ev->e)
+                                   : CUDA_ERROR_NOT_READY;
+        if (r == CUDA_SUCCESS)
+            r = vmm_unmap(idx_addr(l.idx));
+        if (r == CUDA_SUCCESS) {
+            va_give(l.idx, 1);
+            ev_drop(l.ev);
+            continue;
+        }
+        if (r != CUDA_ERROR_NOT_READY && first == CUDA_SUCCESS)
+            first = r;
+        M.wlate[k++] = l;
+    }
+    M.nwlate = k;
+    return first;
 }
 
 /* Gives back every chunk of a run, and the run; a failure is logged unless `quiet` (at exit,
  * when the driver may already refuse everything). */
 static CUresult drop_run(warm_t *w, int quiet) {
     while (w->n) {
-        CUresult r = give_back_last(w);
+        CUresult r = give_back_last(w, 1);
         if (r != CUDA_SUCCESS) {
             if (!quiet)
                 OOC_LOG_W("cuMemUnmap of a freed chunk at %#llx failed: %s",
@@ -257,8 +320,9 @@ CUresult warm_release(uint64_t want) {
     if (M.safe)
         quiesce(); /* no fast-path op is in flight while its memory goes */
     warm_t *w = M.warm[0];
+    (void)warm_late_reap(0);
     for (uint64_t k = 0; w->n && k < (want ? want : 1); k++) {
-        CUresult r = give_back_last(w);
+        CUresult r = give_back_last(w, 0);
         if (r != CUDA_SUCCESS) {
             OOC_LOG_W("cuMemUnmap of a freed chunk at %#llx failed: %s",
                       (unsigned long long)idx_addr(w->first + w->n - 1), ooc_real_errname(r));
@@ -274,6 +338,13 @@ CUresult warm_release(uint64_t want) {
 
 /* At shutdown: every held chunk unmapped and back in the pool, every run freed. */
 void warm_shutdown(void) {
+    if (warm_late_reap(1) != CUDA_SUCCESS)
+        OOC_LOG_W("%zu freed chunks' addresses could not be unmapped at exit", M.nwlate);
+    for (size_t i = 0; i < M.nwlate; i++)
+        ev_drop(M.wlate[i].ev);
+    free(M.wlate);
+    M.wlate = NULL;
+    M.nwlate = M.cap_wlate = 0;
     while (M.nwarm) {
         warm_t *w = M.warm[M.nwarm - 1];
         if (drop_run(w, 1) != CUDA_SUCCESS) {

@@ -225,6 +225,7 @@ static void worker_swapin(job_t j) {
         if (v) {
             if (M.safe)
                 fill_set(FILL_WORKER, v);
+            ev_drop(c->in_ev); /* map_phys's, which the copy followed */
             c->in_ev = v;
             ahead_add(v);
             limbo_put(c->host, v);

@@ -14,12 +14,15 @@
  * host flag, then sums X; X is freed on A (cuMemFreeAsync) and Y of the same size allocated
  * (cuMemAllocAsync on B) and filled on B at once; the host sets the flag 50 ms later. The sum
  * must be X's, and Y must hold its fill. Run it with FAKECUDA_SCHED=threaded (the wait needs
- * another thread to end it).
+ * another thread to end it). --overlap-grow: the same with Y one chunk larger than X, so that X's
+ * run of chunks does not fit Y whole: under a budget of about 5 chunks Y's memory comes from X's
+ * given back while A's sum may still read it (handed on early, not waited for on the host).
  *
  * --short B makes each buffer B bytes short of its whole chunks (default 64; a multiple of 4 below
  * the chunk): its last chunk holds 64 KiB - B bytes of it.
  *
- * Options: --iters N (default 6), --bufs K (1..16, default 6), --vary, --short B, --overlap.
+ * Options: --iters N (default 6), --bufs K (1..16, default 6), --vary, --short B, --overlap,
+ * --overlap-grow.
  * Output: one line per iteration, "iter I: maps M" (cuMemMap calls during the iteration, the
  * shim's included), then "churn: ok"; with --overlap, "overlap: sum S" and "churn: ok". Exit
  * status: 0 when every word is right; 1 when one is wrong (named on stderr); 2 when a driver call
@@ -73,8 +76,8 @@ static void fill(CUdeviceptr d, uint32_t v, size_t words, CUstream s) {
     UP_CHECK(cuLaunchKernel(f_fill, 1, 1, 1, 32, 1, 1, 0, s, args, NULL));
 }
 
-/* --overlap (see the header). */
-static int overlap(void) {
+/* --overlap, --overlap-grow (`grow`): see the header. */
+static int overlap(int grow) {
     CUstream a, b;
     UP_CHECK(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
     UP_CHECK(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
@@ -82,7 +85,7 @@ static int overlap(void) {
     UP_CHECK(cuMemHostAlloc((void **)&flag, 64, CU_MEMHOSTALLOC_DEVICEMAP));
     *flag = 0;
     CUdeviceptr out, x, y;
-    size_t words = (3 * CHUNK - 64) / 4;
+    size_t words = (3 * CHUNK - 64) / 4, ywords = words + (grow ? CHUNK / 4 : 0);
     UP_CHECK(cuMemAlloc(&out, 8));
     UP_CHECK(cuMemAllocAsync(&x, words * 4, a));
     fill(x, 5, words, a);
@@ -91,8 +94,8 @@ static int overlap(void) {
     void *args[] = {&out, &x, &n};
     UP_CHECK(cuLaunchKernel(f_sum, 1, 1, 1, 32, 1, 1, 0, a, args, NULL));
     UP_CHECK(cuMemFreeAsync(x, a));
-    UP_CHECK(cuMemAllocAsync(&y, words * 4, b));
-    fill(y, 9, words, b);
+    UP_CHECK(cuMemAllocAsync(&y, ywords * 4, b));
+    fill(y, 9, ywords, b);
     struct timespec ts = {0, 50 * 1000 * 1000};
     nanosleep(&ts, NULL); /* B's fill has run by now, unless it waits for A's sum */
     *flag = 1;
@@ -102,12 +105,12 @@ static int overlap(void) {
     UP_CHECK(cuMemcpyDtoH(&sum, out, 8));
     for (size_t i = 0; i < words; i++)
         want += 5u + (uint32_t)i * 7u;
-    uint32_t *host = malloc(words * 4);
+    uint32_t *host = malloc(ywords * 4);
     if (!host)
         return 2;
-    UP_CHECK(cuMemcpyDtoH(host, y, words * 4));
+    UP_CHECK(cuMemcpyDtoH(host, y, ywords * 4));
     int bad = sum != want;
-    for (size_t i = 0; i < words && !bad; i++)
+    for (size_t i = 0; i < ywords && !bad; i++)
         bad = host[i] != 9u + (uint32_t)i * 7u;
     free(host);
     printf("overlap: sum %llu\n", (unsigned long long)sum);
@@ -140,11 +143,13 @@ int main(int argc, char **argv) {
             vary = 1;
         else if (strcmp(argv[i], "--overlap") == 0)
             ovl = 1;
+        else if (strcmp(argv[i], "--overlap-grow") == 0)
+            ovl = 2;
         else if (strcmp(argv[i], "--short") == 0 && i + 1 < argc)
             shortfall = atol(argv[++i]);
         else {
-            fprintf(stderr,
-                    "usage: churn [--iters N] [--bufs K] [--vary] [--short B] [--overlap]\n");
+            fprintf(stderr, "usage: churn [--iters N] [--bufs K] [--vary] [--short B] [--overlap] "
+                            "[--overlap-grow]\n");
             return 64;
         }
     }
@@ -161,7 +166,7 @@ int main(int argc, char **argv) {
     UP_CHECK(cuModuleGetFunction(&f_fill, mod, "fill"));
     UP_CHECK(cuModuleGetFunction(&f_sum, mod, "sum"));
     if (ovl) {
-        int rc = overlap();
+        int rc = overlap(ovl == 2);
         UP_CHECK(cuModuleUnload(mod));
         return rc;
     }
