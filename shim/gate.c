@@ -188,6 +188,7 @@ CUresult gate_wait_on(CUstream s, uint32_t *ticket) {
         G.issued = t;
         pthread_mutex_unlock(&G.lock);
         *ticket = t;
+        ooc_stats_add(OOC_STAT_gates, 1);
     }
     return r;
 }
