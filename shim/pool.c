@@ -164,17 +164,22 @@ uint64_t chunk_used(const chunk_t *c) {
     return left < M.chunk ? left : M.chunk;
 }
 
-/* Orders stream st after the remap that takes physical chunk p (may be NULL) off its last
- * owner's address, when one is still to come (p->after): memory handed over behind a gate. */
-CUresult phys_ordered(phys_t *p, CUstream st) {
-    if (!p || !p->after)
-        return CUDA_SUCCESS;
-    if (ev_done(p->after)) {
+/* The event whatever reaches physical chunk p (may be NULL) must still wait for (p->after: a
+ * remap off its last owner's address behind a gate, or work on a freed buffer that handed it on
+ * early), or NULL when there is none or it has completed (then dropped). */
+evref_t *phys_pending(phys_t *p) {
+    if (p && p->after && ev_done(p->after)) {
         ev_drop(p->after);
         p->after = NULL;
-        return CUDA_SUCCESS;
     }
-    return ooc_real.cuStreamWaitEvent(st, p->after->e, 0);
+    return p ? p->after : NULL;
+}
+
+/* Orders stream st after what physical chunk p (may be NULL) must still wait for
+ * (phys_pending). */
+CUresult phys_ordered(phys_t *p, CUstream st) {
+    evref_t *v = phys_pending(p);
+    return v ? ooc_real.cuStreamWaitEvent(st, v->e, 0) : CUDA_SUCCESS;
 }
 
 /* Copies a chunk's bytes (chunk_used) between the device and its host slot on stream st (not

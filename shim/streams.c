@@ -266,14 +266,20 @@ CUresult fill_join(unsigned k, evref_t *v) {
     return CUDA_SUCCESS;
 }
 
+/* M.join, a stream of the shim's own for joining other streams' events, created at first use;
+ * NULL when it cannot be. Caller holds mem_lock. */
+CUstream join_stream(void) {
+    if (!M.join && ooc_real.cuStreamCreate(&M.join, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS)
+        M.join = NULL;
+    return M.join;
+}
+
 /* An event after both a and b (the caller's reference), recorded on M.join, a stream of the
  * shim's own (created when needed); NULL when out of events or on a driver error. Caller holds
  * mem_lock. */
 evref_t *ev_join(evref_t *a, evref_t *b) {
-    if (!M.join && ooc_real.cuStreamCreate(&M.join, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
-        M.join = NULL;
+    if (!join_stream())
         return NULL;
-    }
     evref_t *j = ev_take();
     CUresult r = j ? ooc_real.cuStreamWaitEvent(M.join, a->e, 0) : CUDA_ERROR_OUT_OF_MEMORY;
     if (r == CUDA_SUCCESS)

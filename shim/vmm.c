@@ -287,13 +287,10 @@ CUresult map_phys(chunk_t *c, phys_t *p) {
     /* Memory handed on while work through another address may still use it (p->after): the ops
      * that name c wait for that work on their streams, as for a copy in (a copy in queued into it
      * waits for it too, phys_ordered, and its event then replaces this one). */
-    if (p->after && ev_done(p->after)) {
-        ev_drop(p->after);
-        p->after = NULL;
-    }
-    if (p->after && !c->in_ev) {
-        p->after->refs++;
-        c->in_ev = p->after;
+    evref_t *v = phys_pending(p);
+    if (v && !c->in_ev) {
+        v->refs++;
+        c->in_ev = v;
     }
     return CUDA_SUCCESS;
 }

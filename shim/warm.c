@@ -61,14 +61,10 @@ static void warm_remove(const warm_t *w) {
  * for the caller: c's work, and an older hand-over's still pending), or NULL when it cannot (then
  * the caller waits on the host). In safe mode every op from here waits for it (fill_join). */
 static evref_t *hand_on_early(wchunk_t *c) {
-    phys_t *p = c->phys;
-    if (p->after && ev_done(p->after)) {
-        ev_drop(p->after);
-        p->after = NULL;
-    }
+    evref_t *older = phys_pending(c->phys);
     if (grow(&M.wlate, &M.cap_wlate, M.nwlate + 1, sizeof *M.wlate) != 0)
         return NULL;
-    evref_t *v = p->after ? ev_join(p->after, c->ev) : c->ev;
+    evref_t *v = older ? ev_join(older, c->ev) : c->ev;
     if (v == c->ev)
         v->refs++;
     if (v && M.safe && fill_join(FILL_HANDOVER, v) != CUDA_SUCCESS) {
@@ -200,10 +196,8 @@ static evref_t *join(const CUstream *users, unsigned nu, chunk_t *const *in, siz
         return NULL;
     if (nu == 1 && nin == 0)
         return fence_ev(users[0]);
-    if (!M.join && ooc_real.cuStreamCreate(&M.join, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
-        M.join = NULL;
+    if (!join_stream())
         return NULL;
-    }
     CUresult r = CUDA_SUCCESS;
     for (unsigned u = 0; u < nu && r == CUDA_SUCCESS; u++) {
         evref_t *v = fence_ev(users[u]);
