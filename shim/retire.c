@@ -120,15 +120,25 @@ void retire_settle(chunk_t *c) {
 }
 
 /* Safe mode behind a gate: queues on the gates' stream a wait for `first` (may be NULL) and for
- * the work issued so far on every stream that may reach the chunks cs[0, n) unseen, then the
- * event *after (a reference) the mapping thread waits for, then a gate (its ticket in *t). 0; -1
- * when a stream cannot be named or a call failed (nothing was pushed: the caller gives up). Also:
- * no fast-path op passes from here until mem_lock is let go (gather_streams). */
-static int gate_behind(chunk_t *const *cs, size_t n, evref_t *first, evref_t **after, uint32_t *t) {
-    CUstream users[MAX_USERS + MAX_STREAMS];
-    unsigned nu = 0;
-    if (gather_streams(cs, n, users, &nu))
+ * the work issued so far on every stream that may reach the chunks as[0, na) or bs[0, nb) unseen,
+ * then the event *after (a reference) the mapping thread waits for, then a gate (its ticket in
+ * *t). 0; -1 when a stream cannot be named or a call failed (nothing was pushed: the caller gives
+ * up). Also: no fast-path op passes from here until mem_lock is let go (gather_streams). */
+static int gate_behind(chunk_t *const *as, size_t na, chunk_t *const *bs, size_t nb, evref_t *first,
+                       evref_t **after, uint32_t *t) {
+    CUstream users[2 * (MAX_USERS + MAX_STREAMS)];
+    unsigned nu = 0, nb_users = 0;
+    if ((na && gather_streams(as, na, users, &nu)) ||
+        (nb && gather_streams(bs, nb, users + nu, &nb_users)))
         return -1;
+    unsigned end = nu + nb_users;
+    for (unsigned i = nu; i < end; i++) { /* the second group's, once each (nu <= i) */
+        unsigned k = 0;
+        while (k < nu && users[k] != users[i])
+            k++;
+        if (k == nu)
+            users[nu++] = users[i];
+    }
     CUstream gs = gate_stream();
     CUresult r = first ? ooc_real.cuStreamWaitEvent(gs, first->e, 0) : CUDA_SUCCESS;
     for (unsigned u = 0; u < nu && r == CUDA_SUCCESS; u++) {
@@ -155,42 +165,71 @@ static int retire_gateable(const chunk_t *c) {
     return c->out_ev && !c->stolen && c->phys && c->host && !c->hold;
 }
 
-/* Safe mode, OOC_REMAP_GATE=1: finishes the first n retiring chunks (M.ret[0, n), which the
- * caller checked with retire_gateable) behind one gate, with no wait on the host for their
- * copies out nor for the streams that may reach their addresses unseen. The gates' stream waits
- * for the copies out and for the work issued so far on each of those streams; the mapping thread
- * (gate.c) then moves each address from its device memory to its host copy (the alias) and opens
- * the gate after the last. The memory is free at once, handed over in stream order: every op
- * issued from here waits for the gate (fill_set), and every copy the shim makes into or out of it
- * waits for it too (its `after`, phys_ordered), so nothing reaches it through a new address while
- * it may still be reached through the old. One gate for many: each costs the device the mapping
- * thread's wake-up. 1 when done (the chunks are swapped and aliased); 0 when not (a stream that
- * cannot be named, a failure): the caller finishes them on the host. */
-static int retire_behind_gate(size_t n) {
-    if (!M.safe || !M.remap_gate || !gate_on() || !n || n > M.nret || gate_reserve_n(n) != 0)
-        return 0;
-    evref_t *last = NULL; /* the copies out run in order on one stream: the last covers all */
-    for (size_t i = 0; i < n; i++)
-        last = M.ret[i]->out_ev;
+/* Safe mode, OOC_REMAP_GATE=1: one gate for the oldest r retiring chunks (M.ret[0, r), which
+ * the caller checked with retire_gateable) and the swap-ins of the aliased chunks cs[0, k) (checked
+ * with swapin_gateable; memory for them among the retirees' and, for the rest, on the free list),
+ * with no wait on the host for the copies out nor for the streams that may reach the addresses
+ * unseen. The gates' stream waits for the copies out and for the work issued so far on each of
+ * those streams; the mapping thread (gate.c) then moves each retiree's address from its device
+ * memory to its host copy (the alias), each swapped-in chunk's from its alias to device memory,
+ * and opens the gate after the last; the copies in follow the gate on the same stream. A retiree's
+ * memory is free at once, handed over in stream order: every op issued from here waits for the
+ * gate (fill_set), and every copy the shim makes into or out of it waits for it too (its `after`,
+ * phys_ordered), so nothing reaches it through a new address while it may still be reached
+ * through the old. One gate for all: each costs the device the mapping thread's wake-up, and a
+ * swap-in that needs a retiree's memory would otherwise wait behind two. Returns how many
+ * swap-ins were issued (cs[0, that)); -1 when nothing was done (a stream that cannot be named, a
+ * failure): the caller finishes the retirees on the host and brings cs in as before.
+ * `planned`: the swap-ins are planned ones. Caller holds mem_lock and keeps it until cs are
+ * settled. */
+static long gate_batch(size_t r, chunk_t *const *cs, size_t k, int planned) {
+    if (!M.safe || !M.remap_gate || !gate_on() || r > M.nret || (!r && !k) ||
+        gate_reserve_n(r + k) != 0)
+        return -1;
+    CUstream gs = gate_stream();
+    size_t m = 0; /* the copies in follow the work that may still use memory handed on early */
+    for (phys_t *p = M.phys_free; p && m + r < k; p = p->next, m++)
+        if (phys_ordered(p, gs) != CUDA_SUCCESS)
+            return -1;
+    evref_t *first = r ? M.ret[r - 1]->out_ev : NULL; /* copies out run in order: the last */
     evref_t *after = NULL;
     uint32_t t = 0;
-    if (gate_behind(M.ret, n, last, &after, &t) != 0)
-        return 0;
-    CUstream gs = gate_stream();
-    for (size_t i = 0; i < n; i++)
-        gate_push_batch(t, after, chunk_addr(M.ret[i]), M.ret[i]->host->h, i + 1 == n);
-    ev_drop(after); /* the jobs hold their own references */
+    if (gate_behind(M.ret, r, cs, k, first, &after, &t) != 0)
+        return -1;
     evref_t *v = ev_take();
+    size_t done = 0; /* the copies queued behind the gate */
+    while (v && done < k && copy_in(cs[done], gs) == CUDA_SUCCESS)
+        done++;
+    if (!done && !r) {
+        gate_push(t, after, chunk_addr(cs[0]), 0); /* nothing behind the gate: it only opens */
+        ev_drop(after);
+        ev_drop(v);
+        return 0;
+    }
+    for (size_t i = 0; i < r; i++)
+        gate_push_batch(t, after, chunk_addr(M.ret[i]), M.ret[i]->host->h, !done && i + 1 == r);
+    for (size_t i = 0; i < done; i++) {
+        phys_t *p = NULL;
+        if (i < r) { /* a retiree's memory, ordered by this gate already */
+            p = M.ret[i]->phys;
+            M.ret[i]->phys = NULL;
+        } else {
+            p = phys_pop();
+        }
+        gate_push_batch(t, after, chunk_addr(cs[i]), p->h, i + 1 == done);
+        cs[i]->phys = p;
+    }
+    ev_drop(after); /* the jobs hold their own references */
     if (!v || ooc_real.cuEventRecord(v->e, gs) != CUDA_SUCCESS) {
         sync_stream(gs); /* nothing to order the device's work after: wait for the remaps */
         ev_drop(v);
         v = NULL;
     }
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < r; i++) {
         chunk_t *c = M.ret[i];
         ev_drop(c->out_ev);
         c->out_ev = NULL;
-        phys_t *p = c->phys;
+        phys_t *p = c->phys; /* NULL when a swap-in above took it */
         c->phys = NULL;
         c->state = C_SWAPPED;
         c->nusers = 0;
@@ -199,6 +238,8 @@ static int retire_behind_gate(size_t n) {
         c->in_ev = NULL;
         c->aliased = 1;
         c->since = M.serial;
+        if (!p)
+            continue;
         if (v) {
             ev_drop(p->after); /* an older remap's: the stream runs them in order */
             v->refs++;
@@ -206,14 +247,46 @@ static int retire_behind_gate(size_t n) {
         }
         phys_push(p);
     }
-    memmove(M.ret, M.ret + n, (M.nret - n) * sizeof *M.ret);
-    M.nret -= n;
+    memmove(M.ret, M.ret + r, (M.nret - r) * sizeof *M.ret);
+    M.nret -= r;
+    for (size_t i = 0; i < done; i++) {
+        chunk_t *c = cs[i];
+        c->aliased = 0;
+        c->since = M.serial;
+        c->discard = 0;
+        c->state = C_RESIDENT;
+        c->queued = 0;
+        if (v) {
+            v->refs++;
+            c->in_ev = v;
+            limbo_put(c->host, v); /* mapped at c's address until the remap, which v follows */
+        } else {
+            host_slot_put(c->host);
+        }
+        c->host = NULL;
+        lru_push(c);
+        if (planned) {
+            count_prefetch(c, 0);
+        } else {
+            ooc_stats_add(OOC_STAT_swap_ins, 1);
+            ooc_stats_add(OOC_STAT_swap_in_bytes, chunk_used(c));
+        }
+    }
     if (v)
         fill_set(FILL_GATE, v);
     ev_drop(v);
-    ooc_stats_add(OOC_STAT_host_aliases, n);
-    ooc_stats_add(OOC_STAT_retire_gated, n);
-    return 1;
+    ooc_stats_add(OOC_STAT_host_aliases, r);
+    ooc_stats_add(OOC_STAT_retire_gated, r);
+    if (done)
+        ooc_stats_add(OOC_STAT_retire_joined, r);
+    ooc_stats_add(OOC_STAT_prefetch_gated, done);
+    return (long)done;
+}
+
+/* The first n retiring chunks behind one gate (gate_batch). 1 when done (the chunks are swapped
+ * and aliased); 0 when not: the caller finishes them on the host. */
+static int retire_behind_gate(size_t n) {
+    return n && gate_batch(n, NULL, 0, 0) >= 0;
 }
 
 /* How many of the oldest retiring chunks retire_behind_gate may take at once: those whose
@@ -274,73 +347,22 @@ size_t swapins_behind_gate(chunk_t *const *cs, size_t n, int planned) {
     size_t k = 0;
     while (k < n && swapin_gateable(cs[k]))
         k++;
-    size_t have = phys_free_count(k);
-    while (have < k) {
-        if (phys_new() != CUDA_SUCCESS && !retire_oldest_behind_gate())
+    /* Memory: free, made under the budget, else the oldest retirees' behind the same gate (those
+     * whose copies are done go with it anyway: each would cost a gate of its own later). */
+    size_t have = phys_free_count(k), r = k ? retire_gate_batch(0) : 0;
+    while (have + r < k) {
+        if (phys_new() == CUDA_SUCCESS)
+            have = phys_free_count(k);
+        else if (r < M.nret && retire_gateable(M.ret[r]))
+            r++;
+        else
             break; /* none made under the budget, none handed over */
-        have = phys_free_count(k);
     }
-    k = have < k ? have : k;
-    if (!k || gate_reserve_n(k) != 0)
+    k = have + r < k ? have + r : k;
+    if (!k)
         return 0;
-    CUstream gs = gate_stream();
-    size_t m = 0; /* the copies in follow the work that may still use memory handed on early */
-    for (phys_t *p = M.phys_free; p && m < k; p = p->next, m++)
-        if (phys_ordered(p, gs) != CUDA_SUCCESS)
-            return 0;
-    evref_t *after = NULL;
-    uint32_t t = 0;
-    if (gate_behind(cs, k, NULL, &after, &t) != 0)
-        return 0;
-    evref_t *v = ev_take();
-    size_t done = 0; /* the copies queued behind the gate */
-    while (v && done < k && copy_in(cs[done], gs) == CUDA_SUCCESS)
-        done++;
-    if (!done) {
-        gate_push(t, after, chunk_addr(cs[0]), 0); /* nothing behind the gate: it only opens */
-        ev_drop(after);
-        ev_drop(v);
-        return 0;
-    }
-    for (size_t i = 0; i < done; i++) {
-        phys_t *p = phys_pop();
-        gate_push_batch(t, after, chunk_addr(cs[i]), p->h, i + 1 == done);
-        cs[i]->phys = p;
-    }
-    ev_drop(after); /* the jobs hold their own references */
-    if (ooc_real.cuEventRecord(v->e, gs) != CUDA_SUCCESS) {
-        sync_stream(gs); /* the gate opens once the remaps are done: then the copies run */
-        ev_drop(v);
-        v = NULL;
-    }
-    for (size_t i = 0; i < done; i++) {
-        chunk_t *c = cs[i];
-        c->aliased = 0;
-        c->since = M.serial;
-        c->discard = 0;
-        c->state = C_RESIDENT;
-        c->queued = 0;
-        if (v) {
-            v->refs++;
-            c->in_ev = v;
-            limbo_put(c->host, v); /* mapped at c's address until the remap, which v follows */
-        } else {
-            host_slot_put(c->host);
-        }
-        c->host = NULL;
-        lru_push(c);
-        if (planned) {
-            count_prefetch(c, 0);
-        } else {
-            ooc_stats_add(OOC_STAT_swap_ins, 1);
-            ooc_stats_add(OOC_STAT_swap_in_bytes, chunk_used(c));
-        }
-    }
-    if (v)
-        fill_set(FILL_GATE, v);
-    ev_drop(v);
-    ooc_stats_add(OOC_STAT_prefetch_gated, done);
-    return done;
+    long done = gate_batch(r, cs, k, planned);
+    return done > 0 ? (size_t)done : 0;
 }
 
 /* The swap-out copy of c is done: its physical chunk returns to the pool and, in safe mode, its

@@ -63,6 +63,7 @@
     X(prefetch_own_out, COUNTER, COUNT, "of them behind their own swap-out (chunks)")              \
     X(prefetch_gated, COUNTER, COUNT, "remapped behind the device (chunks)")                       \
     X(retire_gated, COUNTER, COUNT, "swapped out behind the device (chunks)")                      \
+    X(retire_joined, COUNTER, COUNT, "of them behind a swap-in's gate (chunks)")                   \
     X(gates, COUNTER, COUNT, "gates the device waited behind (remaps)")                            \
     X(gate_settles, COUNTER, COUNT, "mapping calls that waited for such a remap")                  \
     X(prefetch_no_memory, COUNTER, COUNT, "planned swap-ins with no memory coming")                \
