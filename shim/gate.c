@@ -23,8 +23,10 @@
  * its address keeps its old mapping, and no other mapping call may touch it: vmm_unmap and
  * vmm_map_rw (vmm.c) wait for it first (gate_settle). The mapping thread never takes mem_lock, so
  * a holder of mem_lock may wait for it. Locking: G.lock guards the ring and the counters; the
- * events' references are dropped under mem_lock (gate_reap). Callers: mem.c (start, stop),
- * worker.c (start), transfer.c (gate_push), vmm.c (gate_settle). */
+ * events' references are dropped under mem_lock (gate_reap). A job may also only unmap an address
+ * (a staged chunk's spare one, stage.c's stages_behind_gate). Callers: mem.c (start, stop),
+ * worker.c (start), transfer.c (gate_push), retire.c and stage.c (the jobs), vmm.c
+ * (gate_settle). */
 #include "mem_int.h"
 
 #include <stdlib.h>
@@ -34,7 +36,8 @@ typedef struct gjob {
     CUmemGenericAllocationHandle h;
     evref_t *after; /* the copy out: holds a reference, dropped by gate_reap */
     uint32_t ticket;
-    int open; /* the last job of its gate: opens it once done (gate_push_batch) */
+    int open;  /* the last job of its gate: opens it once done (gate_push_batch) */
+    int unmap; /* only unmaps va: a staged chunk's spare address (gate_push_unmap) */
 } gjob_t;
 
 static struct {
@@ -63,7 +66,7 @@ CUstream gate_stream(void) {
  * the gate would write the chunk's bytes into another chunk's memory (unmap failed) or fault. */
 static void gate_do(const gjob_t *j) {
     CUresult r = ooc_real.cuEventSynchronize(j->after->e);
-    if (!j->h || r != CUDA_SUCCESS) {
+    if ((!j->h && !j->unmap) || r != CUDA_SUCCESS) {
         /* Nothing behind the gate needs the remap; or the device failed (a sticky error: no
          * work behind the gate will run, and the program sees the error on its next call). */
         if (r != CUDA_SUCCESS)
@@ -76,9 +79,9 @@ static void gate_do(const gjob_t *j) {
     }
     uint64_t t0 = mem_clock_ns();
     r = ooc_real.cuMemUnmap(j->va, M.chunk);
-    if (r == CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS && !j->unmap)
         r = ooc_real.cuMemMap(j->va, M.chunk, 0, j->h, 0);
-    if (r == CUDA_SUCCESS) {
+    if (r == CUDA_SUCCESS && !j->unmap) {
         CUmemAccessDesc d = chunk_access(0);
         r = ooc_real.cuMemSetAccess(j->va, M.chunk, &d, 1);
     }
@@ -88,7 +91,7 @@ static void gate_do(const gjob_t *j) {
                   (unsigned long long)j->va, ooc_real_errname(r));
         abort();
     }
-    ooc_stats_add(OOC_STAT_vmm_calls, 3);
+    ooc_stats_add(OOC_STAT_vmm_calls, j->unmap ? 1 : 3);
     ooc_stats_add(OOC_STAT_vmm_ns, mem_clock_ns() - t0);
     if (j->open)
         __atomic_store_n(G.word, j->ticket, __ATOMIC_RELEASE);
@@ -233,16 +236,26 @@ void gate_push(uint32_t ticket, evref_t *after, CUdeviceptr va, CUmemGenericAllo
 /* One job of the gate just queued (room made by gate_reserve_n): after `after` (a reference is
  * taken), map h at va; `last`: the gate's last job, which opens it once done (the jobs before it
  * on the same ticket remap only). Caller holds mem_lock. */
-void gate_push_batch(uint32_t ticket, evref_t *after, CUdeviceptr va,
-                     CUmemGenericAllocationHandle h, int last) {
+static void push(gjob_t j) {
     pthread_mutex_lock(&G.lock);
-    after->refs++;
-    G.ring[G.end % G.cap] =
-        (gjob_t){.va = va, .h = h, .after = after, .ticket = ticket, .open = last};
+    j.after->refs++;
+    G.ring[G.end % G.cap] = j;
     G.end++;
-    if (last)
+    if (j.open)
         pthread_cond_signal(&G.cv);
     pthread_mutex_unlock(&G.lock);
+}
+
+void gate_push_batch(uint32_t ticket, evref_t *after, CUdeviceptr va,
+                     CUmemGenericAllocationHandle h, int last) {
+    push((gjob_t){.va = va, .h = h, .after = after, .ticket = ticket, .open = last});
+}
+
+/* A job of the gate just queued (room made by gate_reserve_n) that only unmaps va once `after`
+ * is done: a staged chunk's spare address, whose copy `after` follows. The address may be given
+ * back at once: a later mapping call there waits for the job (gate_settle). */
+void gate_push_unmap(uint32_t ticket, evref_t *after, CUdeviceptr va, int last) {
+    push((gjob_t){.va = va, .after = after, .ticket = ticket, .open = last, .unmap = 1});
 }
 
 /* Drops the references of the jobs done (caller holds mem_lock). */
@@ -259,18 +272,35 @@ void gate_reap(void) {
     }
 }
 
+/* One past the last job still to do at va, or 0. Caller holds G.lock. */
+static size_t last_at(CUdeviceptr va) {
+    size_t last = 0;
+    for (size_t i = G.next; i < G.end; i++) {
+        const gjob_t *j = &G.ring[i % G.cap];
+        if (j->va == va && (j->h || j->unmap))
+            last = i + 1;
+    }
+    return last;
+}
+
+/* Whether a job still has to remap the chunk-sized address va (a mapping call there would wait:
+ * gate_settle). */
+int gate_pending(CUdeviceptr va) {
+    if (!G.on)
+        return 0;
+    pthread_mutex_lock(&G.lock);
+    size_t last = last_at(va);
+    pthread_mutex_unlock(&G.lock);
+    return last != 0;
+}
+
 /* Before a mapping call at the chunk-sized address va: waits until no job still has to remap
  * it (caller holds mem_lock; the mapping thread does not need it). */
 void gate_settle(CUdeviceptr va) {
     if (!G.on)
         return;
     pthread_mutex_lock(&G.lock);
-    size_t last = 0; /* one past the last job still to do there */
-    for (size_t i = G.next; i < G.end; i++) {
-        const gjob_t *j = &G.ring[i % G.cap];
-        if (j->va == va && j->h)
-            last = i + 1;
-    }
+    size_t last = last_at(va); /* one past the last job still to do there */
     if (last) {
         uint64_t t0 = wait_begin();
         while (G.next < last)

@@ -134,6 +134,7 @@ void ooc_mem_shutdown(void) {
     for (unsigned i = 0; i < 8; i++)
         ev_drop(M.fcache[i].v);
     fill_drop();
+    stage_spares_reap(1); /* the gates are open (gate_stop) */
     stage_drop_all();
     warm_shutdown();
     chunk_t *c, *tmp;

@@ -209,6 +209,8 @@ struct mem_state {
     uint64_t warm_chunks; /* physical chunks held mapped by warm runs (not in `resident`) */
     wlate_t *wlate;       /* warm chunks' addresses whose memory went on early (warm.c) */
     size_t nwlate, cap_wlate;
+    wlate_t *spares; /* staged chunks' spare addresses unmapped behind a gate (stage.c) */
+    size_t nspares, cap_spares;
     int reuse;      /* OOC_REUSE: keep freed buffers' chunks mapped in warm runs */
     int stage;      /* OOC_SAFE_STAGE: stage safe mode's planned swap-ins */
     int remap_gate; /* OOC_REMAP_GATE: remap behind the device (gate.c) */
@@ -404,6 +406,11 @@ void stage_drop(chunk_t *c);
 int stage_reclaim(void);
 void stage_drop_all(void);
 int stage_allowed(const chunk_t *c);
+void staged_remove(chunk_t *c);
+/* stagegate.c */
+size_t stage_some(chunk_t *const *cs, size_t n);
+size_t stages_behind_gate(chunk_t *const *cs, size_t n);
+void stage_spares_reap(int block);
 /* gate.c */
 int gate_on(void);
 CUstream gate_stream(void);
@@ -416,8 +423,10 @@ void gate_push(uint32_t ticket, evref_t *after, CUdeviceptr va, CUmemGenericAllo
 int gate_reserve_n(size_t more);
 void gate_push_batch(uint32_t ticket, evref_t *after, CUdeviceptr va,
                      CUmemGenericAllocationHandle h, int last);
+void gate_push_unmap(uint32_t ticket, evref_t *after, CUdeviceptr va, int last);
 void gate_reap(void);
 void gate_settle(CUdeviceptr va);
+int gate_pending(CUdeviceptr va);
 /* streams.c */
 void add_user(CUstream *users, unsigned *n, int *unknown, CUstream s);
 void chunk_add_user(chunk_t *c, CUstream s);
@@ -472,6 +481,9 @@ unsigned retire_poll(int block);
 int retire_oldest_behind_gate(void);
 int swapin_behind_gate(chunk_t *c, int planned);
 size_t swapins_behind_gate(chunk_t *const *cs, size_t n, int planned);
+void gated_in(chunk_t *c, evref_t *v);
+int gate_behind(chunk_t *const *as, size_t na, chunk_t *const *bs, size_t nb, evref_t *first,
+                evref_t **after, uint32_t *t);
 void settle_in(chunk_t *c);
 void chunk_release(chunk_t *c, CUstream free_stream);
 CUresult reap_dying(int block);

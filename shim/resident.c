@@ -302,6 +302,21 @@ static uint64_t op_swapins_behind_gate(int planned, uint64_t want) {
     return n;
 }
 
+/* Safe mode with OOC_REMAP_GATE=1: the op's staged chunks move to their memory behind one gate
+ * (stages_behind_gate), with no wait for the streams. Returns how many. Caller holds mem_lock. */
+static uint64_t op_stages_behind_gate(void) {
+    if (!M.safe || !M.remap_gate || !M.nstaged ||
+        grow(&M.op_tmp, &M.cap_tmp, M.nop, sizeof *M.op_tmp) != 0)
+        return 0;
+    size_t k = 0;
+    for (size_t i = 0; i < M.nop; i++) {
+        chunk_t *c = M.op_chunks[i];
+        if (c->stage && c->state == C_SWAPPED && c->aliased)
+            M.op_tmp[k++] = c;
+    }
+    return stages_behind_gate(M.op_tmp, k);
+}
+
 /* Is a chunk that op `a` references queued for the worker? Caller holds mem_lock. */
 static int any_queued(const ooc_access_t *a) {
     for (unsigned i = 0; i < a->n; i++) {
@@ -515,6 +530,7 @@ static CUresult make_resident(uint64_t missing) {
     /* Safe mode with OOC_REMAP_GATE=1: the op's swapped chunks come in behind a gate, with no
      * wait for the streams that may reach them unseen. */
     missing -= op_swapins_behind_gate(0, missing);
+    missing -= op_stages_behind_gate();
     CUresult r = M.safe ? unalias_op_chunks() : CUDA_SUCCESS;
     if (r != CUDA_SUCCESS)
         return r;

@@ -124,8 +124,8 @@ void retire_settle(chunk_t *c) {
  * then the event *after (a reference) the mapping thread waits for, then a gate (its ticket in
  * *t). 0; -1 when a stream cannot be named or a call failed (nothing was pushed: the caller gives
  * up). Also: no fast-path op passes from here until mem_lock is let go (gather_streams). */
-static int gate_behind(chunk_t *const *as, size_t na, chunk_t *const *bs, size_t nb, evref_t *first,
-                       evref_t **after, uint32_t *t) {
+int gate_behind(chunk_t *const *as, size_t na, chunk_t *const *bs, size_t nb, evref_t *first,
+                evref_t **after, uint32_t *t) {
     CUstream users[2 * (MAX_USERS + MAX_STREAMS)];
     unsigned nu = 0, nb_users = 0;
     if ((na && gather_streams(as, na, users, &nu)) ||
@@ -163,6 +163,28 @@ static int gate_behind(chunk_t *const *as, size_t na, chunk_t *const *bs, size_t
 /* Whether the retiring chunk c may be finished behind a gate (retire_behind_gate). */
 static int retire_gateable(const chunk_t *c) {
     return c->out_ev && !c->stolen && c->phys && c->host && !c->hold;
+}
+
+/* The aliased chunk c (its memory in c->phys) moves from its host copy to that memory behind the
+ * gate that v follows (NULL: the host waited for the gate): resident from here, the ops that name
+ * it waiting for v, its host slot back once v is done. */
+void gated_in(chunk_t *c, evref_t *v) {
+    c->aliased = 0;
+    c->since = M.serial;
+    c->discard = 0;
+    c->state = C_RESIDENT;
+    c->queued = 0;
+    ev_drop(c->in_ev);
+    c->in_ev = NULL;
+    if (v) {
+        v->refs++;
+        c->in_ev = v;
+        limbo_put(c->host, v); /* mapped at c's address until the remap, which v follows */
+    } else {
+        host_slot_put(c->host);
+    }
+    c->host = NULL;
+    lru_push(c);
 }
 
 /* Safe mode, OOC_REMAP_GATE=1: one gate for the oldest r retiring chunks (M.ret[0, r), which
@@ -251,20 +273,7 @@ static long gate_batch(size_t r, chunk_t *const *cs, size_t k, int planned) {
     M.nret -= r;
     for (size_t i = 0; i < done; i++) {
         chunk_t *c = cs[i];
-        c->aliased = 0;
-        c->since = M.serial;
-        c->discard = 0;
-        c->state = C_RESIDENT;
-        c->queued = 0;
-        if (v) {
-            v->refs++;
-            c->in_ev = v;
-            limbo_put(c->host, v); /* mapped at c's address until the remap, which v follows */
-        } else {
-            host_slot_put(c->host);
-        }
-        c->host = NULL;
-        lru_push(c);
+        gated_in(c, v);
         if (planned) {
             count_prefetch(c, 0);
         } else {

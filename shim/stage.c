@@ -15,13 +15,14 @@
  * not in the LRU) and is in M.staged, oldest first; its copy is on the worker's host-to-device
  * stream, followed by stage_ev. Its host slot stays its data until it moves. Locking: caller
  * holds mem_lock. Callers: worker.c (stage_in), resident.c (stage_adopt, stage_reclaim),
- * retire.c (chunk_release), mem.c (shutdown). */
+ * retire.c (chunk_release), mem.c (shutdown), stagegate.c (with OOC_REMAP_GATE=1). */
 #include "mem_int.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-static void staged_remove(chunk_t *c) {
+/* Takes c off the list of staged chunks (its `stage` is being given up or adopted). */
+void staged_remove(chunk_t *c) {
     for (size_t i = 0; i < M.nstaged; i++) {
         if (M.staged[i] == c) {
             memmove(&M.staged[i], &M.staged[i + 1], (M.nstaged - i - 1) * sizeof *M.staged);

@@ -499,7 +499,9 @@ unsigned ooc_mem_l_prefetch(uintptr_t addr, uint64_t id, CUstream s) {
                 if (c && c->state == C_SWAPPED && !c->queued)
                     M.op_tmp[k++] = c;
             }
-            (void)swapins_behind_gate(M.op_tmp, k, 1);
+            /* (With OOC_SAFE_STAGE=1 staged instead, no gate: moved at their op, stage.c.) */
+            size_t st = M.stage ? stage_some(M.op_tmp, k) : 0;
+            (void)swapins_behind_gate(M.op_tmp + st, k - st, 1);
         }
     }
     long left = host_serves() ? serve_queued() : -1; /* else the worker will, in order */
@@ -508,8 +510,8 @@ unsigned ooc_mem_l_prefetch(uintptr_t addr, uint64_t id, CUstream s) {
     unsigned q = 0;
     for (uint64_t i = 0, n = buf_chunks(b); i < n; i++) {
         chunk_t *c = plan_chunk(b, i);
-        if (!c)
-            continue;
+        if (!c || c->stage)
+            continue; /* (a staged one is in memory already: it moves at its op) */
         /* A chunk whose swap-out is still under way keeps its memory when nothing took it
          * (reclaim_retiring); otherwise it is queued for the worker, which brings it back once
          * the copy out is done (serve_chunk). */

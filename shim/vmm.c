@@ -57,6 +57,7 @@ CUresult vmm_map_rw(CUdeviceptr a, CUmemGenericAllocationHandle h) {
 
 /* Sets the chunk-sized mapping at a read-only for the device (`ro`) or read-write again. */
 CUresult vmm_protect(CUdeviceptr a, int ro) {
+    gate_settle(a); /* the mapping it protects may still be to come behind the device */
     uint64_t t0 = mem_clock_ns();
     CUmemAccessDesc d = chunk_access(ro);
     CUresult r = ooc_real.cuMemSetAccess(a, M.chunk, &d, 1);

@@ -886,15 +886,29 @@ END_TEST
  * before the remap and runs after the worker started the swap-in, which must wait for it
  * (without the events on the program's streams the address moves under it). */
 START_TEST(test_safe_mode_swaps_in_behind_a_gate) {
-    static const char row[] = "remapped behind the device (chunks)";
-    static const int hows[] = {0, HP_WRITE, HP_DEVICE_TABLE, HP_WRITE | HP_DEVICE_TABLE};
-    for (size_t i = 0; i < sizeof hows / sizeof hows[0]; i++) {
-        const hidden_t after = {.how = hows[i], .gate = 1};
-        const hidden_t under = {.how = hows[i], .in_before = 4, .indirect = "50", .gate = 1};
-        long long a = hidden_run(&after, "0", row, 0), u = hidden_run(&under, "0", row, 0);
-        ck_assert_msg(a >= 5 && u >= 5, "how %d: %lld and %lld chunks remapped behind the device",
-                      hows[i], a, u);
-        fprintf(stderr, "hiddenprog how %d: %lld and %lld swap-ins behind a gate\n", hows[i], a, u);
+    /* Last, staged (OOC_SAFE_STAGE=1): the copy goes beside the alias at the plan's point and
+     * the address moves at the op behind a gate; hidden reads through a table that a kernel
+     * filled (one that a copy stored is seen, and its buffer never staged), before the move and
+     * under it. */
+    static const struct {
+        int how;
+        const char *stage, *row;
+    } runs[] = {
+        {0, "0", "remapped behind the device (chunks)"},
+        {HP_WRITE, "0", "remapped behind the device (chunks)"},
+        {HP_DEVICE_TABLE, "0", "remapped behind the device (chunks)"},
+        {HP_WRITE | HP_DEVICE_TABLE, "0", "remapped behind the device (chunks)"},
+        {HP_DEVICE_TABLE, "1", "of them moved at their op behind a gate"},
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        const hidden_t after = {.how = runs[i].how, .gate = 1};
+        const hidden_t under = {.how = runs[i].how, .in_before = 4, .indirect = "50", .gate = 1};
+        long long a = hidden_run(&after, runs[i].stage, runs[i].row, 0);
+        long long u = hidden_run(&under, runs[i].stage, runs[i].row, 0);
+        ck_assert_msg(a >= 5 && u >= 5, "how %d, OOC_SAFE_STAGE=%s: %lld and %lld chunks (%s)",
+                      runs[i].how, runs[i].stage, a, u, runs[i].row);
+        fprintf(stderr, "hiddenprog how %d, OOC_SAFE_STAGE=%s: %lld and %lld chunks (%s)\n",
+                runs[i].how, runs[i].stage, a, u, runs[i].row);
     }
 }
 END_TEST
@@ -1002,6 +1016,31 @@ START_TEST(test_fault_in_replay_event_wait_is_clean) {
 }
 END_TEST
 
+/* The gate on the model of the driver it relies on, at the rates of the tests above. */
+#define GATE_ENV                                                                                   \
+    "OOC_REMAP_GATE=1", "FAKECUDA_REMAP_QUEUED=1", "FAKECUDA_TIMING=1", "FAKECUDA_GFLOPS=10",      \
+        "FAKECUDA_HBM_GBPS=66.67", "FAKECUDA_H2D_GBPS=3.333", "FAKECUDA_D2H_GBPS=3.333",           \
+        "FAKECUDA_LAUNCH_US=5"
+
+/* `large` and `mlp --layers 12` at 1/4, threaded, each without and with jitter. */
+static const cfg_t gate_cfgs[] = {
+    {.name = "workloads/large", .args = {"--iters", "10"}, .div = 4, .sched = "threaded"},
+    {.name = "workloads/large",
+     .args = {"--iters", "10"},
+     .div = 4,
+     .sched = "threaded",
+     .seed = 5},
+    {.name = "workloads/mlp",
+     .args = {"--iters", "10", "--layers", "12"},
+     .div = 4,
+     .sched = "threaded"},
+    {.name = "workloads/mlp",
+     .args = {"--iters", "10", "--layers", "12"},
+     .div = 4,
+     .sched = "threaded",
+     .seed = 5},
+};
+
 /* Safe mode with OOC_REMAP_GATE=1 on the model of the driver it relies on
  * (FAKECUDA_REMAP_QUEUED=1): `large` and `mlp --layers 12` at 1/4 of their footprint, threaded,
  * with and without jitter, the rates of the tests above (the host runs ahead of the device):
@@ -1009,28 +1048,9 @@ END_TEST
  * behind gates (both statistics rows counted), the plan is followed, and the bytes are the
  * oracle's. */
 START_TEST(test_safe_mode_behind_gates_keeps_every_byte) {
-    static const char *const gate[] = {
-        "OOC_REMAP_GATE=1",        "FAKECUDA_REMAP_QUEUED=1", "FAKECUDA_TIMING=1",
-        "FAKECUDA_GFLOPS=10",      "FAKECUDA_HBM_GBPS=66.67", "FAKECUDA_H2D_GBPS=3.333",
-        "FAKECUDA_D2H_GBPS=3.333", "FAKECUDA_LAUNCH_US=5",    NULL};
-    static const cfg_t cs[] = {
-        {.name = "workloads/large", .args = {"--iters", "10"}, .div = 4, .sched = "threaded"},
-        {.name = "workloads/large",
-         .args = {"--iters", "10"},
-         .div = 4,
-         .sched = "threaded",
-         .seed = 5},
-        {.name = "workloads/mlp",
-         .args = {"--iters", "10", "--layers", "12"},
-         .div = 4,
-         .sched = "threaded"},
-        {.name = "workloads/mlp",
-         .args = {"--iters", "10", "--layers", "12"},
-         .div = 4,
-         .sched = "threaded",
-         .seed = 5},
-    };
-    for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+    static const char *const gate[] = {GATE_ENV, NULL};
+    const cfg_t *cs = gate_cfgs;
+    for (size_t k = 0; k < sizeof gate_cfgs / sizeof gate_cfgs[0]; k++) {
         tu_result_t r = check_auto(&cs[k], gate);
         assert_replayed(&cs[k], &r);
         long long ins = tu_stat_row(r.err, "remapped behind the device (chunks)");
@@ -1047,6 +1067,29 @@ START_TEST(test_safe_mode_behind_gates_keeps_every_byte) {
                 "%s, seed %u: %lld swap-ins and %lld swap-outs (%lld behind a swap-in's gate) "
                 "behind %lld gates\n",
                 cs[k].name, cs[k].seed, ins, outs, joined, gates);
+        tu_result_free(&r);
+    }
+}
+END_TEST
+
+/* Safe mode with OOC_REMAP_GATE=1 and OOC_SAFE_STAGE=1: planned swap-ins are staged at the plan's
+ * point (copied into memory at a spare address, no gate) and moved at their op behind a gate,
+ * with no wait for their copies; `large` and `mlp --layers 12` at 1/4, threaded, one with
+ * jitter: staged chunks moved behind gates (the statistics row counted), the plan followed, the
+ * bytes the oracle's. */
+START_TEST(test_safe_mode_staged_behind_gates_keeps_every_byte) {
+    static const char *const gate[] = {GATE_ENV, "OOC_SAFE_STAGE=1", NULL};
+    const cfg_t *cs[] = {&gate_cfgs[0], &gate_cfgs[3]}; /* large; mlp with jitter */
+    for (size_t k = 0; k < sizeof cs / sizeof cs[0]; k++) {
+        tu_result_t r = check_auto(cs[k], gate);
+        assert_replayed(cs[k], &r);
+        long long staged = tu_stat_row(r.err, "safe mode: swap-ins staged beside the alias");
+        long long moved = tu_stat_row(r.err, "of them moved at their op behind a gate");
+        ck_assert_msg(staged > 0 && moved > 0,
+                      "%s, seed %u: %lld staged, %lld moved behind gates\n%s", cs[k]->name,
+                      cs[k]->seed, staged, moved, tu_tail(r.err, 3000));
+        fprintf(stderr, "%s, seed %u: %lld swap-ins staged, %lld moved at their op behind gates\n",
+                cs[k]->name, cs[k]->seed, staged, moved);
         tu_result_free(&r);
     }
 }
@@ -1077,6 +1120,7 @@ Suite *suite_replay(void) {
     tcase_set_timeout(g, 900);
     tcase_add_test(g, test_safe_mode_swaps_in_behind_a_gate);
     tcase_add_test(g, test_safe_mode_behind_gates_keeps_every_byte);
+    tcase_add_test(g, test_safe_mode_staged_behind_gates_keeps_every_byte);
     suite_add_tcase(s, g);
     TCase *f = tcase_create("faults");
     tcase_set_timeout(f, tu_under_valgrind() ? 36000 : 900);
