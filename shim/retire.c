@@ -269,8 +269,10 @@ static long gate_batch(size_t r, chunk_t *const *cs, size_t k, int planned) {
         }
         phys_push(p);
     }
-    memmove(M.ret, M.ret + r, (M.nret - r) * sizeof *M.ret);
-    M.nret -= r;
+    if (r) { /* (M.ret may be NULL when none ever retired) */
+        memmove(M.ret, M.ret + r, (M.nret - r) * sizeof *M.ret);
+        M.nret -= r;
+    }
     for (size_t i = 0; i < done; i++) {
         chunk_t *c = cs[i];
         gated_in(c, v);
