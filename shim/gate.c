@@ -19,14 +19,13 @@
  * Invariants: jobs are done in the order pushed, tickets in order (no deadlock: a job's `after`
  * was recorded before its gate, so it can only wait for gates of earlier jobs, done before it);
  * the jobs of one gate (gate_push_batch) share its ticket and the last opens it; until a job is
- * done,
- * its address keeps its old mapping, and no other mapping call may touch it: vmm_unmap and
- * vmm_map_rw (vmm.c) wait for it first (gate_settle). The mapping thread never takes mem_lock, so
- * a holder of mem_lock may wait for it. Locking: G.lock guards the ring and the counters; the
- * events' references are dropped under mem_lock (gate_reap). A job may also only unmap an address
- * (a staged chunk's spare one, stage.c's stages_behind_gate). Callers: mem.c (start, stop),
- * worker.c (start), transfer.c (gate_push), retire.c and stage.c (the jobs), vmm.c
- * (gate_settle). */
+ * done, its address keeps its old mapping, and no other mapping call may touch it: vmm_unmap,
+ * vmm_map_rw and vmm_protect (vmm.c) wait for it first (gate_settle). The mapping thread never
+ * takes mem_lock, so a holder of mem_lock may wait for it. Locking: G.lock guards the ring and the
+ * counters; the events' references are dropped under mem_lock (gate_reap). A job may also only
+ * unmap an address (a staged chunk's spare one, stagegate.c's stages_behind_gate). Callers: mem.c
+ * (start, stop), worker.c (start), transfer.c (gate_push), retire.c and stagegate.c (the jobs),
+ * vmm.c (gate_settle), stagegate.c (gate_pending). */
 #include "mem_int.h"
 
 #include <stdlib.h>
@@ -233,9 +232,8 @@ void gate_push(uint32_t ticket, evref_t *after, CUdeviceptr va, CUmemGenericAllo
     gate_push_batch(ticket, after, va, h, 1);
 }
 
-/* One job of the gate just queued (room made by gate_reserve_n): after `after` (a reference is
- * taken), map h at va; `last`: the gate's last job, which opens it once done (the jobs before it
- * on the same ticket remap only). Caller holds mem_lock. */
+/* Queues job j (a reference on its `after` taken) and wakes the mapping thread for a gate's last.
+ */
 static void push(gjob_t j) {
     pthread_mutex_lock(&G.lock);
     j.after->refs++;
@@ -246,6 +244,9 @@ static void push(gjob_t j) {
     pthread_mutex_unlock(&G.lock);
 }
 
+/* One job of the gate just queued (room made by gate_reserve_n): after `after` (a reference is
+ * taken), map h at va; `last`: the gate's last job, which opens it once done (the jobs before it
+ * on the same ticket remap only). Caller holds mem_lock. */
 void gate_push_batch(uint32_t ticket, evref_t *after, CUdeviceptr va,
                      CUmemGenericAllocationHandle h, int last) {
     push((gjob_t){.va = va, .h = h, .after = after, .ticket = ticket, .open = last});
