@@ -60,10 +60,11 @@ static void scratch_give(chunk_t *c, int mapped) {
 #define BW_SAMPLES 5
 
 /* One sample of each figure: the milliseconds that `reps` copies of `bytes` take to the device
- * (ms[0]), to the host (ms[1]) and both ways at once on two streams (ms[2]). Caller holds
- * mem_lock; ev holds three events. */
-static CUresult bw_sample(CUstream st2, hslot_t *s1, hslot_t *s2, CUdeviceptr dev, uint64_t bytes,
-                          int reps, CUevent *ev, float *ms) {
+ * (ms[0]), to the host (ms[1]) and both ways at once on two streams (ms[2]; to dev, and to the
+ * host from dev2: a copy reading memory that another writes, unordered, is a race on a GPU and
+ * stops the strict simulated device). Caller holds mem_lock; ev holds three events. */
+static CUresult bw_sample(CUstream st2, hslot_t *s1, hslot_t *s2, CUdeviceptr dev, CUdeviceptr dev2,
+                          uint64_t bytes, int reps, CUevent *ev, float *ms) {
     CUresult r = CUDA_SUCCESS;
     for (int dir = 0; dir < 2 && r == CUDA_SUCCESS; dir++) {
         /* One direction at a time: dir 0 host to device, dir 1 device to host. */
@@ -80,7 +81,7 @@ static CUresult bw_sample(CUstream st2, hslot_t *s1, hslot_t *s2, CUdeviceptr de
     if ((r = ooc_real.cuEventRecord(ev[0], M.swap)) == CUDA_SUCCESS &&
         (r = ooc_real.cuStreamWaitEvent(st2, ev[0], 0)) == CUDA_SUCCESS &&
         (r = bw_copies(M.swap, s1, dev, bytes, reps, 1)) == CUDA_SUCCESS &&
-        (r = bw_copies(st2, s2, dev, bytes, reps, 0)) == CUDA_SUCCESS &&
+        (r = bw_copies(st2, s2, dev2, bytes, reps, 0)) == CUDA_SUCCESS &&
         (r = ooc_real.cuEventRecord(ev[1], M.swap)) == CUDA_SUCCESS &&
         (r = ooc_real.cuEventRecord(ev[2], st2)) == CUDA_SUCCESS &&
         (r = ooc_real.cuEventSynchronize(ev[1])) == CUDA_SUCCESS &&
@@ -117,9 +118,14 @@ CUresult ooc_mem_measure_bw(uint64_t bytes, double *h2d_bps, double *d2h_bps, do
      * engines and make the link look slower than it is. Once per profile. */
     ooc_real.cuCtxSynchronize();
     M.serial++;
-    chunk_t scratch;
+    chunk_t scratch, scratch2;
     CUresult r = scratch_take(&scratch);
     int mapped = r == CUDA_SUCCESS;
+    /* (The first is mapped, not on the free list: need_phys finds a second.) */
+    CUresult r2 = mapped ? scratch_take(&scratch2) : r;
+    int mapped2 = r2 == CUDA_SUCCESS;
+    if (r == CUDA_SUCCESS)
+        r = r2;
     hslot_t *s1 = mapped ? host_slot() : NULL, *s2 = s1 ? host_slot() : NULL;
     CUstream st2 = NULL;
     CUevent ev[3] = {NULL, NULL, NULL};
@@ -129,10 +135,11 @@ CUresult ooc_mem_measure_bw(uint64_t bytes, double *h2d_bps, double *d2h_bps, do
         r = ooc_real.cuStreamCreate(&st2, CU_STREAM_NON_BLOCKING);
     for (int i = 0; i < 3 && r == CUDA_SUCCESS; i++)
         r = ooc_real.cuEventCreate(&ev[i], CU_EVENT_DEFAULT);
-    CUdeviceptr dev = (CUdeviceptr)chunk_addr(&scratch);
+    CUdeviceptr dev = mapped ? (CUdeviceptr)chunk_addr(&scratch) : 0;
+    CUdeviceptr dev2 = mapped2 ? (CUdeviceptr)chunk_addr(&scratch2) : 0;
     float ms[BW_SAMPLES][3];
     for (int i = 0; i < BW_SAMPLES && r == CUDA_SUCCESS; i++)
-        r = bw_sample(st2, s1, s2, dev, bytes, reps, ev, ms[i]);
+        r = bw_sample(st2, s1, s2, dev, dev2, bytes, reps, ev, ms[i]);
     /* Nothing may still run on the scratch chunk when it is unmapped. */
     ooc_real.cuStreamSynchronize(M.swap);
     if (st2) {
@@ -144,6 +151,8 @@ CUresult ooc_mem_measure_bw(uint64_t bytes, double *h2d_bps, double *d2h_bps, do
             ooc_real.cuEventDestroy_v2(ev[i]);
     host_slot_put(s1);
     host_slot_put(s2);
+    if (mapped2)
+        scratch_give(&scratch2, 1);
     if (mapped)
         scratch_give(&scratch, 1);
     mem_unlock();

@@ -25,7 +25,7 @@
  * counters; the events' references are dropped under mem_lock (gate_reap). A job may also only
  * unmap an address (a staged chunk's spare one, stagegate.c's stages_behind_gate). Callers: mem.c
  * (start, stop), worker.c (start), transfer.c (gate_push), retire.c and stagegate.c (the jobs),
- * vmm.c (gate_settle), stagegate.c (gate_pending). */
+ * vmm.c (gate_settle), stage.c (gate_after_at, gate_map_ro). */
 #include "mem_int.h"
 
 #include <stdlib.h>
@@ -37,6 +37,7 @@ typedef struct gjob {
     uint32_t ticket;
     int open;  /* the last job of its gate: opens it once done (gate_push_batch) */
     int unmap; /* only unmaps va: a staged chunk's spare address (gate_push_unmap) */
+    int ro;    /* maps h read-only for the device: a staged chunk's alias (gate_map_ro) */
 } gjob_t;
 
 static struct {
@@ -81,7 +82,7 @@ static void gate_do(const gjob_t *j) {
     if (r == CUDA_SUCCESS && !j->unmap)
         r = ooc_real.cuMemMap(j->va, M.chunk, 0, j->h, 0);
     if (r == CUDA_SUCCESS && !j->unmap) {
-        CUmemAccessDesc d = chunk_access(0);
+        CUmemAccessDesc d = chunk_access(j->ro);
         r = ooc_real.cuMemSetAccess(j->va, M.chunk, &d, 1);
     }
     if (r != CUDA_SUCCESS) {
@@ -284,15 +285,37 @@ static size_t last_at(CUdeviceptr va) {
     return last;
 }
 
-/* Whether a job still has to remap the chunk-sized address va (a mapping call there would wait:
- * gate_settle). */
-int gate_pending(CUdeviceptr va) {
+/* The event that the last job still to come at va waits for (a reference taken: the caller drops
+ * it), or NULL when none: for a swap-out's remap to the host copy, it follows that copy out, so
+ * work ordered after it may read the host copy before the gate opens. Caller holds mem_lock. */
+evref_t *gate_after_at(CUdeviceptr va) {
+    if (!G.on)
+        return NULL;
+    pthread_mutex_lock(&G.lock);
+    size_t last = last_at(va);
+    evref_t *e = last ? G.ring[(last - 1) % G.cap].after : NULL;
+    if (e)
+        e->refs++; /* (references change under mem_lock; gate_reap drops them there too) */
+    pthread_mutex_unlock(&G.lock);
+    return e;
+}
+
+/* The last job still to come at va maps memory there and has not started: it will map it
+ * read-only for the device, as vmm_protect would once it is done, without waiting for it (a
+ * staged chunk whose alias is still to come, stage.c). Returns 1 when so; 0 when no such job
+ * (none, or it may have started: the caller protects it with vmm_protect). */
+int gate_map_ro(CUdeviceptr va) {
     if (!G.on)
         return 0;
     pthread_mutex_lock(&G.lock);
     size_t last = last_at(va);
+    gjob_t *j = last ? &G.ring[(last - 1) % G.cap] : NULL;
+    /* (The mapping thread works on a copy of the job at G.next: the ones after it are not read.) */
+    int ok = j && last - 1 > G.next && j->h && !j->unmap;
+    if (ok)
+        j->ro = 1;
     pthread_mutex_unlock(&G.lock);
-    return last != 0;
+    return ok;
 }
 
 /* Before a mapping call at the chunk-sized address va: waits until no job still has to remap

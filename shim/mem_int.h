@@ -407,9 +407,13 @@ int stage_reclaim(void);
 void stage_drop_all(void);
 int stage_allowed(const chunk_t *c);
 void staged_remove(chunk_t *c);
+void gated_in(chunk_t *c, evref_t *v);
+size_t stages_ready(chunk_t **out, size_t max);
+void stages_push(chunk_t *const *cs, size_t n, uint32_t t, evref_t *after);
+void stages_moved(chunk_t *const *cs, size_t n, evref_t *v);
 /* stagegate.c */
 size_t stage_some(chunk_t *const *cs, size_t n);
-size_t stages_behind_gate(chunk_t *const *cs, size_t n);
+size_t stages_behind_gate(chunk_t *const *cs, size_t n, size_t need);
 void stage_spares_reap(int block);
 /* gate.c */
 int gate_on(void);
@@ -426,7 +430,8 @@ void gate_push_batch(uint32_t ticket, evref_t *after, CUdeviceptr va,
 void gate_push_unmap(uint32_t ticket, evref_t *after, CUdeviceptr va, int last);
 void gate_reap(void);
 void gate_settle(CUdeviceptr va);
-int gate_pending(CUdeviceptr va);
+int gate_map_ro(CUdeviceptr va);
+evref_t *gate_after_at(CUdeviceptr va);
 /* streams.c */
 void add_user(CUstream *users, unsigned *n, int *unknown, CUstream s);
 void chunk_add_user(chunk_t *c, CUstream s);
@@ -479,9 +484,12 @@ phys_t *dying_steal(chunk_t **from);
 void retire_unsteal(phys_t *p, chunk_t *from);
 unsigned retire_poll(int block);
 int retire_oldest_behind_gate(void);
+size_t phys_free_behind_gate(size_t k);
+size_t retirees_ready(void);
+size_t mem_coming(size_t k, size_t *r);
+void retirees_gated(size_t r, evref_t *v);
 int swapin_behind_gate(chunk_t *c, int planned);
 size_t swapins_behind_gate(chunk_t *const *cs, size_t n, int planned);
-void gated_in(chunk_t *c, evref_t *v);
 int gate_behind(chunk_t *const *as, size_t na, chunk_t *const *bs, size_t nb, evref_t *first,
                 evref_t **after, uint32_t *t);
 void settle_in(chunk_t *c);

@@ -303,8 +303,9 @@ static uint64_t op_swapins_behind_gate(int planned, uint64_t want) {
 }
 
 /* Safe mode with OOC_REMAP_GATE=1: the op's staged chunks move to their memory behind one gate
- * (stages_behind_gate), with no wait for the streams. Returns how many. Caller holds mem_lock. */
-static uint64_t op_stages_behind_gate(void) {
+ * (stages_behind_gate), with no wait for the streams; the same gate frees memory for the rest of
+ * the `missing` chunks. Returns how many moved. Caller holds mem_lock. */
+static uint64_t op_stages_behind_gate(uint64_t missing) {
     if (!M.safe || !M.remap_gate || !M.nstaged ||
         grow(&M.op_tmp, &M.cap_tmp, M.nop, sizeof *M.op_tmp) != 0)
         return 0;
@@ -314,7 +315,7 @@ static uint64_t op_stages_behind_gate(void) {
         if (c->stage && c->state == C_SWAPPED && c->aliased)
             M.op_tmp[k++] = c;
     }
-    return stages_behind_gate(M.op_tmp, k);
+    return stages_behind_gate(M.op_tmp, k, missing > k ? missing - k : 0);
 }
 
 /* Is a chunk that op `a` references queued for the worker? Caller holds mem_lock. */
@@ -530,7 +531,7 @@ static CUresult make_resident(uint64_t missing) {
     /* Safe mode with OOC_REMAP_GATE=1: the op's swapped chunks come in behind a gate, with no
      * wait for the streams that may reach them unseen. */
     missing -= op_swapins_behind_gate(0, missing);
-    missing -= op_stages_behind_gate();
+    missing -= op_stages_behind_gate(missing);
     CUresult r = M.safe ? unalias_op_chunks() : CUDA_SUCCESS;
     if (r != CUDA_SUCCESS)
         return r;

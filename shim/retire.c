@@ -11,6 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Staged chunks moved at most behind a gate queued for swap-outs (gate_batch). */
+#define GATE_MOVES 16
+
 /* Gives back what a dead chunk holds (its users are done): device or host mapping, host slot,
  * addresses. */
 static CUresult chunk_bury(chunk_t *c) {
@@ -165,88 +168,10 @@ static int retire_gateable(const chunk_t *c) {
     return c->out_ev && !c->stolen && c->phys && c->host && !c->hold;
 }
 
-/* The aliased chunk c (its memory in c->phys) moves from its host copy to that memory behind the
- * gate that v follows (NULL: the host waited for the gate): resident from here, the ops that name
- * it waiting for v, its host slot back once v is done. */
-void gated_in(chunk_t *c, evref_t *v) {
-    c->aliased = 0;
-    c->since = M.serial;
-    c->discard = 0;
-    c->state = C_RESIDENT;
-    c->queued = 0;
-    ev_drop(c->in_ev);
-    c->in_ev = NULL;
-    if (v) {
-        v->refs++;
-        c->in_ev = v;
-        limbo_put(c->host, v); /* mapped at c's address until the remap, which v follows */
-    } else {
-        host_slot_put(c->host);
-    }
-    c->host = NULL;
-    lru_push(c);
-}
-
-/* Safe mode, OOC_REMAP_GATE=1: one gate for the oldest r retiring chunks (M.ret[0, r), which
- * the caller checked with retire_gateable) and the swap-ins of the aliased chunks cs[0, k) (checked
- * with swapin_gateable; memory for them among the retirees' and, for the rest, on the free list),
- * with no wait on the host for the copies out nor for the streams that may reach the addresses
- * unseen. The gates' stream waits for the copies out and for the work issued so far on each of
- * those streams; the mapping thread (gate.c) then moves each retiree's address from its device
- * memory to its host copy (the alias), each swapped-in chunk's from its alias to device memory,
- * and opens the gate after the last; the copies in follow the gate on the same stream. A retiree's
- * memory is free at once, handed over in stream order: every op issued from here waits for the
- * gate (fill_set), and every copy the shim makes into or out of it waits for it too (its `after`,
- * phys_ordered), so nothing reaches it through a new address while it may still be reached
- * through the old. One gate for all: each costs the device the mapping thread's wake-up, and a
- * swap-in that needs a retiree's memory would otherwise wait behind two. Returns how many
- * swap-ins were issued (cs[0, that)); -1 when nothing was done (a stream that cannot be named, a
- * failure): the caller finishes the retirees on the host and brings cs in as before.
- * `planned`: the swap-ins are planned ones. Caller holds mem_lock and keeps it until cs are
- * settled. */
-static long gate_batch(size_t r, chunk_t *const *cs, size_t k, int planned) {
-    if (!M.safe || !M.remap_gate || !gate_on() || r > M.nret || (!r && !k) ||
-        gate_reserve_n(r + k) != 0)
-        return -1;
-    CUstream gs = gate_stream();
-    size_t m = 0; /* the copies in follow the work that may still use memory handed on early */
-    for (phys_t *p = M.phys_free; p && m + r < k; p = p->next, m++)
-        if (phys_ordered(p, gs) != CUDA_SUCCESS)
-            return -1;
-    evref_t *first = r ? M.ret[r - 1]->out_ev : NULL; /* copies out run in order: the last */
-    evref_t *after = NULL;
-    uint32_t t = 0;
-    if (gate_behind(M.ret, r, cs, k, first, &after, &t) != 0)
-        return -1;
-    evref_t *v = ev_take();
-    size_t done = 0; /* the copies queued behind the gate */
-    while (v && done < k && copy_in(cs[done], gs) == CUDA_SUCCESS)
-        done++;
-    if (!done && !r) {
-        gate_push(t, after, chunk_addr(cs[0]), 0); /* nothing behind the gate: it only opens */
-        ev_drop(after);
-        ev_drop(v);
-        return 0;
-    }
-    for (size_t i = 0; i < r; i++)
-        gate_push_batch(t, after, chunk_addr(M.ret[i]), M.ret[i]->host->h, !done && i + 1 == r);
-    for (size_t i = 0; i < done; i++) {
-        phys_t *p = NULL;
-        if (i < r) { /* a retiree's memory, ordered by this gate already */
-            p = M.ret[i]->phys;
-            M.ret[i]->phys = NULL;
-        } else {
-            p = phys_pop();
-        }
-        gate_push_batch(t, after, chunk_addr(cs[i]), p->h, i + 1 == done);
-        cs[i]->phys = p;
-    }
-    ev_drop(after); /* the jobs hold their own references */
-    if (!v || ooc_real.cuEventRecord(v->e, gs) != CUDA_SUCCESS) {
-        sync_stream(gs); /* nothing to order the device's work after: wait for the remaps */
-        ev_drop(v);
-        v = NULL;
-    }
+/* The oldest r retiring chunks, their remaps to their host copies queued behind a gate that v
+ * follows (NULL: the host waited for it): swapped and aliased from here; their memory (unless a
+ * swap-in behind the same gate took it: phys NULL) free at once, in stream order (p->after). */
+void retirees_gated(size_t r, evref_t *v) {
     for (size_t i = 0; i < r; i++) {
         chunk_t *c = M.ret[i];
         ev_drop(c->out_ev);
@@ -273,6 +198,79 @@ static long gate_batch(size_t r, chunk_t *const *cs, size_t k, int planned) {
         memmove(M.ret, M.ret + r, (M.nret - r) * sizeof *M.ret);
         M.nret -= r;
     }
+    ooc_stats_add(OOC_STAT_host_aliases, r);
+    ooc_stats_add(OOC_STAT_retire_gated, r);
+}
+
+/* Safe mode, OOC_REMAP_GATE=1: one gate for the oldest r retiring chunks (M.ret[0, r), which
+ * the caller checked with retire_gateable) and the swap-ins of the aliased chunks cs[0, k) (checked
+ * with swapin_gateable; memory for them among the retirees' and, for the rest, on the free list),
+ * with no wait on the host for the copies out nor for the streams that may reach the addresses
+ * unseen. The gates' stream waits for the copies out and for the work issued so far on each of
+ * those streams; the mapping thread (gate.c) then moves each retiree's address from its device
+ * memory to its host copy (the alias), each swapped-in chunk's from its alias to device memory,
+ * and opens the gate after the last; the copies in follow the gate on the same stream. A retiree's
+ * memory is free at once, handed over in stream order: every op issued from here waits for the
+ * gate (fill_set), and every copy the shim makes into or out of it waits for it too (its `after`,
+ * phys_ordered), so nothing reaches it through a new address while it may still be reached
+ * through the old. One gate for all: each costs the device the mapping thread's wake-up, and a
+ * swap-in that needs a retiree's memory would otherwise wait behind two. Returns how many
+ * swap-ins were issued (cs[0, that)); -1 when nothing was done (a stream that cannot be named, a
+ * failure): the caller finishes the retirees on the host and brings cs in as before.
+ * `planned`: the swap-ins are planned ones. Caller holds mem_lock and keeps it until cs are
+ * settled. */
+static long gate_batch(size_t r, chunk_t *const *cs, size_t k, int planned) {
+    /* Retirees only: staged chunks whose copies are done move behind the same gate, ahead of
+     * their ops (stagegate.c), which then need no gate of their own. */
+    chunk_t *mv[GATE_MOVES];
+    size_t nm = k ? 0 : stages_ready(mv, GATE_MOVES);
+    if (!M.safe || !M.remap_gate || !gate_on() || r > M.nret || (!r && !k) ||
+        gate_reserve_n(r + k + 2 * nm) != 0)
+        return -1;
+    CUstream gs = gate_stream();
+    size_t m = 0; /* the copies in follow the work that may still use memory handed on early */
+    for (phys_t *p = M.phys_free; p && m + r < k; p = p->next, m++)
+        if (phys_ordered(p, gs) != CUDA_SUCCESS)
+            return -1;
+    evref_t *first = r ? M.ret[r - 1]->out_ev : NULL; /* copies out run in order: the last */
+    evref_t *after = NULL;
+    uint32_t t = 0;
+    if (gate_behind(M.ret, r, k ? cs : mv, k ? k : nm, first, &after, &t) != 0)
+        return -1;
+    evref_t *v = ev_take();
+    size_t done = 0; /* the copies queued behind the gate */
+    while (v && done < k && copy_in(cs[done], gs) == CUDA_SUCCESS)
+        done++;
+    if (!done && !r) {
+        gate_push(t, after, chunk_addr(cs[0]), 0); /* nothing behind the gate: it only opens */
+        ev_drop(after);
+        ev_drop(v);
+        return 0;
+    }
+    for (size_t i = 0; i < r; i++)
+        gate_push_batch(t, after, chunk_addr(M.ret[i]), M.ret[i]->host->h,
+                        !done && !nm && i + 1 == r);
+    stages_push(mv, nm, t, after);
+    for (size_t i = 0; i < done; i++) {
+        phys_t *p = NULL;
+        if (i < r) { /* a retiree's memory, ordered by this gate already */
+            p = M.ret[i]->phys;
+            M.ret[i]->phys = NULL;
+        } else {
+            p = phys_pop();
+        }
+        gate_push_batch(t, after, chunk_addr(cs[i]), p->h, i + 1 == done);
+        cs[i]->phys = p;
+    }
+    ev_drop(after); /* the jobs hold their own references */
+    if (!v || ooc_real.cuEventRecord(v->e, gs) != CUDA_SUCCESS) {
+        sync_stream(gs); /* nothing to order the device's work after: wait for the remaps */
+        ev_drop(v);
+        v = NULL;
+    }
+    retirees_gated(r, v);
+    stages_moved(mv, nm, v);
+    ooc_stats_add(OOC_STAT_staged_early, nm);
     for (size_t i = 0; i < done; i++) {
         chunk_t *c = cs[i];
         gated_in(c, v);
@@ -286,8 +284,6 @@ static long gate_batch(size_t r, chunk_t *const *cs, size_t k, int planned) {
     if (v)
         fill_set(FILL_GATE, v);
     ev_drop(v);
-    ooc_stats_add(OOC_STAT_host_aliases, r);
-    ooc_stats_add(OOC_STAT_retire_gated, r);
     if (done)
         ooc_stats_add(OOC_STAT_retire_joined, r);
     ooc_stats_add(OOC_STAT_prefetch_gated, done);
@@ -311,6 +307,12 @@ static size_t retire_gate_batch(int any) {
     if (!n && any && M.nret && retire_gateable(M.ret[0]))
         n = 1;
     return n;
+}
+
+/* How many of the oldest retiring chunks may go behind a gate queued anyway, their copies out
+ * done (retirees_gated after it). */
+size_t retirees_ready(void) {
+    return retire_gate_batch(0);
 }
 
 /* Safe mode, OOC_REMAP_GATE=1: the oldest retiring chunks finished behind one gate, their
@@ -352,28 +354,46 @@ static size_t phys_free_count(size_t enough) {
 /* swapin_behind_gate for the first of cs[0, n) that may be (swapin_gateable, stopping at the
  * first that may not) and that memory comes for, behind one gate: one wait of the mapping
  * thread's for the device, one wake-up. Returns how many were issued (cs[0, that)). */
-size_t swapins_behind_gate(chunk_t *const *cs, size_t n, int planned) {
-    if (!M.safe || !M.remap_gate || !gate_on())
-        return 0;
-    size_t k = 0;
-    while (k < n && swapin_gateable(cs[k]))
-        k++;
-    /* Memory: free, made under the budget, else the oldest retirees' behind the same gate (those
-     * whose copies are done go with it anyway: each would cost a gate of its own later). */
-    size_t have = phys_free_count(k), r = k ? retire_gate_batch(0) : 0;
-    while (have + r < k) {
+/* Memory for k more chunks: free, made under the budget, else the oldest retirees' (their number
+ * in *r, to be handed over behind one gate; those whose copies are done go too, since each would
+ * cost a gate of its own later). Returns for how many of the k it comes. */
+size_t mem_coming(size_t k, size_t *r) {
+    size_t have = phys_free_count(k);
+    *r = k ? retire_gate_batch(0) : 0;
+    while (have + *r < k) {
         if (phys_new() == CUDA_SUCCESS)
             have = phys_free_count(k);
-        else if (r < M.nret && retire_gateable(M.ret[r]))
-            r++;
+        else if (*r < M.nret && retire_gateable(M.ret[*r]))
+            (*r)++;
         else
             break; /* none made under the budget, none handed over */
     }
-    k = have + r < k ? have + r : k;
+    return have + *r < k ? have + *r : k;
+}
+
+size_t swapins_behind_gate(chunk_t *const *cs, size_t n, int planned) {
+    if (!M.safe || !M.remap_gate || !gate_on())
+        return 0;
+    size_t k = 0, r = 0;
+    while (k < n && swapin_gateable(cs[k]))
+        k++;
+    k = mem_coming(k, &r); /* the retirees' behind the same gate */
     if (!k)
         return 0;
     long done = gate_batch(r, cs, k, planned);
     return done > 0 ? (size_t)done : 0;
+}
+
+/* Safe mode, OOC_REMAP_GATE=1: k free physical chunks made, retirees handed over behind one gate
+ * where needed (mem_coming). Returns how many are free now (up to k). */
+size_t phys_free_behind_gate(size_t k) {
+    size_t r = 0;
+    if (!M.safe || !M.remap_gate || !gate_on())
+        return 0;
+    k = mem_coming(k, &r);
+    if (r)
+        (void)retire_behind_gate(r); /* (when it fails, fewer are free) */
+    return phys_free_count(k);
 }
 
 /* The swap-out copy of c is done: its physical chunk returns to the pool and, in safe mode, its

@@ -13,9 +13,13 @@
  *
  * Invariants: a staged chunk is swapped and (normally) aliased, holds `stage` (counted resident,
  * not in the LRU) and is in M.staged, oldest first; its copy is on the worker's host-to-device
- * stream, followed by stage_ev. Its host slot stays its data until it moves. Locking: caller
- * holds mem_lock. Callers: worker.c (stage_in), resident.c (stage_adopt, stage_reclaim),
- * retire.c (chunk_release), mem.c (shutdown), stagegate.c (with OOC_REMAP_GATE=1). */
+ * stream (after the copy out when its alias was still to come), followed by stage_ev. Its host slot
+ * stays its data until it moves. With OOC_REMAP_GATE=1 a staged chunk may also move behind a
+ * gate on the device (the helpers at the end: at its op, stagegate.c; earlier, its copy done,
+ * behind a gate queued for swap-outs, retire.c), and gated_in makes any chunk moved behind a gate
+ * resident. Locking: caller holds mem_lock. Callers: worker.c (stage_in), resident.c
+ * (stage_adopt, stage_reclaim), retire.c (chunk_release, gated_in, the moves), mem.c (shutdown),
+ * stagegate.c (with OOC_REMAP_GATE=1). */
 #include "mem_int.h"
 
 #include <stdlib.h>
@@ -42,19 +46,33 @@ CUresult stage_in(chunk_t *c) {
         va_take(1, &idx) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     phys_t *p = M.phys_free;
-    CUresult r = vmm_map_rw(idx_addr(idx), p->h);
+    /* A chunk just swapped out behind a gate (OOC_REMAP_GATE=1) has its alias still to come: its
+     * copy waits for what that gate waits for (its copy out among it: gate_after_at), not for the
+     * gate (on the gates' stream it would hold every later gate back behind it), and the alias
+     * comes read-only (gate_map_ro). The copy names the spare address and the host copy's own,
+     * never the chunk's, which the mapping thread may have unmapped when the driver checks it. */
+    evref_t *out = gate_after_at(chunk_addr(c));
+    int pending = out != NULL;
+    CUstream st = M.h2d;
+    CUresult r = out ? ooc_real.cuStreamWaitEvent(st, out->e, 0) : CUDA_SUCCESS;
+    ev_drop(out);
+    if (r != CUDA_SUCCESS) {
+        va_give(idx, 1);
+        return r;
+    }
+    r = vmm_map_rw(idx_addr(idx), p->h);
     if (r != CUDA_SUCCESS) {
         va_give(idx, 1);
         return r;
     }
     evref_t *v = ev_take();
-    r = v ? phys_ordered(p, M.h2d) : CUDA_ERROR_OUT_OF_MEMORY;
+    r = v ? phys_ordered(p, st) : CUDA_ERROR_OUT_OF_MEMORY;
     if (r == CUDA_SUCCESS)
-        r = copy_in_at(c, idx_addr(idx), M.h2d);
+        r = copy_in_at(c, idx_addr(idx), st);
     if (r == CUDA_SUCCESS)
-        r = ooc_real.cuEventRecord(v->e, M.h2d);
+        r = ooc_real.cuEventRecord(v->e, st);
     if (r != CUDA_SUCCESS) {
-        sync_stream(M.h2d); /* the copy may have been queued */
+        sync_stream(st); /* the copy may have been queued */
         ev_drop(v);
         if (vmm_unmap(idx_addr(idx)) == CUDA_SUCCESS)
             va_give(idx, 1);
@@ -67,9 +85,11 @@ CUresult stage_in(chunk_t *c) {
     /* From here a write through the alias would be lost (the copy read the bytes already): the
      * alias becomes read-only, so that such a write faults instead, with a report naming
      * OOC_SAFE_STAGE (ooc_mem_report_fault). Reads still get the host copy. */
-    c->stage_ro = vmm_protect(chunk_addr(c), 1) == CUDA_SUCCESS;
+    c->stage_ro =
+        (pending && gate_map_ro(chunk_addr(c))) || vmm_protect(chunk_addr(c), 1) == CUDA_SUCCESS;
     M.staged[M.nstaged++] = c;
     ooc_stats_add(OOC_STAT_staged, 1);
+    ooc_stats_add(OOC_STAT_staged_pending, pending);
     ooc_stats_add(OOC_STAT_swap_ins, 1);
     ooc_stats_add(OOC_STAT_swap_in_bytes, chunk_used(c));
     return CUDA_SUCCESS;
@@ -203,4 +223,78 @@ void ooc_mem_note_stored(uintptr_t dst, const void *src, size_t n) {
     }
     if (locked)
         mem_unlock();
+}
+
+/* ---- moved behind a gate (OOC_REMAP_GATE=1: retire.c, stagegate.c) ----------------------------
+ */
+
+/* The aliased chunk c (its memory in c->phys) moves from its host copy to that memory behind the
+ * gate that v follows (NULL: the host waited for the gate): resident from here, the ops that name
+ * it waiting for v, its host slot back once v is done. */
+void gated_in(chunk_t *c, evref_t *v) {
+    c->aliased = 0;
+    c->since = M.serial;
+    c->discard = 0;
+    c->state = C_RESIDENT;
+    c->queued = 0;
+    ev_drop(c->in_ev);
+    c->in_ev = NULL;
+    if (v) {
+        v->refs++;
+        c->in_ev = v;
+        limbo_put(c->host, v); /* mapped at c's address until the remap, which v follows */
+    } else {
+        host_slot_put(c->host);
+    }
+    c->host = NULL;
+    lru_push(c);
+}
+
+/* The staged chunks whose staging copies are done, oldest first, at most `max`, into out: they
+ * may move behind a gate queued for something else (retire.c's gate_batch), before their op, and
+ * their op then needs no gate of its own. Returns how many. */
+size_t stages_ready(chunk_t **out, size_t max) {
+    size_t k = 0;
+    if (!M.safe || !M.remap_gate || !M.stage)
+        return 0;
+    for (size_t i = 0; i < M.nstaged && k < max; i++) {
+        chunk_t *c = M.staged[i];
+        if (c->state == C_SWAPPED && c->aliased && c->stage_ev && ev_done(c->stage_ev))
+            out[k++] = c;
+    }
+    return k;
+}
+
+/* The jobs that move the staged chunks cs[0, n) behind gate t (room made by gate_reserve_n, two
+ * each): each address from its host copy to its staged memory, then its spare address unmapped;
+ * the last opens the gate. The gates' stream waited for their staging copies before the gate. */
+void stages_push(chunk_t *const *cs, size_t n, uint32_t t, evref_t *after) {
+    for (size_t i = 0; i < n; i++) {
+        gate_push_batch(t, after, chunk_addr(cs[i]), cs[i]->stage->h, 0);
+        gate_push_unmap(t, after, idx_addr(cs[i]->stage_idx), i + 1 == n);
+    }
+}
+
+/* The staged chunks cs[0, n), whose moves were pushed (stages_push) behind a gate that v follows
+ * (NULL: the host waited for it): resident from here, each op issued after waiting for v (the
+ * caller's fill_set). */
+void stages_moved(chunk_t *const *cs, size_t n, evref_t *v) {
+    for (size_t i = 0; i < n; i++) {
+        chunk_t *c = cs[i];
+        /* The spare address goes back once v is done (the gate open, its unmap done), so that
+         * no mapping call waits there for the device (gate_settle would). */
+        if (v && grow(&M.spares, &M.cap_spares, M.nspares + 1, sizeof *M.spares) == 0) {
+            v->refs++;
+            M.spares[M.nspares++] = (wlate_t){c->stage_idx, v};
+        } else {
+            va_give(c->stage_idx, 1); /* a mapping call there waits for the unmap */
+        }
+        ev_drop(c->stage_ev);
+        c->stage_ev = NULL;
+        c->phys = c->stage;
+        c->stage = NULL;
+        c->stage_ro = 0;
+        staged_remove(c);
+        gated_in(c, v);
+    }
 }

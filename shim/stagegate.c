@@ -8,6 +8,11 @@
  * host copy (read-only meanwhile), and overlaps the ops before the buffer's use; the first op that
  * uses the chunk moves its address to that memory behind a gate (gate.c), and the same gate unmaps
  * the spare address. The host waits for neither; the ops after the move wait for the gate only.
+ * A chunk whose alias is itself still to come behind a swap-out's gate is staged too: its copy
+ * follows that gate and the gate maps its alias read-only (stage_in). The memory comes from the
+ * oldest retiring chunks behind one gate per buffer, not one per chunk; the move's gate also
+ * hands over the memory of the op's other chunks (mem_coming); a staged chunk whose copy is done
+ * by the time a gate is queued for swap-outs moves behind that one (retire.c's gate_batch).
  *
  * Invariants: a chunk moved here was staged (stage.c's invariants) and is resident after, its
  * in_ev the event after the gate; its spare address returns to the address space only once that
@@ -18,24 +23,27 @@
 
 #include <stdlib.h>
 
+/* Whether c may be staged here (stage_some). One whose alias is still to come behind a gate may:
+ * its copy follows that gate and its alias comes read-only (stage_in). */
+static int stageable(const chunk_t *c) {
+    return c->state == C_SWAPPED && c->aliased && !c->stage && !c->hold && !c->out_ev &&
+           stage_allowed(c);
+}
+
 /* Safe mode with OOC_REMAP_GATE=1 and OOC_SAFE_STAGE=1: the planned swap-ins of cs[0, n) (swapped,
- * aliased chunks) staged at the plan's point (stage_in), while memory comes: free, made under the
- * budget, or a retiring chunk's handed over behind a gate (the staging copy then waits for that
- * gate: phys_ordered). No gate here: the copy overlaps the compute, and the address still shows
- * the host copy. Stops at the first that cannot be. Returns how many were staged. */
+ * aliased chunks) staged at the plan's point (stage_in), as far as memory comes for them: free,
+ * made under the budget, or the oldest retiring chunks' handed over behind one gate for all (the
+ * staging copies then wait for that gate: phys_ordered). No gate for the swap-ins: the copies
+ * overlap the compute, and the addresses still show the host copies. Stops at the first that
+ * cannot be. Returns how many were staged. */
 size_t stage_some(chunk_t *const *cs, size_t n) {
-    size_t k = 0;
     stage_spares_reap(0);
-    for (; k < n; k++) {
-        chunk_t *c = cs[k];
-        /* (Not one whose alias is still to come behind a gate: making it read-only would wait
-         * for the device. It goes behind a gate of its own: swapins_behind_gate.) */
-        if (c->state != C_SWAPPED || !c->aliased || c->stage || c->hold || c->out_ev ||
-            !stage_allowed(c) || gate_pending(chunk_addr(c)))
-            break;
-        if (!M.phys_free && phys_new() != CUDA_SUCCESS && !retire_oldest_behind_gate())
-            break;
-        if (stage_in(c) != CUDA_SUCCESS)
+    size_t m = 0, k = 0;
+    while (m < n && stageable(cs[m]))
+        m++;
+    m = phys_free_behind_gate(m);
+    for (; k < m; k++) {
+        if (stage_in(cs[k]) != CUDA_SUCCESS)
             break;
         ooc_stats_add(OOC_STAT_prefetches, 1);
     }
@@ -70,10 +78,16 @@ void stage_spares_reap(int block) {
  * issued so far on every stream that may reach their addresses unseen; the mapping thread moves
  * each address from its host copy to its staged memory and unmaps its spare address. Every op
  * issued from here waits for the gate (fill_set), none for a copy: the bytes were in that memory
- * before the address showed it. Returns how many moved (all or none: 0 when a stream cannot be
- * named or a call failed, and the caller moves them as before). Caller holds mem_lock. */
-size_t stages_behind_gate(chunk_t *const *cs, size_t n) {
-    if (!M.safe || !M.remap_gate || !gate_on() || !n || gate_reserve_n(2 * n) != 0)
+ * before the address showed it. The same gate hands over the memory of the oldest retiring
+ * chunks: those whose copies out are done (each would cost a gate of its own later), and enough
+ * for `need` more chunks (the op's others: otherwise need_phys would queue a gate of its own
+ * right after). Returns how many moved (all or none: 0 when a stream cannot be named or a call
+ * failed, and the caller moves them as before). Caller holds mem_lock. */
+size_t stages_behind_gate(chunk_t *const *cs, size_t n, size_t need) {
+    size_t r = retirees_ready();
+    if (need && n)
+        (void)mem_coming(need, &r);
+    if (!M.safe || !M.remap_gate || !gate_on() || !n || gate_reserve_n(r + 2 * n) != 0)
         return 0;
     CUstream gs = gate_stream();
     for (size_t i = 0; i < n; i++)
@@ -81,12 +95,11 @@ size_t stages_behind_gate(chunk_t *const *cs, size_t n) {
             return 0; /* (the waits queued so far only hold the gates' stream for copies) */
     evref_t *after = NULL;
     uint32_t t = 0;
-    if (gate_behind(cs, n, NULL, 0, NULL, &after, &t) != 0)
+    if (gate_behind(cs, n, M.ret, r, r ? M.ret[r - 1]->out_ev : NULL, &after, &t) != 0)
         return 0;
-    for (size_t i = 0; i < n; i++) {
-        gate_push_batch(t, after, chunk_addr(cs[i]), cs[i]->stage->h, 0);
-        gate_push_unmap(t, after, idx_addr(cs[i]->stage_idx), i + 1 == n);
-    }
+    for (size_t i = 0; i < r; i++)
+        gate_push_batch(t, after, chunk_addr(M.ret[i]), M.ret[i]->host->h, 0);
+    stages_push(cs, n, t, after);
     ev_drop(after); /* the jobs hold their own references */
     evref_t *v = ev_take();
     if (!v || ooc_real.cuEventRecord(v->e, gs) != CUDA_SUCCESS) {
@@ -94,27 +107,12 @@ size_t stages_behind_gate(chunk_t *const *cs, size_t n) {
         ev_drop(v);
         v = NULL;
     }
-    for (size_t i = 0; i < n; i++) {
-        chunk_t *c = cs[i];
-        /* The spare address goes back once v is done (the gate open, its unmap done), so that
-         * no mapping call waits there for the device (gate_settle would). */
-        if (v && grow(&M.spares, &M.cap_spares, M.nspares + 1, sizeof *M.spares) == 0) {
-            v->refs++;
-            M.spares[M.nspares++] = (wlate_t){c->stage_idx, v};
-        } else {
-            va_give(c->stage_idx, 1); /* a mapping call there waits for the unmap */
-        }
-        ev_drop(c->stage_ev);
-        c->stage_ev = NULL;
-        c->phys = c->stage;
-        c->stage = NULL;
-        c->stage_ro = 0;
-        staged_remove(c);
-        gated_in(c, v);
-    }
+    stages_moved(cs, n, v);
+    retirees_gated(r, v);
     if (v)
         fill_set(FILL_GATE, v);
     ev_drop(v);
+    ooc_stats_add(OOC_STAT_retire_joined, r);
     ooc_stats_add(OOC_STAT_staged_gated, n);
     return n;
 }

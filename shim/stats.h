@@ -70,6 +70,8 @@
     X(staged, COUNTER, COUNT, "safe mode: swap-ins staged beside the alias")                       \
     X(staged_dropped, COUNTER, COUNT, "of them given back before their op")                        \
     X(staged_gated, COUNTER, COUNT, "of them moved at their op behind a gate")                     \
+    X(staged_early, COUNTER, COUNT, "of them moved earlier, at a swap-out's gate")                 \
+    X(staged_pending, COUNTER, COUNT, "of them staged before their alias was mapped")              \
     X(stage_reached, COUNTER, COUNT, "chunks not staged: address stored by a copy")                \
     X(waits_skipped, COUNTER, COUNT, "safe mode: stream waits with nothing new")                   \
     X(planned_swap_outs, COUNTER, COUNT, "planned swap-outs (buffers)")                            \

@@ -218,7 +218,11 @@ static CUresult execute(fc_op_t *op) {
  * shim gives the memory a swap-out is vacating to a swap-in at once) may be written through one
  * while another op reads or writes it through the other only when the two are ordered (events,
  * streams); two such ops running at once are not, and on a GPU the bytes would be wrong. Such a
- * pair is reported (and fatal in strict mode) rather than left to corrupt data by chance.
+ * pair is reported (and fatal in strict mode) rather than left to corrupt data by chance. Two
+ * copies or memsets through the same address are held to the same rule (a copy in that reads a
+ * host copy still being written by its copy out; since 2026-12-03): a kernel's references are
+ * only what its parameters point into, read or written, so two kernels, or a kernel and a copy,
+ * through one address are left to fc_strict_access, which sees the bytes a kernel touches.
  * Finds op's physical parts without g_fc.lock, then takes it. */
 static void start_op(fc_stream_t *s, fc_op_t *op) {
     unsigned cap = 0;
@@ -237,7 +241,7 @@ static void start_op(fc_stream_t *s, fc_op_t *op) {
             for (unsigned j = 0; j < o->nprefs && !other; j++) {
                 const fc_pref_t *b = &o->prefs[j];
                 if (a->h == b->h && a->lo < b->hi && b->lo < a->hi && (a->write || b->write) &&
-                    a->va - a->lo != b->va - b->lo) {
+                    (a->va - a->lo != b->va - b->lo || (!op->n_kernels && !o->n_kernels))) {
                     other = o->what ? o->what : "an op";
                     va1 = a->va;
                     va2 = b->va;
@@ -249,12 +253,14 @@ static void start_op(fc_stream_t *s, fc_op_t *op) {
     pthread_mutex_unlock(&g_fc.lock);
     if (other) {
         fc_warn("strict: %s starts at %#lx while %s, with no order between them, still runs on "
-                "the same physical memory through another address (%#lx)",
-                op->what ? op->what : "an op", (unsigned long)va1, other, (unsigned long)va2);
+                "the same physical memory through %s (%#lx)",
+                op->what ? op->what : "an op", (unsigned long)va1, other,
+                va1 == va2 ? "the same address" : "another address", (unsigned long)va2);
         FC_STAT(strict_violations, 1);
         if (g_fc.cfg.strict)
-            fc_fatal("strict mode: two unordered ops on one physical chunk through two addresses "
-                     "(FAKECUDA_STRICT=0 only counts it)");
+            fc_fatal("strict mode: two unordered ops on one physical chunk%s "
+                     "(FAKECUDA_STRICT=0 only counts it)",
+                     va1 == va2 ? "" : " through two addresses");
     }
 }
 
