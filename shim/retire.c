@@ -351,9 +351,6 @@ static size_t phys_free_count(size_t enough) {
     return k;
 }
 
-/* swapin_behind_gate for the first of cs[0, n) that may be (swapin_gateable, stopping at the
- * first that may not) and that memory comes for, behind one gate: one wait of the mapping
- * thread's for the device, one wake-up. Returns how many were issued (cs[0, that)). */
 /* Memory for k more chunks: free, made under the budget, else the oldest retirees' (their number
  * in *r, to be handed over behind one gate; those whose copies are done go too, since each would
  * cost a gate of its own later). Returns for how many of the k it comes. */
@@ -371,6 +368,9 @@ size_t mem_coming(size_t k, size_t *r) {
     return have + *r < k ? have + *r : k;
 }
 
+/* swapin_behind_gate for the first of cs[0, n) that may be (swapin_gateable, stopping at the
+ * first that may not) and that memory comes for, behind one gate: one wait of the mapping
+ * thread's for the device, one wake-up. Returns how many were issued (cs[0, that)). */
 size_t swapins_behind_gate(chunk_t *const *cs, size_t n, int planned) {
     if (!M.safe || !M.remap_gate || !gate_on())
         return 0;

@@ -267,7 +267,8 @@ size_t stages_ready(chunk_t **out, size_t max) {
 
 /* The jobs that move the staged chunks cs[0, n) behind gate t (room made by gate_reserve_n, two
  * each): each address from its host copy to its staged memory, then its spare address unmapped;
- * the last opens the gate. The gates' stream waited for their staging copies before the gate. */
+ * the last opens the gate. Their staging copies are done (stages_ready), or the gates' stream
+ * waited for them before the gate (stages_behind_gate). */
 void stages_push(chunk_t *const *cs, size_t n, uint32_t t, evref_t *after) {
     for (size_t i = 0; i < n; i++) {
         gate_push_batch(t, after, chunk_addr(cs[i]), cs[i]->stage->h, 0);

@@ -9,7 +9,8 @@
  * uses the chunk moves its address to that memory behind a gate (gate.c), and the same gate unmaps
  * the spare address. The host waits for neither; the ops after the move wait for the gate only.
  * A chunk whose alias is itself still to come behind a swap-out's gate is staged too: its copy
- * follows that gate and the gate maps its alias read-only (stage_in). The memory comes from the
+ * waits for what that gate waits for (its copy out), and the gate maps its alias read-only
+ * (stage_in). The memory comes from the
  * oldest retiring chunks behind one gate per buffer, not one per chunk; the move's gate also
  * hands over the memory of the op's other chunks (mem_coming); a staged chunk whose copy is done
  * by the time a gate is queued for swap-outs moves behind that one (retire.c's gate_batch).
@@ -24,7 +25,7 @@
 #include <stdlib.h>
 
 /* Whether c may be staged here (stage_some). One whose alias is still to come behind a gate may:
- * its copy follows that gate and its alias comes read-only (stage_in). */
+ * its copy waits for its copy out and its alias comes read-only (stage_in). */
 static int stageable(const chunk_t *c) {
     return c->state == C_SWAPPED && c->aliased && !c->stage && !c->hold && !c->out_ev &&
            stage_allowed(c);
