@@ -2002,13 +2002,17 @@ START_TEST(test_late_threads_do_not_slow_the_modelled_device) {
 }
 END_TEST
 
-/* The modelled clock: a wait on memory that had to wait ends, in modelled time, no sooner than
- * the host wrote the value. Here the wait's thread starts it 20 ms late (the kernel before it is
- * modelled at 1 ms, but its body sleeps 20 ms), and the host writes the word 30 ms after queueing
- * it: the wait used to end at 1 + 10 ms (its modelled start plus the time its body polled), so the
- * 10.49 ms copy behind it ended before the write, and the host saw it done at once (CI,
- * 2026-12-03: twenty copies seen done 0.1 ms before their modelled time). */
-START_TEST(test_a_wait_on_memory_ends_no_sooner_than_the_write) {
+/* A word the host writes, a 1 MiB copy at 0.1 GB/s (10.49 ms) and a kernel's buffer, on a
+ * threaded device with the timing model and a launch floor of 1 ms. */
+typedef struct rig {
+    void *h;
+    uint32_t *word;
+    CUdeviceptr d, k;
+    size_t n;
+    double copy_ms;
+} rig_t;
+
+static void rig_open(rig_t *r) {
     static const char *const env[] = {"FAKECUDA_SCHED",
                                       "threaded",
                                       "FAKECUDA_TIMING",
@@ -2019,32 +2023,94 @@ START_TEST(test_a_wait_on_memory_ends_no_sooner_than_the_write) {
                                       "1000",
                                       NULL};
     open_device(env);
-    size_t n = 1u << 20;
-    double copy_ms = (double)n / 0.1e6;
+    r->n = 1u << 20;
+    r->copy_ms = (double)r->n / 0.1e6;
+    r->h = NULL;
+    OK(cuMemAllocHost(&r->h, r->n));
+    r->word = host_word();
+    OK(cuMemAlloc(&r->d, r->n));
+    OK(cuMemAlloc(&r->k, 64));
+}
+
+static void rig_close(rig_t *r) {
+    OK(cuMemFree(r->d));
+    OK(cuMemFree(r->k));
+    OK(cuMemFreeHost(r->h));
+    OK(cuMemFreeHost(r->word));
+}
+
+/* The modelled clock: a wait on memory that had to wait ends, in modelled time, no sooner than
+ * the host wrote the value. Here the wait's thread starts it 20 ms late (the kernel before it is
+ * modelled at 1 ms, but its body sleeps 20 ms), and the host writes the word 30 ms after queueing
+ * it: the wait used to end at 1 + 10 ms (its modelled start plus the time its body polled), so the
+ * 10.49 ms copy behind it ended before the write, and the host saw it done at once (CI,
+ * 2026-12-03: twenty copies seen done 0.1 ms before their modelled time). */
+START_TEST(test_a_wait_on_memory_ends_no_sooner_than_the_write) {
+    rig_t r;
+    rig_open(&r);
+    double copy_ms = r.copy_ms;
     CUstream s;
-    CUdeviceptr d, k;
-    void *h = NULL;
-    OK(cuMemAllocHost(&h, n));
-    uint32_t *word = host_word();
-    OK(cuMemAlloc(&d, n));
-    OK(cuMemAlloc(&k, 64));
     OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-    launch_fill(get_kernel("fill"), k, 1.0f, 16, 20000, s); /* 1 ms modelled, 20 ms asleep */
-    wait_word(s, word, 1);
-    OK(cuMemcpyHtoDAsync(d, h, n, s));
+    launch_fill(get_kernel("fill"), r.k, 1.0f, 16, 20000, s); /* 1 ms modelled, 20 ms asleep */
+    wait_word(s, r.word, 1);
+    OK(cuMemcpyHtoDAsync(r.d, r.h, r.n, s));
     usleep(30000);
     uint64_t t0 = now_ns();
-    __atomic_store_n(word, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(r.word, 1, __ATOMIC_RELEASE);
     OK(cuStreamSynchronize(s));
     double host_ms = (double)(now_ns() - t0) / 1e6;
     ck_assert_msg(host_ms >= copy_ms,
                   "a %.2f ms copy behind a wait on memory was done %.2f ms after the write",
                   copy_ms, host_ms);
     OK(cuStreamDestroy(s));
-    OK(cuMemFree(d));
-    OK(cuMemFree(k));
-    OK(cuMemFreeHost(h));
-    OK(cuMemFreeHost(word));
+    rig_close(&r);
+}
+END_TEST
+
+/* The host's reply to a completion its thread learned of late: a kernel modelled at 1 ms whose
+ * body sleeps 40 ms completes 39 ms after its modelled end; the host waits for it, then (at once,
+ * or after 10 ms of work of its own: _i) writes the word a stream waits on before a 10.49 ms copy.
+ * On a device the host learns of the kernel's end when it ends, so the copy ends about 12.5 ms
+ * (22.5) after the kernel started, not 50 (60): the simulator's lateness is not the device's,
+ * while the host's own 10 ms still count. */
+START_TEST(test_a_reply_to_a_late_completion_counts_from_its_modelled_end) {
+    rig_t r;
+    rig_open(&r);
+    double copy_ms = r.copy_ms, work_ms = _i ? 10 : 0;
+    CUstream a, b;
+    CUevent e0, ek, e1;
+    OK(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
+    OK(cuStreamCreate(&b, CU_STREAM_NON_BLOCKING));
+    OK(cuEventCreate(&e0, 0));
+    OK(cuEventCreate(&ek, 0));
+    OK(cuEventCreate(&e1, 0));
+    OK(cuEventRecord(e0, a));
+    launch_fill(get_kernel("fill"), r.k, 1.0f, 16, 40000, a); /* 1 ms modelled, 40 ms asleep */
+    OK(cuEventRecord(ek, a));
+    wait_word(b, r.word, 1);
+    OK(cuMemcpyHtoDAsync(r.d, r.h, r.n, b));
+    OK(cuEventRecord(e1, b));
+    OK(cuEventSynchronize(ek));
+    if (work_ms)
+        usleep((useconds_t)(work_ms * 1000));
+    __atomic_store_n(r.word, 1, __ATOMIC_RELEASE);
+    OK(cuStreamSynchronize(b));
+    float ms = 0;
+    OK(cuEventElapsedTime(&ms, e0, e1));
+    ck_assert_msg(ms >= copy_ms + work_ms,
+                  "the copy ended %.2f ms after the kernel started, before the host's reply "
+                  "(%.0f ms of its own work) and the copy (%.2f ms)",
+                  (double)ms, work_ms, copy_ms);
+    ck_assert_msg(ms < 30 + work_ms,
+                  "the copy ended %.2f ms after the kernel started: the 39 ms the simulator "
+                  "learned late of the kernel's end count on the modelled device",
+                  (double)ms);
+    OK(cuEventDestroy(e0));
+    OK(cuEventDestroy(ek));
+    OK(cuEventDestroy(e1));
+    OK(cuStreamDestroy(a));
+    OK(cuStreamDestroy(b));
+    rig_close(&r);
 }
 END_TEST
 
@@ -3585,6 +3651,7 @@ Suite *suite_fakecuda(void) {
     tcase_add_test(t, test_a_kernel_holds_its_engine_for_its_cpu_time_not_its_wall_time);
     tcase_add_test(t, test_late_threads_do_not_slow_the_modelled_device);
     tcase_add_test(t, test_a_wait_on_memory_ends_no_sooner_than_the_write);
+    tcase_add_loop_test(t, test_a_reply_to_a_late_completion_counts_from_its_modelled_end, 0, 2);
     tcase_add_test(t, test_a_completion_wakes_only_the_stream_waiting_for_it);
     tcase_add_test(t, test_trace_tells_when_an_op_was_queued_and_ready);
     tcase_add_test(t, test_an_event_wait_starts_at_the_end_of_what_it_waits_for);

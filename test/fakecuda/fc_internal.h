@@ -147,8 +147,9 @@ struct fc_op {
     fc_engine_t engine;
     double model_ns;    /* timing model: time the op occupies its engine */
     uint64_t waited_ns; /* its body waited off the CPU (fakecuda_waited) */
-    /* A wait on memory that had to wait: when its body saw the value (fc_now_ns); 0 when it held
-     * at once. The host wrote it then, so on a device the wait ends no sooner. */
+    /* A wait on memory that had to wait: when its body saw the value (fc_now_ns), less the
+     * lateness with which the host learned of what it replied to (fc_host_late_ns); 0 when it held
+     * at once. On a device the wait ends no sooner. */
     uint64_t seen_ns;
     int instant; /* timing model: takes no device time (an event record: the body is the
                   * simulator's bookkeeping, and its thread descheduled there is not the device) */
@@ -221,6 +222,9 @@ struct CUstream_st {
      * [seq % FC_MODEL_RING], for the last FC_MODEL_RING ops (what an op waiting for that one
      * waits for, however far the stream has gone since) */
     uint64_t model_done_at[FC_MODEL_RING];
+    /* timing model: when (fc_now_ns) the op numbered seq completed, at [seq % FC_MODEL_RING] (how
+     * late the simulator's thread got there: fc_host_late_ns) */
+    uint64_t done_wall_at[FC_MODEL_RING];
     fc_op_t *head, *tail;
     pthread_t thread;
     int has_thread;
@@ -271,6 +275,10 @@ typedef struct fc_global {
     FILE *trace; /* FAKECUDA_TRACE: one line per timed op; guarded by trace_lock */
     pthread_mutex_t trace_lock;
     uint64_t trace_t0; /* fc_now_ns() when the trace was opened */
+    /* Timing model: how late the last blocking host wait (fc_wait_seq) learned of the completion
+     * it waited for, past that op's modelled end, through the simulator's threads, and when it
+     * returned (fc_host_late_ns). Guarded by lock. */
+    uint64_t host_late_ns, host_late_at;
 } fc_global_t;
 
 extern fc_global_t g_fc FC_HIDDEN;
@@ -398,6 +406,10 @@ FC_HIDDEN void fc_oplist_put(fc_oplist_t *l);
 FC_HIDDEN void fc_capture_invalidate(fc_stream_t *s, const char *why);
 /* Waits until s has completed sequence number seq; returns the sticky error or 0. */
 FC_HIDDEN CUresult fc_wait_seq(fc_stream_t *s, uint64_t seq);
+/* Timing model: how much earlier than `now` a word the host writes now would have been written on
+ * a device: the lateness of the host's latest blocking wait, when it returned at most
+ * FC_HOST_LATE_WINDOW_NS before (fc_stream.c, "the host's replies"). */
+FC_HIDDEN uint64_t fc_host_late_ns(uint64_t now);
 FC_HIDDEN CUresult fc_sync_all(void);
 /* Strict mode: reports (and in strict mode aborts) when queued or running work references
  * [lo, hi). `what` names the operation ("cuMemUnmap"). Returns the number of conflicts. */

@@ -4,10 +4,12 @@
  *
  * Each call is one op on its stream that runs its operations in order when the stream reaches
  * it: a write stores the value; a wait polls the word (every 20 us) until its condition holds,
- * holding its stream back as it does on a GPU. The address must be device memory or pinned host
- * memory, aligned to the operand size (CUDA_ERROR_INVALID_VALUE at the call otherwise, as are
- * unknown flags and a batch of 0 or of 256 or more operations); it is checked again when the op
- * runs (unmapped then: a sticky CUDA_ERROR_ILLEGAL_ADDRESS). A wait that never completes is a
+ * holding its stream back as it does on a GPU; in the timing model a wait that had to wait ends
+ * when the host's write would have reached a device, less the lateness with which the host learned
+ * of what it replied to (fc_stream.c, "the host's replies"). The address must be device memory or
+ * pinned host memory, aligned to the operand size (CUDA_ERROR_INVALID_VALUE at the call otherwise,
+ * as are unknown flags and a batch of 0 or of 256 or more operations); it is checked again when the
+ * op runs (unmapped then: a sticky CUDA_ERROR_ILLEGAL_ADDRESS). A wait that never completes is a
  * deadlock on a GPU; here it gives up after FC_WAIT_LIMIT_S seconds with a message and a sticky
  * CUDA_ERROR_LAUNCH_TIMEOUT, so that a test fails instead of hanging (in inline scheduling the
  * wait runs on the issuing thread: only another thread can satisfy it). Captured, the ops become
@@ -96,7 +98,8 @@ static CUresult run_memop(fc_op_t *op) {
             }
             nanosleep(&(struct timespec){0, 20000}, NULL);
         }
-        op->seen_ns = fc_now_ns();
+        uint64_t seen = fc_now_ns(), late = g_fc.cfg.timing ? fc_host_late_ns(seen) : 0;
+        op->seen_ns = seen > late ? seen - late : 1;
     }
     return CUDA_SUCCESS;
 }

@@ -170,12 +170,14 @@ static CUresult execute(fc_op_t *op) {
          * memory that had to wait ends no sooner than the host wrote the value: its thread may
          * have started it late, and counting its wait from the modelled start ended it before
          * the write, so that ops behind it completed earlier than they could (CI, 2026-12-03:
-         * the host saw twenty copies done 0.1 ms before their modelled time). */
+         * the host saw twenty copies done 0.1 ms before their modelled time). The moment it saw
+         * the value is taken as a device would have: less the lateness with which the host had
+         * learned of what it replied to ("the host's replies", below). */
         uint64_t t0 = fc_now_ns();
         CUresult r = op->run(op);
         op->model_end_ns = op->model_start_ns + (op->instant ? 0 : fc_now_ns() - t0);
-        if (op->seen_ns > op->model_end_ns)
-            op->model_end_ns = op->seen_ns;
+        if (op->seen_ns) /* (the host's reply, as a device would have seen it) */
+            op->model_end_ns = op->seen_ns > op->model_start_ns ? op->seen_ns : op->model_start_ns;
         return r;
     }
     pthread_mutex_lock(&g_fc.engine[op->engine]);
@@ -341,6 +343,8 @@ static void complete_head(fc_stream_t *s, fc_op_t *op, CUresult r) {
     if (op->model_end_ns > s->model_done_ns)
         s->model_done_ns = op->model_end_ns;
     s->model_done_at[op->seq % FC_MODEL_RING] = s->model_done_ns;
+    if (g_fc.cfg.timing)
+        s->done_wall_at[op->seq % FC_MODEL_RING] = fc_now_ns();
     pthread_cond_broadcast(&g_fc.cv);
     for (fc_stream_t *t = g_fc.all_streams; t; t = t->all_next)
         if (t->blocked && deps_done(t->head))
@@ -652,10 +656,58 @@ CUresult fc_submit(fc_stream_t *s, fc_op_t *op, uint64_t *seq_out) {
     return CUDA_SUCCESS;
 }
 
+/* ---- the host's replies -------------------------------------------------------------------------
+ * A host thread that waits for an op learns that it ended only when the simulator's thread
+ * running it got there, which on 2 busy cores is often hundreds of microseconds after its
+ * modelled end (the op then completes late, never early). What the host does in reply reaches
+ * the device that much later, and where the device waits for the reply (a word in host memory
+ * that a stream waits on, fc_memop.c), the simulator's lateness became the modelled device's
+ * time: in a replay of `large` with the shim's remapping gate (OOC_REMAP_GATE=1), each gate's
+ * wait ended 0.5-1 ms after the copy out it followed, of which the mapping thread's own work was
+ * a third. So a blocking wait notes how late it learned of the op it waited for (the op's
+ * completion past its modelled end), and a wait on memory that sees a value within
+ * FC_HOST_LATE_WINDOW_NS of that ends that much earlier in the modelled clock: as if the host had
+ * learned on time and replied after the same host-side work. Only the simulator's lateness is
+ * taken out: the host's own time between learning and replying, and the operating system's
+ * wake-up of the waiting thread, stay. A blocking wait for an op that had completed already
+ * learned nothing late: a completion published after the noted one resets the lateness to 0. The
+ * simulator cannot tell which thread wrote a word; it takes the latest blocking wait's. */
+#define FC_HOST_LATE_WINDOW_NS 20000000ull
+
+/* When (fc_now_ns) the op numbered seq of s completed (an op older than the ring holds: the
+ * oldest it holds, no earlier). Caller holds g_fc.lock; the op has completed. */
+static uint64_t wall_done_at(const fc_stream_t *s, uint64_t seq) {
+    if (s->completed - seq >= FC_MODEL_RING)
+        seq = s->completed - FC_MODEL_RING + 1;
+    return s->done_wall_at[seq % FC_MODEL_RING];
+}
+
+uint64_t fc_host_late_ns(uint64_t now) {
+    pthread_mutex_lock(&g_fc.lock);
+    uint64_t late = g_fc.host_late_at && now - g_fc.host_late_at <= FC_HOST_LATE_WINDOW_NS
+                        ? g_fc.host_late_ns
+                        : 0;
+    pthread_mutex_unlock(&g_fc.lock);
+    return late;
+}
+
 CUresult fc_wait_seq(fc_stream_t *s, uint64_t seq) {
     pthread_mutex_lock(&g_fc.lock);
-    while (s->completed < seq)
+    int waited = 0;
+    while (s->completed < seq) {
+        waited = 1;
         pthread_cond_wait(&g_fc.cv, &g_fc.lock);
+    }
+    if (g_fc.cfg.timing && seq) {
+        uint64_t now = fc_now_ns(), done = wall_done_at(s, seq), model = model_done_at(s, seq);
+        if (waited) {
+            g_fc.host_late_ns = done > model ? done - model : 0;
+            g_fc.host_late_at = now;
+        } else if (done > g_fc.host_late_at) { /* learned at once: nothing late to take out */
+            g_fc.host_late_ns = 0;
+            g_fc.host_late_at = now;
+        }
+    }
     pthread_mutex_unlock(&g_fc.lock);
     return atomic_load(&g_fc.sticky);
 }
