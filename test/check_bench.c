@@ -83,6 +83,8 @@ START_TEST(test_bench_replay_quick_run_prints_the_table) {
                       idle >= 0 && idle <= autom,
                   "idle for the host %g ms of an iteration of %g:\n%s", idle, autom, pr.out);
     row_median(pr.out, "auto predicted by ooc-plan");
+    /* no gate, no time behind gates (test_bench_replay_gated_prints_the_time_behind_gates) */
+    ck_assert_msg(!strstr(pr.out, "behind the shim's gates"), "%s", pr.out);
     /* the simulated device's own cost of a remap here, with the workload's chunk (64 KiB) */
     const char *rc = strstr(pr.out, "the simulated device's own host cost here (");
     const char *cp = rc ? strstr(rc, "a copy into a chunk of 64 KiB just mapped ") : NULL;
@@ -161,16 +163,22 @@ START_TEST(test_bench_replay_failed_run_is_an_error) {
 }
 END_TEST
 
+/* bench-replay on mlp, one round of 6 iterations with short kernels, safe mode `safe`: it must
+ * succeed. */
+static tu_proc_t mlp_short_6(const char *safe) {
+    tu_proc_t pr = bench_replay((const char *[]){"--workload", "mlp", "--rounds", "1", "--iters",
+                                                 "6", "--kernels", "short", "--safe", safe, NULL});
+    ck_assert_msg(pr.status == 0, "bench-replay failed (%d):\n%s\n%s", pr.status, pr.out, pr.err);
+    return pr;
+}
+
 /* `--safe staged` is safe mode with OOC_SAFE_STAGE=1 on the device with host-located memory, for
  * the shim runs only: the variable reaches demand and auto (bench-replay clears OOC_* from its own
  * environment, so this option is the only way to measure staging with it). */
 START_TEST(test_bench_replay_staged_sets_the_stage_variable) {
     if (tu_under_valgrind())
         return;
-    tu_proc_t pr =
-        bench_replay((const char *[]){"--workload", "mlp", "--rounds", "1", "--iters", "6",
-                                      "--kernels", "short", "--safe", "staged", NULL});
-    ck_assert_msg(pr.status == 0, "bench-replay failed (%d):\n%s\n%s", pr.status, pr.out, pr.err);
+    tu_proc_t pr = mlp_short_6("staged");
     const char *demand_cmd = strstr(pr.out, "  demand:    env ");
     const char *auto_cmd = strstr(pr.out, "  auto:      env ");
     ck_assert_msg(demand_cmd && auto_cmd, "%s", pr.out);
@@ -187,6 +195,26 @@ START_TEST(test_bench_replay_staged_sets_the_stage_variable) {
     ck_assert_msg(pr.status == 2 && strstr(pr.err, "--safe 'sometimes': expected a comma-separated "
                                                    "list of on, staged, off"),
                   "status %d:\n%s", pr.status, pr.err);
+    tu_proc_free(&pr);
+}
+END_TEST
+
+/* With the remapping gate (`--safe ongated`), the time the compute engine sat behind the gates,
+ * from the trace's `memwait` rows: some, and a part of the measured iteration. */
+START_TEST(test_bench_replay_gated_prints_the_time_behind_gates) {
+    if (tu_under_valgrind())
+        return;
+    tu_proc_t pr = mlp_short_6("ongated");
+    double autom = row_median(pr.out, "shim, OOC_MODE=auto (measured)"), g = -1;
+    const char *gl = strstr(pr.out, "auto: the device idle behind the shim's gates per replayed "
+                                    "iteration ");
+    ck_assert_msg(gl &&
+                      sscanf(gl,
+                             "auto: the device idle behind the shim's gates per replayed "
+                             "iteration %lf ms",
+                             &g) == 1 &&
+                      g > 0 && g <= autom,
+                  "behind the gates %g ms of an iteration of %g:\n%s", g, autom, pr.out);
     tu_proc_free(&pr);
 }
 END_TEST
@@ -419,6 +447,7 @@ Suite *suite_bench(void) {
     tcase_add_test(tc, test_bench_replay_quick_run_prints_the_table);
     tcase_add_test(tc, test_bench_replay_failed_run_is_an_error);
     tcase_add_test(tc, test_bench_replay_staged_sets_the_stage_variable);
+    tcase_add_test(tc, test_bench_replay_gated_prints_the_time_behind_gates);
     suite_add_tcase(s, tc);
     tc = tcase_create("replay_trace");
     tcase_set_timeout(tc, 180);

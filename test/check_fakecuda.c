@@ -1878,6 +1878,18 @@ START_TEST(test_a_completion_wakes_only_the_stream_waiting_for_it) {
 }
 END_TEST
 
+/* Shuts the device down (which closes FAKECUDA_TRACE's file) and opens the trace at path past
+ * its header. */
+static FILE *trace_reopen(const char *path) {
+    fakecuda_shutdown();
+    FILE *f = fopen(path, "r");
+    ck_assert_ptr_nonnull(f);
+    char line[512];
+    ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
+    ck_assert_str_eq(line, "engine\tstart_ns\tend_ns\top\tqueued_ns\tready_ns\tran_ns\n");
+    return f;
+}
+
 /* FAKECUDA_TRACE writes, for each op, when it was queued and when it was ready (first in its
  * stream with what it waits for done) beside its start and end, so that an idle engine can be
  * told apart: the host had not issued the next op yet, or it waited for another stream, or
@@ -1914,14 +1926,10 @@ START_TEST(test_trace_tells_when_an_op_was_queued_and_ready) {
     OK(cuStreamDestroy(a));
     OK(cuStreamDestroy(b));
     OK(cuMemFree(p));
-    fakecuda_shutdown(); /* closes the trace */
-    FILE *f = fopen(path, "r");
-    ck_assert_ptr_nonnull(f);
+    FILE *f = trace_reopen(path);
     char line[512], op[128];
     unsigned long long s, t, q, r, ran, fill_end = 0;
     int rows = 0;
-    ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
-    ck_assert_str_eq(line, "engine\tstart_ns\tend_ns\top\tqueued_ns\tready_ns\tran_ns\n");
     while (fgets(line, sizeof line, f)) {
         ck_assert_int_eq(
             sscanf(line, "%*s %llu %llu %127[^\t] %llu %llu %llu", &s, &t, op, &q, &r, &ran), 6);
@@ -1940,6 +1948,59 @@ START_TEST(test_trace_tells_when_an_op_was_queued_and_ready) {
     fclose(f);
     unlink(path);
     ck_assert_int_eq(rows, 2);
+}
+END_TEST
+
+/* FAKECUDA_TRACE also has a row for each wait on memory that had to wait (engine `memwait`): here
+ * the host writes the word 20 ms after queueing the wait and a memset behind it, so the wait holds
+ * its stream about 20 ms, and the memset starts, modelled, when it ends. A wait whose word already
+ * held has no row. */
+START_TEST(test_trace_shows_what_a_wait_on_memory_held) {
+    char path[] = "/tmp/fakecuda-trace-XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    const char *const env[] = {
+        "FAKECUDA_SCHED", "threaded", "FAKECUDA_TIMING", "1", "FAKECUDA_TRACE", path, NULL};
+    open_device(env);
+    CUstream a;
+    CUdeviceptr p;
+    uint32_t *word = host_word();
+    OK(cuMemAlloc(&p, 4096));
+    OK(cuStreamCreate(&a, CU_STREAM_NON_BLOCKING));
+    wait_word(a, word, 0); /* holds at once: no row */
+    wait_word(a, word, 1);
+    OK(cuMemsetD8Async(p, 7, 64, a));
+    usleep(20000);
+    __atomic_store_n(word, 1, __ATOMIC_RELEASE);
+    OK(cuCtxSynchronize());
+    OK(cuStreamDestroy(a));
+    OK(cuMemFree(p));
+    OK(cuMemFreeHost(word));
+    FILE *f = trace_reopen(path);
+    char line[512], eng[32], op[128];
+    unsigned long long s, t, q, r, ran, wait_end = 0;
+    int waits = 0, sets = 0;
+    while (fgets(line, sizeof line, f)) {
+        ck_assert_int_eq(
+            sscanf(line, "%31s %llu %llu %127[^\t] %llu %llu %llu", eng, &s, &t, op, &q, &r, &ran),
+            7);
+        ck_assert_msg(q <= s && s <= t && s <= ran, "out of order: %s", line);
+        if (strcmp(eng, "memwait") == 0) {
+            ck_assert_msg(strstr(op, "WaitValue32") && t - s >= 15000000ull,
+                          "the wait held its stream %.2f ms: %s", (double)(t - s) / 1e6, line);
+            wait_end = t;
+            waits++;
+        } else {
+            ck_assert_msg(strstr(op, "emset") && wait_end && s >= wait_end,
+                          "the memset started before the wait ended (%llu): %s", wait_end, line);
+            sets++;
+        }
+    }
+    fclose(f);
+    unlink(path);
+    ck_assert_int_eq(waits, 1);
+    ck_assert_int_eq(sets, 1);
 }
 END_TEST
 
@@ -3654,6 +3715,7 @@ Suite *suite_fakecuda(void) {
     tcase_add_loop_test(t, test_a_reply_to_a_late_completion_counts_from_its_modelled_end, 0, 2);
     tcase_add_test(t, test_a_completion_wakes_only_the_stream_waiting_for_it);
     tcase_add_test(t, test_trace_tells_when_an_op_was_queued_and_ready);
+    tcase_add_test(t, test_trace_shows_what_a_wait_on_memory_held);
     tcase_add_test(t, test_an_event_wait_starts_at_the_end_of_what_it_waits_for);
     tcase_add_loop_test(t, test_large_copies_at_odd_offsets_keep_every_byte, 0, 2);
     tcase_add_test(t, test_pinned_host_memory_is_resident_when_allocated);

@@ -158,6 +158,21 @@ static uint64_t thread_cpu_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* FAKECUDA_TRACE: one row for op, on `engine`, from its modelled start to its modelled end; t0:
+ * when its thread ran its body. */
+static void trace_row(const char *engine, const fc_op_t *op, uint64_t t0) {
+    uint64_t z = g_fc.trace_t0;
+    pthread_mutex_lock(&g_fc.trace_lock);
+    if (g_fc.trace)
+        fprintf(g_fc.trace, "%s\t%llu\t%llu\t%s\t%llu\t%llu\t%llu\n", engine,
+                (unsigned long long)(op->model_start_ns - z),
+                (unsigned long long)(op->model_end_ns - z), op->what ? op->what : "-",
+                (unsigned long long)(op->queued_ns - z),
+                (unsigned long long)((op->ready_ns ? op->ready_ns : t0) - z),
+                (unsigned long long)(t0 - z));
+    pthread_mutex_unlock(&g_fc.trace_lock);
+}
+
 /* Runs op's body; with timing on, holds its engine until the op's modelled end. */
 static CUresult execute(fc_op_t *op) {
     if (!g_fc.cfg.timing)
@@ -178,6 +193,8 @@ static CUresult execute(fc_op_t *op) {
         op->model_end_ns = op->model_start_ns + (op->instant ? 0 : fc_now_ns() - t0);
         if (op->seen_ns) /* (the host's reply, as a device would have seen it) */
             op->model_end_ns = op->seen_ns > op->model_start_ns ? op->seen_ns : op->model_start_ns;
+        if (g_fc.trace && op->seen_ns) /* a wait on memory that had to wait: what held it */
+            trace_row("memwait", op, t0);
         return r;
     }
     pthread_mutex_lock(&g_fc.engine[op->engine]);
@@ -203,15 +220,7 @@ static CUresult execute(fc_op_t *op) {
     pthread_mutex_unlock(&g_fc.engine[op->engine]);
     if (g_fc.trace) {
         static const char *const names[] = {"none", "compute", "h2d", "d2h"};
-        uint64_t z = g_fc.trace_t0;
-        pthread_mutex_lock(&g_fc.trace_lock);
-        if (g_fc.trace)
-            fprintf(g_fc.trace, "%s\t%llu\t%llu\t%s\t%llu\t%llu\t%llu\n", names[op->engine],
-                    (unsigned long long)(start - z), (unsigned long long)(end - z),
-                    op->what ? op->what : "-", (unsigned long long)(op->queued_ns - z),
-                    (unsigned long long)((op->ready_ns ? op->ready_ns : t0) - z),
-                    (unsigned long long)(t0 - z));
-        pthread_mutex_unlock(&g_fc.trace_lock);
+        trace_row(names[op->engine], op, t0);
     }
     return r;
 }
