@@ -79,13 +79,16 @@ typedef struct fc_handle {
     int user_refs; /* cuMemCreate + cuMemRetainAllocationHandle - cuMemRelease */
     int maps;      /* live mappings */
     /* Host mappings of it that cuMemUnmap moved aside, page tables kept, for a later cuMemMap of
-     * the same part to move back (fc_mem.c); guarded by g_fc.vm_lock. Eight: the shim keeps a
-     * physical chunk mapped at up to five addresses at once (its memory handed on while copies
-     * out still read it), and with room for two, 39% of a replay's maps were made afresh. */
+     * the same part to move back (fc_mem.c); guarded by g_fc.vm_lock. Thirty-two: the shim keeps
+     * a physical chunk mapped at up to five addresses at once outside the remapping gate (its
+     * memory handed on while copies out still read it; with room for two, 39% of a replay's maps
+     * were made afresh), and at up to sixteen with OOC_REMAP_GATE=1 and OOC_SAFE_STAGE=1 (spare
+     * addresses and old ones whose unmaps wait in the mapping thread's queue; with room for
+     * eight, 111 of a replay's 247 fresh maps of device memory were made again and again). */
     struct {
         uintptr_t addr;
         size_t offset, size;
-    } park[8];
+    } park[32];
     int npark;
 } fc_handle_t;
 
