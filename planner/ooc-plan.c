@@ -326,6 +326,10 @@ int main(int argc, char **argv) {
                (double)p->swapin_vmm_ns / 1e3, (double)p->swapout_vmm_ns / 1e3,
                p->swapout_exclusive ? ", while nothing computes (meta.tsv swapout_exclusive 1)"
                                     : "");
+    if (p->remap_gate)
+        printf("swap-ins take their memory at their point, behind the copies out that free it, "
+               "while nothing computes: recorded in safe mode with OOC_REMAP_GATE=1 (meta.tsv "
+               "remap_gate 1)\n");
     if (p->stage_vmm_ns || p->adopt_vmm_ns)
         printf("with staging (meta.tsv stage_vmm_ns, adopt_vmm_ns): %.1f us per chunk to stage "
                "a swap-in, %.1f us to move it at its first use, while nothing computes\n",

@@ -77,6 +77,11 @@ typedef struct ooc_profile {
      * and no op is issued meanwhile (safe mode: the chunk's address gets its host copy, which any
      * op may reach unseen). Optional meta key swapout_exclusive. */
     uint8_t swapout_exclusive;
+    /* 1: a planned swap-in takes its memory when the compute engine reaches it, and nothing
+     * computes until it has it (the shim's remapping gate in safe mode, OOC_REMAP_GATE=1: the
+     * memory of chunks still copying out is handed over behind a gate that every later op waits
+     * for). Optional meta key remap_gate. */
+    uint8_t remap_gate;
     /* Host time of the driver's mapping calls per chunk (ns): those that bring a swapped chunk
      * back (map and set access; in safe mode also the unmap of its host alias) and those that
      * follow its copy out (unmap; in safe mode also mapping the host alias). One worker thread

@@ -364,13 +364,14 @@ enum {
     M_VMM_MAP,
     M_VMM_UNMAP,
     M_VMM_STAGE,
-    M_VMM_ADOPT
+    M_VMM_ADOPT,
+    M_GATE
 };
 static const char *const meta_keys[] = {
     "format_version",   "program",       "device",         "device_mem_bytes",  "budget_bytes",
     "chunk_bytes",      "h2d_bps",       "d2h_bps",        "bidir_bps",         "iterations",
     "swapin_exclusive", "swapin_vmm_ns", "swapout_vmm_ns", "swapout_exclusive", "map_vmm_ns",
-    "unmap_vmm_ns",     "stage_vmm_ns",  "adopt_vmm_ns"};
+    "unmap_vmm_ns",     "stage_vmm_ns",  "adopt_vmm_ns",   "remap_gate"};
 #define NMETA ((int)(sizeof meta_keys / sizeof meta_keys[0]))
 
 static int parse_meta(ooc_profile_t *p, ooc_tsv_t *r, char *err, size_t errlen) {
@@ -405,9 +406,12 @@ static int parse_meta(ooc_profile_t *p, ooc_tsv_t *r, char *err, size_t errlen) 
             break;
         case M_EXCL:
         case M_OUT_EXCL:
+        case M_GATE:
             if (!field_is(r, 1, "0") && !field_is(r, 1, "1"))
                 return bad(r, 1, meta_keys[k], "is not 0 or 1", err, errlen);
-            *(k == M_EXCL ? &p->swapin_exclusive : &p->swapout_exclusive) = field_is(r, 1, "1");
+            *(k == M_EXCL       ? &p->swapin_exclusive
+              : k == M_OUT_EXCL ? &p->swapout_exclusive
+                                : &p->remap_gate) = field_is(r, 1, "1");
             break;
         case M_PROGRAM:
         case M_DEVICE: {
@@ -780,6 +784,8 @@ int ooc_profile_write(const ooc_profile_t *p, const char *dir, char *err, size_t
         fprintf(f, "swapin_exclusive\t1\n");
     if (p->swapout_exclusive)
         fprintf(f, "swapout_exclusive\t1\n");
+    if (p->remap_gate)
+        fprintf(f, "remap_gate\t1\n");
     if (p->swapin_vmm_ns || p->swapout_vmm_ns)
         fprintf(f, "swapin_vmm_ns\t%llu\nswapout_vmm_ns\t%llu\n",
                 (unsigned long long)p->swapin_vmm_ns, (unsigned long long)p->swapout_vmm_ns);

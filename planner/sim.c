@@ -25,7 +25,11 @@
  * it, and so, with staging (swapout_exclusive without swapin_exclusive), does the remap at a
  * swapped-in buffer's first use (its wait). With staging the profile's stage_vmm_ns and
  * adopt_vmm_ns, when it has them, are the per-chunk costs of the two (staging on the lane, the
- * move at the first use), in place of swapin_vmm_ns.
+ * move at the first use), in place of swapin_vmm_ns. With the profile's remap_gate (safe mode
+ * behind the shim's gates) a swap-in of a buffer on the host takes its memory when the compute
+ * engine reaches it, and when that memory is still held by copies out, nothing computes until
+ * they end (the gate hands it over behind them); when even they would not free enough, the
+ * swap-in takes memory when its copy starts, as without the gate.
  *
  * The program's thread issues the ops in order, and makes mapping calls of its own for the
  * buffers the program allocates during the iteration (the profile's map_vmm_ns per chunk before
@@ -66,8 +70,11 @@ typedef struct {
     double now;
     uint64_t used, budget;
     uint8_t *st, *host_valid, *waited, *d2h_pending, *free_after_d2h, *ever, *dropped;
+    uint8_t *premapped; /* remap_gate: a queued swap-in whose memory was taken at its issue */
     engine_t h2d, d2h;
-    double lane; /* the map lane (the worker's mapping calls) is busy until then */
+    double lane;           /* the map lane (the worker's mapping calls) is busy until then */
+    uint64_t out_bytes;    /* the footprint of the buffers queued or running on d2h (freed after) */
+    uint32_t h2d_unmapped; /* queued swap-ins that take their memory when their copy starts */
     /* the program's thread: it has issued the ops before the current one by `host`; `issued`:
      * the current op is issued at `issue_at`; `host_debt`: mapping calls it owes (frees) */
     double host, issue_at, host_debt;
@@ -246,7 +253,8 @@ static int h2d_ready(const sim_t *s) {
     if (e->active || e->n == 0)
         return 0;
     const xfer_t *x = &e->q[e->head];
-    return x->issue <= s->now && !s->d2h_pending[x->buf] && s->used + s->m->fp[x->buf] <= s->budget;
+    return x->issue <= s->now && !s->d2h_pending[x->buf] &&
+           (s->premapped[x->buf] || s->used + s->m->fp[x->buf] <= s->budget);
 }
 
 /* Advances the compute engine as far as it can at the current time. Returns 1 on progress. With
@@ -283,6 +291,20 @@ static int step_compute(sim_t *s) {
                         "swap-in of buffer %d before op %d, but it is not swapped out", b, a->op);
                 return 0;
             }
+            if (p->remap_gate && s->st[b] == ST_HOST && !s->h2d_unmapped) {
+                /* The gate (shim/retire.c): the memory is handed over here, behind the copies
+                 * out that free it, and nothing computes until they are done. When even they
+                 * would not free enough, or an earlier swap-in still waits to take memory (the
+                 * copies run in order: this one would hold memory that one waits for), the
+                 * swap-in takes memory when its copy can start, as below (the shim queues it for
+                 * its worker). */
+                uint64_t fp = m->fp[b];
+                if (s->used + fp > s->budget && s->used + fp <= s->budget + s->out_bytes) {
+                    block(s, -1, 1);
+                    return 0;
+                }
+                s->premapped[b] = (uint8_t)map(s, b);
+            }
             double mapped = p->swapin_exclusive
                                 ? 0 /* the lane takes it when the copy starts (step_h2d) */
                                 : lane_take(s, vmm_ns(s, b, in_vmm_ns(p)));
@@ -291,6 +313,7 @@ static int step_compute(sim_t *s) {
                 violate(s, OOC_ENOMEM, a->op, b, "out of memory");
                 return 0;
             }
+            s->h2d_unmapped += !s->premapped[b];
             s->st[b] = ST_IN;
             s->waited[b] = 0; /* a use needs a wait first, however early the copy ends */
             if (p->swapin_exclusive) {
@@ -505,6 +528,7 @@ static void end_compute(sim_t *s) {
                 violate(s, OOC_ENOMEM, a->op, b, "out of memory");
                 return;
             }
+            s->out_bytes += m->fp[b];
             s->st[b] = ST_OUTQ;
             s->d2h_pending[b] = 1;
         }
@@ -546,7 +570,11 @@ static int step_h2d(sim_t *s) {
     if (s->stop || !h2d_ready(s) || (s->m->prof->swapin_exclusive && s->busy))
         return 0;
     xfer_t *x = &e->q[e->head];
-    (void)map(s, x->buf); /* it fits: h2d_ready */
+    if (!s->premapped[x->buf]) {
+        (void)map(s, x->buf); /* it fits: h2d_ready */
+        s->h2d_unmapped--;
+    }
+    s->premapped[x->buf] = 0;
     e->active = 1;
     e->start = s->now;
     if (s->m->prof->swapin_exclusive)
@@ -596,6 +624,7 @@ static void end_d2h(sim_t *s) {
     e->active = 0;
     trace(s, OOC_TR_D2H_END, (int32_t)s->op, b, -1, s->m->prof->bufs[b].bytes);
     unmap(s, b);
+    s->out_bytes -= s->m->fp[b];
     if (s->m->prof->swapout_exclusive)
         s->excl_pending += vmm_ns(s, b, s->m->prof->swapout_vmm_ns);
     else
@@ -621,7 +650,7 @@ int ooc_sim_run(const ooc_model_t *m, const ooc_plan_t *pl, const ooc_sim_opts_t
     sim_t s = {.m = m, .pl = pl, .res = res, .budget = pl->budget_bytes, .blocked_buf = -1};
     s.tr = opts ? opts->trace : NULL;
     size_t nb = m->nb ? m->nb : 1;
-    uint8_t *flags = calloc(nb, 7);
+    uint8_t *flags = calloc(nb, 8);
     s.mapped_at = calloc(nb, sizeof *s.mapped_at);
     if (!flags || !s.mapped_at) {
         free(flags);
@@ -635,6 +664,7 @@ int ooc_sim_run(const ooc_model_t *m, const ooc_plan_t *pl, const ooc_sim_opts_t
     s.free_after_d2h = flags + 4 * nb;
     s.ever = flags + 5 * nb;
     s.dropped = flags + 6 * nb;
+    s.premapped = flags + 7 * nb;
     if (opts && opts->want_op_stalls)
         res->op_stall_ns = calloc(m->n ? m->n : 1, sizeof *res->op_stall_ns);
     if (opts && opts->want_attribution) {

@@ -252,6 +252,13 @@ int ooc_mem_swapout_exclusive(void) {
     return x;
 }
 
+int ooc_mem_remap_gate(void) {
+    mem_lock_take();
+    int x = M.safe && M.remap_gate;
+    mem_unlock();
+    return x;
+}
+
 void ooc_mem_info(uint64_t *budget, uint64_t *held) {
     mem_lock_take();
     *budget = M.budget_bytes;

@@ -675,6 +675,7 @@ static ooc_profile_t *finish(int at_exit, char *dir_out, uint32_t *pos_out) {
     ooc_mem_geometry(&chunk, &budget);
     p->swapin_exclusive = (uint8_t)ooc_mem_swapin_exclusive();
     p->swapout_exclusive = (uint8_t)ooc_mem_swapout_exclusive();
+    p->remap_gate = (uint8_t)ooc_mem_remap_gate();
     /* Three copy sizes, the largest (one chunk: what a swap moves) last; meta.tsv takes it. */
     double bw[3][4];
     int nbw = 0;

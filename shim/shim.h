@@ -219,6 +219,10 @@ int ooc_mem_swapin_exclusive(void);
  * host copy at a chunk's address waits for the device to drain, under the lock)? meta.tsv
  * swapout_exclusive. */
 int ooc_mem_swapout_exclusive(void);
+/* Safe mode with OOC_REMAP_GATE=1: does a planned swap-in take its memory at the plan's point,
+ * behind a gate that every later op waits for (the copies out that free it included)? meta.tsv
+ * remap_gate. */
+int ooc_mem_remap_gate(void);
 /* OOC_SAFE_STAGE: a host-to-device copy of n bytes from src to dst is about to be issued: the
  * buffers of ours whose addresses its words hold (a pointer table) are never staged (stage.c).
  * Copies over OOC_SHADOW_MAX_BYTES are not scanned. Takes mem_lock when a word is ours. */

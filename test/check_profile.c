@@ -37,6 +37,7 @@ static void assert_same_profile(const ooc_profile_t *a, const ooc_profile_t *b) 
     ck_assert_uint_eq(a->iterations, b->iterations);
     ck_assert_uint_eq(a->swapin_exclusive, b->swapin_exclusive);
     ck_assert_uint_eq(a->swapout_exclusive, b->swapout_exclusive);
+    ck_assert_uint_eq(a->remap_gate, b->remap_gate);
     ck_assert_uint_eq(a->swapin_vmm_ns, b->swapin_vmm_ns);
     ck_assert_uint_eq(a->swapout_vmm_ns, b->swapout_vmm_ns);
     ck_assert_uint_eq(a->map_vmm_ns, b->map_vmm_ns);
@@ -147,6 +148,7 @@ START_TEST(test_built_profile_round_trips) {
     /* safe mode without staging says so; read back */
     a->swapin_exclusive = 1;
     a->swapout_exclusive = 1;
+    a->remap_gate = 1;
     a->swapin_vmm_ns = 61234;
     a->swapout_vmm_ns = 78;
     a->map_vmm_ns = 4321;
@@ -218,6 +220,9 @@ static const struct {
     {0, "iterations\t1", "iterations\t1\nstage_vmm_ns\t99999999999", "field stage_vmm_ns"},
     {0, "iterations\t1", "iterations\t1\nswapout_exclusive\tyes",
      "field swapout_exclusive: 'yes' is not 0 or 1"},
+    {0, "iterations\t1", "iterations\t1\nremap_gate\ton", "field remap_gate: 'on' is not 0 or 1"},
+    {0, "iterations\t1", "iterations\t1\nremap_gate\t1\nremap_gate\t1",
+     "field remap_gate: given twice"},
     {0, "iterations\t1", "iterations\t1\nswapout_vmm_ns\t61000000000",
      "field swapout_vmm_ns: '61000000000' is above a minute per chunk"},
     {0, "iterations\t1", "iterations\t1\nmap_vmm_ns\t2.5", "field map_vmm_ns"},

@@ -405,17 +405,23 @@ END_TEST
 /* The profile tells the planner whether a planned swap-in's copy runs alone on the device (safe
  * mode without staging: meta.tsv swapin_exclusive 1): so in safe mode, not with staging, not
  * outside safe mode; whether a swap-out's remapping does (safe mode, staged or not:
- * swapout_exclusive 1); and the host time of the mapping calls per chunk, measured (a mapping
- * takes some, even on the simulated device without its timing model), with the device chunk's
- * own map and unmap among them (map_vmm_ns, unmap_vmm_ns); with staging, also those of staging a
- * swap-in and of moving it at its first use (stage_vmm_ns, adopt_vmm_ns), else none. */
+ * swapout_exclusive 1); whether a planned swap-in takes its memory behind a gate at its point
+ * (safe mode with OOC_REMAP_GATE=1, staged or not: remap_gate 1; not outside safe mode, where
+ * the gate only brings back chunks still copying out); and the host time of the mapping calls per
+ * chunk, measured (a mapping takes some, even on the simulated device without its timing model),
+ * with the device chunk's own map and unmap among them (map_vmm_ns, unmap_vmm_ns); with staging,
+ * also those of staging a swap-in and of moving it at its first use (stage_vmm_ns, adopt_vmm_ns),
+ * else none. */
 START_TEST(test_profile_says_whether_swap_ins_run_alone) {
     static const struct {
-        const char *safe, *stage;
-        int want, want_out;
-    } cases[] = {{"OOC_SAFE=on", "OOC_SAFE_STAGE=0", 1, 1},
-                 {"OOC_SAFE=on", "OOC_SAFE_STAGE=1", 0, 1},
-                 {"OOC_SAFE=off", "OOC_SAFE_STAGE=0", 0, 0}};
+        const char *safe, *stage, *gate;
+        int want, want_out, want_gate;
+    } cases[] = {{"OOC_SAFE=on", "OOC_SAFE_STAGE=0", "OOC_REMAP_GATE=0", 1, 1, 0},
+                 {"OOC_SAFE=on", "OOC_SAFE_STAGE=1", "OOC_REMAP_GATE=0", 0, 1, 0},
+                 {"OOC_SAFE=off", "OOC_SAFE_STAGE=0", "OOC_REMAP_GATE=0", 0, 0, 0},
+                 {"OOC_SAFE=on", "OOC_SAFE_STAGE=1", "OOC_REMAP_GATE=1", 0, 1, 1},
+                 {"OOC_SAFE=on", "OOC_SAFE_STAGE=0", "OOC_REMAP_GATE=1", 1, 1, 1},
+                 {"OOC_SAFE=off", "OOC_SAFE_STAGE=0", "OOC_REMAP_GATE=1", 0, 0, 0}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char dir[64], dirv[96], prof[96], err[512];
         snprintf(dir, sizeof dir, "/tmp/ooc-excl-XXXXXX");
@@ -428,6 +434,8 @@ START_TEST(test_profile_says_whether_swap_ins_run_alone) {
                                    "OOC_BUDGET=1G",
                                    cases[i].safe,
                                    cases[i].stage,
+                                   cases[i].gate,
+                                   cases[i].want_gate ? "FAKECUDA_REMAP_QUEUED=1" : NULL,
                                    NULL};
         tu_result_t r = tu_run_prog("workloads/mlp", args, 1, env, 120);
         ck_assert_msg(r.status == 0, "%s %s: status %d\n%s", cases[i].safe, cases[i].stage,
@@ -439,6 +447,8 @@ START_TEST(test_profile_says_whether_swap_ins_run_alone) {
                       cases[i].safe, cases[i].stage, p->swapin_exclusive);
         ck_assert_msg(p->swapout_exclusive == cases[i].want_out, "%s %s: swapout_exclusive %d",
                       cases[i].safe, cases[i].stage, p->swapout_exclusive);
+        ck_assert_msg(p->remap_gate == cases[i].want_gate, "%s %s %s: remap_gate %d", cases[i].safe,
+                      cases[i].stage, cases[i].gate, p->remap_gate);
         ck_assert_msg(p->swapin_vmm_ns > 0 && p->swapout_vmm_ns > 0 &&
                           p->swapin_vmm_ns < 10000000 && p->swapout_vmm_ns < 10000000,
                       "%s %s: %llu and %llu ns of mapping calls per chunk", cases[i].safe,
