@@ -131,9 +131,9 @@ START_TEST(test_exclusive_swap_in_runs_alone) {
 END_TEST
 
 /* Three buffers of one 1 KiB chunk, 1 byte per ns each way: op 0 (1000 ns) writes A and B, op 1
- * (3000 ns) reads B, op 2 (1000 ns) reads B and C, op 3 (1000 ns) reads A. B is freed after op 2;
- * C is persistent. */
-static ooc_profile_t *three(int gate) {
+ * (3000 ns) reads B, op 2 (1000 ns) reads B and C, op 3 (1000 ns) reads A (`swap`: op 2 reads A
+ * and B, op 3 reads C). B is freed after op 2; C is persistent. */
+static ooc_profile_t *three(int gate, int swap) {
     ooc_profile_t *q = ooc_profile_new();
     q->chunk_bytes = 1024;
     q->h2d_bps = q->d2h_bps = 1e9;
@@ -144,7 +144,8 @@ static ooc_profile_t *three(int gate) {
     ck_assert_int_eq(ooc_profile_add_buffer(q, 1000, 0, 2, 0, "B", NULL, 0), 1);
     ck_assert_int_eq(ooc_profile_add_buffer(q, 1000, -1, -1, 1, "C", NULL, 0), 2);
     ooc_ref_t r0[2] = {{0, OOC_ACCESS_W}, {1, OOC_ACCESS_W}}, r1 = {1, OOC_ACCESS_R},
-              r2[2] = {{1, OOC_ACCESS_R}, {2, OOC_ACCESS_R}}, r3 = {0, OOC_ACCESS_R};
+              r2[2] = {{swap ? 0 : 1, OOC_ACCESS_R}, {swap ? 1 : 2, OOC_ACCESS_R}},
+              r3 = {swap ? 2 : 0, OOC_ACCESS_R};
     ooc_profile_add_op(q, 0, OOC_KIND_KERNEL, "k0", NULL, 1000, r0, 2);
     ooc_profile_add_op(q, 0, OOC_KIND_KERNEL, "k1", NULL, 3000, &r1, 1);
     ooc_profile_add_op(q, 0, OOC_KIND_KERNEL, "k2", NULL, 1000, r2, 2);
@@ -158,8 +159,8 @@ static ooc_profile_t *three(int gate) {
  * after op 0 (1000-2000).
  * - A budget of two chunks, C (on the host) swapped in before op 1 and waited for before op 2, A
  *   swapped in before op 2 and waited for before op 3. Without the gate: op 1 runs 1000-4000;
- *   C's copy waits for A's memory and runs 2000-3000, hidden; A's copy waits for B and C to go
- *   after op 2 (5000-6000) and op 3 waits for it: 7000 ns, 1000 stalled, at op 3. With the gate:
+ *   C's copy waits for A's memory and runs 2000-3000, hidden; A's copy waits for B's free after
+ *   op 2 (5000-6000) and op 3 waits for it: 7000 ns, 1000 stalled, at op 3. With the gate:
  *   C's swap-in holds op 1 until A's copy out is done (2000); op 1 runs 2000-5000; A's swap-in
  *   finds no copy out that would free memory for it and takes memory when its copy starts, as
  *   without the gate (6000-7000): 8000 ns, 2000 stalled, 1000 of them at op 1.
@@ -170,7 +171,7 @@ static ooc_profile_t *three(int gate) {
  *   6000 ns and no stall, with the gate or without. */
 START_TEST(test_a_gated_swap_in_takes_its_memory_at_its_point) {
     for (int gate = 0; gate < 2; gate++) {
-        ooc_profile_t *q = three(gate);
+        ooc_profile_t *q = three(gate, 0);
         ooc_model_t *m;
         ck_assert_int_eq(ooc_model_build(q, q->chunk_bytes, &m), 0);
         for (int early = 0; early < 2; early++) {
@@ -198,6 +199,38 @@ START_TEST(test_a_gated_swap_in_takes_its_memory_at_its_point) {
             ooc_sim_result_free(&r);
             ooc_plan_free(pl);
         }
+        ooc_model_free(m);
+        ooc_profile_free(q);
+    }
+}
+END_TEST
+
+/* `three` with op 2 reading A and B and op 3 reading C, a budget of two chunks: A is copied out
+ * after op 0 (1000-2000) and swapped in before op 1, while that copy runs, then C; op 2 waits for
+ * A, op 3 for C. A's swap-in takes memory when its copy starts (2000-3000); C's, behind it in the
+ * copy engine's order, does too, with the gate or without: held at its point, C's would take the
+ * memory A's copy waits for, A's copy would wait for op 2's free of B, and op 2 for A. C's copy
+ * then runs after op 2 (5000-6000), op 3 waits for it (6000-7000), and C is copied out after it
+ * (any use counts as a write): 8000 ns, 1000 stalled. */
+START_TEST(test_a_gated_swap_in_behind_one_waiting_for_memory_takes_none) {
+    for (int gate = 0; gate < 2; gate++) {
+        ooc_profile_t *q = three(gate, 1);
+        ooc_model_t *m;
+        ck_assert_int_eq(ooc_model_build(q, q->chunk_bytes, &m), 0);
+        ooc_plan_t *pl = ooc_plan_new("test", 4, 3, 2048, 1024);
+        pl->start_host[2] = 1;
+        ooc_plan_add(pl, 0, OOC_AFTER, OOC_ACT_SWAPOUT, 0, NULL, 0);
+        ooc_plan_add(pl, 1, OOC_BEFORE, OOC_ACT_SWAPIN, 0, NULL, 0);
+        ooc_plan_add(pl, 1, OOC_BEFORE, OOC_ACT_SWAPIN, 2, NULL, 0);
+        ooc_plan_add(pl, 2, OOC_BEFORE, OOC_ACT_WAIT, 0, NULL, 0);
+        ooc_plan_add(pl, 3, OOC_BEFORE, OOC_ACT_WAIT, 2, NULL, 0);
+        ooc_plan_add(pl, 3, OOC_AFTER, OOC_ACT_SWAPOUT, 2, NULL, 0);
+        ooc_plan_finalize(pl);
+        ooc_sim_result_t r;
+        run_case(m, pl, (size_t)gate, 8000, 1000, &r);
+        ck_assert_uint_eq(r.op_stall_ns[3], 1000);
+        ooc_sim_result_free(&r);
+        ooc_plan_free(pl);
         ooc_model_free(m);
         ooc_profile_free(q);
     }
@@ -1098,6 +1131,7 @@ Suite *suite_planner_sim(void) {
     tcase_add_test(tc, test_swap_overlaps_compute_exactly);
     tcase_add_test(tc, test_exclusive_swap_in_runs_alone);
     tcase_add_test(tc, test_a_gated_swap_in_takes_its_memory_at_its_point);
+    tcase_add_test(tc, test_a_gated_swap_in_behind_one_waiting_for_memory_takes_none);
     tcase_add_test(tc, test_mapping_calls_take_the_worker_in_turn);
     tcase_add_test(tc, test_the_programs_thread_issues_each_op);
     tcase_add_test(tc, test_memory_waits_for_released_chunks);
