@@ -1024,6 +1024,8 @@ START_TEST(test_random_profiles_keep_invariants) {
     for (int iter = 0; iter < 150; iter++) {
         ooc_profile_t *p = random_profile(&s);
         p->swapin_exclusive = (iter / 3) % 2; /* safe mode without staging, every other three */
+        p->remap_gate = (iter / 6) % 2;       /* safe mode behind gates, every other six */
+        p->swapout_exclusive = p->remap_gate;
         ooc_model_t *m;
         ck_assert_int_eq(ooc_model_build(p, p->chunk_bytes, &m), 0);
         uint64_t maxws = 0, total = 0;
