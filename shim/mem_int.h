@@ -122,7 +122,11 @@ typedef struct chunk {
     /* Replay (planned, asynchronous transfers): */
     evref_t *in_ev;  /* a planned swap-in's copy: ops using the chunk wait for it on their stream */
     evref_t *out_ev; /* retiring: a planned swap-out's copy was issued; unmapped once it is done */
-    int queued;      /* a planned swap-in is queued for the worker */
+    /* A planned swap-in is queued for the worker: the job that queued it (job_t.seq), 0 when none.
+     * Only that job serves it: the ring may still hold an older job of the same buffer (its
+     * chunks brought in and swapped out again since), whose place in the plan's order is not
+     * this swap-in's. */
+    uint32_t queued;
     /* Retiring, its physical chunk taken by a planned swap-in issued at once (transfer.c's
      * swapin_now): still mapped here until its copy out is done, but no longer its memory
      * (phys is NULL, and it is not counted resident). */
@@ -172,6 +176,7 @@ typedef struct job {
     uintptr_t addr;
     uint64_t id;
     evref_t *gate; /* start once it has completed (may be NULL) */
+    uint32_t seq;  /* never 0: the chunks it queued have queued == seq */
 } job_t;
 
 /* A physical allocation the program made itself with the VMM API (NCCL does). */
@@ -279,6 +284,7 @@ struct mem_state {
     job_t *jobs; /* a ring */
     size_t job_head, njobs, cap_jobs;
     job_t job_cur;             /* the job the worker took off the ring, while job_busy */
+    uint32_t job_seq;          /* the last job's seq */
     evref_t *ahead[AHEAD_CAP]; /* copies of chunks issued ahead, not seen done, oldest first */
     unsigned nahead, ahead_max;
     int job_busy;
@@ -449,6 +455,7 @@ CUresult fill_wait(CUstream s);
 void fill_drop(void);
 /* vmm.c */
 CUresult vmm_unmap(CUdeviceptr a);
+CUresult vmm_unmap_run(CUdeviceptr a, uint64_t n);
 CUresult vmm_map_rw(CUdeviceptr a, CUmemGenericAllocationHandle h);
 CUresult vmm_protect(CUdeviceptr a, int ro);
 int va_take(uint64_t count, uint64_t *first);
@@ -457,6 +464,7 @@ chunk_t *chunk_new(uint64_t idx, uint64_t first, uint64_t n);
 chunk_t *chunk_find(uint64_t idx);
 void chunk_delete(chunk_t *c);
 CUresult unmap_chunk(chunk_t *c);
+CUresult unmap_chunks(chunk_t *const *cs, size_t n);
 void alias_chunk(chunk_t *c);
 CUresult unmap_failed_copy_in(chunk_t *c);
 CUresult unalias_chunk(chunk_t *c);
@@ -482,7 +490,11 @@ int retire_may_give(const chunk_t *r);
 phys_t *retire_steal(chunk_t **from);
 phys_t *dying_steal(chunk_t **from);
 void retire_unsteal(phys_t *p, chunk_t *from);
-unsigned retire_poll(int block);
+#define RETIRE_BLOCK      1
+#define RETIRE_UNTIL_FREE 2
+unsigned retire_poll(int flags);
+void retire_done(chunk_t *c);
+int retire_free(int block);
 int retire_oldest_behind_gate(void);
 size_t phys_free_behind_gate(size_t k);
 size_t retirees_ready(void);

@@ -21,7 +21,7 @@
 
 static void check_failed(const char *what, const chunk_t *c) {
     if (c)
-        OOC_LOG_E("invariant broken: %s (chunk %llu: state %d, hot %d, dying %d, queued %d, "
+        OOC_LOG_E("invariant broken: %s (chunk %llu: state %d, hot %d, dying %d, queued %u, "
                   "aliased %d, discard %d, retiring %d)",
                   what, (unsigned long long)c->idx, c->state, (int)c->hot, c->dying, c->queued,
                   c->aliased, c->discard, c->out_ev != NULL);
@@ -68,12 +68,25 @@ void chunk_check(const chunk_t *c) {
           c);
 }
 
+/* Whether the job numbered seq is the worker's (the ring, or the one it works on). */
+static int job_listed(uint32_t seq) {
+    if (M.job_busy && M.job_cur.seq == seq)
+        return 1;
+    for (size_t k = 0; k < M.njobs; k++)
+        if (M.jobs[M.job_head + k].seq == seq)
+            return 1;
+    return 0;
+}
+
 void mem_check(void) {
     if (!M.ready)
         return; /* before start-up, or after shutdown */
     uint64_t resident = 0;
     for (const chunk_t *c = M.chunks; c; c = c->hh.next) {
         chunk_check(c);
+        /* Queued: the job that queued it will serve it or clear it; no older job of the same
+         * buffer may (its place in the plan's order is not this swap-in's). */
+        CHECK(!c->queued || job_listed(c->queued), c);
         resident += (c->state == C_RESIDENT && !c->stolen) + (c->stage != NULL);
         /* The table holds it at its index (chunk_find reads the table): one chunk per index,
          * and chunk_delete's clearing of its entry leaves no deleted chunk there. */

@@ -118,7 +118,7 @@ void retire_unsteal(phys_t *p, chunk_t *from) {
  * it back. */
 void retire_settle(chunk_t *c) {
     while (c->out_ev && M.nret)
-        if (!retire_poll(1))
+        if (!retire_poll(RETIRE_BLOCK))
             break;
 }
 
@@ -396,17 +396,8 @@ size_t phys_free_behind_gate(size_t k) {
     return phys_free_count(k);
 }
 
-/* The swap-out copy of c is done: its physical chunk returns to the pool and, in safe mode, its
- * host copy is mapped at its address. Every user of c was waited for by the copy (a later user
- * would have cancelled the swap-out); in safe mode the streams that may reach it unseen are
- * waited for here. */
-static CUresult retire_finish(chunk_t *c) {
-    CUresult r = M.safe ? wait_chunks(&c, 1) : CUDA_SUCCESS;
-    ret_remove(c);
-    ev_drop(c->out_ev);
-    c->out_ev = NULL;
-    if (r == CUDA_SUCCESS)
-        r = unmap_chunk(c); /* keeps c->host: the finished copy is now the chunk's bytes */
+/* What follows the unmap of the retired chunk c (r: how it went) in retire_finish. */
+static CUresult retire_unmapped(chunk_t *c, CUresult r) {
     if (r != CUDA_SUCCESS && c->stolen) {
         /* Still mapped, but to memory another chunk holds now: the host copy is its data. Its
          * address stays mapped (a later map there fails: demand residency reports it). */
@@ -428,16 +419,79 @@ static CUresult retire_finish(chunk_t *c) {
     return CUDA_SUCCESS;
 }
 
+/* The swap-out copy of c is done: its physical chunk returns to the pool and, in safe mode, its
+ * host copy is mapped at its address. Every user of c was waited for by the copy (a later user
+ * would have cancelled the swap-out); in safe mode the streams that may reach it unseen are
+ * waited for here. */
+static CUresult retire_finish(chunk_t *c) {
+    CUresult r = M.safe ? wait_chunks(&c, 1) : CUDA_SUCCESS;
+    ret_remove(c);
+    ev_drop(c->out_ev);
+    c->out_ev = NULL;
+    if (r == CUDA_SUCCESS)
+        r = unmap_chunk(c); /* keeps c->host: the finished copy is now the chunk's bytes */
+    ooc_stats_add(OOC_STAT_retired_chunks, 1);
+    ooc_stats_add(OOC_STAT_retire_unmaps, 1);
+    return retire_unmapped(c, r);
+}
+
+/* The most retirees finished with one unmap (retire_run). */
+#define RUN_MAX 64
+
+/* Whether retirees a and b (b listed right after a) are one run: copied out by the same swap-out
+ * (one event), b at the address after a's. */
+static int run_next(const chunk_t *a, const chunk_t *b) {
+    return a->out_ev == b->out_ev && chunk_addr(b) == chunk_addr(a) + M.chunk;
+}
+
+/* The run of retirees around M.ret[i] (whose copy is done) that retire_run finishes together:
+ * outside safe mode, the neighbours in the list copied out by the same swap-out at the adjacent
+ * addresses (done too: one event). Its first index in *first; returns its length (1 in safe
+ * mode). */
+static size_t retire_run_len(size_t i, size_t *first) {
+    size_t a = i, b = i + 1;
+    while (!M.safe && a > 0 && b - a < RUN_MAX && run_next(M.ret[a - 1], M.ret[a]))
+        a--;
+    while (!M.safe && b < M.nret && b - a < RUN_MAX && run_next(M.ret[b - 1], M.ret[b]))
+        b++;
+    *first = a;
+    return b - a;
+}
+
+/* retire_finish for the k retirees from M.ret[first] (retire_run_len), with one unmap. */
+static void retire_run(size_t first, size_t k) {
+    chunk_t *run[RUN_MAX];
+    memcpy(run, M.ret + first, k * sizeof *run);
+    memmove(M.ret + first, M.ret + first + k, (M.nret - first - k) * sizeof *M.ret);
+    M.nret -= k;
+    for (size_t i = 0; i < k; i++) {
+        ev_drop(run[i]->out_ev);
+        run[i]->out_ev = NULL;
+    }
+    CUresult r = unmap_chunks(run, k);
+    ooc_stats_add(OOC_STAT_retired_chunks, k);
+    ooc_stats_add(OOC_STAT_retire_unmaps, r == CUDA_SUCCESS ? 1 : 1 + k);
+    for (size_t i = 0; i < k; i++)
+        (void)retire_unmapped(run[i], r == CUDA_SUCCESS ? r : unmap_chunk(run[i]));
+}
+
 /* Finishes the retiring chunks whose copies are done, oldest first (the device-to-host stream
- * runs them in order); with `block`, waits for the oldest when none is. Returns how many. */
-unsigned retire_poll(int block) {
+ * runs them in order); with RETIRE_BLOCK, waits for the oldest when none is; with
+ * RETIRE_UNTIL_FREE, outside safe mode, stops once a physical chunk is free (for a caller that
+ * needs one now: each unmap costs tens of microseconds under mem_lock, and the rest can wait; in
+ * safe mode each goes as soon as its copy is done, since until its alias goes in a write the
+ * shim cannot see lands in memory about to be given up). Returns how many. */
+unsigned retire_poll(int flags) {
+    int block = flags & RETIRE_BLOCK;
+    if (M.safe)
+        flags &= ~RETIRE_UNTIL_FREE;
     unsigned n = 0;
     /* Safe mode with the gate: the oldest whose copies are done, or with `block` the oldest,
      * behind one gate (retire_behind_gate); else on the host. */
     size_t g = retire_gate_batch(block);
     if (g && retire_behind_gate(g))
         return (unsigned)g;
-    while (M.nret) {
+    while (M.nret && !(n && (flags & RETIRE_UNTIL_FREE) && M.phys_free)) {
         chunk_t *c = M.ret[0];
         if (!ev_done(c->out_ev)) {
             if (!block || n)
@@ -446,10 +500,67 @@ unsigned retire_poll(int block) {
             sync_event(c->out_ev->e);
             wait_for(why);
         }
+        size_t first, k = retire_run_len(0, &first);
+        if (k > 1) {
+            retire_run(first, k);
+            n += (unsigned)k;
+            continue;
+        }
         retire_finish(c); /* leaves the list either way */
         n++;
     }
     return n;
+}
+
+/* Outside safe mode: finishes the retiring chunk c, whose copy out is done, with its run
+ * (retire_run_len). */
+static void retire_at(chunk_t *c) {
+    size_t i = 0;
+    while (i < M.nret && M.ret[i] != c)
+        i++;
+    size_t first, k = i < M.nret ? retire_run_len(i, &first) : 1;
+    if (k > 1)
+        retire_run(first, k);
+    else
+        (void)retire_finish(c);
+}
+
+/* Outside safe mode: finishes the retiring chunk c, whose copy out is done, with its run, now,
+ * out of age order (an op needs it back): the older retirees whose copies are done too are left
+ * for later (each unmap costs tens of microseconds under mem_lock; the worker finishes them when
+ * idle). In safe mode, all of them up to c (retire_poll). */
+void retire_done(chunk_t *c) {
+    if (M.safe) {
+        retire_poll(0);
+        return;
+    }
+    retire_at(c);
+}
+
+/* Outside safe mode: memory from the oldest retiree whose memory is still its own (not stolen),
+ * its copy out waited for with `block`, finished (with its run) out of age order: the stolen ones
+ * before it give none, and unmapping them first cost a wait for memory tens of microseconds
+ * each (in `mlp --layers 12` at 1/4, 70 of them, 5 ms, while an op waited). 1 when
+ * one was finished (a physical chunk is free); 0 when none may (none unstolen, or not done
+ * without `block`, or safe mode: retire_poll then). */
+int retire_free(int block) {
+    if (M.safe)
+        return 0;
+    for (size_t i = 0; i < M.nret; i++) {
+        chunk_t *c = M.ret[i];
+        if (c->stolen)
+            continue;
+        if (!ev_done(c->out_ev)) {
+            if (!block)
+                return 0; /* the stream runs them in order: none after it is done either */
+            unsigned why = wait_for(WAIT_OUT);
+            sync_event(c->out_ev->e);
+            wait_for(why);
+        }
+        retire_at(c);
+        return 1;
+    }
+    return 0;
 }
 
 /* Fences a dying chunk: events after the work of every stream that may use it (no later op may:

@@ -58,6 +58,7 @@
     X(divergences, COUNTER, COUNT, "divergences from the plan")                                    \
     X(prefetches, COUNTER, COUNT, "planned swap-ins issued ahead (chunks)")                        \
     X(prefetch_stolen, COUNTER, COUNT, "of them into memory being vacated (chunks)")               \
+    X(prefetch_warm, COUNTER, COUNT, "of them into freed buffers' memory (chunks)")                \
     X(ahead_copies, GAUGE, COUNT, "of them still copying (chunks)")                                \
     X(prefetch_late, COUNTER, COUNT, "planned swap-ins an op waited for (chunks)")                 \
     X(prefetch_own_out, COUNTER, COUNT, "of them behind their own swap-out (chunks)")              \
@@ -75,6 +76,8 @@
     X(stage_reached, COUNTER, COUNT, "chunks not staged: address stored by a copy")                \
     X(waits_skipped, COUNTER, COUNT, "safe mode: stream waits with nothing new")                   \
     X(planned_swap_outs, COUNTER, COUNT, "planned swap-outs (buffers)")                            \
+    X(retired_chunks, COUNTER, COUNT, "their chunks unmapped once copied (chunks)")                \
+    X(retire_unmaps, COUNTER, COUNT, "in unmap calls")                                             \
     X(swap_cancels, COUNTER, COUNT, "swap-outs cancelled: used again first")                       \
     X(warm_reuses, COUNTER, COUNT, "chunks reused mapped from freed buffers")                      \
     X(warm_handed_early, COUNTER, COUNT, "freed chunks handed on early")                           \

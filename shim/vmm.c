@@ -36,6 +36,20 @@ CUresult vmm_unmap(CUdeviceptr a) {
     return r;
 }
 
+/* Unmaps the n chunk-sized mappings from a with one call: the driver's cuMemUnmap may cover
+ * several adjacent mappings, whole (CUDA Driver API, Virtual Memory Management). One call where
+ * there were n: on the simulated device each unmap of a populated host mapping costs a TLB
+ * shootdown on every core running the process (about 50-60 us on this project's machines,
+ * whatever its size), and the real driver's call costs 17-19 us (profiles/gpu/h200). */
+CUresult vmm_unmap_run(CUdeviceptr a, uint64_t n) {
+    for (uint64_t i = 0; i < n; i++)
+        gate_settle(a + i * M.chunk);
+    uint64_t t0 = mem_clock_ns();
+    CUresult r = ooc_real.cuMemUnmap(a, n * M.chunk);
+    vmm_count(1, t0);
+    return r;
+}
+
 /* Maps h (one chunk) at a, read-write for the device; nothing stays mapped on failure. */
 CUresult vmm_map_rw(CUdeviceptr a, CUmemGenericAllocationHandle h) {
     gate_settle(a);
@@ -143,13 +157,8 @@ void chunk_delete(chunk_t *c) {
 
 /* Unmaps a resident chunk whose users have completed; its physical chunk returns to the pool
  * (a stolen chunk's is another chunk's by now, and was counted there). */
-CUresult unmap_chunk(chunk_t *c) {
-    cool(c);
-    if (M.safe)
-        quiesce(); /* wait_chunks did already, unless the lock was let go since */
-    CUresult r = vmm_unmap(chunk_addr(c));
-    if (r != CUDA_SUCCESS)
-        return r;
+/* c was unmapped: its state follows. */
+static void chunk_unmapped(chunk_t *c) {
     if (!c->stolen)
         phys_push(c->phys);
     c->phys = NULL;
@@ -159,7 +168,28 @@ CUresult unmap_chunk(chunk_t *c) {
     c->users_unknown = 0;
     ev_drop(c->in_ev);
     c->in_ev = NULL;
-    return CUDA_SUCCESS;
+}
+
+CUresult unmap_chunk(chunk_t *c) {
+    cool(c);
+    if (M.safe)
+        quiesce(); /* wait_chunks did already, unless the lock was let go since */
+    CUresult r = vmm_unmap(chunk_addr(c));
+    if (r == CUDA_SUCCESS)
+        chunk_unmapped(c);
+    return r;
+}
+
+/* unmap_chunk for the resident chunks cs[0, n), adjacent in address order, with one unmap
+ * (vmm_unmap_run). Outside safe mode. On failure none is changed (the caller unmaps them one by
+ * one: the driver may have unmapped some). */
+CUresult unmap_chunks(chunk_t *const *cs, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        cool(cs[i]);
+    CUresult r = vmm_unmap_run(chunk_addr(cs[0]), n);
+    for (size_t i = 0; i < n && r == CUDA_SUCCESS; i++)
+        chunk_unmapped(cs[i]);
+    return r;
 }
 
 /* A new physical chunk on the free list while under budget: CUDA_ERROR_OUT_OF_MEMORY at the

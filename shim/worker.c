@@ -106,7 +106,7 @@ static void worker_swapin(job_t j) {
         chunk_t *c = NULL;
         for (; i < n && !c; i++) {
             chunk_t *x = plan_chunk(b, i);
-            if (x && x->queued)
+            if (x && x->queued == j.seq)
                 c = x;
         }
         if (!c)
@@ -122,7 +122,7 @@ static void worker_swapin(job_t j) {
                 waited = 0;
                 continue; /* the lock was released: look again */
             }
-            retire_poll(0);
+            retire_done(c);
         }
         if (c->state != C_SWAPPED || c->stage) {
             c->queued = 0;

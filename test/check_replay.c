@@ -140,6 +140,12 @@ static void assert_replayed(const cfg_t *c, const tu_result_t *r) {
         c->name, all, sum, per, per_sum, tu_tail(r->err, 3000));
 }
 
+/* The simulated device's rates in `make bench`'s short-kernel configuration for `mlp`
+ * (scripts/bench-replay --kernels short). */
+#define MLP_SHORT_RATES                                                                            \
+    "FAKECUDA_TIMING=1", "FAKECUDA_GFLOPS=10", "FAKECUDA_HBM_GBPS=66.67",                          \
+        "FAKECUDA_H2D_GBPS=0.5333", "FAKECUDA_D2H_GBPS=0.5333", "FAKECUDA_LAUNCH_US=5"
+
 /* Ten iterations: the warm-up, three recorded, six or so replayed. */
 #define CFG(nm, ...)                                                                               \
     {                                                                                              \
@@ -406,6 +412,43 @@ START_TEST(test_swap_ins_ahead_of_their_ops_wait_for_the_link) {
 }
 END_TEST
 
+/* Outside safe mode, two ways the replay saves work on the path of the program's ops. (1) A
+ * planned swap-in issued on the host takes a freed buffer's memory, kept mapped for reuse
+ * (warm.c), before a retiring chunk's: the plan counts it free, and its last users' work is done
+ * or nearly, where a copy out may sit behind others on the device-to-host stream (in `mlp
+ * --layers 12` at 1/4 freed buffers held 13 of the 33 chunks while swap-ins waited for copies
+ * out). (2) The chunks of one planned swap-out, adjacent, are unmapped with one cuMemUnmap once
+ * their copy is done (one call may cover adjacent mappings): on the simulated device each unmap
+ * of a host mapping costs a TLB shootdown, on a GPU a call of 17-19 us. The workload and rates of
+ * `make bench`'s short-kernel configuration: the OOC_STATS row "of them into freed buffers'
+ * memory (chunks)" is positive, the planned swap-outs' chunks were unmapped in fewer than half
+ * as many calls (rows "their chunks unmapped once copied (chunks)", "in unmap calls"; one call
+ * per chunk before), and the checksum is the oracle's. */
+START_TEST(test_swap_ins_take_freed_memory_and_swap_outs_unmap_whole) {
+    static const cfg_t c = {.name = "workloads/mlp",
+                            .args = {"--iters", "10", "--layers", "12", NULL},
+                            .div = 4,
+                            .sched = "threaded",
+                            .safe_off = 1};
+    static const char *const fast[] = {MLP_SHORT_RATES, NULL};
+    tu_result_t r = check_auto(&c, fast);
+    assert_replayed(&c, &r);
+    long long warm = tu_stat_row(r.err, "of them into freed buffers' memory (chunks)");
+    long long ins = tu_stat_row(r.err, "planned swap-ins issued ahead (chunks)");
+    long long outs = tu_stat_row(r.err, "their chunks unmapped once copied (chunks)");
+    long long unmaps = tu_stat_row(r.err, "in unmap calls");
+    ck_assert_msg(warm > 0 && warm <= ins && unmaps > 0 && 2 * unmaps < outs,
+                  "swap-ins %lld, into freed memory %lld; planned swap-outs' chunks unmapped "
+                  "%lld, in %lld calls\n%s",
+                  ins, warm, outs, unmaps, tu_tail(r.err, 3000));
+    fprintf(stderr,
+            "swap-ins into freed memory: %lld of %lld; planned swap-outs' chunks unmapped %lld, "
+            "in %lld calls\n",
+            warm, ins, outs, unmaps);
+    tu_result_free(&r);
+}
+END_TEST
+
 /* Outside safe mode a retiring chunk's memory may go to a planned swap-in while its copy out
  * still runs (the copy in follows it on the device); when an op then needs that chunk again, its
  * address can be mapped again only once its own copy out is done. The op waits for that copy
@@ -528,14 +571,7 @@ START_TEST(test_safe_mode_skips_stream_waits_with_nothing_new) {
                             .div = 4,
                             .sched = "threaded",
                             .seed = 11};
-    static const char *const fast[] = {"FAKECUDA_TIMING=1",
-                                       "FAKECUDA_GFLOPS=10",
-                                       "FAKECUDA_HBM_GBPS=66.67",
-                                       "FAKECUDA_H2D_GBPS=0.5333",
-                                       "FAKECUDA_D2H_GBPS=0.5333",
-                                       "FAKECUDA_LAUNCH_US=5",
-                                       "OOC_SAFE=on",
-                                       NULL};
+    static const char *const fast[] = {MLP_SHORT_RATES, "OOC_SAFE=on", NULL};
     tu_result_t r = check_auto(&c, fast);
     assert_replayed(&c, &r);
     long long skipped = tu_stat_row(r.err, "safe mode: stream waits with nothing new");
@@ -1120,6 +1156,7 @@ Suite *suite_replay(void) {
     tcase_add_test(tc, test_planned_swap_in_waits_for_a_later_planned_swap_out);
     tcase_add_test(tc, test_swap_in_of_a_chunk_still_copying_out_keeps_it);
     tcase_add_test(tc, test_op_brings_back_its_chunk_after_its_own_swap_out);
+    tcase_add_test(tc, test_swap_ins_take_freed_memory_and_swap_outs_unmap_whole);
     tcase_add_test(tc, test_remap_gate_brings_back_chunks_still_copying_out);
     tcase_add_test(tc, test_remap_gate_is_refused_by_the_strict_simulated_device);
     tcase_add_test(tc, test_safe_mode_orders_hidden_reads_after_copy_in);
