@@ -490,9 +490,7 @@ int retire_may_give(const chunk_t *r);
 phys_t *retire_steal(chunk_t **from);
 phys_t *dying_steal(chunk_t **from);
 void retire_unsteal(phys_t *p, chunk_t *from);
-#define RETIRE_BLOCK      1
-#define RETIRE_UNTIL_FREE 2
-unsigned retire_poll(int flags);
+unsigned retire_poll(int block);
 void retire_done(chunk_t *c);
 int retire_free(int block);
 int retire_oldest_behind_gate(void);

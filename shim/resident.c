@@ -103,8 +103,10 @@ CUresult need_phys(uint64_t want) {
     /* Freed buffers and planned swap-outs whose work is done; else wait for the older. */
     if (M.ndying)
         reap_dying(0);
-    if (M.nret && !M.phys_free && !retire_free(0))
-        retire_poll(RETIRE_UNTIL_FREE);
+    if (M.nret && !M.phys_free && M.safe)
+        retire_poll(0);
+    else if (M.nret && !M.phys_free)
+        (void)retire_free(0); /* the stolen ones give no memory: the worker finishes them */
     if (!M.phys_free) /* safe mode with the gate: the oldest swap-out's memory, in stream order */
         (void)retire_oldest_behind_gate();
     /* Freed buffers' runs kept mapped (warm.c): the oldest go back before anything waits. */
@@ -118,7 +120,7 @@ CUresult need_phys(uint64_t want) {
             CUresult r = reap_dying(1);
             if (r != CUDA_SUCCESS)
                 return r;
-        } else if (M.safe ? !retire_poll(RETIRE_BLOCK | RETIRE_UNTIL_FREE) : !retire_free(1)) {
+        } else if (M.safe ? !retire_poll(1) : !retire_free(1)) {
             break;
         }
         while (!M.phys_free && warm_ready()) /* a run may have been made meanwhile */

@@ -118,7 +118,7 @@ void retire_unsteal(phys_t *p, chunk_t *from) {
  * it back. */
 void retire_settle(chunk_t *c) {
     while (c->out_ev && M.nret)
-        if (!retire_poll(RETIRE_BLOCK))
+        if (!retire_poll(1))
             break;
 }
 
@@ -475,30 +475,29 @@ static void retire_run(size_t first, size_t k) {
         (void)retire_unmapped(run[i], r == CUDA_SUCCESS ? r : unmap_chunk(run[i]));
 }
 
+/* Waits on the host for the retiring chunk c's copy out (counted as a wait for copies out). */
+static void wait_copy_out(const chunk_t *c) {
+    unsigned why = wait_for(WAIT_OUT);
+    sync_event(c->out_ev->e);
+    wait_for(why);
+}
+
 /* Finishes the retiring chunks whose copies are done, oldest first (the device-to-host stream
- * runs them in order); with RETIRE_BLOCK, waits for the oldest when none is; with
- * RETIRE_UNTIL_FREE, outside safe mode, stops once a physical chunk is free (for a caller that
- * needs one now: each unmap costs tens of microseconds under mem_lock, and the rest can wait; in
- * safe mode each goes as soon as its copy is done, since until its alias goes in a write the
- * shim cannot see lands in memory about to be given up). Returns how many. */
-unsigned retire_poll(int flags) {
-    int block = flags & RETIRE_BLOCK;
-    if (M.safe)
-        flags &= ~RETIRE_UNTIL_FREE;
+ * runs them in order); with `block`, waits for the oldest when none is. Returns how many. (A
+ * caller outside safe mode that needs memory now uses retire_free: the stolen ones give none.) */
+unsigned retire_poll(int block) {
     unsigned n = 0;
     /* Safe mode with the gate: the oldest whose copies are done, or with `block` the oldest,
      * behind one gate (retire_behind_gate); else on the host. */
     size_t g = retire_gate_batch(block);
     if (g && retire_behind_gate(g))
         return (unsigned)g;
-    while (M.nret && !(n && (flags & RETIRE_UNTIL_FREE) && M.phys_free)) {
+    while (M.nret) {
         chunk_t *c = M.ret[0];
         if (!ev_done(c->out_ev)) {
             if (!block || n)
                 break;
-            unsigned why = wait_for(WAIT_OUT);
-            sync_event(c->out_ev->e);
-            wait_for(why);
+            wait_copy_out(c);
         }
         size_t first, k = retire_run_len(0, &first);
         if (k > 1) {
@@ -553,9 +552,7 @@ int retire_free(int block) {
         if (!ev_done(c->out_ev)) {
             if (!block)
                 return 0; /* the stream runs them in order: none after it is done either */
-            unsigned why = wait_for(WAIT_OUT);
-            sync_event(c->out_ev->e);
-            wait_for(why);
+            wait_copy_out(c);
         }
         retire_at(c);
         return 1;
