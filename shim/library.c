@@ -415,6 +415,10 @@ static const char *intern(const char *prefix, const char *label) {
     return ooc_intern(buf);
 }
 
+/* The SDPA descriptors by number: cuDNN 9.19's headers name both, older 9.x headers (the GPU
+ * machine's PyTorch wheel) lack the backward one, and the numbers are fixed by the ABI. */
+enum { DESC_SDPA_FWD = 41, DESC_SDPA_BWD = 43 };
+
 static const char *op_kind(int type) {
     switch (type) {
     case CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR:
@@ -433,9 +437,9 @@ static const char *op_kind(int type) {
         return "norm_fwd";
     case CUDNN_BACKEND_OPERATION_NORM_BACKWARD_DESCRIPTOR:
         return "norm_bwd";
-    case CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR:
+    case DESC_SDPA_FWD:
         return "sdpa_fwd";
-    case CUDNN_BACKEND_OPERATION_SDPA_BWD_DESCRIPTOR:
+    case DESC_SDPA_BWD:
         return "sdpa_bwd";
     default:
         return "op";
