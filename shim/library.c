@@ -359,36 +359,6 @@ OOC_EXPORT cudnnStatus_t cudnnOpTensor(cudnnHandle_t handle,
 
 /* ---- the backend (graph) API ----------------------------------------------------------------- */
 
-/* Notes every data pointer of the variant pack and its workspace, read back from cuDNN; 0, or -1
- * when the pack cannot be read (logged once). Every pointer is taken as read and written: which
- * are outputs is the operation graph's business. */
-static int note_variant_pack(ooc_access_t *a, cudnnBackendDescriptor_t pack) {
-    static _Atomic int warned;
-    void *ptrs[OOC_MAX_REFS];
-    int64_t n = 0, nws = 0;
-    void *ws = NULL;
-    cudnnStatus_t st =
-        dnn.cudnnBackendGetAttribute
-            ? dnn.cudnnBackendGetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
-                                           CUDNN_TYPE_VOID_PTR, OOC_MAX_REFS, &n, ptrs)
-            : CUDNN_STATUS_NOT_SUPPORTED;
-    if (st == CUDNN_STATUS_SUCCESS)
-        st = dnn.cudnnBackendGetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
-                                          CUDNN_TYPE_VOID_PTR, 1, &nws, &ws);
-    if (st != CUDNN_STATUS_SUCCESS || n < 0 || n > OOC_MAX_REFS) {
-        if (!atomic_exchange(&warned, 1))
-            OOC_LOG_W("cudnnBackendExecute: its variant pack could not be read (status %d): "
-                      "operands only its kernels' parameters name are made resident",
-                      (int)st);
-        return -1;
-    }
-    for (int64_t i = 0; i < n; i++)
-        lib_out(a, ptrs[i]);
-    if (nws == 1)
-        lib_out(a, ws);
-    return 0;
-}
-
 /* What an execution plan computes, for the op's name ("cudnnBackendExecute:conv_fwd"): each
  * backend descriptor the program creates is remembered with its type, and a label follows the
  * chain the program builds with cudnnBackendSetAttribute: the operations set on an operation
@@ -401,8 +371,14 @@ typedef struct dlab {
     const char *label; /* interned, or NULL */
     const char *exec;  /* plans: the interned op name of an execution of `exec_of` */
     const char *exec_of;
+    void **pack_ptrs; /* variant packs: the data pointers and workspace set on it, as set */
+    int64_t pack_n;   /* -1: more than OOC_MAX_REFS, or out of memory */
+    void *pack_ws;
+    unsigned char pack_has; /* PACK_PTRS | PACK_WS: what was set */
     UT_hash_handle hh;
 } dlab_t;
+
+enum { PACK_PTRS = 1, PACK_WS = 2 };
 
 static pthread_mutex_t lab_lock = PTHREAD_MUTEX_INITIALIZER;
 static dlab_t *dlabs;
@@ -446,6 +422,11 @@ static const char *op_kind(int type) {
     }
 }
 
+static void lab_free(dlab_t *l) {
+    free(l->pack_ptrs);
+    free(l);
+}
+
 static dlab_t *lab_find(void *d) {
     dlab_t *l = NULL;
     HASH_FIND_PTR(dlabs, &d, l);
@@ -478,6 +459,72 @@ static void lab_set(void *d, cudnnBackendAttributeName_t name, int64_t n, const 
     }
 }
 
+/* A variant pack's data pointers or workspace were set: keep a copy. The real cuDNN (9.19, an
+ * H200) refuses to give them back (cudnnBackendGetAttribute: CUDNN_STATUS_NOT_SUPPORTED), so
+ * what the program set is the only record of the operands. Caller holds lab_lock. */
+static void pack_set(void *d, cudnnBackendAttributeName_t name, int64_t n, const void *elems) {
+    dlab_t *l = lab_find(d);
+    if (!l || n < 0 || (n > 0 && !elems))
+        return;
+    if (name == CUDNN_ATTR_VARIANT_PACK_WORKSPACE) {
+        l->pack_ws = n > 0 ? *(void *const *)elems : NULL;
+        l->pack_has |= PACK_WS;
+        return;
+    }
+    void **v = n > 0 && n <= OOC_MAX_REFS ? malloc((size_t)n * sizeof *v) : NULL;
+    free(l->pack_ptrs);
+    l->pack_ptrs = v;
+    l->pack_n = n == 0 || v ? n : -1;
+    if (v)
+        memcpy(v, elems, (size_t)n * sizeof *v);
+    l->pack_has |= PACK_PTRS;
+}
+
+/* Notes every data pointer of the variant pack and its workspace, as the program set them
+ * (above), or, for a pack whose setting was not seen, as cuDNN gives them back; 0, or -1 when
+ * neither is known (logged once). Every pointer is taken as read and written: which are outputs
+ * is the operation graph's business. */
+static int note_variant_pack(ooc_access_t *a, cudnnBackendDescriptor_t pack) {
+    static _Atomic int warned;
+    void *ptrs[OOC_MAX_REFS];
+    int64_t n = -1, nws = 0;
+    void *ws = NULL;
+    cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
+    pthread_mutex_lock(&lab_lock);
+    dlab_t *l = lab_find(pack);
+    int seen = l && (l->pack_has & PACK_PTRS);
+    if (seen) {
+        n = l->pack_n;
+        if (n > 0)
+            memcpy(ptrs, l->pack_ptrs, (size_t)n * sizeof *ptrs);
+        nws = (l->pack_has & PACK_WS) && l->pack_ws ? 1 : 0;
+        ws = l->pack_ws;
+    }
+    pthread_mutex_unlock(&lab_lock);
+    if (!seen) {
+        st = dnn.cudnnBackendGetAttribute
+                 ? dnn.cudnnBackendGetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
+                                                CUDNN_TYPE_VOID_PTR, OOC_MAX_REFS, &n, ptrs)
+                 : CUDNN_STATUS_NOT_SUPPORTED;
+        if (st == CUDNN_STATUS_SUCCESS)
+            st = dnn.cudnnBackendGetAttribute(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
+                                              CUDNN_TYPE_VOID_PTR, 1, &nws, &ws);
+    }
+    if (st != CUDNN_STATUS_SUCCESS || n < 0 || n > OOC_MAX_REFS) {
+        if (!atomic_exchange(&warned, 1))
+            OOC_LOG_W("cudnnBackendExecute: its variant pack's operands are unknown (%s): "
+                      "operands only its kernels' parameters name are made resident",
+                      st != CUDNN_STATUS_SUCCESS ? "not seen set, and cuDNN does not give them back"
+                                                 : "more than the shim records");
+        return -1;
+    }
+    for (int64_t i = 0; i < n; i++)
+        lib_out(a, ptrs[i]);
+    if (nws == 1)
+        lib_out(a, ws);
+    return 0;
+}
+
 OOC_EXPORT cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t descriptorType,
                                                       cudnnBackendDescriptor_t *descriptor) {
     OOC_LIB_NEED(dnn, dnn_tab, cudnnBackendCreateDescriptor, dnn_missing);
@@ -493,7 +540,7 @@ OOC_EXPORT cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType
     dlab_t *old = lab_find(l->d); /* a handle value reused without our seeing its destruction */
     if (old) {
         HASH_DEL(dlabs, old);
-        free(old);
+        lab_free(old);
     }
     lab_oom = 0;
     HASH_ADD_PTR(dlabs, d, l);
@@ -509,7 +556,7 @@ OOC_EXPORT cudnnStatus_t cudnnBackendDestroyDescriptor(cudnnBackendDescriptor_t 
     dlab_t *l = lab_find(descriptor);
     if (l) {
         HASH_DEL(dlabs, l);
-        free(l);
+        lab_free(l);
     }
     pthread_mutex_unlock(&lab_lock);
     return dnn.cudnnBackendDestroyDescriptor(descriptor);
@@ -527,6 +574,13 @@ OOC_EXPORT cudnnStatus_t cudnnBackendSetAttribute(cudnnBackendDescriptor_t descr
         !ooc_lib_depth) {
         pthread_mutex_lock(&lab_lock);
         lab_set(descriptor, attributeName, elementCount, arrayOfElements);
+        pthread_mutex_unlock(&lab_lock);
+    } else if (st == CUDNN_STATUS_SUCCESS && attributeType == CUDNN_TYPE_VOID_PTR &&
+               !ooc_lib_depth &&
+               (attributeName == CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS ||
+                attributeName == CUDNN_ATTR_VARIANT_PACK_WORKSPACE)) {
+        pthread_mutex_lock(&lab_lock);
+        pack_set(descriptor, attributeName, elementCount, arrayOfElements);
         pthread_mutex_unlock(&lab_lock);
     }
     return st;

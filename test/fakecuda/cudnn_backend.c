@@ -9,7 +9,8 @@
  * are supported; anything else is CUDNN_STATUS_NOT_SUPPORTED (at finalize, as engines refuse
  * a graph). A wrong attribute type, count or value, or an attribute of another descriptor, is
  * CUDNN_STATUS_BAD_PARAM; setting a finalized descriptor, or reading or executing an
- * unfinalized one, is CUDNN_STATUS_NOT_INITIALIZED.
+ * unfinalized one, is CUDNN_STATUS_NOT_INITIALIZED. A variant pack's attributes cannot be read
+ * back (CUDNN_STATUS_NOT_SUPPORTED), as on the real library.
  *
  * A descriptor set as another's attribute is copied there (it must be finalized then), so the
  * caller may destroy it at once; reading such an attribute back copies into descriptors the
@@ -694,13 +695,13 @@ static cudnnStatus_t get_rest(const bk_desc_t *b, cudnnBackendAttributeName_t na
         return put_sub(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &b->u.plan.cfg, sizeof b->u.plan.cfg,
                        type, requested, count, arr);
     case CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS:
-        return PUT_I64(b->u.pack.ids, b->u.pack.nids);
     case CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS:
-        return put(type, CUDNN_TYPE_VOID_PTR, b->u.pack.ptrs, b->u.pack.nptrs, sizeof(void *),
-                   requested, count, arr);
     case CUDNN_ATTR_VARIANT_PACK_WORKSPACE:
-        return put(type, CUDNN_TYPE_VOID_PTR, &b->u.pack.workspace, 1, sizeof(void *), requested,
-                   count, arr);
+        /* A variant pack is write-only: the real cuDNN 9.19 (an H200, PyTorch 2.11's) answered
+         * CUDNN_STATUS_NOT_SUPPORTED to the shim reading its data pointers and workspace back
+         * (profiles/gpu/h200/gate-ab), so a hook must keep what the program set. Its unique ids
+         * are refused too, as strictly (not seen on a GPU). */
+        return CUDNN_STATUS_NOT_SUPPORTED;
     default:
         return CUDNN_STATUS_NOT_SUPPORTED;
     }
