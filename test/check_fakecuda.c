@@ -2880,6 +2880,61 @@ START_TEST(test_2d_3d_copies_sets_and_peer_copies) {
 }
 END_TEST
 
+/* Sets *word to 1 after 150 ms (a host thread the device waits for). */
+static void *open_word_later(void *arg) {
+    struct timespec d = {0, 150000000};
+    nanosleep(&d, NULL);
+    __atomic_store_n((uint32_t *)arg, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* The launch queue is bounded, as on a GPU (about 1000 ops a stream): with
+ * FAKECUDA_QUEUE_DEPTH=4, a stream held behind a wait on a host word takes 3 launches after the
+ * wait, and the next one holds the host until the word is written and the wait completes. Other
+ * streams are not held, and the ops run in order. */
+START_TEST(test_a_full_launch_queue_holds_the_host) {
+    static const char *const env[] = {"FAKECUDA_SCHED", "threaded", "FAKECUDA_QUEUE_DEPTH", "4",
+                                      NULL};
+    open_device(env);
+    CUfunction addone = get_kernel("addone");
+    CUstream s1, s2;
+    OK(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+    OK(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr x;
+    OK(cuMemAlloc(&x, 64));
+    OK(cuMemsetD32(x, 0, 16));
+    OK(cuCtxSynchronize());
+    uint32_t *word = host_word();
+    fakecuda_stats_t st0, st1;
+    wait_word(s1, word, 1);
+    int n = 16;
+    void *args[] = {&x, &n};
+    for (int i = 0; i < 3; i++)
+        OK(cuLaunchKernel(addone, 1, 1, 1, 1, 1, 1, 0, s1, args, NULL));
+    for (int i = 0; i < 8; i++) /* another stream: its own queue */
+        OK(cuLaunchKernel(addone, 1, 1, 1, 1, 1, 1, 0, s2, args, NULL));
+    OK(cuStreamSynchronize(s2)); /* s2 ran through, held only by its own queue */
+    fakecuda_get_stats(&st0);
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, open_word_later, word), 0);
+    uint64_t t0 = now_ns();
+    OK(cuLaunchKernel(addone, 1, 1, 1, 1, 1, 1, 0, s1, args, NULL));
+    uint64_t held = now_ns() - t0;
+    ck_assert_msg(held >= 100000000ull, "the fifth op returned after %llu us, before the word",
+                  (unsigned long long)(held / 1000));
+    fakecuda_get_stats(&st1);
+    ck_assert_uint_eq(st1.queue_full_waits, st0.queue_full_waits + 1);
+    pthread_join(t, NULL);
+    OK(cuStreamSynchronize(s1));
+    float out[16];
+    OK(cuMemcpyDtoH(out, x, sizeof out));
+    ck_assert_float_eq(out[0], 12.0f);
+    OK(cuMemFreeHost(word));
+    OK(cuStreamDestroy(s1));
+    OK(cuStreamDestroy(s2));
+}
+END_TEST
+
 /* Stream memory operations: a wait holds its stream until another stream's write satisfies it;
  * a batch runs in order; bad flags, alignment and counts are invalid values. */
 START_TEST(test_stream_memory_operations_order_streams) {
@@ -3736,6 +3791,7 @@ Suite *suite_fakecuda(void) {
     tcase_add_test(fw, test_library_kernels_are_lazy_handles_of_their_own);
     tcase_add_test(fw, test_2d_3d_copies_sets_and_peer_copies);
     tcase_add_test(fw, test_stream_memory_operations_order_streams);
+    tcase_add_test(fw, test_a_full_launch_queue_holds_the_host);
     tcase_add_test(fw, test_pointer_get_attributes_and_host_functions);
     tcase_add_test(fw, test_get_proc_address_resolves_framework_entry_points);
     tcase_add_test(fw, test_tensor_maps_hide_the_address_and_drive_kernels);

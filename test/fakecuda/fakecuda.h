@@ -124,6 +124,9 @@ typedef struct fakecuda_stats {
     /* Threaded: the times a stream's worker thread was woken while waiting for work or for
      * another stream's op (the simulator's own cost: only the stream an event concerns wakes). */
     uint64_t worker_wakeups;
+    /* Threaded: submissions that found their stream's launch queue full (FAKECUDA_QUEUE_DEPTH)
+     * and held the host until an op completed. */
+    uint64_t queue_full_waits;
 } fakecuda_stats_t;
 
 FAKECUDA_API void fakecuda_get_stats(fakecuda_stats_t *out);

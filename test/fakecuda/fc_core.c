@@ -212,6 +212,7 @@ static void config_load_once(void) {
     c->seed = env_size("FAKECUDA_SEED", 1);
     c->strict = env_bool("FAKECUDA_STRICT", 1);
     c->remap_queued = env_bool("FAKECUDA_REMAP_QUEUED", 0);
+    c->queue_depth = (unsigned)env_size("FAKECUDA_QUEUE_DEPTH", 1024);
     c->poison = env_bool("FAKECUDA_POISON", 1);
     c->host_vmm = env_bool("FAKECUDA_HOST_VMM", 1);
     c->timing = env_bool("FAKECUDA_TIMING", 0);
@@ -488,6 +489,7 @@ static void write_stats(void) {
     ROW(maps_moved);
     ROW(vmm_own_ns);
     ROW(worker_wakeups);
+    ROW(queue_full_waits);
 #undef ROW
     int n = atomic_load(&nslots);
     for (int i = 0; i < n; i++)

@@ -48,6 +48,10 @@ typedef struct fc_config {
      * reads the memory mapped when it runs. What scripts/gpu-first-contact's probe remapgate asks
      * of the real driver. 0 (the default): any queued work that references the range is. */
     int remap_queued;
+    /* FAKECUDA_QUEUE_DEPTH, threaded scheduler: ops a stream holds queued or running before the
+     * host's next submission to it blocks until one completes, as the real driver's launch
+     * queue does (about 1000 a stream); 0: unbounded. */
+    unsigned queue_depth;
     int poison;    /* fill new device memory with 0xff bytes */
     int host_vmm;  /* host-located cuMemCreate supported */
     int timing;    /* timing model on */

@@ -21,6 +21,7 @@
  * bodies run without the lock. */
 #include "fc_internal.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -360,8 +361,13 @@ static void complete_head(fc_stream_t *s, fc_op_t *op, CUresult r) {
             pthread_cond_signal(&t->cv);
 }
 
+/* Set on the simulator's own stream threads: an op they run that submits (none should, as a host
+ * function may not call the driver) is never held by the launch queue's bound. */
+static _Thread_local int on_stream_thread;
+
 static void *worker(void *arg) {
     fc_stream_t *s = arg;
+    on_stream_thread = 1;
     /* The timing model's sleeps end on time (the default slack of 50 us would add that much
      * to every op, where a GPU adds nothing). */
     (void)prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
@@ -591,10 +597,39 @@ static void count_op(const fc_op_t *op) {
         FC_STAT(bytes_d2d, op->b_d2d);
 }
 
+/* Seconds a submission may wait for room in a full launch queue before the simulator reports a
+ * hang: on a GPU the host would wait for ever. */
+#define FC_QUEUE_FULL_LIMIT_S 60
+
+/* The real driver's launch queue is bounded (about 1000 operations a stream): a submission to a
+ * stream that holds queue_depth ops queued or running blocks the host until one completes. A
+ * host thread that blocks there while the device waits for something that thread, or a thread
+ * waiting for it, was to do never returns; the simulator stops the process after
+ * FC_QUEUE_FULL_LIMIT_S naming the stream's oldest op. Caller holds g_fc.lock. */
+static void wait_queue_room(fc_stream_t *s) {
+    if (!g_fc.cfg.threaded || !g_fc.cfg.queue_depth || on_stream_thread || s->capture)
+        return;
+    if (s->submitted - s->completed < g_fc.cfg.queue_depth)
+        return;
+    FC_STAT(queue_full_waits, 1);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += FC_QUEUE_FULL_LIMIT_S;
+    while (s->submitted - s->completed >= g_fc.cfg.queue_depth && !s->closing)
+        if (pthread_cond_timedwait(&g_fc.cv, &g_fc.lock, &until) == ETIMEDOUT &&
+            s->submitted - s->completed >= g_fc.cfg.queue_depth)
+            fc_fatal("the host waited %d s for room in a full launch queue (FAKECUDA_QUEUE_DEPTH="
+                     "%u ops queued or running on one stream; its oldest: %s): on a GPU this "
+                     "hangs",
+                     FC_QUEUE_FULL_LIMIT_S, g_fc.cfg.queue_depth,
+                     s->head && s->head->what ? s->head->what : "?");
+}
+
 CUresult fc_submit(fc_stream_t *s, fc_op_t *op, uint64_t *seq_out) {
     if (seq_out)
         *seq_out = 0;
     pthread_mutex_lock(&g_fc.lock);
+    wait_queue_room(s);
     if (s->capture) {
         CUresult r = capture_op(s, op);
         pthread_mutex_unlock(&g_fc.lock);
