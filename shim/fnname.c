@@ -27,14 +27,33 @@ static pthread_mutex_t fn_lock = PTHREAD_MUTEX_INITIALIZER;
 static fname_t *fnames;
 static fname_t *old_fnames; /* names of unloaded functions: still pointed to */
 
+/* f's name from the driver, or NULL. The handle may be a CUkernel cast to CUfunction, as the
+ * CUDA runtime launches them (every handle PyTorch launched on an H100 and an H200 was one):
+ * cuFuncGetName refuses those, cuKernelGetName answers; a lazily loaded function is loaded and
+ * asked again. */
+static const char *ask_name(CUfunction f) {
+    const char *n = NULL;
+    if (ooc_real.cuFuncGetName && ooc_real.cuFuncGetName(&n, f) == CUDA_SUCCESS && n)
+        return n;
+    n = NULL;
+    if (ooc_real.cuKernelGetName &&
+        ooc_real.cuKernelGetName(&n, (CUkernel)(void *)f) == CUDA_SUCCESS && n)
+        return n;
+    n = NULL;
+    if (ooc_real.cuFuncGetName && ooc_real.cuFuncLoad && ooc_real.cuFuncLoad(f) == CUDA_SUCCESS &&
+        ooc_real.cuFuncGetName(&n, f) == CUDA_SUCCESS && n)
+        return n;
+    return NULL;
+}
+
 /* The kernel's name, asked once per function; "kernel" when the driver cannot say. */
 static const char *fn_name(CUfunction f) {
     fname_t *e;
     HASH_FIND_PTR(fnames, &f, e);
     if (e)
         return e->name;
-    const char *n = NULL;
-    if (!ooc_real.cuFuncGetName || ooc_real.cuFuncGetName(&n, f) != CUDA_SUCCESS || !n)
+    const char *n = ask_name(f);
+    if (!n)
         n = "kernel";
     e = calloc(1, sizeof *e);
     char *copy = e ? strdup(n) : NULL;

@@ -104,13 +104,16 @@ static struct {
     uint64_t div_ops;      /* ops since the divergence, or since the last count of one */
     int iter_diverged;     /* this iteration diverged */
     unsigned bad;          /* iterations in a row that diverged */
-    int said;              /* the first divergence was logged */
+    int said;              /* divergences logged at info level (the first few) */
     uint64_t iter;         /* iterations started under this plan, from 1 */
     uint64_t blocked_mark; /* OOC_STAT_blocked_ns when the current iteration started */
     uint64_t vmm_mark;     /* OOC_STAT_vmm_prog_ns then */
     uint64_t why_mark[OOC_STAT_WHY_N]; /* OOC_STAT_blocked_<cause>_ns then */
-    int32_t *drop_rc; /* per action: for a drop, the recompute of the same buffer that follows */
-    recipes_t rc;     /* dropped buffers waiting to be rebuilt */
+    int32_t *drop_rc;    /* per action: for a drop, the recompute of the same buffer that follows */
+    recipes_t rc;        /* dropped buffers waiting to be rebuilt */
+    ooc_opbuf_t *keep;   /* drop_unplanned's scratch: the buffers the plan's op has */
+    uintptr_t (*rng)[2]; /* and the others' ranges */
+    size_t keep_cap;
 } P;
 
 static void recipe_free(recipe_t *r) {
@@ -140,6 +143,8 @@ static void clear(void) {
     ooc_plan_free(P.pl);
     free(P.ops);
     free(P.bind);
+    free(P.keep);
+    free(P.rng);
     memset(&P, 0, sizeof P);
     P.cur = -1;
 }
@@ -267,7 +272,7 @@ static int same_op_fast(uint32_t i, const ooc_access_t *a) {
 static int same_bufs(uint32_t i, const ooc_opbuf_t *b, size_t nb, int bound, char *why, size_t n) {
     const ooc_op_t *o = &P.p->ops[i];
     if (o->nref != nb)
-        return why && snprintf(why, n, "other buffers: %zu, the plan's op has %u", nb, o->nref) < 0;
+        return why && ooc_replay_say_sizes(why, n, b, nb, P.p, o) < 0;
     for (uint32_t r = 0; r < o->nref; r++) {
         int32_t pid = P.p->refs[o->ref_off + r].buf;
         if (P.p->bufs[pid].bytes != b[r].bytes)
@@ -281,6 +286,50 @@ static int same_bufs(uint32_t i, const ooc_opbuf_t *b, size_t nb, int bound, cha
                                    "of earlier in the iteration",
                                    r, pid) < 0;
     }
+    return 1;
+}
+
+/* Kernel op i has the plan's buffers and others besides, found through parameter words that
+ * pointed at nothing when the iteration was recorded (stale bytes of a parameter block, seen on
+ * an H200 in PyTorch's reduction kernels: one iteration an 822 MB activation, the next another
+ * buffer). When the plan's buffers are there in order (the same sizes, the bound ones the same)
+ * and every other buffer comes from such words, the words are marked weak (ooc_launch_weaken:
+ * their buffers are still made resident, but no longer listed), *b and *nb become the plan's
+ * buffers alone, and 1 is returned; else 0 (a divergence). Caller holds rp_lock. */
+static int drop_unplanned(uint32_t i, const ooc_access_t *a, const ooc_opbuf_t **b, size_t *nb) {
+    const ooc_op_t *o = &P.p->ops[i];
+    size_t n = *nb;
+    if (a->kind != OOC_OP_KERNEL || n <= o->nref)
+        return 0;
+    if (n > P.keep_cap) {
+        ooc_opbuf_t *k = realloc(P.keep, n * sizeof *k);
+        if (k)
+            P.keep = k;
+        uintptr_t(*r)[2] = k ? realloc(P.rng, n * sizeof *r) : NULL;
+        if (!r)
+            return 0;
+        P.rng = r;
+        P.keep_cap = n;
+    }
+    /* The earliest fit for each of the plan's buffers in turn: one exists whenever any does. */
+    size_t nk = 0, ne = 0;
+    for (size_t r = 0; r < n; r++) {
+        const ooc_opbuf_t *x = &(*b)[r];
+        if (nk < o->nref) {
+            int32_t pid = P.p->refs[o->ref_off + nk].buf;
+            if (P.p->bufs[pid].bytes == x->bytes && (!P.bind[pid].id || P.bind[pid].id == x->id)) {
+                P.keep[nk++] = *x;
+                continue;
+            }
+        }
+        P.rng[ne][0] = x->addr;
+        P.rng[ne][1] = x->addr + x->bytes;
+        ne++;
+    }
+    if (nk < o->nref || ooc_launch_weaken(a, (const uintptr_t(*)[2])P.rng, ne) != 0)
+        return 0;
+    *b = P.keep;
+    *nb = nk;
     return 1;
 }
 
@@ -574,14 +623,26 @@ static void count_bad(void) {
         rerecord();
 }
 
-static void diverge(uint32_t i, const char *why) {
+/* Divergences named at info level; later ones at debug level, the first of each iteration. */
+#define DIVERGE_SAID 4
+
+static void diverge(uint32_t i, const ooc_access_t *a, const char *why) {
     ooc_stats_add(OOC_STAT_divergences, 1);
     resolve_all(); /* the plan no longer says what comes: rebuild what was dropped now */
-    if (!P.said) {
-        P.said = 1;
-        OOC_LOG_I("replay: the program's op %u of the iteration does not match the plan (%s); "
-                  "the rest of the iteration runs on demand",
-                  i, why);
+    if (!P.iter_diverged) {
+        const char *live = !a                         ? "-"
+                           : a->kind == OOC_OP_KERNEL ? ooc_fnname_of(a->fn)
+                           : a->name                  ? a->name
+                                                      : "?";
+        const char *plan = i < P.n && P.ops[i].name ? P.ops[i].name : "-";
+        if (P.said < DIVERGE_SAID)
+            OOC_LOG_I("replay: the program's op %u of iteration %llu (%s) does not match the "
+                      "plan's (%s): %s; the rest of the iteration runs on demand",
+                      i, (unsigned long long)P.iter, live, plan, why);
+        else
+            OOC_LOG_D("replay: op %u of iteration %llu (%s, the plan's %s) diverged: %s", i,
+                      (unsigned long long)P.iter, live, plan, why);
+        P.said++;
     }
     P.diverged = 1;
     P.div_ops = 0;
@@ -614,7 +675,7 @@ static void op_begin(const ooc_access_t *a, const ooc_opbuf_t *b, size_t nb, CUs
     int marked = P.marked;
     P.marked = 0;
     if (marked && !P.diverged && P.pos != 0 && P.pos != P.n)
-        diverge(P.pos, "the iteration ended early");
+        diverge(P.pos, a, "the iteration ended early");
     if (!ooc_replay_on()) {
         pthread_mutex_unlock(&rp_lock);
         return;
@@ -626,7 +687,7 @@ static void op_begin(const ooc_access_t *a, const ooc_opbuf_t *b, size_t nb, CUs
             new_iteration();
         } else {
             if (!P.diverged)
-                diverge(P.n, "the iteration went on past the plan's end");
+                diverge(P.n, a, "the iteration went on past the plan's end");
             if (ooc_replay_on()) {
                 P.prev_last = same_op(P.n - 1, a);
                 if (++P.div_ops >= P.n) { /* a whole iteration's worth of ops without a match */
@@ -639,9 +700,10 @@ static void op_begin(const ooc_access_t *a, const ooc_opbuf_t *b, size_t nb, CUs
         }
     }
     uint32_t i = P.pos;
-    char why[160] = "another operation";
-    if (!same_op(i, a) || !same_bufs(i, b, nb, 1, why, sizeof why)) {
-        diverge(i, why);
+    char why[512] = "another operation";
+    if (!same_op(i, a) ||
+        (!same_bufs(i, b, nb, 1, why, sizeof why) && !drop_unplanned(i, a, &b, &nb))) {
+        diverge(i, a, why);
         if (ooc_replay_on())
             P.prev_last = same_op(P.n - 1, a);
         pthread_mutex_unlock(&rp_lock);

@@ -60,6 +60,7 @@
     X(cuKernelGetParamInfo, PFN_cuKernelGetParamInfo_v12040)                                       \
     X(cuFuncLoad, PFN_cuFuncLoad_v12040)                                                           \
     X(cuFuncGetName, PFN_cuFuncGetName_v12030)                                                     \
+    X(cuKernelGetName, PFN_cuKernelGetName_v12030)                                                 \
     X(cuEventElapsedTime, PFN_cuEventElapsedTime_v2000)                                            \
     X(cuGetErrorName, PFN_cuGetErrorName_v6000)                                                    \
     X(cuStreamIsCapturing, PFN_cuStreamIsCapturing_v10000)                                         \
@@ -581,6 +582,10 @@ void ooc_replay_plan(ooc_profile_t *p, const char *dir, uint32_t pos);
 /* Replays the saved plan OOC_PLAN (its profile is the directory the file is in). Returns 0, or
  * -1 after logging why the files cannot be used. */
 int ooc_replay_load(const char *plan_path);
+/* replay_why.c: writes into why[n] how the live op's nb buffers b differ in number from plan op
+ * o of profile p: both lists of sizes (the first 12 of each). Returns 0. */
+int ooc_replay_say_sizes(char *why, size_t n, const ooc_opbuf_t *b, size_t nb,
+                         const ooc_profile_t *p, const ooc_op_t *o);
 
 /* ---- replay.c: the plan, followed op by op --------------------------------------------------- */
 
@@ -635,6 +640,12 @@ int ooc_launch_layout(CUfunction f, unsigned *n, const uint32_t **off, const uin
 /* Learns from what a's parameter words met (ooc_mem_op_word_hits) which words of f are stale,
  * and marks them weak: from the next launch on, their queries carry OOC_USE_WEAK. */
 void ooc_launch_learn_words(CUfunction f, const ooc_access_t *a, const ooc_word_hit_t *hits);
+/* The replay found a kernel op with buffers its plan's op does not have, in ranges[0..n) (each
+ * [start, end)): marks weak every parameter word of a that points into them (it did not point
+ * at a buffer when the iteration was recorded: a pointer the kernel does not always use, or
+ * stale bytes of a parameter block). 0, or -1 (nothing marked) when some range holds no word
+ * that can be marked. Thread-safe. */
+int ooc_launch_weaken(const ooc_access_t *a, const uintptr_t (*ranges)[2], size_t n);
 /* Every cached layout is asked for again before its next use (a module was unloaded: its
  * functions' handle values may come back as other functions). Thread-safe, lock-free. */
 void ooc_launch_forget_layouts(void);

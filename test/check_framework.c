@@ -74,6 +74,30 @@ static tu_result_t oracle(int table) {
  * footprint. With `stats`, the simulated driver writes its counters there (FAKECUDA_STATS). */
 /* An extra setting for the runs under the shim (NULL: none). */
 static const char *extra_env;
+/* When set, under_shim_frac keeps the profile's ops.tsv here (malloc'd; the caller frees it). */
+static char **keep_ops;
+
+/* The text of file `path`, malloc'd (NULL when it cannot be read). */
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return NULL;
+    char *buf = NULL;
+    size_t len = 0, cap = 0, got;
+    do {
+        if (len + 4096 + 1 > cap) {
+            cap = (len + 4096 + 1) * 2;
+            char *nb = realloc(buf, cap);
+            ck_assert_ptr_nonnull(nb);
+            buf = nb;
+        }
+        got = fread(buf + len, 1, 4096, f);
+        len += got;
+    } while (got > 0);
+    fclose(f);
+    buf[len] = '\0';
+    return buf;
+}
 
 static tu_result_t under_shim_frac(const tu_result_t *ref, int table, int blocks, const char *mode,
                                    const char *sched, unsigned seed, int safe, unsigned num,
@@ -108,6 +132,11 @@ static tu_result_t under_shim_frac(const tu_result_t *ref, int table, int blocks
     if (stats)
         snprintf(st, sizeof st, "FAKECUDA_STATS=%s", stats);
     tu_result_t r = run_xfmr_blocks(1, table, blocks, env);
+    if (keep_ops) {
+        char ops[128];
+        snprintf(ops, sizeof ops, "%s/ops.tsv", dir);
+        *keep_ops = slurp(ops);
+    }
     char cmd[160];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     ck_assert_int_eq(system(cmd), 0);
@@ -159,8 +188,25 @@ START_TEST(test_xfmr_auto_replays_the_whole_iteration) {
     tu_result_t ref = oracle(0);
     for (int safe = 1; safe >= 0; safe--) {
         for (int inl = 0; inl < 2; inl++) {
+            char *names = NULL;
+            keep_ops = &names;
             tu_result_t r =
                 under_shim_at(&ref, 0, "auto", inl ? "inline" : "threaded", inl ? 0 : 7, safe, 6);
+            keep_ops = NULL;
+            /* Kernels launched through a CUkernel handle are named in the profile (cuFuncGetName
+             * refuses such a handle; on a GPU every kernel was once named "kernel"). */
+            ck_assert_ptr_nonnull(names);
+            /* (An op of grid 0 is a graph's launch, which has no kernel name.) */
+            const char *unnamed = strstr(names, "\tkernel\tkernel\t");
+            while (unnamed && strncmp(unnamed + 15, "grid=(0,0,0)", 12) == 0)
+                unnamed = strstr(unnamed + 1, "\tkernel\tkernel\t");
+            ck_assert_msg(
+                strstr(names, "\tkernel\ttma_gemm\t") &&
+                    strstr(names, "\tkernel\tsoftmax_rows_f32\t") && !unnamed,
+                "kernel names in ops.tsv: tma_gemm %d, softmax_rows_f32 %d, unnamed %.200s",
+                strstr(names, "\tkernel\ttma_gemm\t") != NULL,
+                strstr(names, "\tkernel\tsoftmax_rows_f32\t") != NULL, unnamed ? unnamed : "none");
+            free(names);
             const char *what = inl ? "inline" : "threaded";
             ck_assert_msg(r.status == 0 && strcmp(r.checksum, ref.checksum) == 0,
                           "xfmr (auto, %s, safe mode %s): status %d, checksum %s, oracle %s\n%s",

@@ -326,6 +326,51 @@ START_TEST(test_a_stale_parameter_word_does_not_hide_the_iteration) {
 }
 END_TEST
 
+/* A parameter word that held no address while the shim recorded and planned, and from then on
+ * the address of a live temporary the kernel never reads, in some iterations (staleprog --late,
+ * as stale bytes of PyTorch's reduction kernels' parameter blocks did on an H200): the replayed
+ * op has a buffer more than the plan's. The replay marks the word weak and goes on: no
+ * divergence, no recording again, the program's bytes. Without it each such iteration diverged,
+ * and three in a row recorded again, on the GPU for the whole run. */
+START_TEST(test_a_word_that_points_only_after_the_plan_is_made_weak) {
+    static const char *const sched[] = {"FAKECUDA_SCHED=inline", "FAKECUDA_SCHED=threaded"};
+    static const char *const safe[] = {"OOC_SAFE=on", "OOC_SAFE=off"};
+    static const char *const args[] = {"--iters", "32", "--late", NULL};
+    tu_result_t o = run("test/progs/staleprog", args, 0, NULL);
+    ck_assert_msg(o.status == 0, "%s", o.err);
+    for (int k = 0; k < 4; k++) {
+        const char *dir = tmpdir();
+        char pdir[96];
+        snprintf(pdir, sizeof pdir, "OOC_PROFILE_DIR=%s", dir);
+        const char *env[] = {sched[k & 1],
+                             safe[k >> 1],
+                             "OOC_MODE=auto",
+                             "OOC_BUDGET=64M",
+                             "OOC_PROFILE_ITERS=2",
+                             "OOC_STATS=1",
+                             "OOC_LOG=info",
+                             pdir,
+                             NULL};
+        tu_result_t r = run("test/progs/staleprog", args, 1, env);
+        ck_assert_msg(r.status == 0, "%s", r.err);
+        ck_assert_str_eq(strstr(r.out, "checksum:"), strstr(o.out, "checksum:"));
+        ck_assert_msg(tu_stat_row(r.err, "divergences from the plan") == 0 &&
+                          tu_stat_row(r.err, "re-recordings after divergence") == 0,
+                      "%s %s: %s", sched[k & 1], safe[k >> 1], tu_tail(r.err, 3000));
+        ck_assert_msg(strstr(r.err, "copy_hint_f32: parameter byte 24 pointed into a buffer that "
+                                    "the plan's operation at this place does not use") != NULL,
+                      "%s %s: %s", sched[k & 1], safe[k >> 1], tu_tail(r.err, 3000));
+        ck_assert_int_eq(tu_stat_row(r.err, "parameter words found stale by the replay"), 1);
+        /* 32 iterations of 12 ops: planned from the 8th at the latest. */
+        ck_assert_msg(tu_stat_row(r.err, "operations run as planned") >= 20 * 12, "%s",
+                      tu_tail(r.err, 3000));
+        tu_result_free(&r);
+        rmdir_all(dir);
+    }
+    tu_result_free(&o);
+}
+END_TEST
+
 /* The environment of a run at `budget` bytes: the timing model with a slow link (2 Gbit/s each
  * way), so that swapping costs more than re-launching a ReLU and the planner recomputes. */
 typedef struct envs {
@@ -512,6 +557,7 @@ Suite *suite_recompute(void) {
     tcase_add_test(tc, test_nondeterministic_producers_are_refused);
     tcase_add_test(tc, test_recording_leaves_the_program_layout_alone);
     tcase_add_test(tc, test_a_stale_parameter_word_does_not_hide_the_iteration);
+    tcase_add_test(tc, test_a_word_that_points_only_after_the_plan_is_made_weak);
     tcase_add_test(tc, test_replay_rebuilds_dropped_buffers_at_quarter_budget);
     tcase_add_test(tc, test_replay_rebuilds_dropped_buffers_at_eighth_budget);
     tcase_add_test(tc, test_unverified_recompute_is_not_replayed);

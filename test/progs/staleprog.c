@@ -19,9 +19,14 @@
  * both, and frees both: C before T puts C at the start and the hint 2 MiB + 64 into T; T before
  * C puts the hint 64 bytes into C. Same ops every iteration.
  *
- * Options: --iters N (default 24, at least 4), --moved. Prints `checksum: H` (FNV-1a of every B
- * read back). Exit status 0, 2 on a driver error, 64 on a bad option. Linked with -lcuda (the
- * simulated driver). */
+ * With --late the hint holds 0 (no address) for the first 12 iterations, while the shim records
+ * and plans, and from then on the address of the live temporary in some iterations (a fixed
+ * pseudo-random order): a word that never dangled nor moved, which the replay finds pointing
+ * where the plan's op has no buffer.
+ *
+ * Options: --iters N (default 24, at least 4), --moved or --late. Prints `checksum: H` (FNV-1a of
+ * every B read back). Exit status 0, 2 on a driver error, 64 on a bad option. Linked with -lcuda
+ * (the simulated driver). */
 #include "userprog.h"
 
 #define N (64 * 1024)
@@ -33,9 +38,12 @@ static void launch(CUfunction f, CUstream s, void **args) {
 }
 
 int main(int argc, char **argv) {
-    int iters = 24, moved = 0;
+    int iters = 24, moved = 0, late = 0;
     if (argc > 1 && strcmp(argv[argc - 1], "--moved") == 0) {
         moved = 1;
+        argc--;
+    } else if (argc > 1 && strcmp(argv[argc - 1], "--late") == 0) {
+        late = 1;
         argc--;
     }
     int rc = up_parse_iters(argc, argv, "staleprog", 4, &iters);
@@ -73,6 +81,8 @@ int main(int argc, char **argv) {
         UP_CHECK(cuMemAlloc(&t, N * sizeof(float)));
         lfsr = (lfsr >> 1) ^ (-(lfsr & 1u) & 0xb400u); /* a 16-bit Galois LFSR */
         CUdeviceptr hint = it == 0 || (lfsr & 1u) ? gone : t + 64, c = 0, tt = 0;
+        if (late)
+            hint = it >= 12 && (lfsr & 1u) ? t + 64 : 0;
         if (moved) {
             hint = big + 2 * chunk + 64;
             if (lfsr & 1u) {
