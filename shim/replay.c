@@ -109,10 +109,10 @@ static struct {
     uint64_t blocked_mark; /* OOC_STAT_blocked_ns when the current iteration started */
     uint64_t vmm_mark;     /* OOC_STAT_vmm_prog_ns then */
     uint64_t why_mark[OOC_STAT_WHY_N]; /* OOC_STAT_blocked_<cause>_ns then */
-    int32_t *drop_rc;    /* per action: for a drop, the recompute of the same buffer that follows */
-    recipes_t rc;        /* dropped buffers waiting to be rebuilt */
-    ooc_opbuf_t *keep;   /* drop_unplanned's scratch: the buffers the plan's op has */
-    uintptr_t (*rng)[2]; /* and the others' ranges */
+    int32_t *drop_rc;  /* per action: for a drop, the recompute of the same buffer that follows */
+    recipes_t rc;      /* dropped buffers waiting to be rebuilt */
+    ooc_opbuf_t *keep; /* drop_unplanned's scratch: the live buffers in the plan's order */
+    uint64_t *bound;   /* and the plan's bindings of them */
     size_t keep_cap;
 } P;
 
@@ -144,7 +144,7 @@ static void clear(void) {
     free(P.ops);
     free(P.bind);
     free(P.keep);
-    free(P.rng);
+    free(P.bound);
     memset(&P, 0, sizeof P);
     P.cur = -1;
 }
@@ -289,47 +289,27 @@ static int same_bufs(uint32_t i, const ooc_opbuf_t *b, size_t nb, int bound, cha
     return 1;
 }
 
-/* Kernel op i has the plan's buffers and others besides, found through parameter words that
- * pointed at nothing when the iteration was recorded (stale bytes of a parameter block, seen on
- * an H200 in PyTorch's reduction kernels: one iteration an 822 MB activation, the next another
- * buffer). When the plan's buffers are there in order (the same sizes, the bound ones the same)
- * and every other buffer comes from such words, the words are marked weak (ooc_launch_weaken:
- * their buffers are still made resident, but no longer listed), *b and *nb become the plan's
- * buffers alone, and 1 is returned; else 0 (a divergence). Caller holds rp_lock. */
+/* Kernel op i's buffers differ from the plan's only by stale parameter words
+ * (ooc_replay_match_stale): then *b becomes the plan's buffers (id 0 where the live op has none),
+ * *nb their number, and 1 is returned; else 0 (a divergence). Caller holds rp_lock. */
 static int drop_unplanned(uint32_t i, const ooc_access_t *a, const ooc_opbuf_t **b, size_t *nb) {
     const ooc_op_t *o = &P.p->ops[i];
-    size_t n = *nb;
-    if (a->kind != OOC_OP_KERNEL || n <= o->nref)
-        return 0;
-    if (n > P.keep_cap) {
-        ooc_opbuf_t *k = realloc(P.keep, n * sizeof *k);
+    if (o->nref > P.keep_cap) {
+        ooc_opbuf_t *k = realloc(P.keep, o->nref * sizeof *k);
         if (k)
             P.keep = k;
-        uintptr_t(*r)[2] = k ? realloc(P.rng, n * sizeof *r) : NULL;
-        if (!r)
+        uint64_t *d = k ? realloc(P.bound, o->nref * sizeof *d) : NULL;
+        if (!d)
             return 0;
-        P.rng = r;
-        P.keep_cap = n;
+        P.bound = d;
+        P.keep_cap = o->nref;
     }
-    /* The earliest fit for each of the plan's buffers in turn: one exists whenever any does. */
-    size_t nk = 0, ne = 0;
-    for (size_t r = 0; r < n; r++) {
-        const ooc_opbuf_t *x = &(*b)[r];
-        if (nk < o->nref) {
-            int32_t pid = P.p->refs[o->ref_off + nk].buf;
-            if (P.p->bufs[pid].bytes == x->bytes && (!P.bind[pid].id || P.bind[pid].id == x->id)) {
-                P.keep[nk++] = *x;
-                continue;
-            }
-        }
-        P.rng[ne][0] = x->addr;
-        P.rng[ne][1] = x->addr + x->bytes;
-        ne++;
-    }
-    if (nk < o->nref || ooc_launch_weaken(a, (const uintptr_t(*)[2])P.rng, ne) != 0)
+    for (uint32_t r = 0; r < o->nref; r++)
+        P.bound[r] = P.bind[P.p->refs[o->ref_off + r].buf].id;
+    if (!ooc_replay_match_stale(P.p, o, P.bound, a, *b, *nb, P.keep))
         return 0;
     *b = P.keep;
-    *nb = nk;
+    *nb = o->nref;
     return 1;
 }
 
@@ -711,7 +691,8 @@ static void op_begin(const ooc_access_t *a, const ooc_opbuf_t *b, size_t nb, CUs
     }
     const ooc_op_t *o = &P.p->ops[i];
     for (uint32_t r = 0; r < o->nref; r++)
-        P.bind[P.p->refs[o->ref_off + r].buf] = (bind_t){b[r].addr, b[r].id, b[r].stamp};
+        if (b[r].id) /* (none: a plan buffer reached by a stale word when recorded) */
+            P.bind[P.p->refs[o->ref_off + r].buf] = (bind_t){b[r].addr, b[r].id, b[r].stamp};
     rp_op_t *ro = &P.ops[i];
     if (ro->is_via) {
         ro->saved_iter = 0;

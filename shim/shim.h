@@ -582,7 +582,15 @@ void ooc_replay_plan(ooc_profile_t *p, const char *dir, uint32_t pos);
 /* Replays the saved plan OOC_PLAN (its profile is the directory the file is in). Returns 0, or
  * -1 after logging why the files cannot be used. */
 int ooc_replay_load(const char *plan_path);
-/* replay_why.c: writes into why[n] how the live op's nb buffers b differ in number from plan op
+/* replay_match.c: kernel op o of profile p against the live op a with its n buffers b, whose
+ * buffers differ: 1 when they differ only by stale parameter words (the live ones are then
+ * marked weak; see replay_match.c), keep[0..o->nref) then holding the live buffer that lines up
+ * with each of the plan's (id 0: none); else 0. bound[j]: the id the plan's ref j is bound to
+ * in this iteration (0: not yet). Caller holds the replay's lock. */
+int ooc_replay_match_stale(const ooc_profile_t *p, const ooc_op_t *o, const uint64_t *bound,
+                           const ooc_access_t *a, const ooc_opbuf_t *b, size_t n,
+                           ooc_opbuf_t *keep);
+/* replay_match.c: writes into why[n] how the live op's nb buffers b differ in number from plan op
  * o of profile p: both lists of sizes (the first 12 of each). Returns 0. */
 int ooc_replay_say_sizes(char *why, size_t n, const ooc_opbuf_t *b, size_t nb,
                          const ooc_profile_t *p, const ooc_op_t *o);

@@ -329,21 +329,25 @@ END_TEST
 /* A parameter word that held no address while the shim recorded and planned, and from then on
  * the address of a live temporary the kernel never reads, in some iterations (staleprog --late,
  * as stale bytes of PyTorch's reduction kernels' parameter blocks did on an H200): the replayed
- * op has a buffer more than the plan's. The replay marks the word weak and goes on: no
+ * op has a buffer more than the plan's. With --wander the word pointed into one temporary while
+ * recording and into another of another size later: the plan's op has a buffer the live op has
+ * not, and the live op one the plan's has not. The replay marks the word weak and goes on: no
  * divergence, no recording again, the program's bytes. Without it each such iteration diverged,
  * and three in a row recorded again, on the GPU for the whole run. */
 START_TEST(test_a_word_that_points_only_after_the_plan_is_made_weak) {
     static const char *const sched[] = {"FAKECUDA_SCHED=inline", "FAKECUDA_SCHED=threaded"};
     static const char *const safe[] = {"OOC_SAFE=on", "OOC_SAFE=off"};
-    static const char *const args[] = {"--iters", "32", "--late", NULL};
-    tu_result_t o = run("test/progs/staleprog", args, 0, NULL);
-    ck_assert_msg(o.status == 0, "%s", o.err);
-    for (int k = 0; k < 4; k++) {
+    static const char *const late[] = {"--iters", "32", "--late", NULL};
+    static const char *const wander[] = {"--iters", "32", "--wander", NULL};
+    for (int k = 0; k < 8; k++) {
+        const char *const *args = k < 4 ? late : wander;
+        tu_result_t o = run("test/progs/staleprog", args, 0, NULL);
+        ck_assert_msg(o.status == 0, "%s", o.err);
         const char *dir = tmpdir();
         char pdir[96];
         snprintf(pdir, sizeof pdir, "OOC_PROFILE_DIR=%s", dir);
         const char *env[] = {sched[k & 1],
-                             safe[k >> 1],
+                             safe[(k >> 1) & 1],
                              "OOC_MODE=auto",
                              "OOC_BUDGET=64M",
                              "OOC_PROFILE_ITERS=2",
@@ -356,18 +360,20 @@ START_TEST(test_a_word_that_points_only_after_the_plan_is_made_weak) {
         ck_assert_str_eq(strstr(r.out, "checksum:"), strstr(o.out, "checksum:"));
         ck_assert_msg(tu_stat_row(r.err, "divergences from the plan") == 0 &&
                           tu_stat_row(r.err, "re-recordings after divergence") == 0,
-                      "%s %s: %s", sched[k & 1], safe[k >> 1], tu_tail(r.err, 3000));
+                      "%s %s %s: %s", args[2], sched[k & 1], safe[(k >> 1) & 1],
+                      tu_tail(r.err, 3000));
         ck_assert_msg(strstr(r.err, "copy_hint_f32: parameter byte 24 pointed into a buffer that "
                                     "the plan's operation at this place does not use") != NULL,
-                      "%s %s: %s", sched[k & 1], safe[k >> 1], tu_tail(r.err, 3000));
+                      "%s %s %s: %s", args[2], sched[k & 1], safe[(k >> 1) & 1],
+                      tu_tail(r.err, 3000));
         ck_assert_int_eq(tu_stat_row(r.err, "parameter words found stale by the replay"), 1);
         /* 32 iterations of 12 ops: planned from the 8th at the latest. */
         ck_assert_msg(tu_stat_row(r.err, "operations run as planned") >= 20 * 12, "%s",
                       tu_tail(r.err, 3000));
         tu_result_free(&r);
         rmdir_all(dir);
+        tu_result_free(&o);
     }
-    tu_result_free(&o);
 }
 END_TEST
 

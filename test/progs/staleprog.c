@@ -24,9 +24,14 @@
  * pseudo-random order): a word that never dangled nor moved, which the replay finds pointing
  * where the plan's op has no buffer.
  *
- * Options: --iters N (default 24, at least 4), --moved or --late. Prints `checksum: H` (FNV-1a of
- * every B read back). Exit status 0, 2 on a driver error, 64 on a bad option. Linked with -lcuda
- * (the simulated driver). */
+ * With --wander the hint holds the address of the live temporary T for the first 12 iterations,
+ * and from then on, in some iterations, the address of another live temporary U of twice the
+ * size, allocated and freed beside T every iteration: the plan's op has T where the live op has
+ * U.
+ *
+ * Options: --iters N (default 24, at least 4), --moved, --late or --wander. Prints `checksum: H`
+ * (FNV-1a of every B read back). Exit status 0, 2 on a driver error, 64 on a bad option. Linked
+ * with -lcuda (the simulated driver). */
 #include "userprog.h"
 
 #define N (64 * 1024)
@@ -38,12 +43,15 @@ static void launch(CUfunction f, CUstream s, void **args) {
 }
 
 int main(int argc, char **argv) {
-    int iters = 24, moved = 0, late = 0;
+    int iters = 24, moved = 0, late = 0, wander = 0;
     if (argc > 1 && strcmp(argv[argc - 1], "--moved") == 0) {
         moved = 1;
         argc--;
     } else if (argc > 1 && strcmp(argv[argc - 1], "--late") == 0) {
         late = 1;
+        argc--;
+    } else if (argc > 1 && strcmp(argv[argc - 1], "--wander") == 0) {
+        wander = 1;
         argc--;
     }
     int rc = up_parse_iters(argc, argv, "staleprog", 4, &iters);
@@ -75,14 +83,18 @@ int main(int argc, char **argv) {
     uint64_t h = UP_FNV_SEED, n = N;
     uint32_t lfsr = 0xace1u;
     for (int it = 0; it < iters; it++) {
-        CUdeviceptr a, b, t;
+        CUdeviceptr a, b, t, u = 0;
         UP_CHECK(cuMemAlloc(&a, N * sizeof(float)));
         UP_CHECK(cuMemAlloc(&b, N * sizeof(float)));
         UP_CHECK(cuMemAlloc(&t, N * sizeof(float)));
+        if (wander)
+            UP_CHECK(cuMemAlloc(&u, 2 * N * sizeof(float)));
         lfsr = (lfsr >> 1) ^ (-(lfsr & 1u) & 0xb400u); /* a 16-bit Galois LFSR */
         CUdeviceptr hint = it == 0 || (lfsr & 1u) ? gone : t + 64, c = 0, tt = 0;
         if (late)
             hint = it >= 12 && (lfsr & 1u) ? t + 64 : 0;
+        if (wander)
+            hint = it >= 12 && (lfsr & 1u) ? u + 64 : t + 64;
         if (moved) {
             hint = big + 2 * chunk + 64;
             if (lfsr & 1u) {
@@ -110,6 +122,8 @@ int main(int argc, char **argv) {
         UP_CHECK(cuMemFree(a));
         UP_CHECK(cuMemFree(b));
         UP_CHECK(cuMemFree(t));
+        if (wander)
+            UP_CHECK(cuMemFree(u));
         if (moved) {
             UP_CHECK(cuMemFree(c));
             UP_CHECK(cuMemFree(tt));
