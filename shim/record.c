@@ -8,8 +8,8 @@
  * mem.c, with how it uses them) and its duration, measured by a pair of events recorded around
  * it on its own stream (so the time the host spent making its buffers resident is not in it).
  * Event pairs come from a ring: when the ring wraps, the oldest pair's time is read (waiting for
- * it if it has not run yet) and the pair reused. A profile op's duration is the median over the
- * recorded iterations. Allocation call sites are taken with libunwind (8 frames) and named with
+ * it if it has not run yet) and the pair reused. A profile op's duration is the lower median over
+ * the recorded iterations. Allocation call sites are taken with libunwind (8 frames) and named with
  * dladdr when the profile is written. A shim built without libunwind (OOC_NO_UNWIND, which the
  * Makefile sets when libunwind.h is missing, as on a GPU machine without Debian's packages)
  * records no call sites: the profile's site column is "-", and recording says so once.
@@ -499,7 +499,9 @@ static ooc_profile_t *build(int64_t first, int64_t period, int64_t iters) {
                 durs[nd++] = R.ops[j].dur_ns;
         }
         qsort(durs, (size_t)nd, sizeof *durs, cmp_i64);
-        uint64_t dur = nd ? (uint64_t)durs[nd / 2] : 0;
+        /* The lower median: a bracket only ever grows (the device idles in it while the host
+         * stalls inside a library call), so of two iterations the shorter. */
+        uint64_t dur = nd ? (uint64_t)durs[(nd - 1) / 2] : 0;
         if (o->kind == OOC_OP_KERNEL)
             snprintf(shape, sizeof shape, "grid=(%u,%u,%u);block=(%u,%u,%u)", o->grid[0],
                      o->grid[1], o->grid[2], o->block[0], o->block[1], o->block[2]);
