@@ -57,6 +57,7 @@
     X(planned_ops, COUNTER, COUNT, "operations run as planned")                                    \
     X(divergences, COUNTER, COUNT, "divergences from the plan")                                    \
     X(weak_by_replay, COUNTER, COUNT, "parameter words found stale by the replay")                 \
+    X(weak_left, COUNTER, COUNT, "safe mode: stale words' chunks left in place")                   \
     X(prefetches, COUNTER, COUNT, "planned swap-ins issued ahead (chunks)")                        \
     X(prefetch_stolen, COUNTER, COUNT, "of them into memory being vacated (chunks)")               \
     X(prefetch_warm, COUNTER, COUNT, "of them into freed buffers' memory (chunks)")                \

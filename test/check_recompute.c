@@ -377,6 +377,41 @@ START_TEST(test_a_word_that_points_only_after_the_plan_is_made_weak) {
 }
 END_TEST
 
+/* In safe mode a stale word's buffer stays where it is (staleprog --cold: the hint, weak from
+ * the first iteration, points into an 8 MiB buffer that the 8 MiB budget cannot hold beside the
+ * op's own buffers): its chunks resident or aliased to their host copies are left in place, and
+ * the op runs, with the program's bytes. Making them resident, as outside safe mode, ends the
+ * run with the shim's out-of-memory report (an H200 brought back 784 MiB activations this way). */
+START_TEST(test_a_stale_word_leaves_its_buffer_in_place_in_safe_mode) {
+    static const char *const sched[] = {"FAKECUDA_SCHED=inline", "FAKECUDA_SCHED=threaded"};
+    static const char *const args[] = {"--iters", "12", "--cold", NULL};
+    tu_result_t o = run("test/progs/staleprog", args, 0, NULL);
+    ck_assert_msg(o.status == 0, "%s", o.err);
+    for (int k = 0; k < 2; k++) {
+        const char *dir = tmpdir();
+        char pdir[96];
+        snprintf(pdir, sizeof pdir, "OOC_PROFILE_DIR=%s", dir);
+        const char *env[] = {sched[k],
+                             "OOC_SAFE=on",
+                             "OOC_MODE=auto",
+                             "OOC_BUDGET=8M",
+                             "OOC_STATS=1",
+                             "OOC_LOG=info",
+                             pdir,
+                             NULL};
+        tu_result_t r = run("test/progs/staleprog", args, 1, env);
+        ck_assert_msg(r.status == 0, "%s: %s", sched[k], tu_tail(r.err, 3000));
+        ck_assert_str_eq(strstr(r.out, "checksum:"), strstr(o.out, "checksum:"));
+        ck_assert_ptr_nonnull(
+            strstr(r.err, "copy_hint_f32: parameter byte 24 held an address with no buffer there"));
+        ck_assert_int_gt(tu_stat_row(r.err, "safe mode: stale words' chunks left in place"), 0);
+        tu_result_free(&r);
+        rmdir_all(dir);
+    }
+    tu_result_free(&o);
+}
+END_TEST
+
 /* The environment of a run at `budget` bytes: the timing model with a slow link (2 Gbit/s each
  * way), so that swapping costs more than re-launching a ReLU and the planner recomputes. */
 typedef struct envs {
@@ -564,6 +599,7 @@ Suite *suite_recompute(void) {
     tcase_add_test(tc, test_recording_leaves_the_program_layout_alone);
     tcase_add_test(tc, test_a_stale_parameter_word_does_not_hide_the_iteration);
     tcase_add_test(tc, test_a_word_that_points_only_after_the_plan_is_made_weak);
+    tcase_add_test(tc, test_a_stale_word_leaves_its_buffer_in_place_in_safe_mode);
     tcase_add_test(tc, test_replay_rebuilds_dropped_buffers_at_quarter_budget);
     tcase_add_test(tc, test_replay_rebuilds_dropped_buffers_at_eighth_budget);
     tcase_add_test(tc, test_unverified_recompute_is_not_replayed);

@@ -29,9 +29,13 @@
  * size, allocated and freed beside T every iteration: the plan's op has T where the live op has
  * U.
  *
- * Options: --iters N (default 24, at least 4), --moved, --late or --wander. Prints `checksum: H`
- * (FNV-1a of every B read back). Exit status 0, 2 on a driver error, 64 on a bad option. Linked
- * with -lcuda (the simulated driver). */
+ * With --cold the hint dangles in the first iteration and from then on points into G, an 8 MiB
+ * buffer set once at the start and never used again: under OOC_BUDGET=8M (4 chunks of 2 MiB) G
+ * and the op's own buffers cannot all be resident at once.
+ *
+ * Options: --iters N (default 24, at least 4), --moved, --late, --wander or --cold. Prints
+ * `checksum: H` (FNV-1a of every B read back). Exit status 0, 2 on a driver error, 64 on a bad
+ * option. Linked with -lcuda (the simulated driver). */
 #include "userprog.h"
 
 #define N (64 * 1024)
@@ -43,7 +47,7 @@ static void launch(CUfunction f, CUstream s, void **args) {
 }
 
 int main(int argc, char **argv) {
-    int iters = 24, moved = 0, late = 0, wander = 0;
+    int iters = 24, moved = 0, late = 0, wander = 0, cold = 0;
     if (argc > 1 && strcmp(argv[argc - 1], "--moved") == 0) {
         moved = 1;
         argc--;
@@ -52,6 +56,9 @@ int main(int argc, char **argv) {
         argc--;
     } else if (argc > 1 && strcmp(argv[argc - 1], "--wander") == 0) {
         wander = 1;
+        argc--;
+    } else if (argc > 1 && strcmp(argv[argc - 1], "--cold") == 0) {
+        cold = 1;
         argc--;
     }
     int rc = up_parse_iters(argc, argv, "staleprog", 4, &iters);
@@ -73,7 +80,12 @@ int main(int argc, char **argv) {
     UP_CHECK(cuMemFree(gone)); /* its address stays in the reservation, with nothing there */
     UP_CHECK(cuMemAlloc(&x, N * sizeof(float)));
     UP_CHECK(cuMemcpyHtoD(x, host, N * sizeof(float)));
-    CUdeviceptr big = 0;
+    CUdeviceptr big = 0, g = 0;
+    if (cold) {
+        UP_CHECK(cuMemAlloc(&g, 4 * chunk));
+        UP_CHECK(cuMemsetD8Async(g, 7, 4 * chunk, s));
+        UP_CHECK(cuStreamSynchronize(s));
+    }
     if (moved) {
         UP_CHECK(cuMemAlloc(&big, 3 * chunk));
         UP_CHECK(cuMemsetD8Async(big, 0, 3 * chunk, s));
@@ -95,6 +107,8 @@ int main(int argc, char **argv) {
             hint = it >= 12 && (lfsr & 1u) ? t + 64 : 0;
         if (wander)
             hint = it >= 12 && (lfsr & 1u) ? u + 64 : t + 64;
+        if (cold)
+            hint = it == 0 ? gone : g + 64;
         if (moved) {
             hint = big + 2 * chunk + 64;
             if (lfsr & 1u) {
@@ -132,6 +146,8 @@ int main(int argc, char **argv) {
         UP_CHECK(cuMemcpyHtoD(x, host, 16)); /* the input changes a little every iteration */
     }
     UP_CHECK(cuMemFree(x));
+    if (cold)
+        UP_CHECK(cuMemFree(g));
     UP_CHECK(cuStreamDestroy(s));
     printf("checksum: %016llx\n", (unsigned long long)h);
     return 0;
