@@ -237,40 +237,31 @@ static int op_push(chunk_t *c) {
     return 0;
 }
 
-/* Pins b's chunks for the current op (M.serial) and adds those not pinned yet to its chunks.
- * 0, or -1 out of host memory. */
-static int pin_buffer(const buf_t *b) {
-    uint64_t c0, c1;
-    buf_span(b, &c0, &c1);
-    for (uint64_t idx = c0; idx <= c1; idx++) {
-        chunk_t *c = chunk_find(idx);
-        if (!c || c->pin == M.serial)
-            continue;
-        c->pin = M.serial;
-        if (op_push(c) != 0)
-            return -1;
-    }
-    return 0;
+/* Is c settled where a weak word may reach it: no copy in or out in flight, nothing queued, not
+ * handed on, and either resident with memory or swapped and aliased to a writable host copy (an
+ * access, if any, reaches the device memory or the host copy; every remap in safe mode waits for
+ * the streams that issued work since: gather_streams)? */
+static int chunk_settled(const chunk_t *c) {
+    if (c->in_ev || c->out_ev || c->queued || c->stolen || c->discard)
+        return 0;
+    return (c->state == C_RESIDENT && c->phys) ||
+           (c->state == C_SWAPPED && c->aliased && !c->stage_ro && !c->stage);
 }
 
-/* pin_buffer for a buffer that only a weak word reaches (a pointer the kernel may not use), in
- * safe mode: its chunks that are resident, or swapped and aliased to a writable host copy, stay
- * where they are (an access, if any, reaches the device memory or the host copy, and every remap
- * in safe mode waits for the streams that issued work since: gather_streams); only the others
- * (no memory at the address, a read-only alias, a copy in or out in flight) are made resident.
- * On an H200, stale words in PyTorch's parameter blocks named 784 MiB activations, which every
- * such launch made resident. */
-static int pin_weak(const buf_t *b) {
+/* Pins b's chunks for the current op (M.serial) and adds those not pinned yet to its chunks.
+ * With leave_settled (a buffer only a weak word reaches, a pointer the kernel may not use, in
+ * safe mode), settled chunks stay where they are and only the others (no memory at the address,
+ * a read-only alias, a copy in or out in flight) are made resident. On an H200, stale words in
+ * PyTorch's parameter blocks named 784 MiB activations, which every such launch made resident.
+ * 0, or -1 out of host memory. */
+static int pin_buffer(const buf_t *b, int leave_settled) {
     uint64_t c0, c1;
     buf_span(b, &c0, &c1);
     for (uint64_t idx = c0; idx <= c1; idx++) {
         chunk_t *c = chunk_find(idx);
         if (!c || c->pin == M.serial)
             continue;
-        /* Settled chunks only: no copy in or out in flight, nothing queued, not handed on. */
-        int settled = !c->in_ev && !c->out_ev && !c->queued && !c->stolen && !c->discard;
-        if (settled && ((c->state == C_RESIDENT && c->phys) ||
-                        (c->state == C_SWAPPED && c->aliased && !c->stage_ro && !c->stage))) {
+        if (leave_settled && chunk_settled(c)) {
             ooc_stats_add(OOC_STAT_weak_left, 1);
             continue;
         }
@@ -297,7 +288,7 @@ int ooc_mem_l_include(uintptr_t addr, uint64_t id) {
     buf_t *b = lookup(addr);
     if (!b || b->id != id || b->addr != addr)
         return -1;
-    return pin_buffer(b);
+    return pin_buffer(b, 0);
 }
 
 /* ---- residency ------------------------------------------------------------------------------ */
@@ -389,14 +380,14 @@ static CUresult op_pin(const ooc_access_t *a, int *listed, int again) {
         uintptr_t hit = 0;
         /* A weak word's buffer is not listed (OOC_USE_WEAK); outside safe mode it is made
          * resident (a swapped chunk's address has no memory), in safe mode only where its
-         * address has none (pin_weak). */
+         * address has none (pin_buffer). */
         int weak = (a->refs[i].use & OOC_USE_WEAK) != 0;
         int listed_here = list && !weak;
         while ((b = query_next(&w)) != NULL) {
             hit = hit ? hit : b->addr;
             if (listed_here && opbuf_add(b, a->refs[i].lo, a->refs[i].hi, a->refs[i].use) != 0)
                 return CUDA_ERROR_OUT_OF_MEMORY;
-            if ((weak && M.safe ? pin_weak(b) : pin_buffer(b)) != 0)
+            if (pin_buffer(b, weak && M.safe) != 0)
                 return CUDA_ERROR_OUT_OF_MEMORY;
         }
         op_hits[i].base = hit;

@@ -275,6 +275,26 @@ START_TEST(test_recording_leaves_the_program_layout_alone) {
 }
 END_TEST
 
+/* One staleprog run with the shim in auto mode, its statistics and info log, in a fresh profile
+ * folder (removed after), with `sched`, `safe` and the NULL-ended `extra` settings: it must end
+ * well with `base`'s checksum. The caller frees the result. */
+static tu_result_t stale_run(const char *const *args, const char *sched, const char *safe,
+                             const char *const *extra, const tu_result_t *base) {
+    const char *dir = tmpdir();
+    char pdir[96];
+    snprintf(pdir, sizeof pdir, "OOC_PROFILE_DIR=%s", dir);
+    const char *env[16] = {sched, safe, "OOC_MODE=auto", "OOC_STATS=1", "OOC_LOG=info", pdir};
+    size_t n = 6;
+    for (size_t i = 0; extra[i] && n < 15; i++)
+        env[n++] = extra[i];
+    env[n] = NULL;
+    tu_result_t r = run("test/progs/staleprog", args, 1, env);
+    rmdir_all(dir);
+    ck_assert_msg(r.status == 0, "%s %s: %s", sched, safe, tu_tail(r.err, 3000));
+    ck_assert_str_eq(strstr(r.out, "checksum:"), strstr(base->out, "checksum:"));
+    return r;
+}
+
 /* A kernel parameter holding a stale pointer, as cuDNN's parameter blocks do on a GPU
  * (staleprog): dangling in some iterations and pointing into a live temporary the kernel never
  * reads in the others, in no repeating order; with --moved, one fixed address that the reuse of
@@ -294,22 +314,9 @@ START_TEST(test_a_stale_parameter_word_does_not_hide_the_iteration) {
         tu_result_t o = run("test/progs/staleprog", args, 0, NULL);
         ck_assert_msg(o.status == 0, "%s", o.err);
         for (int k = 0; k < 4; k++) {
-            const char *dir = tmpdir();
-            char pdir[96];
-            snprintf(pdir, sizeof pdir, "OOC_PROFILE_DIR=%s", dir);
-            const char *env[] = {sched[k & 1],
-                                 safe[k >> 1],
-                                 "OOC_MODE=auto",
-                                 "OOC_BUDGET=64M",
-                                 "OOC_PROFILE_ITERS=2",
-                                 "OOC_REUSE=1",
-                                 "OOC_STATS=1",
-                                 "OOC_LOG=info",
-                                 pdir,
-                                 NULL};
-            tu_result_t r = run("test/progs/staleprog", args, 1, env);
-            ck_assert_msg(r.status == 0, "%s", r.err);
-            ck_assert_str_eq(strstr(r.out, "checksum:"), strstr(o.out, "checksum:"));
+            static const char *const extra[] = {"OOC_BUDGET=64M", "OOC_PROFILE_ITERS=2",
+                                                "OOC_REUSE=1", NULL};
+            tu_result_t r = stale_run(args, sched[k & 1], safe[k >> 1], extra, &o);
             char line[160];
             snprintf(line, sizeof line, "copy_hint_f32: parameter byte 24 %s", why);
             ck_assert_msg(strstr(r.err, line) != NULL, "%s", tu_tail(r.err, 3000));
@@ -319,7 +326,6 @@ START_TEST(test_a_stale_parameter_word_does_not_hide_the_iteration) {
             ck_assert_int_eq(tu_stat_row(r.err, "divergences from the plan"), 0);
             ck_assert_int_eq(tu_stat_row(r.err, "re-recordings after divergence"), 0);
             tu_result_free(&r);
-            rmdir_all(dir);
         }
         tu_result_free(&o);
     }
@@ -343,21 +349,8 @@ START_TEST(test_a_word_that_points_only_after_the_plan_is_made_weak) {
         const char *const *args = k < 4 ? late : wander;
         tu_result_t o = run("test/progs/staleprog", args, 0, NULL);
         ck_assert_msg(o.status == 0, "%s", o.err);
-        const char *dir = tmpdir();
-        char pdir[96];
-        snprintf(pdir, sizeof pdir, "OOC_PROFILE_DIR=%s", dir);
-        const char *env[] = {sched[k & 1],
-                             safe[(k >> 1) & 1],
-                             "OOC_MODE=auto",
-                             "OOC_BUDGET=64M",
-                             "OOC_PROFILE_ITERS=2",
-                             "OOC_STATS=1",
-                             "OOC_LOG=info",
-                             pdir,
-                             NULL};
-        tu_result_t r = run("test/progs/staleprog", args, 1, env);
-        ck_assert_msg(r.status == 0, "%s", r.err);
-        ck_assert_str_eq(strstr(r.out, "checksum:"), strstr(o.out, "checksum:"));
+        static const char *const extra[] = {"OOC_BUDGET=64M", "OOC_PROFILE_ITERS=2", NULL};
+        tu_result_t r = stale_run(args, sched[k & 1], safe[(k >> 1) & 1], extra, &o);
         ck_assert_msg(tu_stat_row(r.err, "divergences from the plan") == 0 &&
                           tu_stat_row(r.err, "re-recordings after divergence") == 0,
                       "%s %s %s: %s", args[2], sched[k & 1], safe[(k >> 1) & 1],
@@ -371,7 +364,6 @@ START_TEST(test_a_word_that_points_only_after_the_plan_is_made_weak) {
         ck_assert_msg(tu_stat_row(r.err, "operations run as planned") >= 20 * 12, "%s",
                       tu_tail(r.err, 3000));
         tu_result_free(&r);
-        rmdir_all(dir);
         tu_result_free(&o);
     }
 }
@@ -388,25 +380,12 @@ START_TEST(test_a_stale_word_leaves_its_buffer_in_place_in_safe_mode) {
     tu_result_t o = run("test/progs/staleprog", args, 0, NULL);
     ck_assert_msg(o.status == 0, "%s", o.err);
     for (int k = 0; k < 2; k++) {
-        const char *dir = tmpdir();
-        char pdir[96];
-        snprintf(pdir, sizeof pdir, "OOC_PROFILE_DIR=%s", dir);
-        const char *env[] = {sched[k],
-                             "OOC_SAFE=on",
-                             "OOC_MODE=auto",
-                             "OOC_BUDGET=8M",
-                             "OOC_STATS=1",
-                             "OOC_LOG=info",
-                             pdir,
-                             NULL};
-        tu_result_t r = run("test/progs/staleprog", args, 1, env);
-        ck_assert_msg(r.status == 0, "%s: %s", sched[k], tu_tail(r.err, 3000));
-        ck_assert_str_eq(strstr(r.out, "checksum:"), strstr(o.out, "checksum:"));
+        static const char *const extra[] = {"OOC_BUDGET=8M", NULL};
+        tu_result_t r = stale_run(args, sched[k], "OOC_SAFE=on", extra, &o);
         ck_assert_ptr_nonnull(
             strstr(r.err, "copy_hint_f32: parameter byte 24 held an address with no buffer there"));
         ck_assert_int_gt(tu_stat_row(r.err, "safe mode: stale words' chunks left in place"), 0);
         tu_result_free(&r);
-        rmdir_all(dir);
     }
     tu_result_free(&o);
 }
