@@ -38,6 +38,9 @@ typedef enum {
 typedef struct ooc_ref {
     int32_t buf;    /* buffer id */
     uint8_t access; /* OOC_ACCESS_R, _W or _RW */
+    /* 1 + the index of the kernel parameter word (8 bytes) through which the buffer was found;
+     * 0: not found through a parameter word (ops.tsv: "BUFFER:ACCESS@BYTE", BYTE = 8 * index) */
+    uint16_t word;
 } ooc_ref_t;
 
 typedef struct ooc_op {

@@ -582,10 +582,20 @@ static int parse_ops(ooc_profile_t *p, ooc_tsv_t *r, char *err, size_t errlen) {
                 const char *c = memchr(s, ',', (size_t)(e - s));
                 const char *ce = c ? c : e;
                 const char *colon = memchr(s, ':', (size_t)(ce - s));
-                uint64_t v;
+                const char *at = colon ? memchr(colon, '@', (size_t)(ce - colon)) : NULL;
+                const char *ae = at ? at : ce; /* the access ends at '@' when a word follows */
+                uint64_t v, wb = 0;
                 uint8_t acc = 0;
+                if (at && (parse_u64(at + 1, (size_t)(ce - at - 1), &wb) || wb % 8 ||
+                           wb / 8 >= UINT16_MAX)) {
+                    rc = bad(r, 6, "refs",
+                             "has a parameter byte after '@' that is not a multiple of 8 below "
+                             "524280",
+                             err, errlen);
+                    goto out;
+                }
                 if (colon) {
-                    size_t al = (size_t)(ce - colon - 1);
+                    size_t al = (size_t)(ae - colon - 1);
                     if (al == 1 && colon[1] == 'r')
                         acc = OOC_ACCESS_R;
                     else if (al == 1 && colon[1] == 'w')
@@ -594,7 +604,8 @@ static int parse_ops(ooc_profile_t *p, ooc_tsv_t *r, char *err, size_t errlen) {
                         acc = OOC_ACCESS_RW;
                 }
                 if (!colon || !acc || parse_u64(s, (size_t)(colon - s), &v) || v > INT32_MAX) {
-                    rc = bad(r, 6, "refs", "is not '-' or a list of BUFFER:r|w|rw", err, errlen);
+                    rc = bad(r, 6, "refs", "is not '-' or a list of BUFFER:r|w|rw[@BYTE]", err,
+                             errlen);
                     goto out;
                 }
                 if (ooc_grow32(&refs, &cap, nref + 1, sizeof *refs, 16)) {
@@ -603,6 +614,7 @@ static int parse_ops(ooc_profile_t *p, ooc_tsv_t *r, char *err, size_t errlen) {
                 }
                 refs[nref].buf = (int32_t)v;
                 refs[nref].access = acc;
+                refs[nref].word = at ? (uint16_t)(wb / 8 + 1) : 0;
                 nref++;
                 if (!c)
                     break;
@@ -836,6 +848,8 @@ int ooc_profile_write(const ooc_profile_t *p, const char *dir, char *err, size_t
         for (uint32_t k = 0; k < o->nref; k++) {
             const ooc_ref_t *r = &p->refs[o->ref_off + k];
             fprintf(f, "%s%d:%s", k ? "," : "", (int)r->buf, acc[r->access & 3]);
+            if (r->word)
+                fprintf(f, "@%u", (unsigned)(r->word - 1) * 8);
         }
         fputc('\n', f);
     }

@@ -352,7 +352,7 @@ static int fast_lookup(uintptr_t p, const ooc_opbuf_t *cand, size_t nc, ooc_opbu
 /* Adds b (used as `use` by the query [lo, hi)) to v[*n] unless there already, as opbuf_add
  * does. 0, or -1 when v is full. */
 static int fast_add(ooc_opbuf_t *v, size_t cap, size_t *n, ooc_opbuf_t b, uintptr_t lo,
-                    uintptr_t hi, unsigned use) {
+                    uintptr_t hi, unsigned use, uint32_t word) {
     if (use == OOC_USE_W && (lo > b.addr || hi < b.addr + b.bytes))
         use = OOC_USE_RW;
     for (size_t i = 0; i < *n; i++)
@@ -363,6 +363,7 @@ static int fast_add(ooc_opbuf_t *v, size_t cap, size_t *n, ooc_opbuf_t b, uintpt
     if (*n == cap)
         return -1;
     b.use = use;
+    b.word = word;
     v[(*n)++] = b;
     return 0;
 }
@@ -384,14 +385,14 @@ int ooc_mem_fast_list(const ooc_access_t *a, const ooc_opbuf_t *cand, size_t nc,
                 if (f == 1 && b.addr + b.bytes != q->lo)
                     f = 0;
             }
-            if (f < 0 || (f == 1 && fast_add(v, cap, n, b, q->lo, q->hi, q->use) != 0))
+            if (f < 0 || (f == 1 && fast_add(v, cap, n, b, q->lo, q->hi, q->use, q->word) != 0))
                 return 0;
             continue;
         }
         /* A range: the buffer containing lo, then the one starting where it ends, and so on. */
         for (uintptr_t at = q->lo; at < q->hi; at = b.addr + b.bytes) {
             int f = fast_lookup(at, cand, nc, &b);
-            if (f < 0 || (f == 1 && fast_add(v, cap, n, b, q->lo, q->hi, q->use) != 0))
+            if (f < 0 || (f == 1 && fast_add(v, cap, n, b, q->lo, q->hi, q->use, q->word) != 0))
                 return 0;
             if (f == 0 || b.addr + b.bytes - M.va_base >= M.va_size)
                 break;
@@ -412,7 +413,8 @@ void fast_buffers_check(const ooc_access_t *a) {
     int same = n == M.nopb;
     for (size_t i = 0; same && i < n; i++)
         same = v[i].id == M.op_bufs[i].id && v[i].addr == M.op_bufs[i].addr &&
-               v[i].bytes == M.op_bufs[i].bytes && v[i].use == M.op_bufs[i].use;
+               v[i].bytes == M.op_bufs[i].bytes && v[i].use == M.op_bufs[i].use &&
+               v[i].word == M.op_bufs[i].word;
     if (!same) {
         OOC_LOG_E("invariant broken: the fast path lists %zu buffers for op %llu (first %llu), "
                   "the locked path %zu (first %llu)",

@@ -328,37 +328,28 @@ void ooc_launch_learn_words(CUfunction f, const ooc_access_t *a, const ooc_word_
     }
 }
 
-int ooc_launch_weaken(const ooc_access_t *a, const uintptr_t (*ranges)[2], size_t n) {
+int ooc_launch_word_learnable(const ooc_access_t *a, unsigned i) {
+    return i < a->n && learnable(a, i);
+}
+
+int ooc_launch_weaken(const ooc_access_t *a, const uint32_t *words, size_t n, const char *why) {
     layout_t *l = a->kind == OOC_OP_KERNEL ? (layout_t *)layout_of(a->fn) : NULL;
     if (!l)
         return -1;
-    /* Every range must hold the address of a word that can be learned, or nothing is marked. */
+    for (size_t k = 0; k < n; k++)
+        if (words[k] == 0 || (size_t)words[k] * 8 > WEAK_BYTES)
+            return -1; /* nothing marked */
     for (size_t k = 0; k < n; k++) {
-        int found = 0;
-        for (unsigned i = 0; i < a->n && !found; i++)
-            found =
-                learnable(a, i) && a->refs[i].lo >= ranges[k][0] && a->refs[i].lo < ranges[k][1];
-        if (!found)
-            return -1;
-    }
-    for (unsigned i = 0; i < a->n; i++) {
-        if (!learnable(a, i))
-            continue;
-        int in = 0;
-        for (size_t k = 0; k < n && !in; k++)
-            in = a->refs[i].lo >= ranges[k][0] && a->refs[i].lo < ranges[k][1];
-        if (!in)
-            continue;
-        uint32_t word = a->refs[i].word;
+        uint32_t word = words[k];
         uint64_t bit = 1ull << ((word - 1) % 64);
         uint64_t was = atomic_fetch_or(&l->weak[(word - 1) / 64], bit);
+        if (was & bit)
+            continue;
         ooc_stats_add(OOC_STAT_weak_by_replay, 1);
-        if (!(was & bit))
-            OOC_LOG_I("%s: parameter byte %u pointed into a buffer that the plan's operation at "
-                      "this place does not use; from now on what it points at is made resident "
-                      "but is not part of the launch's identity (a pointer the kernel does not "
-                      "always use)",
-                      ooc_fnname_of(a->fn), (word - 1) * 8);
+        OOC_LOG_I("%s: parameter byte %u %s; from now on what it points at is made resident but "
+                  "is not part of the launch's identity (a pointer the kernel does not always "
+                  "use)",
+                  ooc_fnname_of(a->fn), (word - 1) * 8, why);
     }
     return 0;
 }

@@ -73,6 +73,7 @@ typedef struct rop {
 typedef struct rref {
     uint64_t id;
     uint8_t use;
+    uint16_t word; /* ooc_opbuf_t.word, 0 beyond 65535 */
 } rref_t;
 
 static pthread_mutex_t rec_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -260,7 +261,9 @@ void ooc_record_op_end(int token, const ooc_access_t *a, CUstream s, int issued)
     unsigned nd = 0;
     uint8_t first[OOC_MAX_REFS];
     for (size_t i = 0; i < nb; i++) {
-        R.refs[R.nrefs + i] = (rref_t){.id = b[i].id, .use = (uint8_t)b[i].use};
+        R.refs[R.nrefs + i] = (rref_t){.id = b[i].id,
+                                       .use = (uint8_t)b[i].use,
+                                       .word = b[i].word <= UINT16_MAX ? b[i].word : 0};
         rbuf_t *rb;
         HASH_FIND(hh, R.bufs, &b[i].id, sizeof b[i].id, rb);
         if (i < OOC_MAX_REFS)
@@ -514,7 +517,8 @@ static ooc_profile_t *build(int64_t first, int64_t period, int64_t iters) {
             HASH_FIND(hh, R.bufs, &rr->id, sizeof rr->id, b);
             if (!b || b->pid < 0)
                 continue; /* not a buffer of this iteration (cannot happen) */
-            prefs[n++] = (ooc_ref_t){.buf = (int32_t)b->pid, .access = acc[at + r]};
+            prefs[n++] =
+                (ooc_ref_t){.buf = (int32_t)b->pid, .access = acc[at + r], .word = rr->word};
         }
         at += o->nref;
         ok = ooc_profile_add_op(p, (int32_t)o->stream, (ooc_op_kind_t)o->kind, o->name, shape, dur,

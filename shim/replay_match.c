@@ -9,11 +9,15 @@
  * Where such a word pointed while the iteration was recorded, the plan's op has that buffer;
  * where it points now, the live op has it. The two lists are lined up by their longest common
  * subsequence (the same size and, for a plan buffer bound earlier in the iteration, the same
- * buffer). The live op matches when every live buffer left over comes from a parameter word that
- * can be marked weak (ooc_launch_weaken: its buffer is still made resident, but is no longer part
- * of the op's identity), and plan buffers are left over only where the op has weak words (now
- * or from before), through which the recording may have reached them. Correctness never rests
- * on the match: every op's buffers are made resident before it runs, listed or not.
+ * buffer). The live op matches when every live buffer left over is reached through parameter
+ * words that can be marked weak (ooc_launch_weaken: their buffers are still made resident, but
+ * are no longer part of the op's identity), and every plan buffer left over was found, when the
+ * iteration was recorded, through a parameter word (the profile keeps it: ops.tsv's
+ * "BUFFER:ACCESS@BYTE"), which is then marked weak too: on an H200 such a word pointed, after the
+ * plan was made, into a buffer another word of the same launch names, so the live op had one
+ * buffer fewer. A plan buffer with no word (a profile written before words were kept) is accepted
+ * only where the op has weak words, through which the recording may have found it. Correctness
+ * never rests on the match: every op's buffers are made resident before it runs, listed or not.
  *
  * Called under the replay's lock (the scratch below is guarded by it). */
 
@@ -25,7 +29,7 @@
 #define MATCH_MAX 64 /* buffers on either side beyond which no match is tried */
 
 static uint8_t lcs[(MATCH_MAX + 1) * (MATCH_MAX + 1)];
-static uintptr_t rng[MATCH_MAX][2];
+static uint32_t grow[OOC_MAX_REFS], shrink[MATCH_MAX]; /* words to mark weak, by case */
 
 /* Does live buffer x fit plan ref j (its size; its binding when bound)? */
 static int fits(const ooc_profile_t *p, const ooc_op_t *o, const uint64_t *bound, uint32_t j,
@@ -52,7 +56,7 @@ int ooc_replay_match_stale(const ooc_profile_t *p, const ooc_op_t *o, const uint
                 best = (uint8_t)(L(r + 1, j + 1) + 1);
             L(r, j) = best;
         }
-    size_t r = 0, j = 0, ne = 0, left = 0;
+    size_t r = 0, j = 0, ng = 0, ns = 0, unknown = 0;
     for (size_t k = 0; k < m; k++)
         keep[k] = (ooc_opbuf_t){0};
     while (r < n || j < m) {
@@ -60,20 +64,44 @@ int ooc_replay_match_stale(const ooc_profile_t *p, const ooc_op_t *o, const uint
             L(r, j) == L(r + 1, j + 1) + 1) {
             keep[j++] = b[r++];
         } else if (r < n && (j == m || L(r + 1, j) >= L(r, j + 1))) {
-            rng[ne][0] = b[r].addr; /* a live buffer the plan's op does not have */
-            rng[ne][1] = b[r].addr + b[r].bytes;
-            ne++;
+            /* A live buffer the plan's op does not have: every learnable word into it. */
+            size_t had = ng;
+            for (unsigned i = 0; i < a->n; i++)
+                if (ooc_launch_word_learnable(a, i) && a->refs[i].lo >= b[r].addr &&
+                    a->refs[i].lo < b[r].addr + b[r].bytes)
+                    grow[ng++] = a->refs[i].word;
+            if (ng == had)
+                return 0; /* not reached through a word that can be marked */
             r++;
         } else {
-            left++; /* a plan buffer the live op does not have */
+            /* A plan buffer the live op does not have: the word the recording found it through,
+             * unless that word is weak now (then nothing more to mark). */
+            uint32_t w = p->refs[o->ref_off + j].word;
+            int weak_now = 0;
+            for (unsigned i = 0; i < a->n && w && !weak_now; i++)
+                weak_now = a->refs[i].word == w && (a->refs[i].use & OOC_USE_WEAK);
+            if (!w)
+                unknown++;
+            else if (!weak_now)
+                shrink[ns++] = w;
             j++;
         }
     }
 #undef L
-    int weak = ne > 0;
+    /* A plan buffer found through no known word (a profile written before words were kept) is
+     * accepted only where the op has weak words, through which the recording may have found it. */
+    int weak = ng + ns > 0;
     for (unsigned i = 0; i < a->n && !weak; i++)
         weak = a->refs[i].word && (a->refs[i].use & OOC_USE_WEAK);
-    if ((left && !weak) || (ne && ooc_launch_weaken(a, (const uintptr_t(*)[2])rng, ne) != 0))
+    if (unknown && !weak)
+        return 0;
+    if (ng && ooc_launch_weaken(a, grow, ng,
+                                "pointed into a buffer that the plan's operation at this place "
+                                "does not use") != 0)
+        return 0;
+    if (ns && ooc_launch_weaken(a, shrink, ns,
+                                "pointed, when the iteration was recorded, into a buffer that the "
+                                "operation at this place no longer uses") != 0)
         return 0;
     return 1;
 }

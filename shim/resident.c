@@ -189,7 +189,7 @@ const ooc_word_hit_t *ooc_mem_op_word_hits(void) {
 }
 
 /* Lists b for the current op (once), with how the query [lo, hi) uses it. */
-static int opbuf_add(buf_t *b, uintptr_t lo, uintptr_t hi, unsigned use) {
+static int opbuf_add(buf_t *b, uintptr_t lo, uintptr_t hi, unsigned use, uint32_t word) {
     /* A write that does not cover the whole buffer keeps the rest: read-write for the planner. */
     if (use == OOC_USE_W && (lo > b->addr || hi < b->addr + b->size))
         use = OOC_USE_RW;
@@ -213,8 +213,8 @@ static int opbuf_add(buf_t *b, uintptr_t lo, uintptr_t hi, unsigned use) {
         chunk_t *c = chunk_find((b->addr - M.va_base) >> M.shift);
         stamp = c ? atomic_load_explicit(&c->stamp, memory_order_relaxed) : 0;
     }
-    M.op_bufs[M.nopb++] =
-        (ooc_opbuf_t){.id = b->id, .addr = b->addr, .bytes = b->size, .use = use, .stamp = stamp};
+    M.op_bufs[M.nopb++] = (ooc_opbuf_t){
+        .id = b->id, .addr = b->addr, .bytes = b->size, .use = use, .stamp = stamp, .word = word};
     return 0;
 }
 
@@ -385,7 +385,8 @@ static CUresult op_pin(const ooc_access_t *a, int *listed, int again) {
         int listed_here = list && !weak;
         while ((b = query_next(&w)) != NULL) {
             hit = hit ? hit : b->addr;
-            if (listed_here && opbuf_add(b, a->refs[i].lo, a->refs[i].hi, a->refs[i].use) != 0)
+            if (listed_here &&
+                opbuf_add(b, a->refs[i].lo, a->refs[i].hi, a->refs[i].use, a->refs[i].word) != 0)
                 return CUDA_ERROR_OUT_OF_MEMORY;
             if (pin_buffer(b, weak && M.safe) != 0)
                 return CUDA_ERROR_OUT_OF_MEMORY;

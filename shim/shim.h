@@ -199,6 +199,7 @@ typedef struct ooc_opbuf {
     uint64_t bytes;
     unsigned use;   /* OOC_USE_*; W only when the op covers the whole buffer */
     uint64_t stamp; /* a small buffer's slab chunk's stamp when listed (fastpath.c); else 0 */
+    uint32_t word;  /* the first query's ooc_query_t.word that listed it (0: none) */
 } ooc_opbuf_t;
 
 /* Sets up the pool. `safe_loc`, when not NULL, is the host location of host-located VMM memory:
@@ -648,12 +649,15 @@ int ooc_launch_layout(CUfunction f, unsigned *n, const uint32_t **off, const uin
 /* Learns from what a's parameter words met (ooc_mem_op_word_hits) which words of f are stale,
  * and marks them weak: from the next launch on, their queries carry OOC_USE_WEAK. */
 void ooc_launch_learn_words(CUfunction f, const ooc_access_t *a, const ooc_word_hit_t *hits);
-/* The replay found a kernel op with buffers its plan's op does not have, in ranges[0..n) (each
- * [start, end)): marks weak every parameter word of a that points into them (it did not point
- * at a buffer when the iteration was recorded: a pointer the kernel does not always use, or
- * stale bytes of a parameter block). 0, or -1 (nothing marked) when some range holds no word
- * that can be marked. Thread-safe. */
-int ooc_launch_weaken(const ooc_access_t *a, const uintptr_t (*ranges)[2], size_t n);
+/* Is query i of launch a a parameter word that can be marked weak (a pointer word within the
+ * first bytes that have weak bits, not weak already)? */
+int ooc_launch_word_learnable(const ooc_access_t *a, unsigned i);
+/* The replay found kernel op a's buffers differing from its plan's op through the parameter
+ * words words[0..n) (ooc_query_t.word values: stale bytes of a parameter block, or a pointer the
+ * kernel does not always use): marks them weak in a's function, logging each new one with `why`
+ * (what the word did). 0, or -1 (nothing marked) when a has no layout or a word has no weak bit.
+ * Thread-safe. */
+int ooc_launch_weaken(const ooc_access_t *a, const uint32_t *words, size_t n, const char *why);
 /* Every cached layout is asked for again before its next use (a module was unloaded: its
  * functions' handle values may come back as other functions). Thread-safe, lock-free. */
 void ooc_launch_forget_layouts(void);

@@ -64,13 +64,13 @@ static ooc_profile_t *deep_profile(int layers) {
         if (i < 2 * L) {
             int l = i / 2;
             if (i % 2 == 0) {
-                r[n++] = (ooc_ref_t){a[l], OOC_ACCESS_R};
-                r[n++] = (ooc_ref_t){w[l], OOC_ACCESS_R};
-                r[n++] = (ooc_ref_t){y[l], OOC_ACCESS_W};
+                r[n++] = (ooc_ref_t){a[l], OOC_ACCESS_R, 0};
+                r[n++] = (ooc_ref_t){w[l], OOC_ACCESS_R, 0};
+                r[n++] = (ooc_ref_t){y[l], OOC_ACCESS_W, 0};
                 ooc_profile_add_op(p, 0, OOC_KIND_CUBLAS, "gemm_fwd", NULL, 200000, r, n);
             } else {
-                r[n++] = (ooc_ref_t){y[l], OOC_ACCESS_R};
-                r[n++] = (ooc_ref_t){a[l + 1], OOC_ACCESS_W};
+                r[n++] = (ooc_ref_t){y[l], OOC_ACCESS_R, 0};
+                r[n++] = (ooc_ref_t){a[l + 1], OOC_ACCESS_W, 0};
                 ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "relu_fwd", NULL, 40000, r, n);
             }
         } else if (i < 4 * L) {
@@ -79,26 +79,26 @@ static ooc_profile_t *deep_profile(int layers) {
                 /* act backward: reads g[l+1] (or the seed), y[l]; writes gy */
                 int32_t gyb = gyl[l];
                 if (l == L - 1) {
-                    r[n++] = (ooc_ref_t){g[L], OOC_ACCESS_W};
+                    r[n++] = (ooc_ref_t){g[L], OOC_ACCESS_W, 0};
                 } else {
-                    r[n++] = (ooc_ref_t){g[l + 1], OOC_ACCESS_R};
-                    r[n++] = (ooc_ref_t){a[l + 1], OOC_ACCESS_R};
+                    r[n++] = (ooc_ref_t){g[l + 1], OOC_ACCESS_R, 0};
+                    r[n++] = (ooc_ref_t){a[l + 1], OOC_ACCESS_R, 0};
                 }
-                r[n++] = (ooc_ref_t){y[l], OOC_ACCESS_R};
-                r[n++] = (ooc_ref_t){gyb, OOC_ACCESS_W};
+                r[n++] = (ooc_ref_t){y[l], OOC_ACCESS_R, 0};
+                r[n++] = (ooc_ref_t){gyb, OOC_ACCESS_W, 0};
                 ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "relu_bwd", NULL, 60000, r, n);
             } else {
                 int32_t gyb = gyl[l];
-                r[n++] = (ooc_ref_t){gyb, OOC_ACCESS_R};
-                r[n++] = (ooc_ref_t){w[l], OOC_ACCESS_R};
-                r[n++] = (ooc_ref_t){g[l], OOC_ACCESS_W};
-                r[n++] = (ooc_ref_t){gw[l], OOC_ACCESS_W};
+                r[n++] = (ooc_ref_t){gyb, OOC_ACCESS_R, 0};
+                r[n++] = (ooc_ref_t){w[l], OOC_ACCESS_R, 0};
+                r[n++] = (ooc_ref_t){g[l], OOC_ACCESS_W, 0};
+                r[n++] = (ooc_ref_t){gw[l], OOC_ACCESS_W, 0};
                 ooc_profile_add_op(p, 0, OOC_KIND_CUBLAS, "gemm_bwd", NULL, 400000, r, n);
             }
         } else {
             int l = i - 4 * L;
-            r[n++] = (ooc_ref_t){w[l], OOC_ACCESS_RW};
-            r[n++] = (ooc_ref_t){gw[l], OOC_ACCESS_R};
+            r[n++] = (ooc_ref_t){w[l], OOC_ACCESS_RW, 0};
+            r[n++] = (ooc_ref_t){gw[l], OOC_ACCESS_R, 0};
             ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "sgd_update", NULL, 5000, r, n);
         }
     }

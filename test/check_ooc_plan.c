@@ -111,8 +111,9 @@ static ooc_profile_t *two_swapins(void) {
     ck_assert_int_eq(ooc_profile_add_buffer(p, 3000, 0, 7, 0, "B", NULL, 0), BUF_B);
     ck_assert_int_eq(ooc_profile_add_buffer(p, 1000, 0, 6, 0, "A", NULL, 0), BUF_A);
     ck_assert_int_eq(ooc_profile_add_buffer(p, 100000, 1, 5, 0, "S", NULL, 0), 2);
-    ooc_ref_t w[2] = {{BUF_B, OOC_ACCESS_W}, {BUF_A, OOC_ACCESS_W}}, s = {2, OOC_ACCESS_RW},
-              ra = {BUF_A, OOC_ACCESS_R}, rb = {BUF_B, OOC_ACCESS_R};
+    ooc_ref_t w[2] = {{BUF_B, OOC_ACCESS_W, 0}, {BUF_A, OOC_ACCESS_W, 0}},
+              s = {2, OOC_ACCESS_RW, 0}, ra = {BUF_A, OOC_ACCESS_R, 0},
+              rb = {BUF_B, OOC_ACCESS_R, 0};
     ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "k0", NULL, 1000, w, 2);
     for (int i = 1; i <= 5; i++)
         ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "k", NULL, 1000, &s, 1);

@@ -25,8 +25,8 @@ static ooc_profile_t *tiny(void) {
     int32_t prod = 0;
     ck_assert_int_eq(ooc_profile_add_buffer(p, 1000, 0, 3, 0, "A", &prod, 1), 0);
     ck_assert_int_eq(ooc_profile_add_buffer(p, 1000, 1, 2, 0, "B", NULL, 0), 1);
-    ooc_ref_t r0 = {0, OOC_ACCESS_W}, r1 = {1, OOC_ACCESS_W}, r2 = {1, OOC_ACCESS_R},
-              r3 = {0, OOC_ACCESS_R};
+    ooc_ref_t r0 = {0, OOC_ACCESS_W, 0}, r1 = {1, OOC_ACCESS_W, 0}, r2 = {1, OOC_ACCESS_R, 0},
+              r3 = {0, OOC_ACCESS_R, 0};
     ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "k0", NULL, 1000, &r0, 1);
     ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "k1", NULL, 1000, &r1, 1);
     ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "k2", NULL, 1000, &r2, 1);
@@ -143,9 +143,9 @@ static ooc_profile_t *three(int gate, int swap) {
     ck_assert_int_eq(ooc_profile_add_buffer(q, 1000, 0, 3, 0, "A", &prod, 1), 0);
     ck_assert_int_eq(ooc_profile_add_buffer(q, 1000, 0, 2, 0, "B", NULL, 0), 1);
     ck_assert_int_eq(ooc_profile_add_buffer(q, 1000, -1, -1, 1, "C", NULL, 0), 2);
-    ooc_ref_t r0[2] = {{0, OOC_ACCESS_W}, {1, OOC_ACCESS_W}}, r1 = {1, OOC_ACCESS_R},
-              r2[2] = {{swap ? 0 : 1, OOC_ACCESS_R}, {swap ? 1 : 2, OOC_ACCESS_R}},
-              r3 = {swap ? 2 : 0, OOC_ACCESS_R};
+    ooc_ref_t r0[2] = {{0, OOC_ACCESS_W, 0}, {1, OOC_ACCESS_W, 0}}, r1 = {1, OOC_ACCESS_R, 0},
+              r2[2] = {{swap ? 0 : 1, OOC_ACCESS_R, 0}, {swap ? 1 : 2, OOC_ACCESS_R, 0}},
+              r3 = {swap ? 2 : 0, OOC_ACCESS_R, 0};
     ooc_profile_add_op(q, 0, OOC_KIND_KERNEL, "k0", NULL, 1000, r0, 2);
     ooc_profile_add_op(q, 0, OOC_KIND_KERNEL, "k1", NULL, 3000, &r1, 1);
     ooc_profile_add_op(q, 0, OOC_KIND_KERNEL, "k2", NULL, 1000, r2, 2);
@@ -427,8 +427,8 @@ START_TEST(test_buffer_written_after_its_producer_is_not_recomputable) {
     int32_t prod = 0;
     ck_assert_int_eq(ooc_profile_add_buffer(p, 1000, 0, 4, 0, "A", &prod, 1), 0);
     ck_assert_int_eq(ooc_profile_add_buffer(p, 1000, 0, 4, 0, "X", NULL, 0), 1);
-    ooc_ref_t w[2] = {{0, OOC_ACCESS_W}, {1, OOC_ACCESS_R}}, inplace = {0, OOC_ACCESS_RW},
-              other = {1, OOC_ACCESS_R}, rd = {0, OOC_ACCESS_R};
+    ooc_ref_t w[2] = {{0, OOC_ACCESS_W, 0}, {1, OOC_ACCESS_R, 0}}, inplace = {0, OOC_ACCESS_RW, 0},
+              other = {1, OOC_ACCESS_R, 0}, rd = {0, OOC_ACCESS_R, 0};
     ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "gemm", NULL, 1000, w, 2);
     ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "relu", NULL, 1000, &inplace, 1);
     ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "k2", NULL, 1000, &other, 1);
@@ -482,11 +482,11 @@ START_TEST(test_dead_buffers_freed_later_are_swapped_out) {
     ck_assert_int_eq(ooc_profile_add_buffer(p, 1000, 0, 4, 0, "G", NULL, 0), 0);
     ck_assert_int_eq(ooc_profile_add_buffer(p, 1000, 2, 4, 0, "T", NULL, 0), 1);
     ck_assert_int_eq(ooc_profile_add_buffer(p, 1000, 0, 3, 0, "X", NULL, 0), 2);
-    ooc_ref_t gw[2] = {{0, OOC_ACCESS_W}, {2, OOC_ACCESS_RW}};
-    ooc_ref_t gr[2] = {{0, OOC_ACCESS_R}, {2, OOC_ACCESS_RW}};
-    ooc_ref_t tw[2] = {{1, OOC_ACCESS_W}, {2, OOC_ACCESS_RW}};
-    ooc_ref_t tr[2] = {{1, OOC_ACCESS_R}, {2, OOC_ACCESS_RW}};
-    ooc_ref_t tr2[1] = {{1, OOC_ACCESS_R}};
+    ooc_ref_t gw[2] = {{0, OOC_ACCESS_W, 0}, {2, OOC_ACCESS_RW, 0}};
+    ooc_ref_t gr[2] = {{0, OOC_ACCESS_R, 0}, {2, OOC_ACCESS_RW, 0}};
+    ooc_ref_t tw[2] = {{1, OOC_ACCESS_W, 0}, {2, OOC_ACCESS_RW, 0}};
+    ooc_ref_t tr[2] = {{1, OOC_ACCESS_R, 0}, {2, OOC_ACCESS_RW, 0}};
+    ooc_ref_t tr2[1] = {{1, OOC_ACCESS_R, 0}};
     ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "k0", NULL, 1000, gw, 2);
     ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "k1", NULL, 1000, gr, 2);
     ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "k2", NULL, 1000, tw, 2);
@@ -601,8 +601,8 @@ START_TEST(test_bound_by_hand_copy_engine) {
     ck_assert_int_eq(ooc_profile_add_buffer(p, 1000, 1, 4, 0, "B", NULL, 0), 1);
     ck_assert_int_eq(ooc_profile_add_buffer(p, 2000, 2, 2, 0, "C", NULL, 0), 2);
     ck_assert_int_eq(ooc_profile_add_buffer(p, 100, 3, 3, 0, "D", NULL, 0), 3);
-    ooc_ref_t r0 = {0, OOC_ACCESS_W}, r1 = {1, OOC_ACCESS_W}, r2 = {2, OOC_ACCESS_W},
-              r3 = {3, OOC_ACCESS_W}, r4[2] = {{0, OOC_ACCESS_R}, {1, OOC_ACCESS_R}};
+    ooc_ref_t r0 = {0, OOC_ACCESS_W, 0}, r1 = {1, OOC_ACCESS_W, 0}, r2 = {2, OOC_ACCESS_W, 0},
+              r3 = {3, OOC_ACCESS_W, 0}, r4[2] = {{0, OOC_ACCESS_R, 0}, {1, OOC_ACCESS_R, 0}};
     ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "k0", NULL, 100, &r0, 1);
     ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "k1", NULL, 100, &r1, 1);
     ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "k2", NULL, 100, &r2, 1);
@@ -688,9 +688,9 @@ START_TEST(test_bound_by_hand_rebuild_input) {
     ck_assert_int_eq(ooc_profile_add_buffer(p, 1000, 1, 3, 0, "B", &via, 1), 1);
     ck_assert_int_eq(ooc_profile_add_buffer(p, 2000, 2, 2, 0, "C", NULL, 0), 2);
     ck_assert_int_eq(ooc_profile_add_buffer(p, 2000, 4, 4, 0, "D", NULL, 0), 3);
-    ooc_ref_t r0 = {0, OOC_ACCESS_W}, r1[2] = {{0, OOC_ACCESS_R}, {1, OOC_ACCESS_W}},
-              r2 = {2, OOC_ACCESS_W}, r3 = {1, OOC_ACCESS_R}, r4 = {3, OOC_ACCESS_W},
-              r5 = {0, OOC_ACCESS_R};
+    ooc_ref_t r0 = {0, OOC_ACCESS_W, 0}, r1[2] = {{0, OOC_ACCESS_R, 0}, {1, OOC_ACCESS_W, 0}},
+              r2 = {2, OOC_ACCESS_W, 0}, r3 = {1, OOC_ACCESS_R, 0}, r4 = {3, OOC_ACCESS_W, 0},
+              r5 = {0, OOC_ACCESS_R, 0};
     ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "k0", NULL, 100, &r0, 1);
     ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "k1", NULL, 1, r1, 2);
     ooc_profile_add_op(p, 0, OOC_KIND_KERNEL, "k2", NULL, 100, &r2, 1);
@@ -944,7 +944,7 @@ static ooc_profile_t *random_profile(uint64_t *s) {
             if (dup)
                 continue;
             uint8_t acc = rnd(s) % 6 == 0 ? OOC_ACCESS_RW : OOC_ACCESS_R;
-            opr[i][nr[i]++] = (ooc_ref_t){b, acc};
+            opr[i][nr[i]++] = (ooc_ref_t){b, acc, 0};
             if (first[b] < 0 && !pers[b])
                 first[b] = (int32_t)i;
             last[b] = (int32_t)i;
@@ -956,7 +956,7 @@ static ooc_profile_t *random_profile(uint64_t *s) {
             for (uint32_t j = 0; j < nr[i]; j++)
                 only_reads &= opr[i][j].access == OOC_ACCESS_R;
             pure[nb] = only_reads && rnd(s) % 2;
-            opr[i][nr[i]++] = (ooc_ref_t){(int32_t)nb, OOC_ACCESS_W};
+            opr[i][nr[i]++] = (ooc_ref_t){(int32_t)nb, OOC_ACCESS_W, 0};
             nb++;
         }
     }
@@ -1111,7 +1111,7 @@ START_TEST(test_heavy_ops_follow_kinds_and_names) {
     p->h2d_bps = p->d2h_bps = 1e9;
     p->bidir_bps = 2e9;
     ck_assert_int_eq(ooc_profile_add_buffer(p, 1000, 0, (int64_t)n - 1, 0, "A", NULL, 0), 0);
-    ooc_ref_t r = {0, OOC_ACCESS_RW};
+    ooc_ref_t r = {0, OOC_ACCESS_RW, 0};
     for (size_t i = 0; i < n; i++)
         ooc_profile_add_op(p, 0, ops[i].kind, ops[i].name, NULL, 1000, &r, 1);
     ck_assert_int_eq(ooc_profile_validate(p, NULL, 0), 0);

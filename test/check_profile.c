@@ -68,6 +68,7 @@ static void assert_same_profile(const ooc_profile_t *a, const ooc_profile_t *b) 
         for (uint32_t k = 0; k < x->nref; k++) {
             ck_assert_int_eq(a->refs[x->ref_off + k].buf, b->refs[y->ref_off + k].buf);
             ck_assert_int_eq(a->refs[x->ref_off + k].access, b->refs[y->ref_off + k].access);
+            ck_assert_int_eq(a->refs[x->ref_off + k].word, b->refs[y->ref_off + k].word);
         }
     }
 }
@@ -103,10 +104,11 @@ static ooc_profile_t *small_profile(void) {
     ck_assert_int_eq(ooc_profile_add_buffer(p, 100000, 0, 2, 0, "", &prod0, 1), 1);
     ck_assert_int_eq(ooc_profile_add_buffer(p, 3, 1, 3, 0, "x", NULL, 0), 2);
     for (int i = 0; i < 4; i++) {
-        ooc_ref_t r[2] = {{0, OOC_ACCESS_R},
-                          {i == 0 ? 1 : 2, i == 0 ? OOC_ACCESS_W : OOC_ACCESS_RW}};
+        ooc_ref_t r[2] = {{0, OOC_ACCESS_R, 0},
+                          {i == 0 ? 1 : 2, i == 0 ? OOC_ACCESS_W : OOC_ACCESS_RW,
+                           (uint16_t)(i == 1 ? 4 : 0)}}; /* found through parameter byte 24 */
         if (i == 2)
-            r[1] = (ooc_ref_t){1, OOC_ACCESS_R};
+            r[1] = (ooc_ref_t){1, OOC_ACCESS_R, 0};
         ck_assert_int_eq(ooc_profile_add_op(p, i % 2, (ooc_op_kind_t)(i + 1), "k\tname",
                                             i ? "grid=(1,1,1) block=(128,1,1)" : NULL,
                                             1000u * (unsigned)(i + 1), r, 2),
@@ -239,6 +241,11 @@ static const struct {
     {2, "\n1\t0\t", "\n1\tx\t", "ops.tsv:4: field stream"},
     {2, ":r", ":x", "field refs"},
     {2, ":r", ":r,0:r,0:r", "field refs"},
+    {2, ":r", ":r@12",
+     "field refs: '0:r@12,1:r,3:w' has a parameter byte after '@' that is not a multiple of 8"},
+    {2, ":r", ":r@", "field refs: '0:r@,1:r,3:w' has a parameter byte"},
+    {2, ":r", ":r@524280", "not a multiple of 8 below 524280"},
+    {2, ":r", ":@8", "is not '-' or a list of BUFFER:r|w|rw[@BYTE]"},
     {2, "\n2\t", "\n\n2\t", "ops.tsv:5: empty line"},
     {2, "\n1\t0\t", "\n1\t0\t\t\t\t\t\t\t\t\t\t\t", "ops.tsv:4: too many fields"},
     {2, "\n1\t0\t", "\n1\t0\t\t", "ops.tsv:4: field"},

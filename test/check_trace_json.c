@@ -1131,7 +1131,7 @@ START_TEST(test_tricky_names_are_escaped) {
             (int)k);
     }
     for (size_t k = 0; k < NTRICKY; k++) {
-        ooc_ref_t r = {(int32_t)k, OOC_ACCESS_W};
+        ooc_ref_t r = {(int32_t)k, OOC_ACCESS_W, 0};
         ck_assert_int_eq(ooc_profile_add_op(p, streams[k % 3], (ooc_op_kind_t)(k % OOC_KIND_COUNT),
                                             tricky[k].raw, tricky[NTRICKY - 1 - k].raw, 100 + k, &r,
                                             1),
@@ -1294,11 +1294,11 @@ static ooc_profile_t *random_profile(uint64_t *s) {
             for (uint32_t j = 0; j < nr[i]; j++)
                 dup |= r[i][j].buf == (int32_t)b;
             if (!dup) {
-                r[i][nr[i]++] = (ooc_ref_t){(int32_t)b, OOC_ACCESS_R};
+                r[i][nr[i]++] = (ooc_ref_t){(int32_t)b, OOC_ACCESS_R, 0};
                 last[b] = i;
             }
         }
-        r[i][nr[i]++] = (ooc_ref_t){(int32_t)(npers + i), OOC_ACCESS_W};
+        r[i][nr[i]++] = (ooc_ref_t){(int32_t)(npers + i), OOC_ACCESS_W, 0};
         last[npers + i] = i;
     }
     for (uint32_t b = 0; b < npers; b++)

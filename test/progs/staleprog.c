@@ -29,11 +29,17 @@
  * size, allocated and freed beside T every iteration: the plan's op has T where the live op has
  * U.
  *
+ * With --shared the hint holds the address of the live temporary T for the first 12 iterations,
+ * and from then on, in some iterations, an address inside A, which the launch passes anyway (as
+ * stale words of PyTorch's reduction kernels pointed, on an H200, into a buffer another word of
+ * the same launch named): the plan's op has T where the live op has nothing more than A and B.
+ *
  * With --cold the hint dangles in the first iteration and from then on points into G, an 8 MiB
  * buffer set once at the start and never used again: under OOC_BUDGET=8M (4 chunks of 2 MiB) G
  * and the op's own buffers cannot all be resident at once.
  *
- * Options: --iters N (default 24, at least 4), --moved, --late, --wander or --cold. Prints
+ * Options: --iters N (default 24, at least 4), --moved, --late, --wander, --shared or
+ * --cold. Prints
  * `checksum: H` (FNV-1a of every B read back). Exit status 0, 2 on a driver error, 64 on a bad
  * option. Linked with -lcuda (the simulated driver). */
 #include "userprog.h"
@@ -47,7 +53,7 @@ static void launch(CUfunction f, CUstream s, void **args) {
 }
 
 int main(int argc, char **argv) {
-    int iters = 24, moved = 0, late = 0, wander = 0, cold = 0;
+    int iters = 24, moved = 0, late = 0, wander = 0, shared = 0, cold = 0;
     if (argc > 1 && strcmp(argv[argc - 1], "--moved") == 0) {
         moved = 1;
         argc--;
@@ -56,6 +62,9 @@ int main(int argc, char **argv) {
         argc--;
     } else if (argc > 1 && strcmp(argv[argc - 1], "--wander") == 0) {
         wander = 1;
+        argc--;
+    } else if (argc > 1 && strcmp(argv[argc - 1], "--shared") == 0) {
+        shared = 1;
         argc--;
     } else if (argc > 1 && strcmp(argv[argc - 1], "--cold") == 0) {
         cold = 1;
@@ -107,6 +116,8 @@ int main(int argc, char **argv) {
             hint = it >= 12 && (lfsr & 1u) ? t + 64 : 0;
         if (wander)
             hint = it >= 12 && (lfsr & 1u) ? u + 64 : t + 64;
+        if (shared)
+            hint = it >= 12 && (lfsr & 1u) ? a + 64 : t + 64;
         if (cold)
             hint = it == 0 ? gone : g + 64;
         if (moved) {
