@@ -123,11 +123,33 @@ unsigned wait_for(unsigned why) {
     return old;
 }
 
+/* Has a stream the program issued work on some of it still queued (0 when not known)? Then the
+ * device had the program's work all through a wait that ends now (a stream runs in order; this
+ * thread queued nothing while it waited): on a GPU such a wait costs nothing, the framework's
+ * thread was ahead anyway. A wait that ends with every such stream empty may have starved the
+ * device, for all of it or a part (OOC_STATS "with the program's streams empty", an upper bound).
+ * Lock-free: the stream table's entries are only added. */
+static int program_busy(void) {
+    /* During a stream capture a query could invalidate the program's capture: not asked. */
+    if (atomic_load_explicit(&ooc_graph_captures, memory_order_relaxed))
+        return 0;
+    unsigned n = atomic_load_explicit(&M.nstreams, memory_order_acquire);
+    for (unsigned i = 0; i < n; i++)
+        if (ooc_real.cuStreamQuery(M.streams[i].s) == CUDA_ERROR_NOT_READY)
+            return 1;
+    return 0;
+}
+
+/* Waits shorter than this are counted as with the streams empty without asking the driver. */
+#define IDLE_QUERY_NS 20000
+
 static void wait_count(uint64_t t0, unsigned why) {
     uint64_t dt = mem_clock_ns() - t0;
     ooc_stats_add(OOC_STAT_blocked_ns, dt);
     if (why != WAIT_OTHER)
         ooc_stats_add(why_stat[why], dt);
+    if (dt < IDLE_QUERY_NS || !program_busy())
+        ooc_stats_add(OOC_STAT_blocked_idle_ns, dt);
 }
 
 /* Counts the wait that began at t0 (wait_begin) as blocked, unless on the worker, under the

@@ -109,6 +109,7 @@ static struct {
     uint64_t blocked_mark; /* OOC_STAT_blocked_ns when the current iteration started */
     uint64_t vmm_mark;     /* OOC_STAT_vmm_prog_ns then */
     uint64_t why_mark[OOC_STAT_WHY_N]; /* OOC_STAT_blocked_<cause>_ns then */
+    uint64_t idle_mark;                /* OOC_STAT_blocked_idle_ns then */
     int32_t *drop_rc;  /* per action: for a drop, the recompute of the same buffer that follows */
     recipes_t rc;      /* dropped buffers waiting to be rebuilt */
     ooc_opbuf_t *keep; /* drop_unplanned's scratch: the live buffers in the plan's order */
@@ -555,6 +556,7 @@ static void new_iteration(void) {
     static const ooc_stat_t why[OOC_STAT_WHY_N][2] = {OOC_STAT_WHY(WHY_)};
 #undef WHY_
     uint64_t blocked = ooc_stats_get(OOC_STAT_blocked_ns);
+    uint64_t idle = ooc_stats_get(OOC_STAT_blocked_idle_ns);
     uint64_t vmm = ooc_stats_get(OOC_STAT_vmm_prog_ns);
     for (int i = 0; i < OOC_STAT_WHY_N; i++) {
         uint64_t now = ooc_stats_get(why[i][0]);
@@ -564,10 +566,12 @@ static void new_iteration(void) {
     }
     if (P.iter >= 2) {
         ooc_stats_add(OOC_STAT_replay_blocked_ns, blocked - P.blocked_mark);
+        ooc_stats_add(OOC_STAT_replay_idle_ns, idle - P.idle_mark);
         ooc_stats_add(OOC_STAT_replay_vmm_prog_ns, vmm - P.vmm_mark);
         ooc_stats_add(OOC_STAT_replay_iters, 1);
     }
     P.blocked_mark = blocked;
+    P.idle_mark = idle;
     P.vmm_mark = vmm;
     P.iter++;
     if (P.pos == P.n && !P.iter_diverged)

@@ -55,6 +55,7 @@
     X(cuEventRecord, PFN_cuEventRecord_v2000)                                                      \
     X(cuEventSynchronize, PFN_cuEventSynchronize_v2000)                                            \
     X(cuEventQuery, PFN_cuEventQuery_v2000)                                                        \
+    X(cuStreamQuery, PFN_cuStreamQuery_v2000)                                                      \
     X(cuEventDestroy_v2, PFN_cuEventDestroy_v4000)                                                 \
     X(cuFuncGetParamInfo, PFN_cuFuncGetParamInfo_v12040)                                           \
     X(cuKernelGetParamInfo, PFN_cuKernelGetParamInfo_v12040)                                       \

@@ -152,6 +152,14 @@ size_t ooc_stats_format(char *buf, size_t len) {
             snprintf(v, sizeof v, "-");
         append(buf, len, &need, "  %-*s %*s\n", LABEL_W, stat_desc[why[i]].label, VALUE_W, v);
     }
+    /* ... and the part of it that ended with the program's streams empty (the device may have
+     * been out of the program's work: on a GPU, the part that can cost time). */
+    if (iters > 0)
+        ooc_stats_fmt_ns(ooc_stats_get(OOC_STAT_replay_idle_ns) / iters, v, sizeof v);
+    else
+        snprintf(v, sizeof v, "-");
+    append(buf, len, &need, "  %-*s %*s\n", LABEL_W, stat_desc[OOC_STAT_replay_idle_ns].label,
+           VALUE_W, v);
     /* The mapping calls the program's thread makes itself in such an iteration (the plan has the
      * worker make them). */
     if (iters > 0)

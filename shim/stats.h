@@ -36,12 +36,14 @@
     X(blocked_queued_ns, COUNTER, NS, "of it: for planned swap-ins still queued")                  \
     X(blocked_out_ns, COUNTER, NS, "of it: for copies out (memory, remaps)")                       \
     X(blocked_streams_ns, COUNTER, NS, "of it: for a chunk's streams (remaps)")                    \
+    X(blocked_idle_ns, COUNTER, NS, "of it: with the program's streams empty")                     \
     X(replay_blocked_ns, COUNTER, NS, "of it in whole replayed iterations")                        \
     X(replay_iters, COUNTER, COUNT, "whole iterations replayed")                                   \
     X(replay_lock_ns, HIDDEN, NS, "  of it: the residency lock")                                   \
     X(replay_queued_ns, HIDDEN, NS, "  of it: planned swap-ins still queued")                      \
     X(replay_out_ns, HIDDEN, NS, "  of it: copies out (memory, remaps)")                           \
     X(replay_streams_ns, HIDDEN, NS, "  of it: a chunk's streams (remaps)")                        \
+    X(replay_idle_ns, HIDDEN, NS, "  of it: the program's streams empty")                          \
     X(host_aliases, COUNTER, COUNT, "swapped chunks mapped to their host copy")                    \
     X(recomputes, COUNTER, COUNT, "recomputations")                                                \
     X(recompute_launches, COUNTER, COUNT, "producer re-launches to rebuild buffers")               \

@@ -172,6 +172,51 @@ START_TEST(test_threads_with_room_get_every_byte_right) {
 }
 END_TEST
 
+/* The program's thread waits in the shim for a copy out (test/progs/busyprog: A copied out, about
+ * 8 ms on the slow link, for C's memory) while its other stream s1 is held behind a host word:
+ * that wait ended with the program's work still queued, and is not counted "with the program's
+ * streams empty"; with --idle s1 drained first, and the same wait is. Both runs give the oracle's
+ * bytes. The statistic separates the waits a GPU runs through from those that may starve it. */
+START_TEST(test_a_wait_with_work_still_queued_is_told_from_one_with_the_streams_empty) {
+    static const char *const none[] = {NULL}, *const idle[] = {"--idle", NULL};
+    const char *const oenv[] = {"FAKECUDA_SCHED=threaded", NULL}; /* inline cannot hold s1 */
+    tu_result_t o = run("test/progs/busyprog", none, 0, oenv);
+    ck_assert_msg(o.status == 0, "%s", o.err);
+    double empty[2] = {0, 0};
+    for (int v = 0; v < 2; v++) {
+        const char *const env[] = {
+            "FAKECUDA_SCHED=threaded", "FAKECUDA_TIMING=1", "FAKECUDA_D2H_GBPS=0.25",
+            "FAKECUDA_H2D_GBPS=0.25",  "OOC_MODE=demand",   "OOC_SAFE=off",
+            "OOC_BUDGET=6M",           "OOC_STATS=1",       NULL};
+        tu_result_t r = run("test/progs/busyprog", v ? idle : none, 1, env);
+        ck_assert_msg(r.status == 0, "%s", tu_tail(r.err, 3000));
+        ck_assert_str_eq(r.checksum, o.checksum);
+        double all = tu_stat_value(r.err, "host time blocked in the shim");
+        double out = tu_stat_value(r.err, "of it: for copies out (memory, remaps)");
+        empty[v] = tu_stat_value(r.err, "of it: with the program's streams empty");
+        /* the copy out of 2 MiB at 0.25 GB/s: about 8 ms */
+        ck_assert_msg(out >= 4.0 && empty[v] <= all + 0.01,
+                      "%s: blocked %.2f, copies out %.2f, "
+                      "streams empty %.2f\n%s",
+                      v ? "--idle" : "busy", all, out, empty[v], tu_tail(r.err, 3000));
+        /* --idle: every wait ended with the streams empty; else the one for A's copy out (about
+         * 8 ms) ended with s1 held, the others (the read-back's) with the streams empty. */
+        if (v)
+            ck_assert_msg(empty[v] >= all - 0.05,
+                          "--idle: blocked %.2f ms, of it with the "
+                          "streams empty %.2f\n%s",
+                          all, empty[v], tu_tail(r.err, 3000));
+        else
+            ck_assert_msg(all - empty[v] >= 4.0,
+                          "busy: blocked %.2f ms, of it with the streams "
+                          "empty %.2f\n%s",
+                          all, empty[v], tu_tail(r.err, 3000));
+        tu_result_free(&r);
+    }
+    tu_result_free(&o);
+}
+END_TEST
+
 Suite *suite_fastpath(void) {
     Suite *s = suite_create("fastpath");
     TCase *t = tcase_create("fastpath");
@@ -183,6 +228,7 @@ Suite *suite_fastpath(void) {
     tcase_add_test(t, test_threads_under_eviction_get_every_byte_right_without_safe_mode);
     tcase_add_test(t, test_threads_under_eviction_get_every_byte_right_inline);
     tcase_add_test(t, test_threads_with_room_get_every_byte_right);
+    tcase_add_test(t, test_a_wait_with_work_still_queued_is_told_from_one_with_the_streams_empty);
     suite_add_tcase(s, t);
     return s;
 }

@@ -138,6 +138,13 @@ static void assert_replayed(const cfg_t *c, const tu_result_t *r) {
         sum <= all + 0.04 && per_sum <= per + 0.04,
         "%s: blocked %.2f ms, by cause %.2f; per replayed iteration %.2f, by cause %.2f\n%s",
         c->name, all, sum, per, per_sum, tu_tail(r->err, 3000));
+    /* ... and so does the part that ended with the program's streams empty. */
+    double empty = tu_stat_value(r->err, "of it: with the program's streams empty");
+    double per_empty = tu_stat_value(r->err, "of it: the program's streams empty");
+    ck_assert_msg(empty >= 0 && empty <= all + 0.01 && per_empty >= 0 && per_empty <= per + 0.01,
+                  "%s: blocked %.2f ms, with the streams empty %.2f; per replayed iteration "
+                  "%.2f, with the streams empty %.2f\n%s",
+                  c->name, all, empty, per, per_empty, tu_tail(r->err, 3000));
 }
 
 /* The simulated device's rates in `make bench`'s short-kernel configuration for `mlp`

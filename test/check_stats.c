@@ -205,6 +205,12 @@ START_TEST(test_table_reports_blocked_time_per_replayed_iteration) {
     row_reads(table, "  of it: planned swap-ins still queued", "1.00 ms");
     row_reads(table, "  of it: a chunk's streams (remaps)", "0.25 ms");
     row_reads(table, "  of it: the residency lock", "0.00 ms");
+    /* ... and the part whose waits ended with the program's streams empty */
+    ooc_stats_add(OOC_STAT_blocked_idle_ns, 5000000);
+    ooc_stats_add(OOC_STAT_replay_idle_ns, 2000000);
+    ooc_stats_format(table, sizeof table);
+    row_reads(table, "of it: with the program's streams empty", "5.00 ms");
+    row_reads(table, "  of it: the program's streams empty", "0.50 ms");
     ck_assert_msg(strstr(table, "4.00 ms") == NULL, "a per-iteration cell listed as it is:\n%s",
                   table);
 }
