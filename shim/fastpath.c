@@ -131,7 +131,7 @@ unsigned wait_for(unsigned why) {
  * Lock-free: the stream table's entries are only added. */
 static int program_busy(void) {
     /* During a stream capture a query could invalidate the program's capture: not asked. */
-    if (atomic_load_explicit(&ooc_graph_captures, memory_order_relaxed))
+    if (!ooc_real.cuStreamQuery || atomic_load_explicit(&ooc_graph_captures, memory_order_relaxed))
         return 0;
     unsigned n = atomic_load_explicit(&M.nstreams, memory_order_acquire);
     for (unsigned i = 0; i < n; i++)
