@@ -339,7 +339,7 @@ int ooc_launch_weaken(const ooc_access_t *a, const uint32_t *words, size_t n, co
     for (size_t k = 0; k < n; k++)
         if (words[k] == 0 || (size_t)words[k] * 8 > WEAK_BYTES)
             return -1; /* nothing marked */
-    for (size_t k = 0; k < n; k++) {
+    for (size_t k = 0; k < n && why; k++) {
         uint32_t word = words[k];
         uint64_t bit = 1ull << ((word - 1) % 64);
         uint64_t was = atomic_fetch_or(&l->weak[(word - 1) / 64], bit);

@@ -95,6 +95,12 @@ int ooc_replay_match_stale(const ooc_profile_t *p, const ooc_op_t *o, const uint
         weak = a->refs[i].word && (a->refs[i].use & OOC_USE_WEAK);
     if (unknown && !weak)
         return 0;
+    /* Both lists checked before either is marked: a word that cannot be (beyond the first
+     * parameter bytes that have weak bits: only from an edited profile) fails the match with
+     * nothing marked. */
+    if ((ng && ooc_launch_weaken(a, grow, ng, NULL) != 0) ||
+        (ns && ooc_launch_weaken(a, shrink, ns, NULL) != 0))
+        return 0;
     if (ng && ooc_launch_weaken(a, grow, ng,
                                 "pointed into a buffer that the plan's operation at this place "
                                 "does not use") != 0)

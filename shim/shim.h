@@ -657,7 +657,8 @@ int ooc_launch_word_learnable(const ooc_access_t *a, unsigned i);
  * words words[0..n) (ooc_query_t.word values: stale bytes of a parameter block, or a pointer the
  * kernel does not always use): marks them weak in a's function, logging each new one with `why`
  * (what the word did). 0, or -1 (nothing marked) when a has no layout or a word has no weak bit.
- * Thread-safe. */
+ * With `why` NULL it only says whether it could mark them all (0) and marks nothing. Thread-safe.
+ */
 int ooc_launch_weaken(const ooc_access_t *a, const uint32_t *words, size_t n, const char *why);
 /* Every cached layout is asked for again before its next use (a module was unloaded: its
  * functions' handle values may come back as other functions). Thread-safe, lock-free. */

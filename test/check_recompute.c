@@ -376,6 +376,56 @@ START_TEST(test_a_word_that_points_only_after_the_plan_is_made_weak) {
 }
 END_TEST
 
+/* A plan word that cannot be marked weak (beyond the first 4096 parameter bytes, as only an
+ * edited profile can have: the profile of a staleprog --wander recording with the hint's word
+ * moved from byte 24 to 4104) fails the match with nothing marked. The live op's own word into
+ * the other temporary is left as it was: marked first, it made the op lose the temporary from
+ * its identity in the iterations that did match (every later one diverged). The replay diverges
+ * where the hint wanders, records again, and the bytes are the program's. */
+START_TEST(test_a_plan_word_that_cannot_be_marked_marks_nothing) {
+    static const char *const rec_args[] = {"--iters", "10", "--wander", NULL};
+    static const char *const args[] = {"--iters", "32", "--wander", NULL};
+    static const char *const cfg[][2] = {{"FAKECUDA_SCHED=inline", "OOC_SAFE=on"},
+                                         {"FAKECUDA_SCHED=threaded", "OOC_SAFE=off"}};
+    tu_result_t o = run("test/progs/staleprog", args, 0, NULL);
+    ck_assert_msg(o.status == 0, "%s", o.err);
+    for (int k = 0; k < 2; k++) {
+        const char *dir = tmpdir();
+        char pdir[96], plan[96], cmd[256];
+        snprintf(pdir, sizeof pdir, "OOC_PROFILE_DIR=%s", dir);
+        const char *rec_env[] = {
+            cfg[k][0], cfg[k][1], "OOC_MODE=auto", "OOC_BUDGET=64M", "OOC_PROFILE_ITERS=2",
+            pdir,      NULL};
+        tu_result_t r = run("test/progs/staleprog", rec_args, 1, rec_env);
+        ck_assert_msg(r.status == 0, "%s", tu_tail(r.err, 3000));
+        tu_result_free(&r);
+        snprintf(cmd, sizeof cmd,
+                 "grep -q 'copy_hint_f32.*@24$' '%s/ops.tsv' && "
+                 "sed -i '/copy_hint_f32/s/@24$/@4104/' '%s/ops.tsv'",
+                 dir, dir);
+        ck_assert_msg(system(cmd) == 0, "%s/ops.tsv: no copy_hint_f32 row ending in @24", dir);
+        snprintf(plan, sizeof plan, "OOC_PLAN=%s/plan.tsv", dir);
+        const char *env[] = {
+            cfg[k][0], cfg[k][1], "OOC_MODE=auto", "OOC_BUDGET=64M", "OOC_STATS=1", "OOC_LOG=info",
+            plan,      NULL};
+        r = run("test/progs/staleprog", args, 1, env);
+        rmdir_all(dir);
+        ck_assert_msg(r.status == 0, "%s", tu_tail(r.err, 3000));
+        ck_assert_str_eq(strstr(r.out, "checksum:"), strstr(o.out, "checksum:"));
+        const char *div = strstr(r.err, "does not match the plan's (copy_hint_f32)");
+        ck_assert_msg(div != NULL, "%s %s: the wandering hint never diverged: %s", cfg[k][0],
+                      cfg[k][1], tu_tail(r.err, 3000));
+        const char *mark = strstr(r.err, "copy_hint_f32: parameter byte 24 pointed into");
+        ck_assert_msg(mark == NULL || mark > div,
+                      "%s %s: the live word was marked weak before the match failed: %s", cfg[k][0],
+                      cfg[k][1], tu_tail(r.err, 3000));
+        ck_assert_ptr_null(strstr(r.err, "parameter byte 4104"));
+        tu_result_free(&r);
+    }
+    tu_result_free(&o);
+}
+END_TEST
+
 /* In safe mode a stale word's buffer stays where it is (staleprog --cold: the hint, weak from
  * the first iteration, points into an 8 MiB buffer that the 8 MiB budget cannot hold beside the
  * op's own buffers): its chunks resident or aliased to their host copies are left in place, and
@@ -585,6 +635,7 @@ Suite *suite_recompute(void) {
     tcase_add_test(tc, test_recording_leaves_the_program_layout_alone);
     tcase_add_test(tc, test_a_stale_parameter_word_does_not_hide_the_iteration);
     tcase_add_test(tc, test_a_word_that_points_only_after_the_plan_is_made_weak);
+    tcase_add_test(tc, test_a_plan_word_that_cannot_be_marked_marks_nothing);
     tcase_add_test(tc, test_a_stale_word_leaves_its_buffer_in_place_in_safe_mode);
     tcase_add_test(tc, test_replay_rebuilds_dropped_buffers_at_quarter_budget);
     tcase_add_test(tc, test_replay_rebuilds_dropped_buffers_at_eighth_budget);
