@@ -2405,7 +2405,7 @@ START_TEST(test_kernel_access_to_host_located_memory_is_timed_at_the_link) {
     ck_assert_msg(host_ms >= 90,
                   "a kernel writing 1 MiB of host-located memory took %llu ms, not the link's 105",
                   (unsigned long long)host_ms);
-    ck_assert_msg(dev_ms < 60, "the same kernel on device memory took %llu ms",
+    ck_assert_msg(dev_ms < 80, "the same kernel on device memory took %llu ms",
                   (unsigned long long)dev_ms);
     ck_assert_uint_eq(b.kernel_host_accesses - a.kernel_host_accesses, 1);
     float x = 0;
