@@ -23,12 +23,15 @@
  * vmm_map_rw and vmm_protect (vmm.c) wait for it first (gate_settle). The mapping thread never
  * takes mem_lock, so a holder of mem_lock may wait for it. Locking: G.lock guards the ring and the
  * counters; the events' references are dropped under mem_lock (gate_reap). A job may also only
- * unmap an address (a staged chunk's spare one, stagegate.c's stages_behind_gate). Callers: mem.c
+ * unmap an address (a staged chunk's spare one, stagegate.c's stages_behind_gate). A watchdog
+ * thread (gate_watch) stops the program when a mapping call behind a gate does not return in
+ * OOC_GATE_TIMEOUT seconds (a driver that waits for the device would deadlock here). Callers: mem.c
  * (start, stop), worker.c (start), transfer.c (gate_push), retire.c and stagegate.c (the jobs),
  * vmm.c (gate_settle), stage.c (gate_after_at, gate_map_ro). */
 #include "mem_int.h"
 
 #include <stdlib.h>
+#include <time.h>
 
 typedef struct gjob {
     CUdeviceptr va;
@@ -52,7 +55,38 @@ static struct {
     CUstream stream; /* the gated copies': a closed gate holds back no other copy */
     pthread_t thread;
     int on, stop;
-} G = {.lock = PTHREAD_MUTEX_INITIALIZER};
+    /* The watchdog (gate_watch): what the mapping thread does and since when, under lock. */
+    pthread_t watch;
+    pthread_cond_t watch_cv; /* watch_stop (CLOCK_MONOTONIC) */
+    int watch_on, watch_stop;
+    unsigned timeout_s;   /* OOC_GATE_TIMEOUT */
+    const char *doing;    /* the driver call under way ("cuMemUnmap"), or NULL when idle */
+    int mapping;          /* doing is a mapping call (not the wait for a copy out) */
+    uint64_t doing_ns;    /* since when (mem_clock_ns) */
+    CUdeviceptr doing_va; /* the job's address */
+    uint32_t doing_ticket;
+    int warned;           /* the current wait or idle stretch was reported */
+    uint32_t idle_issued; /* idle, a gate issued and not opened: the ticket issued then */
+    uint64_t idle_ns;     /* since when */
+} G = {.lock = PTHREAD_MUTEX_INITIALIZER, .timeout_s = 60};
+
+void gate_set_timeout(unsigned s) {
+    pthread_mutex_lock(&G.lock);
+    G.timeout_s = s ? s : 1;
+    pthread_mutex_unlock(&G.lock);
+}
+
+/* What the mapping thread starts doing for job j (`call` NULL: nothing, it is done). */
+static void doing(const char *call, int mapping, const gjob_t *j) {
+    pthread_mutex_lock(&G.lock);
+    G.doing = call;
+    G.mapping = mapping;
+    G.doing_ns = mem_clock_ns();
+    G.doing_va = j->va;
+    G.doing_ticket = j->ticket;
+    G.warned = 0;
+    pthread_mutex_unlock(&G.lock);
+}
 
 int gate_on(void) {
     return G.on;
@@ -65,6 +99,7 @@ CUstream gate_stream(void) {
 /* Unmaps and maps one job's address, then opens its gate. A failure is fatal: the copy behind
  * the gate would write the chunk's bytes into another chunk's memory (unmap failed) or fault. */
 static void gate_do(const gjob_t *j) {
+    doing("cuEventSynchronize", 0, j);
     CUresult r = ooc_real.cuEventSynchronize(j->after->e);
     if ((!j->h && !j->unmap) || r != CUDA_SUCCESS) {
         /* Nothing behind the gate needs the remap; or the device failed (a sticky error: no
@@ -78,11 +113,15 @@ static void gate_do(const gjob_t *j) {
         return;
     }
     uint64_t t0 = mem_clock_ns();
+    doing("cuMemUnmap", 1, j);
     r = ooc_real.cuMemUnmap(j->va, M.chunk);
-    if (r == CUDA_SUCCESS && !j->unmap)
+    if (r == CUDA_SUCCESS && !j->unmap) {
+        doing("cuMemMap", 1, j);
         r = ooc_real.cuMemMap(j->va, M.chunk, 0, j->h, 0);
+    }
     if (r == CUDA_SUCCESS && !j->unmap) {
         CUmemAccessDesc d = chunk_access(j->ro);
+        doing("cuMemSetAccess", 1, j);
         r = ooc_real.cuMemSetAccess(j->va, M.chunk, &d, 1);
     }
     if (r != CUDA_SUCCESS) {
@@ -112,11 +151,109 @@ static void *gate_main(void *arg) {
         pthread_mutex_unlock(&G.lock);
         gate_do(&j);
         pthread_mutex_lock(&G.lock);
+        G.doing = NULL;
+        G.warned = 0;
         G.next++;
         pthread_cond_broadcast(&G.done_cv);
     }
     pthread_mutex_unlock(&G.lock);
     return NULL;
+}
+
+/* Whether gate ticket a comes after b (tickets wrap). */
+static int ticket_after(uint32_t a, uint32_t b) {
+    return (int32_t)(a - b) > 0;
+}
+
+/* The watchdog: once a second, looks at the mapping thread. A mapping call that has not returned
+ * in OOC_GATE_TIMEOUT seconds is a driver that waits for the device before it remaps: the device
+ * waits for the gate the call would open, so nothing would ever move; the shim stops with what
+ * it saw rather than hang. A copy out waited for that long, or a gate the device waits behind
+ * with no job to open it, is reported once (the first is a slow device, or work that cannot
+ * end; the second a bug). The watchdog never touches the device. */
+static void *gate_watch(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&G.lock);
+    while (!G.watch_stop) {
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_sec += 1;
+        pthread_cond_timedwait(&G.watch_cv, &G.lock, &until);
+        if (G.watch_stop)
+            break;
+        uint64_t now = mem_clock_ns(), lim = (uint64_t)G.timeout_s * 1000000000u;
+        uint32_t word = __atomic_load_n(G.word, __ATOMIC_ACQUIRE);
+        if (G.doing && G.mapping && now - G.doing_ns >= lim) {
+            OOC_LOG_E("remapping behind the device (OOC_REMAP_GATE=1): %s of the chunk at %#llx "
+                      "has not returned in %u s (OOC_GATE_TIMEOUT) while the device waits for "
+                      "the gate it would open (ticket %u; opened up to %u): this driver waits "
+                      "for the device before it remaps, which remapping behind the device cannot "
+                      "work with; stopping rather than hang. Run with OOC_REMAP_GATE=0.",
+                      G.doing, (unsigned long long)G.doing_va, G.timeout_s, G.doing_ticket, word);
+            abort();
+        }
+        if (G.doing && !G.mapping && now - G.doing_ns >= lim && !G.warned) {
+            G.warned = 1;
+            OOC_LOG_W("remapping behind the device: waited %u s (OOC_GATE_TIMEOUT) for the "
+                      "device to finish the copy out of the chunk at %#llx (gate ticket %u; "
+                      "gates issued up to %u, opened up to %u; %zu jobs to do)",
+                      G.timeout_s, (unsigned long long)G.doing_va, G.doing_ticket, G.issued, word,
+                      G.end - G.next);
+        }
+        if (G.doing || G.next != G.end || !ticket_after(G.issued, word)) {
+            G.idle_ns = 0;
+            continue;
+        }
+        if (!G.idle_ns || G.idle_issued != G.issued) {
+            G.idle_ns = now;
+            G.idle_issued = G.issued;
+            G.warned = 0;
+        } else if (now - G.idle_ns >= lim && !G.warned) {
+            G.warned = 1;
+            OOC_LOG_E("remapping behind the device: gate %u was queued on the device %u s ago "
+                      "(OOC_GATE_TIMEOUT) with no remap to open it (gates opened up to %u): "
+                      "the work behind it cannot run (a bug in the shim; OOC_REMAP_GATE=0 "
+                      "avoids it)",
+                      G.issued, G.timeout_s, word);
+        }
+    }
+    pthread_mutex_unlock(&G.lock);
+    return NULL;
+}
+
+/* Starts the watchdog (caller holds mem_lock, the mapping thread runs). A failure leaves it off:
+ * the gates work without it. */
+static void watch_start(void) {
+    pthread_condattr_t ca;
+    if (pthread_condattr_init(&ca) != 0)
+        return;
+    int ok = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) == 0 &&
+             pthread_cond_init(&G.watch_cv, &ca) == 0;
+    pthread_condattr_destroy(&ca);
+    if (!ok)
+        return;
+    G.watch_stop = 0;
+    G.idle_ns = 0;
+    if (pthread_create(&G.watch, NULL, gate_watch, NULL) != 0) {
+        pthread_cond_destroy(&G.watch_cv);
+        OOC_LOG_W("remapping behind the device: no watchdog thread; a driver that waits for "
+                  "the device before it remaps would hang the program");
+        return;
+    }
+    G.watch_on = 1;
+}
+
+/* Stops the watchdog, after the mapping thread (which it watches until it ends). */
+static void watch_stop(void) {
+    if (!G.watch_on)
+        return;
+    pthread_mutex_lock(&G.lock);
+    G.watch_stop = 1;
+    pthread_cond_signal(&G.watch_cv);
+    pthread_mutex_unlock(&G.lock);
+    pthread_join(G.watch, NULL);
+    pthread_cond_destroy(&G.watch_cv);
+    G.watch_on = 0;
 }
 
 /* Starts the mapping thread (caller holds mem_lock, the context is current). 0, or -1 when the
@@ -148,6 +285,7 @@ int gate_start(void) {
         return -1;
     }
     G.on = 1;
+    watch_start();
     return 0;
 }
 
@@ -161,6 +299,7 @@ void gate_stop(void) {
     pthread_cond_signal(&G.cv);
     pthread_mutex_unlock(&G.lock);
     pthread_join(G.thread, NULL);
+    watch_stop();
     gate_reap();
     free(G.ring);
     G.ring = NULL;

@@ -232,6 +232,7 @@ static CUresult device_setup(void) {
     ooc_mem_set_reuse(o->reuse);
     ooc_mem_set_stage(o->safe_stage);
     ooc_mem_set_remap_gate(o->remap_gate);
+    ooc_mem_set_gate_timeout((unsigned)o->gate_timeout);
     atexit(at_exit);
     pthread_atfork(NULL, NULL, on_fork_child); /* once: the memory layer is up from here */
     char sb[32], st[32], sc[32];

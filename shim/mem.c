@@ -252,6 +252,10 @@ int ooc_mem_swapout_exclusive(void) {
     return x;
 }
 
+void ooc_mem_set_gate_timeout(unsigned s) {
+    gate_set_timeout(s);
+}
+
 int ooc_mem_remap_gate(void) {
     mem_lock_take();
     int x = M.safe && M.remap_gate;

@@ -423,6 +423,7 @@ size_t stages_behind_gate(chunk_t *const *cs, size_t n, size_t need);
 void stage_spares_reap(int block);
 /* gate.c */
 int gate_on(void);
+void gate_set_timeout(unsigned s);
 CUstream gate_stream(void);
 int gate_start(void);
 void gate_stop(void);

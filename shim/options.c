@@ -149,10 +149,21 @@ static const ooc_option_desc_t table[] = {
             "swap-in of a buffer whose address shows its host copy does not wait on the host for "
             "the device to finish the work that may reach it: the shim thread moves the address "
             "once the device got there, and every operation issued meanwhile waits for the copy "
-            "in on the GPU. Relies on driver behaviour not yet measured on a GPU (work queued "
-            "before a remap reads the new memory; unmapping does not wait for a stream that "
-            "waits on host memory); 0: the host waits.",
+            "in on the GPU. Relies on driver behaviour the documentation does not promise (work "
+            "queued before a remap reads the new memory; unmapping does not wait for a stream "
+            "that waits on host memory; an H200 showed both); 0: the host waits.",
      .offset = OFF(remap_gate)},
+    {.name = "OOC_GATE_TIMEOUT",
+     .type = OOC_OPT_INT,
+     .def = "60",
+     .accepted = "an integer from 1 to 86400 (seconds)",
+     .doc = "With OOC_REMAP_GATE=1: a mapping call behind a gate that has not returned in this "
+            "many seconds stops the program with an error that says so (a driver that waits for "
+            "the device before it remaps would otherwise hang it); a copy out waited for that "
+            "long, or a gate with no remap to open it, is reported.",
+     .offset = OFF(gate_timeout),
+     .min = 1,
+     .max = 86400},
     {.name = "OOC_REUSE",
      .type = OOC_OPT_BOOL,
      .def = "1",

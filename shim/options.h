@@ -71,6 +71,7 @@ typedef struct ooc_options {
     int reuse;                      /* OOC_REUSE: 0 or 1 */
     int safe_stage;                 /* OOC_SAFE_STAGE: 0 or 1 */
     int remap_gate;                 /* OOC_REMAP_GATE: 0 or 1 */
+    int gate_timeout;               /* OOC_GATE_TIMEOUT: 1..86400 seconds */
     char profile_dir[OOC_PATH_MAX]; /* OOC_PROFILE_DIR; "" = ./ooc-profiles/<program>-<pid> */
     char plan[OOC_PATH_MAX];        /* OOC_PLAN; "" = none */
     char log_file[OOC_PATH_MAX];    /* OOC_LOG_FILE; "" = stderr */

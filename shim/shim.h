@@ -212,6 +212,8 @@ void ooc_mem_shutdown(void);
 void ooc_mem_set_reuse(int on);
 /* OOC_REMAP_GATE: remap behind the device (gate.c). */
 void ooc_mem_set_remap_gate(int on);
+/* OOC_GATE_TIMEOUT: the gates' watchdog, in seconds (gate.c). */
+void ooc_mem_set_gate_timeout(unsigned s);
 /* OOC_SAFE_STAGE: safe mode's planned swap-ins staged beside the host alias (stage.c). */
 void ooc_mem_set_stage(int on);
 /* Safe mode without staging: does a planned swap-in's copy run alone on the device (the work

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "testutil.h"
@@ -527,10 +528,10 @@ START_TEST(test_remap_gate_brings_back_chunks_still_copying_out) {
 }
 END_TEST
 
-/* Without FAKECUDA_REMAP_QUEUED the simulated device keeps the conservative rule (no unmap under
- * queued work that references the range), so the gate's remap is reported and the run stops: the
- * default never passes on a driver behaviour no GPU has shown yet. */
-START_TEST(test_remap_gate_is_refused_by_the_strict_simulated_device) {
+/* `large` for 8 iterations in auto mode at a quarter of its footprint, safe mode off (no
+ * host-located VMM memory), short kernels, OOC_REMAP_GATE=1 and up to three more settings (NULL:
+ * none); its profile directory removed after. The run's result. */
+static tu_result_t gate_run_large(const char *e1, const char *e2, const char *e3) {
     static const cfg_t c = {.name = "workloads/large", .args = {"--iters", "8", NULL}};
     tu_result_t ref = oracle(&c);
     char cap[64], budget[64], dir[64], pdir[96];
@@ -539,29 +540,74 @@ START_TEST(test_remap_gate_is_refused_by_the_strict_simulated_device) {
     snprintf(pdir, sizeof pdir, "OOC_PROFILE_DIR=%s", dir);
     snprintf(cap, sizeof cap, "FAKECUDA_MEM_BYTES=%llu", ref.peak / 4);
     snprintf(budget, sizeof budget, "OOC_BUDGET=%llu", ref.peak / 4);
-    const char *const env[] = {"OOC_REMAP_GATE=1",
-                               "FAKECUDA_SCHED=threaded",
-                               "FAKECUDA_HOST_VMM=0",
-                               "FAKECUDA_TIMING=1",
-                               "FAKECUDA_GFLOPS=10",
-                               "FAKECUDA_HBM_GBPS=66.67",
-                               "FAKECUDA_H2D_GBPS=3.333",
-                               "FAKECUDA_D2H_GBPS=3.333",
-                               "OOC_MODE=auto",
-                               pdir,
-                               "OOC_PROFILE_ITERS=2",
-                               cap,
-                               budget,
-                               NULL};
+    const char *env[17] = {"OOC_REMAP_GATE=1",
+                           "FAKECUDA_SCHED=threaded",
+                           "FAKECUDA_HOST_VMM=0",
+                           "FAKECUDA_TIMING=1",
+                           "FAKECUDA_GFLOPS=10",
+                           "FAKECUDA_HBM_GBPS=66.67",
+                           "FAKECUDA_H2D_GBPS=3.333",
+                           "FAKECUDA_D2H_GBPS=3.333",
+                           "OOC_MODE=auto",
+                           pdir,
+                           "OOC_PROFILE_ITERS=2",
+                           cap,
+                           budget};
+    size_t n = 13;
+    const char *more[] = {e1, e2, e3};
+    for (size_t i = 0; i < 3; i++)
+        if (more[i])
+            env[n++] = more[i];
+    env[n] = NULL;
     tu_result_t r = run(c.name, c.args, 1, env);
-    ck_assert_msg(r.status != 0 && strstr(r.err, "strict: cuMemUnmap") &&
-                      strstr(r.err, "strict mode: cuMemUnmap under queued work"),
-                  "status %d\n%s", r.status, tu_tail(r.err, 2000));
-    tu_result_free(&r);
     tu_result_free(&ref);
     char cmd[160];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     ck_assert_int_eq(system(cmd), 0);
+    return r;
+}
+
+/* Without FAKECUDA_REMAP_QUEUED the simulated device keeps the conservative rule (no unmap under
+ * queued work that references the range), so the gate's remap is reported and the run stops: the
+ * default never passes on a driver behaviour no GPU has shown yet. */
+START_TEST(test_remap_gate_is_refused_by_the_strict_simulated_device) {
+    tu_result_t r = gate_run_large(NULL, NULL, NULL);
+    ck_assert_msg(r.status != 0 && strstr(r.err, "strict: cuMemUnmap") &&
+                      strstr(r.err, "strict mode: cuMemUnmap under queued work"),
+                  "status %d\n%s", r.status, tu_tail(r.err, 2000));
+    tu_result_free(&r);
+}
+END_TEST
+
+/* CLOCK_MONOTONIC, in ns. */
+static uint64_t wall_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* A driver whose unmap waits for the work that references the range (FAKECUDA_REMAP_QUEUED=wait,
+ * one reading of the documentation's "synchronous") cannot remap behind a gate: the unmap waits
+ * for the copy in queued behind the gate, which waits for the word that the mapping thread writes
+ * after the unmap. The gates' watchdog stops the program after OOC_GATE_TIMEOUT seconds with an
+ * error that names the call and OOC_REMAP_GATE=0, before the simulator's own limits for such a
+ * hang (a wait on host memory that still waits after 10 s fails as a deadlock; the unmap's wait
+ * stops the process after 60 s): the program does not hang. Without the watchdog the first of
+ * those ends it, with the shim's "could not be moved" error. */
+START_TEST(test_remap_gate_on_a_driver_that_waits_stops_instead_of_hanging) {
+    uint64_t t0 = wall_ns();
+    tu_result_t r = gate_run_large("OOC_GATE_TIMEOUT=2", "FAKECUDA_REMAP_QUEUED=wait", NULL);
+    double s = (double)(wall_ns() - t0) / 1e9;
+    ck_assert_msg(r.status != 0 && strstr(r.err, "cuMemUnmap of the chunk at") &&
+                      strstr(r.err, "has not returned in 2 s (OOC_GATE_TIMEOUT)") &&
+                      strstr(r.err, "Run with OOC_REMAP_GATE=0"),
+                  "status %d after %.1f s\n%s", r.status, s, tu_tail(r.err, 2000));
+    ck_assert_msg(!strstr(r.err, "FAKECUDA_REMAP_QUEUED=wait: cuMemUnmap") &&
+                      !strstr(r.err, "a deadlock on a GPU"),
+                  "the simulator's own hang limit came first (%.1f s)\n%s", s,
+                  tu_tail(r.err, 2000));
+    fprintf(stderr, "the gates' watchdog stopped the program after %.1f s\n", s);
+    tu_result_free(&r);
 }
 END_TEST
 
@@ -1166,6 +1212,7 @@ Suite *suite_replay(void) {
     tcase_add_test(tc, test_swap_ins_take_freed_memory_and_swap_outs_unmap_whole);
     tcase_add_test(tc, test_remap_gate_brings_back_chunks_still_copying_out);
     tcase_add_test(tc, test_remap_gate_is_refused_by_the_strict_simulated_device);
+    tcase_add_test(tc, test_remap_gate_on_a_driver_that_waits_stops_instead_of_hanging);
     tcase_add_test(tc, test_safe_mode_orders_hidden_reads_after_copy_in);
     suite_add_tcase(s, tc);
     TCase *g = tcase_create("safe-gate");

@@ -211,7 +211,14 @@ static void config_load_once(void) {
     c->jitter_us = (unsigned)env_size("FAKECUDA_JITTER_US", 0);
     c->seed = env_size("FAKECUDA_SEED", 1);
     c->strict = env_bool("FAKECUDA_STRICT", 1);
-    c->remap_queued = env_bool("FAKECUDA_REMAP_QUEUED", 0);
+    const char *rq = getenv("FAKECUDA_REMAP_QUEUED");
+    if (rq && strcmp(rq, "wait") == 0)
+        c->remap_queued = 2;
+    else if (rq && *rq && strcmp(rq, "0") && strcmp(rq, "1") && strcmp(rq, "no") &&
+             strcmp(rq, "yes") && strcmp(rq, "off") && strcmp(rq, "on"))
+        fc_fatal("FAKECUDA_REMAP_QUEUED=%s: expected 0, 1 or wait", rq);
+    else
+        c->remap_queued = env_bool("FAKECUDA_REMAP_QUEUED", 0);
     c->queue_depth = (unsigned)env_size("FAKECUDA_QUEUE_DEPTH", 1024);
     c->poison = env_bool("FAKECUDA_POISON", 1);
     c->host_vmm = env_bool("FAKECUDA_HOST_VMM", 1);

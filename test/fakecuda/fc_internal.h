@@ -46,7 +46,9 @@ typedef struct fc_config {
     /* 1: an unmap under work queued but not started is not a violation when that work waits for
      * the host (behind a wait on memory that does not hold yet, fc_stream.c's host_gated): it
      * reads the memory mapped when it runs. What scripts/gpu-first-contact's probe remapgate asks
-     * of the real driver. 0 (the default): any queued work that references the range is. */
+     * of the real driver. 0 (the default): any queued work that references the range is.
+     * 2 (`wait`): the unmap waits until no work references the range (fc_unmap_wait), as a
+     * driver might that synchronises; work that waits for the host then never ends. */
     int remap_queued;
     /* FAKECUDA_QUEUE_DEPTH, threaded scheduler: ops a stream holds queued or running before the
      * host's next submission to it blocks until one completes, as the real driver's launch
@@ -421,6 +423,7 @@ FC_HIDDEN CUresult fc_sync_all(void);
 /* Strict mode: reports (and in strict mode aborts) when queued or running work references
  * [lo, hi). `what` names the operation ("cuMemUnmap"). Returns the number of conflicts. */
 FC_HIDDEN int fc_strict_check(uintptr_t lo, uintptr_t hi, const char *what);
+FC_HIDDEN void fc_unmap_wait(uintptr_t lo, uintptr_t hi, const char *what);
 /* Strict mode, threaded: a kernel of op accesses [p, p + bytes) while an unordered copy or memset
  * touches the same physical bytes (see fc_stream.c). */
 FC_HIDDEN void fc_strict_access(const fc_op_t *op, uintptr_t p, size_t bytes, int write);

@@ -1203,7 +1203,9 @@ static CUresult fc_mem_unmap(CUdeviceptr ptr, size_t size) {
     size_t first, count;
     if (size == 0)
         return CUDA_ERROR_INVALID_VALUE;
-    /* Unmapping does not wait for running work: report any that still references the range. */
+    /* Unmapping does not wait for running work: report any that still references the range
+     * (FAKECUDA_REMAP_QUEUED=wait: it waits for it first). */
+    fc_unmap_wait(p, p + size, "cuMemUnmap");
     fc_strict_check(p, p + size, "cuMemUnmap");
     /* The mappings leave the table under mem_lock (a kernel or copy that looks now finds them
      * gone); their host mappings are moved aside and replaced under vm_lock alone. */

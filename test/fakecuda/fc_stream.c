@@ -813,6 +813,34 @@ static int host_gated(const fc_stream_t *t, fc_op_t *op, int depth) {
     return 0;
 }
 
+/* FAKECUDA_REMAP_QUEUED=wait: a driver whose unmap waits until no work, queued or running,
+ * references the range (one way to read the documentation's "synchronous"). Work that waits for
+ * the host, which the unmapping thread was to write, never ends: the simulator stops the process
+ * after FC_QUEUE_FULL_LIMIT_S naming the op, where such a driver would hang. */
+void fc_unmap_wait(uintptr_t lo, uintptr_t hi, const char *what) {
+    if (g_fc.cfg.remap_queued != 2)
+        return;
+    pthread_mutex_lock(&g_fc.lock);
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += FC_QUEUE_FULL_LIMIT_S;
+    for (;;) {
+        const fc_op_t *busy = NULL;
+        for (fc_stream_t *t = g_fc.all_streams; t && !busy; t = t->all_next)
+            for (fc_op_t *op = t->head; op && !busy; op = op->next)
+                if (op_refs(op, lo, hi))
+                    busy = op;
+        if (!busy)
+            break;
+        if (pthread_cond_timedwait(&g_fc.cv, &g_fc.lock, &until) == ETIMEDOUT)
+            fc_fatal("FAKECUDA_REMAP_QUEUED=wait: %s of [%#lx, %#lx) waited %d s for queued work "
+                     "that references it (%s, seq %llu): on such a driver this hangs",
+                     what, (unsigned long)lo, (unsigned long)hi, FC_QUEUE_FULL_LIMIT_S,
+                     busy->what ? busy->what : "?", (unsigned long long)busy->seq);
+    }
+    pthread_mutex_unlock(&g_fc.lock);
+}
+
 int fc_strict_check(uintptr_t lo, uintptr_t hi, const char *what) {
     int conflicts = 0;
     /* FAKECUDA_REMAP_QUEUED=1: an unmap may pass queued work that waits for the host (see
