@@ -152,7 +152,6 @@ static void *gate_main(void *arg) {
         gate_do(&j);
         pthread_mutex_lock(&G.lock);
         G.doing = NULL;
-        G.warned = 0;
         G.next++;
         pthread_cond_broadcast(&G.done_cv);
     }

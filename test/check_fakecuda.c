@@ -1566,12 +1566,6 @@ static CUmemGenericAllocationHandle map_located(CUdeviceptr va, size_t g, CUmemL
     return h;
 }
 
-static uint64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /* The CPU time the calling thread has used. */
 static uint64_t cpu_ns(void) {
     struct timespec ts;
@@ -1660,14 +1654,14 @@ START_TEST(test_mapping_calls_keep_their_model_over_a_run) {
     for (int b = 0; b < batches; b++) {
         fakecuda_stats_t s0, s1;
         fakecuda_get_stats(&s0);
-        uint64_t t0 = now_ns();
+        uint64_t t0 = tu_now_ns();
         for (int i = 0; i < cycles; i++) {
             CUdeviceptr at = va + (size_t)(i & 1) * g;
             OK(cuMemMap(at, g, 0, h[i & 1], 0));
             set_rw(at, g);
             OK(cuMemUnmap(at, g));
         }
-        double us = (double)(now_ns() - t0) / 1000.0;
+        double us = (double)(tu_now_ns() - t0) / 1000.0;
         fakecuda_get_stats(&s1);
         if (us < best) {
             best = us;
@@ -1795,26 +1789,26 @@ START_TEST(test_mapping_calls_cost_host_time_per_mapping) {
     OK(cuMemAddressReserve(&va, 3 * g, 0, 0, 0));
     CUmemAllocationProp prop = dev_prop();
     CUmemGenericAllocationHandle h[2];
-    uint64_t t0 = now_ns();
+    uint64_t t0 = tu_now_ns();
     OK(cuMemCreate(&h[0], g, &prop, 0));
     OK(cuMemCreate(&h[1], g, &prop, 0));
-    uint64_t create_ms = (now_ns() - t0) / 1000000;
+    uint64_t create_ms = (tu_now_ns() - t0) / 1000000;
     OK(cuMemMap(va, g, 0, h[0], 0));
     OK(cuMemMap(va + g, g, 0, h[1], 0));
     int slack = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
-    t0 = now_ns();
+    t0 = tu_now_ns();
     uint64_t cpu0 = cpu_ns();
     set_rw(va, 2 * g);
     uint64_t access_cpu_ms = (cpu_ns() - cpu0) / 1000000;
-    uint64_t access_ms = (now_ns() - t0) / 1000000;
+    uint64_t access_ms = (tu_now_ns() - t0) / 1000000;
     /* The call holds its thread by sleeping: the CPU stays free for the device's engines, and
      * the thread's timer slack is as it was. */
     ck_assert_msg(access_cpu_ms < 20, "set access (40 ms) spent %llu ms of CPU time",
                   (unsigned long long)access_cpu_ms);
     ck_assert_int_eq(prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0), slack);
-    t0 = now_ns();
+    t0 = tu_now_ns();
     OK(cuMemUnmap(va, 2 * g));
-    uint64_t unmap_ms = (now_ns() - t0) / 1000000;
+    uint64_t unmap_ms = (tu_now_ns() - t0) / 1000000;
     /* Each window may be short of its model by what the thread's earlier calls overran theirs
      * (at most 0.1 ms, FC_HOST_EXCESS_MAX_NS): hence whole milliseconds one less. */
     ck_assert_msg(create_ms >= 9 && access_ms >= 39 && unmap_ms >= 19,
@@ -1822,9 +1816,9 @@ START_TEST(test_mapping_calls_cost_host_time_per_mapping) {
                   "unmap 2 x 10 ms took %llu ms",
                   (unsigned long long)create_ms, (unsigned long long)access_ms,
                   (unsigned long long)unmap_ms);
-    t0 = now_ns();
+    t0 = tu_now_ns();
     CUmemGenericAllocationHandle hh = map_located(va + 2 * g, g, CU_MEM_LOCATION_TYPE_HOST_NUMA);
-    uint64_t host_ms = (now_ns() - t0) / 1000000;
+    uint64_t host_ms = (tu_now_ns() - t0) / 1000000;
     ck_assert_msg(host_ms >= 39, "host-located set access (40 ms) took %llu ms",
                   (unsigned long long)host_ms);
     OK(cuMemUnmap(va + 2 * g, g));
@@ -2048,10 +2042,10 @@ START_TEST(test_late_threads_do_not_slow_the_modelled_device) {
     for (int i = 0; i < copies; i++)
         OK(cuMemcpyHtoDAsync(d, h, n, s));
     OK(cuEventRecord(b, s));
-    uint64_t t0 = now_ns();
+    uint64_t t0 = tu_now_ns();
     __atomic_store_n(word, 1, __ATOMIC_RELEASE);
     OK(cuEventSynchronize(b));
-    double host_ms = (double)(now_ns() - t0) / 1e6;
+    double host_ms = (double)(tu_now_ns() - t0) / 1e6;
     float ms = 0;
     OK(cuEventElapsedTime(&ms, a, b));
     ck_assert_msg(ms >= want_ms - 0.01 && ms < want_ms + 8.0,
@@ -2120,10 +2114,10 @@ START_TEST(test_a_wait_on_memory_ends_no_sooner_than_the_write) {
     wait_word(s, r.word, 1);
     OK(cuMemcpyHtoDAsync(r.d, r.h, r.n, s));
     usleep(30000);
-    uint64_t t0 = now_ns();
+    uint64_t t0 = tu_now_ns();
     __atomic_store_n(r.word, 1, __ATOMIC_RELEASE);
     OK(cuStreamSynchronize(s));
-    double host_ms = (double)(now_ns() - t0) / 1e6;
+    double host_ms = (double)(tu_now_ns() - t0) / 1e6;
     ck_assert_msg(host_ms >= copy_ms,
                   "a %.2f ms copy behind a wait on memory was done %.2f ms after the write",
                   copy_ms, host_ms);
@@ -2221,7 +2215,7 @@ START_TEST(test_an_event_wait_starts_at_the_end_of_what_it_waits_for) {
     OK(cuEventCreate(&t1, 0));
     launch_fill(get_kernel("fill"), k, 1.0f, 16, 60000, c); /* 1 ms modelled, 60 ms asleep */
     OK(cuEventRecord(f, c));
-    uint64_t q0 = now_ns();
+    uint64_t q0 = tu_now_ns();
     OK(cuEventRecord(t0, a));
     OK(cuMemcpyHtoDAsync(d, h, n, a));
     OK(cuEventRecord(e, a));
@@ -2231,7 +2225,7 @@ START_TEST(test_an_event_wait_starts_at_the_end_of_what_it_waits_for) {
     OK(cuStreamWaitEvent(b, e, 0));
     OK(cuMemcpyDtoHAsync(h, d, 64, b));
     OK(cuEventRecord(t1, b));
-    double queued = (double)(now_ns() - q0) / 1e6;
+    double queued = (double)(tu_now_ns() - q0) / 1e6;
     OK(cuCtxSynchronize());
     float ms = 0;
     OK(cuEventElapsedTime(&ms, t0, t1));
@@ -2291,7 +2285,7 @@ START_TEST(test_a_kernel_holds_its_engine_for_its_cpu_time_not_its_wall_time) {
     OK(cuEventCreate(&b, 0));
     OK(cuEventCreate(&c, 0));
     int us = 40000, n = 16;
-    uint64_t t0 = now_ns();
+    uint64_t t0 = tu_now_ns();
     OK(cuEventRecord(a, s));
     launch_fill(get_kernel("fill"), d, 3.0f, n, us, s); /* 40 ms asleep, 1 ms modelled */
     OK(cuEventRecord(b, s));
@@ -2299,7 +2293,7 @@ START_TEST(test_a_kernel_holds_its_engine_for_its_cpu_time_not_its_wall_time) {
     OK(cuLaunchKernel(get_kernel("spin"), 1, 1, 1, 32, 1, 1, 0, s, args, NULL)); /* 40 ms busy */
     OK(cuEventRecord(c, s));
     OK(cuEventSynchronize(b));
-    double host_ms = (double)(now_ns() - t0) / 1e6;
+    double host_ms = (double)(tu_now_ns() - t0) / 1e6;
     float v[16];
     OK(cuMemcpyDtoH(v, d, sizeof v));
     ck_assert(v[0] == 3.0f && v[n - 1] == 3.0f);
@@ -2343,14 +2337,14 @@ START_TEST(test_link_copy_is_timed_on_the_link_engine) {
     CUmemGenericAllocationHandle h = map_located(va, g, CU_MEM_LOCATION_TYPE_HOST_NUMA);
     OK(cuMemAlloc(&dev, n));
     OK(cuMemAlloc(&other, 64));
-    uint64_t t0 = now_ns();
+    uint64_t t0 = tu_now_ns();
     OK(cuMemcpyDtoD(va, dev, n));
-    uint64_t d2h_ms = (now_ns() - t0) / 1000000;
+    uint64_t d2h_ms = (tu_now_ns() - t0) / 1000000;
     ck_assert_msg(d2h_ms >= 90, "device -> host-located copy took %llu ms, not the link's 105",
                   (unsigned long long)d2h_ms);
-    t0 = now_ns();
+    t0 = tu_now_ns();
     OK(cuMemcpyDtoD(dev, va, n));
-    uint64_t h2d_ms = (now_ns() - t0) / 1000000;
+    uint64_t h2d_ms = (tu_now_ns() - t0) / 1000000;
     ck_assert_msg(h2d_ms >= 90, "host-located -> device copy took %llu ms",
                   (unsigned long long)h2d_ms);
     CUstream a, b;
@@ -2393,14 +2387,14 @@ START_TEST(test_kernel_access_to_host_located_memory_is_timed_at_the_link) {
     CUmemGenericAllocationHandle hh = map_located(va, g, CU_MEM_LOCATION_TYPE_HOST_NUMA);
     CUmemGenericAllocationHandle hd = map_located(va + g, g, CU_MEM_LOCATION_TYPE_DEVICE);
     fakecuda_stats_t a = stats_now();
-    uint64_t t0 = now_ns();
+    uint64_t t0 = tu_now_ns();
     launch_fill(fill, va + g, 2.0f, n, 0, NULL);
     OK(cuCtxSynchronize());
-    uint64_t dev_ms = (now_ns() - t0) / 1000000;
-    t0 = now_ns();
+    uint64_t dev_ms = (tu_now_ns() - t0) / 1000000;
+    t0 = tu_now_ns();
     launch_fill(fill, va, 3.0f, n, 0, NULL);
     OK(cuCtxSynchronize());
-    uint64_t host_ms = (now_ns() - t0) / 1000000;
+    uint64_t host_ms = (tu_now_ns() - t0) / 1000000;
     fakecuda_stats_t b = stats_now();
     ck_assert_msg(host_ms >= 90,
                   "a kernel writing 1 MiB of host-located memory took %llu ms, not the link's 105",
@@ -2927,9 +2921,9 @@ START_TEST(test_a_full_launch_queue_holds_the_host) {
     fakecuda_get_stats(&st0);
     pthread_t t;
     ck_assert_int_eq(pthread_create(&t, NULL, open_word_later, word), 0);
-    uint64_t t0 = now_ns();
+    uint64_t t0 = tu_now_ns();
     OK(cuLaunchKernel(addone, 1, 1, 1, 1, 1, 1, 0, s1, args, NULL));
-    uint64_t held = now_ns() - t0;
+    uint64_t held = tu_now_ns() - t0;
     ck_assert_msg(held >= 100000000ull, "the fifth op returned after %llu us, before the word",
                   (unsigned long long)(held / 1000));
     fakecuda_get_stats(&st1);

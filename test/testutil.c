@@ -30,6 +30,12 @@ const char *tu_build_path(const char *rel) {
     return s;
 }
 
+uint64_t tu_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 uint64_t tu_seed(const char *test_name) {
     const char *e = getenv("OOC_TEST_SEED");
     uint64_t seed;

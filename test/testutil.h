@@ -23,6 +23,9 @@ const char *tu_fakecuda_libpath(void);
  * failure can be replayed. */
 uint64_t tu_seed(const char *test_name);
 
+/* CLOCK_MONOTONIC, in ns. */
+uint64_t tu_now_ns(void);
+
 /* Result of a child process: exit status (or 128 + signal), and what it wrote. */
 typedef struct tu_proc {
     int status;

@@ -168,15 +168,23 @@ static double env_double(const char *name, double dflt) {
     return v;
 }
 
-static int env_bool(const char *name, int dflt) {
-    const char *s = getenv(name);
-    if (!s || !*s)
-        return dflt;
+/* 1 for "1", "yes", "on"; 0 for "0", "no", "off"; -1 for anything else. */
+static int bool_word(const char *s) {
     if (strcmp(s, "1") == 0 || strcmp(s, "yes") == 0 || strcmp(s, "on") == 0)
         return 1;
     if (strcmp(s, "0") == 0 || strcmp(s, "no") == 0 || strcmp(s, "off") == 0)
         return 0;
-    fc_fatal("%s=%s: expected 0 or 1", name, s);
+    return -1;
+}
+
+static int env_bool(const char *name, int dflt) {
+    const char *s = getenv(name);
+    if (!s || !*s)
+        return dflt;
+    int b = bool_word(s);
+    if (b < 0)
+        fc_fatal("%s=%s: expected 0 or 1", name, s);
+    return b;
 }
 
 static int set_rules(const char *spec, int factor);
@@ -212,13 +220,9 @@ static void config_load_once(void) {
     c->seed = env_size("FAKECUDA_SEED", 1);
     c->strict = env_bool("FAKECUDA_STRICT", 1);
     const char *rq = getenv("FAKECUDA_REMAP_QUEUED");
-    if (rq && strcmp(rq, "wait") == 0)
-        c->remap_queued = 2;
-    else if (rq && *rq && strcmp(rq, "0") && strcmp(rq, "1") && strcmp(rq, "no") &&
-             strcmp(rq, "yes") && strcmp(rq, "off") && strcmp(rq, "on"))
+    c->remap_queued = !rq || !*rq ? 0 : strcmp(rq, "wait") == 0 ? 2 : bool_word(rq);
+    if (c->remap_queued < 0)
         fc_fatal("FAKECUDA_REMAP_QUEUED=%s: expected 0, 1 or wait", rq);
-    else
-        c->remap_queued = env_bool("FAKECUDA_REMAP_QUEUED", 0);
     c->queue_depth = (unsigned)env_size("FAKECUDA_QUEUE_DEPTH", 1024);
     c->poison = env_bool("FAKECUDA_POISON", 1);
     c->host_vmm = env_bool("FAKECUDA_HOST_VMM", 1);
