@@ -66,22 +66,64 @@ static CUresult alloc_small(buf_t *b, size_t size) {
     return CUDA_SUCCESS;
 }
 
-/* A freed buffer's run of chunks still mapped (warm.c) is taken when one fits: the new buffer is
- * resident from the start, with no driver call; its ops wait on their streams for the work
- * that may still use the old one (each chunk's in_ev). */
+/* Whether nothing is mapped, or still to be unmapped, at chunks [first, first + n) but warm
+ * chunks: no chunk object (a dying one of a freed buffer) and no address whose memory went on
+ * early. What is done already is reaped first when something is there. */
+static int home_free(uint64_t first, uint64_t n) {
+    for (int reaped = 0;; reaped = 1) {
+        uint64_t i = 0;
+        while (i < n && !chunk_find(first + i) && !warm_late_at(first + i))
+            i++;
+        if (i == n)
+            return 1;
+        if (reaped)
+            return 0;
+        (void)reap_dying(0);
+        (void)warm_late_reap(0);
+    }
+}
+
+/* Stable addresses (OOC_REUSE): a program's large buffer gets its range from M.pva, which sees
+ * the program's allocations and frees and nothing else (best fit, a freed range free at once),
+ * so the same allocation of every iteration gets the same address, whatever was resident when:
+ * a stale pointer in a kernel's parameters (a word the kernel does not read) then meets the same
+ * buffer every iteration, and the iteration is found. The warm chunks in the range (the memory
+ * of a buffer freed there, kept mapped) are taken: the new buffer is resident from the start,
+ * with no driver call, and its ops wait on their streams for the work that may still use the old
+ * one (each chunk's in_ev). Where a freed buffer's chunk is still dying there (its memory goes
+ * once its users are done), the buffer lives elsewhere this time (M.va), its range still taken in
+ * M.pva (b->home) so that what the next allocations get does not change. Without OOC_REUSE (or
+ * for the shim's own buffers) the range comes from M.va, after a quarantine. */
 static CUresult alloc_large(buf_t *b, size_t size) {
-    uint64_t count = (size + M.chunk - 1) >> M.shift, first;
-    warm_t *w = warm_take(count);
-    if (w)
+    uint64_t count = (size + M.chunk - 1) >> M.shift, first = 0, home;
+    warm_t *w = NULL;
+    int at_home = 0;
+    if (M.pva.chunks && !b->own && pva_take(count, &home) == 0) {
+        b->home = (int64_t)home;
+        at_home = home_free(home, count);
+        if (at_home && warm_take_at(home, count, &w) != 0) {
+            pva_give(home, count);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        first = home;
+        ooc_stats_add(at_home ? OOC_STAT_stable_addrs : OOC_STAT_stable_moved, 1);
+    }
+    if (at_home) {
+        /* first is home */
+    } else if (!M.pva.chunks && (w = warm_take(count)) != NULL) {
         first = w->first;
-    else if (va_take(count, &first) != 0)
+    } else if (va_take(count, &first) != 0) {
+        if (b->home >= 0)
+            pva_give((uint64_t)b->home, count);
         return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    uint64_t adopted = 0;
     for (uint64_t i = 0; i < count; i++) {
         chunk_t *c = chunk_new(first + i, first, count);
         if (!c) {
             for (uint64_t j = 0; j < i; j++) {
                 chunk_t *d = chunk_find(first + j);
-                if (w) { /* its physical chunk goes back to the run, still mapped */
+                if (w && d->phys) { /* its physical chunk goes back to the run, still mapped */
                     lru_remove(d);
                     w->c[j] = (wchunk_t){d->phys, d->in_ev};
                     d->in_ev = NULL;
@@ -95,12 +137,14 @@ static CUresult alloc_large(buf_t *b, size_t size) {
             if (w)
                 warm_untake(w);
             else
-                va_give(first, count);
+                va_give(first, count); /* ignored at home */
+            if (b->home >= 0)
+                pva_give((uint64_t)b->home, count);
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
         c->owner = b;
         c->nbufs = 1;
-        if (w) {
+        if (w && w->c[i].phys) {
             c->phys = w->c[i].phys;
             c->in_ev = w->c[i].ev;
             w->c[i] = (wchunk_t){NULL, NULL};
@@ -109,10 +153,11 @@ static CUresult alloc_large(buf_t *b, size_t size) {
             M.warm_chunks--;
             M.resident++;
             lru_push(c);
+            adopted++;
         }
     }
     if (w) {
-        ooc_stats_add(OOC_STAT_warm_reuses, count);
+        ooc_stats_add(OOC_STAT_warm_reuses, adopted);
         free(w);
     }
     b->addr = idx_addr(first);
@@ -135,6 +180,7 @@ static CUresult mem_alloc(CUdeviceptr *out, size_t size, uint64_t *id, int own) 
     if (r == CUDA_SUCCESS) {
         b->size = size;
         b->own = own;
+        b->home = -1;
         r = size <= M.chunk / 8 ? alloc_small(b, size) : alloc_large(b, size);
     }
     if (r == CUDA_SUCCESS) {
@@ -164,6 +210,12 @@ static CUresult mem_alloc(CUdeviceptr *out, size_t size, uint64_t *id, int own) 
     }
     if (id)
         *id = b->id;
+    if (!own)
+        OOC_LOG_D("allocation %llu: %zu bytes at %#llx%s", (unsigned long long)b->id, size,
+                  (unsigned long long)b->addr,
+                  b->home < 0                              ? ""
+                  : b->addr == idx_addr((uint64_t)b->home) ? " (its stable address)"
+                                                           : " (away from its stable address)");
     mem_unlock();
     return CUDA_SUCCESS;
 }
@@ -208,9 +260,12 @@ CUresult ooc_mem_free(CUdeviceptr p, CUstream stream, uint64_t *id) {
             ooc_stats_free(b->size, (b->size + SLAB_ALIGN - 1) & ~(uint64_t)(SLAB_ALIGN - 1));
     } else {
         uint64_t count = (b->size + M.chunk - 1) >> M.shift;
+        if (b->home >= 0)
+            pva_give((uint64_t)b->home, count); /* the next allocation may take it at once */
         /* Every chunk resident and settled: kept mapped as a warm run for the next buffers
-         * (warm.c); else each chunk is released, its memory back once its users are done. */
-        int whole = 1;
+         * (warm.c); else each chunk is released, its memory back once its users are done. A
+         * buffer that lived away from its stable address is released. */
+        int whole = !M.pva.chunks || first == (uint64_t)b->home;
         for (uint64_t i = 0; i < count && whole; i++) {
             chunk_t *c = chunk_find(first + i);
             whole = c->state == C_RESIDENT && !c->aliased && !c->out_ev && !c->queued &&

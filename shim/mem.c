@@ -33,6 +33,14 @@ struct mem_state M;
 void ooc_mem_set_reuse(int on) {
     mem_lock_take();
     M.reuse = on;
+    /* With reuse, the first half of the reservation holds the program's large buffers at stable
+     * addresses (buffer.c), the rest everything else; set before anything is handed out. */
+    if (on && !M.pva.chunks && M.va.next == 0 && M.va.nfree_runs == 0 && M.va.q_len == 0 &&
+        M.va.chunks >= 2) {
+        M.pva.chunks = M.va.chunks / 2;
+        M.pva.direct = 1;
+        M.va.next = M.pva.chunks;
+    }
     mem_unlock();
 }
 
@@ -182,6 +190,8 @@ void ooc_mem_shutdown(void) {
     free(M.op_tmp);
     ooc_real.cuMemAddressFree((CUdeviceptr)M.va_base, M.va_size);
     va_space_free(&M.va);
+    va_space_free(&M.pva);
+    M.pva.chunks = 0;
     free(M.dying);
     free(M.staged);
     free(M.reached);

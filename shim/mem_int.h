@@ -83,7 +83,8 @@ typedef struct buf {
     uint64_t id;     /* serial number, never reused */
     uint64_t opmark; /* op serial that listed it in op_bufs */
     int small;
-    int own; /* the shim's own (ooc_mem_alloc_own): its small ones use M.slab_own */
+    int own;      /* the shim's own (ooc_mem_alloc_own): its small ones use M.slab_own */
+    int64_t home; /* the first chunk of its range in M.pva, or -1 (buffer.c, "Stable addresses") */
     UT_hash_handle hh;
 } buf_t;
 
@@ -196,7 +197,8 @@ struct mem_state {
     unsigned shift;
     uintptr_t va_base;
     size_t va_size;
-    va_space_t va; /* runs of chunk indices in the reservation */
+    va_space_t va;  /* runs of chunk indices in the reservation, from pva.chunks on */
+    va_space_t pva; /* [0, pva.chunks): the program's large buffers' stable addresses (buffer.c) */
     uint64_t budget_chunks, phys_made, resident;
     uint64_t budget_bytes;   /* OOC_BUDGET, less what the device turned out not to have */
     uint64_t external_bytes; /* device memory the program made with cuMemCreate itself */
@@ -460,7 +462,9 @@ CUresult vmm_unmap_run(CUdeviceptr a, uint64_t n);
 CUresult vmm_map_rw(CUdeviceptr a, CUmemGenericAllocationHandle h);
 CUresult vmm_protect(CUdeviceptr a, int ro);
 int va_take(uint64_t count, uint64_t *first);
-void va_give(uint64_t first, uint64_t count);
+void va_give(uint64_t first, uint64_t count); /* ignores stable addresses (below pva.chunks) */
+int pva_take(uint64_t count, uint64_t *first);
+void pva_give(uint64_t first, uint64_t count);
 chunk_t *chunk_new(uint64_t idx, uint64_t first, uint64_t n);
 chunk_t *chunk_find(uint64_t idx);
 void chunk_delete(chunk_t *c);
@@ -478,6 +482,8 @@ void phys_release(phys_t *p);
 /* warm.c */
 int warm_free(uint64_t first, uint64_t n, CUstream fs);
 warm_t *warm_take(uint64_t n);
+int warm_take_at(uint64_t first, uint64_t n, warm_t **out);
+int warm_late_at(uint64_t idx);
 void warm_untake(warm_t *w);
 int warm_ready(void);
 CUresult warm_release(uint64_t want);

@@ -121,7 +121,13 @@ CUresult need_phys(uint64_t want) {
             if (r != CUDA_SUCCESS)
                 return r;
         } else if (M.safe ? !retire_poll(1) : !retire_free(1)) {
-            break;
+            /* The older swap-outs give nothing now (stolen: the worker finishes them): the
+             * freed buffers' chunks still can. */
+            if (!M.ndying)
+                break;
+            CUresult r = reap_dying(1);
+            if (r != CUDA_SUCCESS)
+                return r;
         }
         while (!M.phys_free && warm_ready()) /* a run may have been made meanwhile */
             if (warm_release(want) != CUDA_SUCCESS)

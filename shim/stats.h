@@ -84,6 +84,8 @@
     X(retire_unmaps, COUNTER, COUNT, "in unmap calls")                                             \
     X(swap_cancels, COUNTER, COUNT, "swap-outs cancelled: used again first")                       \
     X(warm_reuses, COUNTER, COUNT, "chunks reused mapped from freed buffers")                      \
+    X(stable_addrs, COUNTER, COUNT, "large buffers at their stable address")                       \
+    X(stable_moved, COUNTER, COUNT, "elsewhere: a freed one's memory still there")                 \
     X(warm_handed_early, COUNTER, COUNT, "freed chunks handed on early")                           \
     X(vmm_calls, COUNTER, COUNT, "mapping calls (map, set access, unmap)")                         \
     X(vmm_ns, COUNTER, NS, "time in mapping calls")                                                \

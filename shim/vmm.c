@@ -81,20 +81,40 @@ CUresult vmm_protect(CUdeviceptr a, int ro) {
 
 /* ---- VA runs (vaspace.c), with the address-space gauge ------------------------------------ */
 
-int va_take(uint64_t count, uint64_t *first) {
-    uint64_t tail = M.va.next;
-    if (va_space_take(&M.va, count, first) != 0)
+/* Takes from or gives to space v, keeping the gauge of the addresses handed out (each space's
+ * untouched tail). */
+static int space_take(va_space_t *v, uint64_t count, uint64_t *first) {
+    uint64_t tail = v->next;
+    if (va_space_take(v, count, first) != 0)
         return -1;
-    if (M.va.next > tail)
-        ooc_stats_gauge_add(OOC_STAT_va_bytes, (M.va.next - tail) * M.chunk);
+    if (v->next > tail)
+        ooc_stats_gauge_add(OOC_STAT_va_bytes, (v->next - tail) * M.chunk);
     return 0;
 }
 
+static void space_give(va_space_t *v, uint64_t first, uint64_t count) {
+    uint64_t tail = v->next;
+    va_space_give(v, first, count);
+    if (v->next < tail)
+        ooc_stats_gauge_sub(OOC_STAT_va_bytes, (tail - v->next) * M.chunk);
+}
+
+int va_take(uint64_t count, uint64_t *first) {
+    return space_take(&M.va, count, first);
+}
+
 void va_give(uint64_t first, uint64_t count) {
-    uint64_t tail = M.va.next;
-    va_space_give(&M.va, first, count);
-    if (M.va.next < tail)
-        ooc_stats_gauge_sub(OOC_STAT_va_bytes, (tail - M.va.next) * M.chunk);
+    if (first < M.pva.chunks)
+        return; /* a stable address: M.pva took it back when its buffer was freed (pva_give) */
+    space_give(&M.va, first, count);
+}
+
+int pva_take(uint64_t count, uint64_t *first) {
+    return space_take(&M.pva, count, first);
+}
+
+void pva_give(uint64_t first, uint64_t count) {
+    space_give(&M.pva, first, count);
 }
 
 /* ---- chunk life --------------------------------------------------------------------------------

@@ -292,13 +292,117 @@ warm_t *warm_take(uint64_t n) {
     return w;
 }
 
-/* A taken run that could not be used goes back, as the newest (or, with no room in the list,
- * to the pool). */
+/* The warm chunks in [first, first + n), taken out of their runs, as *out: a run of n chunks
+ * whose entries are the physical chunks and events there, NULL where no warm chunk is (*out is
+ * NULL when none is). A run that reaches beyond the range keeps its chunks outside it, in its
+ * place in the age order. The taken physical chunks are still counted in M.warm_chunks (as by
+ * warm_take). 0, or -1 with nothing changed (no memory). buffer.c's stable addresses. */
+int warm_take_at(uint64_t first, uint64_t n, warm_t **out) {
+    *out = NULL;
+    uint64_t end = first + n;
+    size_t nsplit = 0;
+    for (size_t i = 0; i < M.nwarm; i++) {
+        const warm_t *r = M.warm[i];
+        if (r->first < end && first < r->first + r->n)
+            nsplit += r->first < first && r->first + r->n > end; /* a piece on either side */
+    }
+    warm_t *w = run_new(first, n);
+    warm_t **right = nsplit ? calloc(nsplit, sizeof *right) : NULL;
+    int fail = !w || (nsplit && !right) ||
+               grow(&M.warm, &M.cap_warm, M.nwarm + nsplit, sizeof *M.warm) != 0;
+    for (size_t k = 0, i = 0; !fail && i < M.nwarm; i++) {
+        const warm_t *r = M.warm[i];
+        if (r->first < first && r->first + r->n > end)
+            fail = (right[k++] = run_new(end, r->first + r->n - end)) == NULL;
+    }
+    if (fail) {
+        for (size_t k = 0; right && k < nsplit; k++)
+            free(right[k]);
+        free(right);
+        free(w);
+        return -1;
+    }
+    int any = 0;
+    size_t k = 0;
+    for (size_t i = 0; i < M.nwarm;) {
+        warm_t *r = M.warm[i];
+        uint64_t rend = r->first + r->n;
+        if (r->first >= end || rend <= first) {
+            i++;
+            continue;
+        }
+        uint64_t lo = r->first > first ? r->first : first, hi = rend < end ? rend : end;
+        memcpy(&w->c[lo - first], &r->c[lo - r->first], (hi - lo) * sizeof w->c[0]);
+        any = 1;
+        warm_t *tail = NULL; /* the piece after the range, in r's place after r */
+        if (rend > end && r->first < first) {
+            tail = right[k++];
+        } else if (rend > end) { /* nothing before the range: r becomes that piece */
+            memmove(&r->c[0], &r->c[end - r->first], (rend - end) * sizeof r->c[0]);
+            r->first = end;
+            r->n = rend - end;
+            i++;
+            continue;
+        }
+        if (tail)
+            memcpy(tail->c, &r->c[end - r->first], tail->n * sizeof tail->c[0]);
+        r->n = lo - r->first; /* what stays before the range */
+        if (r->n == 0) {
+            memmove(&M.warm[i], &M.warm[i + 1], (M.nwarm - i - 1) * sizeof *M.warm);
+            M.nwarm--;
+            free(r);
+            continue;
+        }
+        if (tail) {
+            memmove(&M.warm[i + 2], &M.warm[i + 1], (M.nwarm - i - 1) * sizeof *M.warm);
+            M.warm[i + 1] = tail;
+            M.nwarm++;
+            i += 2;
+            continue;
+        }
+        i++;
+    }
+    free(right);
+    if (!any) {
+        free(w);
+        return 0;
+    }
+    *out = w;
+    return 0;
+}
+
+/* Whether the address of chunk idx went on early (give_back_last) and is still mapped. */
+int warm_late_at(uint64_t idx) {
+    for (size_t i = 0; i < M.nwlate; i++)
+        if (M.wlate[i].idx == idx)
+            return 1;
+    return 0;
+}
+
+/* A taken run that could not be used goes back, as the newest; with entries that have no
+ * physical chunk (warm_take_at's), or with no room in the list, its physical chunks go back to
+ * the pool instead. */
 void warm_untake(warm_t *w) {
-    if (grow(&M.warm, &M.cap_warm, M.nwarm + 1, sizeof *M.warm) == 0)
+    int holes = 0;
+    for (uint64_t i = 0; i < w->n; i++)
+        holes |= !w->c[i].phys;
+    if (!holes && grow(&M.warm, &M.cap_warm, M.nwarm + 1, sizeof *M.warm) == 0) {
         M.warm[M.nwarm++] = w;
-    else
-        (void)drop_run(w, 0);
+        return;
+    }
+    while (w->n) {
+        if (!w->c[w->n - 1].phys) {
+            w->n--;
+            continue;
+        }
+        CUresult r = give_back_last(w, 1);
+        if (r != CUDA_SUCCESS) {
+            OOC_LOG_W("cuMemUnmap of a freed chunk at %#llx failed: %s",
+                      (unsigned long long)idx_addr(w->first + w->n - 1), ooc_real_errname(r));
+            break;
+        }
+    }
+    free(w);
 }
 
 int warm_ready(void) {

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* check_memunit.c: the memory layer's pure parts, without a driver: runs of the address
- * reservation (shim/vaspace.c: best fit, the quarantine, coalescing, the tail), the slab
+ * reservation (shim/vaspace.c: best fit, the quarantine, coalescing, the tail, a direct space's
+ * immediate reuse and the same addresses for the same allocations every iteration), the slab
  * lists of small buffers (shim/slab.c: sorted insertion, lookup of interior pointers, padding,
  * removal) and the LRU's eviction walk (shim/lru.c: least recently used first, the second
  * chance of touched chunks, pinned chunks skipped, the bound on the walk). */
@@ -99,6 +100,70 @@ START_TEST(test_a_run_at_the_tail_joins_the_tail) {
         va_space_give(&v, d[i], 1);  /* the last of these pushes `last` out of the quarantine */
     ck_assert_uint_eq(v.next, last); /* it joined the untouched tail */
     ck_assert_uint_eq(take(&v, 7), last);
+    va_space_free(&v);
+}
+END_TEST
+
+START_TEST(test_a_direct_space_frees_a_run_at_once) {
+    va_space_t v = fresh(1000);
+    v.direct = 1;
+    uint64_t a = take(&v, 10);
+    take(&v, 1); /* keeps a away from the tail */
+    va_space_give(&v, a, 10);
+    ck_assert_uint_eq(take(&v, 10), a); /* no quarantine */
+    uint64_t b = take(&v, 3);
+    va_space_give(&v, b, 3); /* at the tail: joins it */
+    ck_assert_uint_eq(v.next, b);
+    va_space_free(&v);
+}
+END_TEST
+
+START_TEST(test_equal_fits_go_to_the_lowest_address) {
+    va_space_t v = fresh(1000);
+    v.direct = 1;
+    uint64_t a = take(&v, 4);
+    take(&v, 1);
+    uint64_t b = take(&v, 4);
+    take(&v, 1);
+    uint64_t c = take(&v, 4);
+    take(&v, 1);
+    /* Freed out of address order: the list holds c, a, b, in some order of its own. */
+    va_space_give(&v, c, 4);
+    va_space_give(&v, a, 4);
+    va_space_give(&v, b, 4);
+    ck_assert_uint_eq(take(&v, 4), a);
+    ck_assert_uint_eq(take(&v, 4), b);
+    ck_assert_uint_eq(take(&v, 4), c);
+    va_space_free(&v);
+}
+END_TEST
+
+/* One "iteration" of a program: buffers of these chunk counts allocated in order, some freed
+ * along the way, the rest at the end; their first chunks go to out[]. */
+static void iteration(va_space_t *v, uint64_t *out) {
+    static const uint64_t sizes[] = {8, 3, 3, 12, 1, 5, 8, 2};
+    uint64_t n = sizeof sizes / sizeof sizes[0];
+    for (uint64_t i = 0; i < n; i++) {
+        out[i] = take(v, sizes[i]);
+        if (i % 3 == 2) /* a temporary freed before the next allocation */
+            va_space_give(v, out[i - 1], sizes[i - 1]);
+    }
+    for (uint64_t i = n; i-- > 0;)
+        if (i % 3 != 1 || i + 1 == n)
+            va_space_give(v, out[i], sizes[i]);
+}
+
+START_TEST(test_a_direct_space_repeats_an_iteration_s_addresses) {
+    va_space_t v = fresh(1000);
+    v.direct = 1;
+    take(&v, 20); /* weights, allocated once */
+    uint64_t prev[8], cur[8];
+    iteration(&v, prev);
+    for (int it = 1; it < 5; it++) {
+        iteration(&v, cur);
+        for (int i = 0; i < 8; i++)
+            ck_assert_uint_eq(cur[i], prev[i]);
+    }
     va_space_free(&v);
 }
 END_TEST
@@ -314,6 +379,9 @@ Suite *suite_memunit(void) {
     tcase_add_test(tc, test_neighbours_coalesce_into_one_run);
     tcase_add_test(tc, test_best_fit_prefers_the_smallest_run_that_fits);
     tcase_add_test(tc, test_a_run_at_the_tail_joins_the_tail);
+    tcase_add_test(tc, test_a_direct_space_frees_a_run_at_once);
+    tcase_add_test(tc, test_equal_fits_go_to_the_lowest_address);
+    tcase_add_test(tc, test_a_direct_space_repeats_an_iteration_s_addresses);
     suite_add_tcase(s, tc);
     tc = tcase_create("slab");
     tcase_add_test(tc, test_slab_finds_interior_pointers_not_padding);

@@ -14,17 +14,19 @@
  * host flag, then sums X; X is freed on A (cuMemFreeAsync) and Y of the same size allocated
  * (cuMemAllocAsync on B) and filled on B at once; the host sets the flag 50 ms later. The sum
  * must be X's, and Y must hold its fill. Run it with FAKECUDA_SCHED=threaded (the wait needs
- * another thread to end it). --overlap-grow: the same with Y one chunk larger than X, so that X's
- * run of chunks does not fit Y whole: under a budget of about 5 chunks Y's memory comes from X's
- * given back while A's sum may still read it (handed on early, not waited for on the host).
+ * another thread to end it). --overlap-grow: the same with Y one chunk larger than X and a
+ * one-chunk buffer allocated right after X, so that X's run of chunks does not fit Y whole and
+ * Y cannot have X's addresses: under a budget of about 5 chunks Y's memory comes from X's given
+ * back while A's sum may still read it (handed on early, not waited for on the host).
  *
  * --short B makes each buffer B bytes short of its whole chunks (default 64; a multiple of 4 below
  * the chunk): its last chunk holds 64 KiB - B bytes of it.
  *
  * Options: --iters N (default 6), --bufs K (1..16, default 6), --vary, --short B, --overlap,
  * --overlap-grow.
- * Output: one line per iteration, "iter I: maps M" (cuMemMap calls during the iteration, the
- * shim's included), then "churn: ok"; with --overlap, "overlap: sum S" and "churn: ok". Exit
+ * Output: one line per iteration, "iter I: maps M addrs H" (cuMemMap calls during the
+ * iteration, the shim's included; H a hash of the addresses the iteration's buffers got), then
+ * "churn: ok"; with --overlap, "overlap: sum S" and "churn: ok". Exit
  * status: 0 when every word is right; 1 when one is wrong (named on stderr); 2 when a driver call
  * failed; 64 on a bad option. Linked with -lcuda (the simulated driver, whose fakecuda.h gives the
  * kernel and the call counts). */
@@ -84,10 +86,12 @@ static int overlap(int grow) {
     volatile uint32_t *flag;
     UP_CHECK(cuMemHostAlloc((void **)&flag, 64, CU_MEMHOSTALLOC_DEVICEMAP));
     *flag = 0;
-    CUdeviceptr out, x, y;
+    CUdeviceptr out, x, y, g = 0;
     size_t words = (3 * CHUNK - 64) / 4, ywords = words + (grow ? CHUNK / 4 : 0);
     UP_CHECK(cuMemAlloc(&out, 8));
     UP_CHECK(cuMemAllocAsync(&x, words * 4, a));
+    if (grow) /* a neighbour: the shim cannot give y x's addresses and one more chunk */
+        UP_CHECK(cuMemAlloc(&g, CHUNK));
     fill(x, 5, words, a);
     UP_CHECK(cuStreamWaitValue32(a, (CUdeviceptr)(uintptr_t)flag, 1, CU_STREAM_WAIT_VALUE_EQ));
     int n = (int)words;
@@ -123,6 +127,8 @@ static int overlap(int grow) {
     }
     UP_CHECK(cuMemFreeAsync(y, b));
     UP_CHECK(cuMemFree(out));
+    if (g)
+        UP_CHECK(cuMemFree(g));
     UP_CHECK(cuStreamSynchronize(b));
     UP_CHECK(cuMemFreeHost((void *)flag));
     UP_CHECK(cuStreamDestroy(a));
@@ -196,11 +202,13 @@ int main(int argc, char **argv) {
                 }
             }
         }
+        uint64_t addrs = up_fnv(UP_FNV_SEED, d, nbufs * sizeof d[0]);
         for (int j = 0; j < nbufs; j++)
             UP_CHECK(cuMemFree(d[j]));
         UP_CHECK(cuCtxSynchronize());
-        printf("iter %d: maps %llu\n", it,
-               (unsigned long long)(fakecuda_call_count("cuMemMap") - maps0));
+        printf("iter %d: maps %llu addrs %016llx\n", it,
+               (unsigned long long)(fakecuda_call_count("cuMemMap") - maps0),
+               (unsigned long long)addrs);
     }
     free(host);
     UP_CHECK(cuModuleUnload(mod));
