@@ -15,13 +15,16 @@
  * freed (warm_free). Its physical chunks stay mapped at its addresses, its addresses stay taken,
  * and its chunk objects go at once: each chunk of the run keeps a reference to an event after
  * the work of every stream that may have used the buffer (its users, the free's stream, in safe
- * mode every stream that issued since it was mapped). The next allocation of at most as many
- * chunks takes the smallest run that fits (warm_take; the rest stays a run in its place), with
- * no driver call: its chunks are resident from the start, with that event as the copy they
+ * mode every stream that issued since it was mapped). The next allocation whose stable address
+ * (buffer.c) falls on a run takes the warm chunks there (warm_take_at; what lies outside stays a
+ * run in its place); with no stable addresses (a reservation too small to split), the next
+ * allocation of at most as many chunks takes the smallest run that fits (warm_take). Either way
+ * with no driver call: its chunks are resident from the start, with that event as the copy they
  * wait for (in_ev), so every op that uses them waits for it on its own stream, on the GPU, and
  * the program's thread never does. Runs next to each other in the address space are joined.
  * need_phys gives the oldest runs back (waiting for their events, then unmapping; addresses to
- * the quarantine) before it evicts anything live.
+ * the quarantine, or, for a stable address, to nobody: its buffer's free gave it back) before
+ * it evicts anything live.
  *
  * Trade-off: a freed buffer's address keeps working memory until its run is reused or given back,
  * so a use after free reads stale bytes instead of faulting (as under a caching allocator).
