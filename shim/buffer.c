@@ -108,11 +108,9 @@ static CUresult alloc_large(buf_t *b, size_t size) {
         first = home;
         ooc_stats_add(at_home ? OOC_STAT_stable_addrs : OOC_STAT_stable_moved, 1);
     }
-    if (at_home) {
-        /* first is home */
-    } else if (!M.pva.chunks && (w = warm_take(count)) != NULL) {
+    if (!at_home && !M.pva.chunks && (w = warm_take(count)) != NULL) {
         first = w->first;
-    } else if (va_take(count, &first) != 0) {
+    } else if (!at_home && va_take(count, &first) != 0) {
         if (b->home >= 0)
             pva_give((uint64_t)b->home, count);
         return CUDA_ERROR_OUT_OF_MEMORY;

@@ -303,12 +303,16 @@ warm_t *warm_take(uint64_t n) {
 int warm_take_at(uint64_t first, uint64_t n, warm_t **out) {
     *out = NULL;
     uint64_t end = first + n;
-    size_t nsplit = 0;
+    size_t nsplit = 0, noverlap = 0;
     for (size_t i = 0; i < M.nwarm; i++) {
         const warm_t *r = M.warm[i];
-        if (r->first < end && first < r->first + r->n)
+        if (r->first < end && first < r->first + r->n) {
+            noverlap++;
             nsplit += r->first < first && r->first + r->n > end; /* a piece on either side */
+        }
     }
+    if (!noverlap) /* the common case under pressure: nothing to take, nothing allocated */
+        return 0;
     warm_t *w = run_new(first, n);
     warm_t **right = nsplit ? calloc(nsplit, sizeof *right) : NULL;
     int fail = !w || (nsplit && !right) ||
@@ -325,7 +329,6 @@ int warm_take_at(uint64_t first, uint64_t n, warm_t **out) {
         free(w);
         return -1;
     }
-    int any = 0;
     size_t k = 0;
     for (size_t i = 0; i < M.nwarm;) {
         warm_t *r = M.warm[i];
@@ -336,7 +339,6 @@ int warm_take_at(uint64_t first, uint64_t n, warm_t **out) {
         }
         uint64_t lo = r->first > first ? r->first : first, hi = rend < end ? rend : end;
         memcpy(&w->c[lo - first], &r->c[lo - r->first], (hi - lo) * sizeof w->c[0]);
-        any = 1;
         warm_t *tail = NULL; /* the piece after the range, in r's place after r */
         if (rend > end && r->first < first) {
             tail = right[k++];
@@ -366,10 +368,6 @@ int warm_take_at(uint64_t first, uint64_t n, warm_t **out) {
         i++;
     }
     free(right);
-    if (!any) {
-        free(w);
-        return 0;
-    }
     *out = w;
     return 0;
 }

@@ -473,13 +473,19 @@ static tu_result_t run_churn(const char *budget, const char *reuse, int vary) {
     return p;
 }
 
+/* Where iteration `it`'s line of a churn run's output ("iter I: maps M addrs H") goes on after
+ * "maps ". */
+static const char *churn_line(const tu_result_t *p, int it) {
+    char key[32];
+    snprintf(key, sizeof key, "iter %d: maps ", it);
+    const char *line = strstr(p->out, key);
+    ck_assert_msg(line != NULL, "no \"%s\" line:\n%s", key, p->out);
+    return line + strlen(key);
+}
+
 /* cuMemMap calls in iteration `it` of a churn run's output. */
 static long long churn_maps(const tu_result_t *p, int it) {
-    char key[32], *line;
-    snprintf(key, sizeof key, "iter %d: maps ", it);
-    line = strstr(p->out, key);
-    ck_assert_msg(line != NULL, "no \"%s\" line:\n%s", key, p->out);
-    return atoll(line + strlen(key));
+    return atoll(churn_line(p, it));
 }
 
 /* A program that frees and allocates the same sizes every iteration (a framework without its
@@ -504,13 +510,9 @@ END_TEST
 
 /* The address hash of iteration `it` of a churn run's output ("iter I: maps M addrs H"). */
 static unsigned long long churn_addrs(const tu_result_t *p, int it) {
-    char key[32], *line;
-    snprintf(key, sizeof key, "iter %d: maps ", it);
-    line = strstr(p->out, key);
-    ck_assert_msg(line != NULL, "no \"%s\" line:\n%s", key, p->out);
-    line = strstr(line, " addrs ");
-    ck_assert_msg(line != NULL, "no address hash:\n%s", p->out);
-    return strtoull(line + 7, NULL, 16);
+    const char *line = churn_line(p, it), *nl = strchr(line, '\n'), *h = strstr(line, " addrs ");
+    ck_assert_msg(h != NULL && (!nl || h < nl), "no address hash:\n%s", p->out);
+    return strtoull(h + 7, NULL, 16);
 }
 
 /* Stable addresses: a program that allocates the same buffers every iteration gets the same
